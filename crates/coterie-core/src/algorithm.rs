@@ -1,0 +1,173 @@
+//! The two algorithm traits and what every algorithm is built from.
+//!
+//! Naming follows quinn-proto: `handle_*` methods are inputs, and every
+//! effect goes into the [`Outbox`] passed alongside. Handlers never block,
+//! never read a clock and never touch a socket; the engine (and through it
+//! the simulator or the tokio node) performs what the outbox asks.
+
+use crate::outbox::{Message, Outbox, Time, TimerId};
+use crate::types::{CsState, Epoch, NodeId};
+use std::time::Duration;
+
+/// Heartbeat and failure-detection periods, shared by every layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// How often a node sends a heartbeat to every peer.
+    pub heartbeat: Duration,
+    /// How long a peer may stay silent before it is suspected down.
+    pub failure_timeout: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            heartbeat: Duration::from_millis(50),
+            failure_timeout: Duration::from_millis(250),
+        }
+    }
+}
+
+/// What an algorithm instance is told when it is built.
+#[derive(Clone, Debug)]
+pub struct AlgoConfig {
+    /// This node.
+    pub id: NodeId,
+    /// Every member of the cluster, this node included, sorted ascending.
+    pub members: Vec<NodeId>,
+    /// How many nodes may hold the critical section at once (1 for a mutex,
+    /// k for a counting semaphore). Algorithms that support only 1 ignore it.
+    pub capacity: usize,
+    /// Heartbeat and failure-detection periods.
+    pub timing: Timing,
+}
+
+impl AlgoConfig {
+    /// A config for `id` in a cluster of ids `1..=n` with default timing.
+    pub fn for_test(id: u32, n: u32) -> AlgoConfig {
+        AlgoConfig {
+            id: NodeId(id),
+            members: (1..=n).map(NodeId).collect(),
+            capacity: 1,
+            timing: Timing::default(),
+        }
+    }
+
+    /// Every member but this node.
+    pub fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.members.iter().copied().filter(move |&m| m != self.id)
+    }
+}
+
+/// A distributed mutual-exclusion algorithm, seen from one node.
+///
+/// The node's application asks for the critical section with
+/// [`handle_request`](Self::handle_request) and leaves it with
+/// [`handle_release`](Self::handle_release); between them the algorithm
+/// emits exactly one [`Action::Grant`](crate::Action::Grant). A node asks
+/// for one entry at a time (the node multiplexes its own clients).
+///
+/// Peers start out unknown: the engine reports each one with
+/// [`handle_peer_up`](Self::handle_peer_up) when it is first heard from and
+/// [`handle_peer_down`](Self::handle_peer_down) when the failure detector
+/// suspects it.
+pub trait MutexAlgorithm: Send + 'static {
+    /// The algorithm's messages.
+    type Msg: Message;
+
+    /// The local application wants the critical section.
+    fn handle_request(&mut self, now: Time, out: &mut Outbox<Self::Msg>);
+
+    /// The local application left the critical section.
+    fn handle_release(&mut self, now: Time, out: &mut Outbox<Self::Msg>);
+
+    /// A message arrived from a peer.
+    fn handle_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        msg: Self::Msg,
+        out: &mut Outbox<Self::Msg>,
+    );
+
+    /// One of this algorithm's timers fired.
+    fn handle_timer(&mut self, _now: Time, _timer: TimerId, _out: &mut Outbox<Self::Msg>) {}
+
+    /// The failure detector heard from `peer` after not counting it as up.
+    fn handle_peer_up(&mut self, _now: Time, _peer: NodeId, _out: &mut Outbox<Self::Msg>) {}
+
+    /// The failure detector suspects `peer` has crashed.
+    fn handle_peer_down(&mut self, _now: Time, _peer: NodeId, _out: &mut Outbox<Self::Msg>) {}
+
+    /// The election layer settled on `leader` for `epoch`.
+    fn handle_coordinator(
+        &mut self,
+        _now: Time,
+        _leader: NodeId,
+        _epoch: Epoch,
+        _out: &mut Outbox<Self::Msg>,
+    ) {
+    }
+
+    /// Where this node stands with respect to the critical section.
+    fn cs_state(&self) -> CsState;
+
+    /// A monotone value that heartbeats carry to every peer (a Lamport
+    /// clock, typically) so that a node that just joined catches up before
+    /// it first asks for the critical section.
+    fn watermark(&self) -> u64 {
+        0
+    }
+
+    /// A peer's [`watermark`](Self::watermark), seen on its heartbeat.
+    fn observe_watermark(&mut self, _watermark: u64) {}
+}
+
+/// A leader-election algorithm, seen from one node.
+///
+/// Peers start out unknown, as for [`MutexAlgorithm`]. The engine calls
+/// [`handle_start`](Self::handle_start) once the node has joined: it has
+/// heard from every peer, or waited one failure timeout for the silent ones.
+pub trait ElectionAlgorithm: Send + 'static {
+    /// The algorithm's messages.
+    type Msg: Message;
+
+    /// The node has joined the cluster: time to find (or become) the
+    /// coordinator.
+    fn handle_start(&mut self, now: Time, out: &mut Outbox<Self::Msg>);
+
+    /// A message arrived from a peer.
+    fn handle_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        msg: Self::Msg,
+        out: &mut Outbox<Self::Msg>,
+    );
+
+    /// One of this algorithm's timers fired.
+    fn handle_timer(&mut self, _now: Time, _timer: TimerId, _out: &mut Outbox<Self::Msg>) {}
+
+    /// The failure detector heard from `peer` after not counting it as up.
+    fn handle_peer_up(&mut self, _now: Time, _peer: NodeId, _out: &mut Outbox<Self::Msg>) {}
+
+    /// The failure detector suspects `peer` has crashed.
+    fn handle_peer_down(&mut self, _now: Time, _peer: NodeId, _out: &mut Outbox<Self::Msg>) {}
+
+    /// A peer's heartbeat said it follows `coordinator` at `epoch`.
+    fn handle_epoch_hint(
+        &mut self,
+        _now: Time,
+        _from: NodeId,
+        _epoch: Epoch,
+        _coordinator: Option<NodeId>,
+        _out: &mut Outbox<Self::Msg>,
+    ) {
+    }
+
+    /// The coordinator this node follows, if any.
+    fn coordinator(&self) -> Option<NodeId>;
+
+    /// The epoch of the coordinator this node follows (or the highest epoch
+    /// seen, when it follows none).
+    fn epoch(&self) -> Epoch;
+}

@@ -1,0 +1,187 @@
+//! A heartbeat failure detector, free of I/O.
+//!
+//! Every node sends a heartbeat to every peer each `heartbeat` period, and
+//! any message from a peer counts as hearing from it. A peer that has been
+//! heard from is *up*; once it has been silent for `failure_timeout` it is
+//! suspected *down*; hearing from it again brings it back up.
+//!
+//! The transport may also report that a peer's connection closed and that a
+//! redial was refused: the peer's process is gone, so the detector declares
+//! it down at once instead of waiting out the timeout. A hung process (one
+//! stopped with SIGSTOP, say) keeps its sockets open and is caught only by
+//! the timeout.
+
+use crate::outbox::Time;
+use crate::types::NodeId;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// A change of opinion about one peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The peer was heard from and is now counted as up.
+    Up(NodeId),
+    /// The peer is now suspected down.
+    Down(NodeId),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Health {
+    /// When the peer was last heard from (or when watching began).
+    last_heard: Time,
+    /// Whether the peer currently counts as up.
+    up: bool,
+}
+
+/// Tracks which peers are up.
+#[derive(Clone, Debug)]
+pub struct FailureDetector {
+    timeout: Duration,
+    peers: BTreeMap<NodeId, Health>,
+}
+
+impl FailureDetector {
+    /// Starts watching `peers` at `now`. Every peer starts out not up: it is
+    /// counted up once heard from.
+    pub fn new(peers: impl IntoIterator<Item = NodeId>, timeout: Duration, now: Time) -> Self {
+        FailureDetector {
+            timeout,
+            peers: peers
+                .into_iter()
+                .map(|p| {
+                    (
+                        p,
+                        Health {
+                            last_heard: now,
+                            up: false,
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// Something arrived from `peer`. Returns [`Verdict::Up`] if that
+    /// changes the peer's standing. Unknown peers are ignored.
+    pub fn heard_from(&mut self, peer: NodeId, now: Time) -> Option<Verdict> {
+        let health = self.peers.get_mut(&peer)?;
+        health.last_heard = health.last_heard.max(now);
+        if health.up {
+            None
+        } else {
+            health.up = true;
+            Some(Verdict::Up(peer))
+        }
+    }
+
+    /// The transport has evidence that `peer`'s process is gone: its
+    /// connection closed and a redial was refused.
+    pub fn link_down(&mut self, peer: NodeId) -> Option<Verdict> {
+        let health = self.peers.get_mut(&peer)?;
+        if health.up {
+            health.up = false;
+            Some(Verdict::Down(peer))
+        } else {
+            None
+        }
+    }
+
+    /// Suspects every up peer silent for longer than the timeout, in id
+    /// order.
+    pub fn check(&mut self, now: Time) -> Vec<Verdict> {
+        let timeout = self.timeout;
+        self.peers
+            .iter_mut()
+            .filter(|(_, h)| h.up && now.saturating_sub(h.last_heard) >= timeout)
+            .map(|(&peer, h)| {
+                h.up = false;
+                Verdict::Down(peer)
+            })
+            .collect()
+    }
+
+    /// The earliest time at which [`check`](Self::check) could suspect
+    /// someone, if any peer is up.
+    pub fn next_deadline(&self) -> Option<Time> {
+        self.peers
+            .values()
+            .filter(|h| h.up)
+            .map(|h| h.last_heard + self.timeout)
+            .min()
+    }
+
+    /// Whether `peer` currently counts as up.
+    pub fn is_up(&self, peer: NodeId) -> bool {
+        self.peers.get(&peer).is_some_and(|h| h.up)
+    }
+
+    /// The peers currently counted as up, in id order.
+    pub fn up_peers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.peers.iter().filter(|(_, h)| h.up).map(|(&p, _)| p)
+    }
+
+    /// Whether every watched peer has been heard from at least once since
+    /// it was last suspected.
+    pub fn all_up(&self) -> bool {
+        self.peers.values().all(|h| h.up)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn peer_counts_as_up_once_heard_from() {
+        let mut d = FailureDetector::new([NodeId(2)], ms(250), ms(0));
+        assert!(!d.is_up(NodeId(2)));
+        assert_eq!(
+            d.heard_from(NodeId(2), ms(10)),
+            Some(Verdict::Up(NodeId(2)))
+        );
+        assert_eq!(d.heard_from(NodeId(2), ms(20)), None);
+        assert!(d.is_up(NodeId(2)));
+    }
+
+    #[test]
+    fn silent_peer_is_suspected_after_the_timeout_and_not_before() {
+        let mut d = FailureDetector::new([NodeId(2), NodeId(3)], ms(250), ms(0));
+        d.heard_from(NodeId(2), ms(100));
+        d.heard_from(NodeId(3), ms(200));
+        assert_eq!(d.next_deadline(), Some(ms(350)));
+        assert!(d.check(ms(349)).is_empty());
+        assert_eq!(d.check(ms(350)), vec![Verdict::Down(NodeId(2))]);
+        assert_eq!(d.next_deadline(), Some(ms(450)));
+    }
+
+    #[test]
+    fn heartbeat_brings_a_suspected_peer_back() {
+        let mut d = FailureDetector::new([NodeId(2)], ms(250), ms(0));
+        d.heard_from(NodeId(2), ms(0));
+        assert_eq!(d.check(ms(300)), vec![Verdict::Down(NodeId(2))]);
+        assert_eq!(
+            d.heard_from(NodeId(2), ms(310)),
+            Some(Verdict::Up(NodeId(2)))
+        );
+    }
+
+    #[test]
+    fn refused_redial_suspects_at_once() {
+        let mut d = FailureDetector::new([NodeId(2)], ms(250), ms(0));
+        d.heard_from(NodeId(2), ms(0));
+        assert_eq!(d.link_down(NodeId(2)), Some(Verdict::Down(NodeId(2))));
+        assert_eq!(d.link_down(NodeId(2)), None);
+        assert!(d.check(ms(1000)).is_empty());
+    }
+
+    #[test]
+    fn unknown_peers_are_ignored() {
+        let mut d = FailureDetector::new([NodeId(2)], ms(250), ms(0));
+        assert_eq!(d.heard_from(NodeId(9), ms(1)), None);
+        assert_eq!(d.link_down(NodeId(9)), None);
+    }
+}

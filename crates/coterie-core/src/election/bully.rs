@@ -1,0 +1,479 @@
+//! # `bully` — the highest live id wins
+//!
+//! **Source.** Garcia-Molina (1982), as told in seed 003: a node that notices
+//! the coordinator is gone sends ELECTION to every higher node; any higher
+//! node that is alive answers OK and takes over the election; a node that
+//! hears no OK wins and announces itself with COORDINATOR to everyone. A node
+//! that comes back up holds an election, so the biggest id always wins.
+//!
+//! **Assumptions.** Reliable links while both ends are up; crash-stop
+//! failures; a failure detector that eventually reports every crash. The
+//! answer timeout must exceed a round trip.
+//!
+//! **Messages per election.** With the failure detector's help only live
+//! higher nodes are asked. When the highest live node starts, it sends no
+//! ELECTION at all and only N-1 COORDINATOR messages; when the lowest
+//! starts, about N²/2 messages in all, as in the textbook.
+//!
+//! **Epochs.** The winner takes an epoch one greater than every epoch it has
+//! seen (every message and heartbeat carries the sender's), so epochs only
+//! grow. A COORDINATOR of an older epoch is stale and ignored. A coordinator
+//! that hears of a newer epoch than its own holds a fresh election.
+//!
+//! **State walk.** *Idle* (following a coordinator, or none yet) → on the
+//! coordinator's failure, a restart, or an ELECTION from a lower node,
+//! *electing*: ELECTION sent to the live higher nodes, waiting for an OK.
+//! No OK before the timeout (or every higher node reported down): win.
+//! An OK: *deferred*, waiting for the winner's COORDINATOR; none before the
+//! timeout: elect again. COORDINATOR from a higher node: follow it, idle.
+//! A challenge from a lower node to a sitting coordinator is answered with
+//! OK and a fresh COORDINATOR of the same epoch, not a new election.
+
+use crate::algorithm::{AlgoConfig, ElectionAlgorithm};
+use crate::outbox::{Message, Outbox, Time, TimerId};
+use crate::types::{Epoch, NodeId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// The messages of [`Bully`]. Each carries the highest epoch its sender has
+/// seen.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BullyMsg {
+    /// To a higher node: are you alive? I am holding an election.
+    Election {
+        /// The sender's highest epoch seen.
+        epoch: Epoch,
+    },
+    /// To a lower node: I am alive and will take over.
+    Ok {
+        /// The sender's highest epoch seen.
+        epoch: Epoch,
+    },
+    /// To everyone: I am the coordinator for `epoch`.
+    Coordinator {
+        /// The new epoch.
+        epoch: Epoch,
+    },
+}
+
+impl Message for BullyMsg {
+    fn kind(&self) -> &'static str {
+        match self {
+            BullyMsg::Election { .. } => "election",
+            BullyMsg::Ok { .. } => "ok",
+            BullyMsg::Coordinator { .. } => "coordinator",
+        }
+    }
+}
+
+/// Waiting for an OK from a higher node.
+const ANSWER: TimerId = TimerId(1);
+/// Waiting for the COORDINATOR of the node that said OK.
+const ANNOUNCE: TimerId = TimerId(2);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    Electing,
+    Deferred,
+}
+
+/// The bully algorithm; see the module documentation.
+#[derive(Debug)]
+pub struct Bully {
+    id: NodeId,
+    alive: BTreeSet<NodeId>,
+    /// The highest epoch seen anywhere.
+    seen: Epoch,
+    /// Whom this node follows, and for which epoch.
+    current: Option<(NodeId, Epoch)>,
+    phase: Phase,
+    /// How long to wait for an OK or a COORDINATOR.
+    timeout: Duration,
+}
+
+impl Bully {
+    /// A node with nobody known to be up yet.
+    pub fn new(cfg: &AlgoConfig) -> Self {
+        Bully {
+            id: cfg.id,
+            alive: BTreeSet::new(),
+            seen: Epoch(0),
+            current: None,
+            phase: Phase::Idle,
+            timeout: cfg.timing.failure_timeout,
+        }
+    }
+
+    fn observe(&mut self, epoch: Epoch) {
+        self.seen = self.seen.max(epoch);
+    }
+
+    fn higher_alive(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.alive.range(NodeId(self.id.0 + 1)..).copied()
+    }
+
+    fn is_coordinator(&self) -> bool {
+        self.current.is_some_and(|(leader, _)| leader == self.id)
+    }
+
+    fn hold_election(&mut self, now: Time, out: &mut Outbox<BullyMsg>) {
+        let higher: Vec<NodeId> = self.higher_alive().collect();
+        if higher.is_empty() {
+            self.win(out);
+            return;
+        }
+        out.broadcast(higher, BullyMsg::Election { epoch: self.seen });
+        self.phase = Phase::Electing;
+        out.cancel_timer(ANNOUNCE);
+        out.set_timer(ANSWER, now + self.timeout);
+    }
+
+    fn win(&mut self, out: &mut Outbox<BullyMsg>) {
+        let epoch = self.seen.next();
+        self.seen = epoch;
+        self.phase = Phase::Idle;
+        out.cancel_timer(ANSWER);
+        out.cancel_timer(ANNOUNCE);
+        out.broadcast(self.alive.iter().copied(), BullyMsg::Coordinator { epoch });
+        self.follow(self.id, epoch, out);
+    }
+
+    fn follow(&mut self, leader: NodeId, epoch: Epoch, out: &mut Outbox<BullyMsg>) {
+        if self.current != Some((leader, epoch)) {
+            self.current = Some((leader, epoch));
+            out.coordinator(leader, epoch);
+        }
+    }
+}
+
+impl ElectionAlgorithm for Bully {
+    type Msg = BullyMsg;
+
+    fn handle_start(&mut self, now: Time, out: &mut Outbox<BullyMsg>) {
+        self.hold_election(now, out);
+    }
+
+    fn handle_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        msg: BullyMsg,
+        out: &mut Outbox<BullyMsg>,
+    ) {
+        match msg {
+            BullyMsg::Election { epoch } => {
+                self.observe(epoch);
+                if from > self.id {
+                    return; // elections only go upwards
+                }
+                out.send(from, BullyMsg::Ok { epoch: self.seen });
+                if let (true, Some((_, current))) = (self.is_coordinator(), self.current) {
+                    if current == self.seen {
+                        // Still the highest live node: confirm, don't re-elect.
+                        out.send(from, BullyMsg::Coordinator { epoch: current });
+                        return;
+                    }
+                }
+                if self.phase == Phase::Idle {
+                    self.hold_election(now, out);
+                }
+            }
+            BullyMsg::Ok { epoch } => {
+                self.observe(epoch);
+                if self.phase == Phase::Electing && from > self.id {
+                    self.phase = Phase::Deferred;
+                    out.cancel_timer(ANSWER);
+                    out.set_timer(ANNOUNCE, now + self.timeout);
+                }
+            }
+            BullyMsg::Coordinator { epoch } => {
+                let stale = epoch < self.seen
+                    || (epoch == self.seen && self.current.is_some_and(|(l, _)| l != from));
+                self.observe(epoch);
+                if from < self.id {
+                    // A lower node thinks it leads while this one is alive.
+                    if self.phase == Phase::Idle {
+                        self.hold_election(now, out);
+                    }
+                    return;
+                }
+                if stale {
+                    return;
+                }
+                self.phase = Phase::Idle;
+                out.cancel_timer(ANSWER);
+                out.cancel_timer(ANNOUNCE);
+                self.follow(from, epoch, out);
+            }
+        }
+    }
+
+    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<BullyMsg>) {
+        match (timer, self.phase) {
+            (ANSWER, Phase::Electing) => self.win(out),
+            (ANNOUNCE, Phase::Deferred) => self.hold_election(now, out),
+            _ => {} // a timer that outlived its phase
+        }
+    }
+
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, _out: &mut Outbox<BullyMsg>) {
+        self.alive.insert(peer);
+    }
+
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Outbox<BullyMsg>) {
+        self.alive.remove(&peer);
+        let leader_lost = self.current.is_some_and(|(leader, _)| leader == peer);
+        let no_one_higher = peer > self.id && self.higher_alive().next().is_none();
+        match self.phase {
+            Phase::Idle if leader_lost => self.hold_election(now, out),
+            // Nobody higher is left to answer or announce: no need to wait.
+            Phase::Electing | Phase::Deferred if no_one_higher => self.win(out),
+            _ => {}
+        }
+    }
+
+    fn handle_epoch_hint(
+        &mut self,
+        now: Time,
+        _from: NodeId,
+        epoch: Epoch,
+        _coordinator: Option<NodeId>,
+        out: &mut Outbox<BullyMsg>,
+    ) {
+        if epoch <= self.seen {
+            return;
+        }
+        self.observe(epoch);
+        // Someone was elected after this node's own term: it is out of date.
+        if self.is_coordinator() && self.phase == Phase::Idle {
+            self.hold_election(now, out);
+        }
+    }
+
+    fn coordinator(&self) -> Option<NodeId> {
+        self.current.map(|(leader, _)| leader)
+    }
+
+    fn epoch(&self) -> Epoch {
+        self.current.map_or(self.seen, |(_, e)| e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::Action;
+
+    type Out = Outbox<BullyMsg>;
+    const T: Duration = Duration::ZERO;
+
+    fn n(id: u32) -> NodeId {
+        NodeId(id)
+    }
+
+    fn node(id: u32, members: u32, up: &[u32]) -> Bully {
+        let cfg = AlgoConfig::for_test(id, members);
+        let mut b = Bully::new(&cfg);
+        let mut out = Out::new();
+        for &p in up {
+            b.handle_peer_up(T, n(p), &mut out);
+        }
+        b
+    }
+
+    #[test]
+    fn highest_live_node_wins_at_once() {
+        let mut b = node(5, 5, &[1, 2, 3, 4]);
+        let mut out = Out::new();
+        b.handle_start(T, &mut out);
+        let mut expected: Vec<_> = (1..=4)
+            .map(|p| Action::Send {
+                to: n(p),
+                msg: BullyMsg::Coordinator { epoch: Epoch(1) },
+            })
+            .collect();
+        expected.insert(0, Action::CancelTimer { timer: ANNOUNCE });
+        expected.insert(0, Action::CancelTimer { timer: ANSWER });
+        expected.push(Action::Coordinator {
+            leader: n(5),
+            epoch: Epoch(1),
+        });
+        assert_eq!(out.take(), expected);
+    }
+
+    #[test]
+    fn lower_node_asks_the_live_higher_ones_and_defers_on_ok() {
+        let mut b = node(3, 5, &[1, 2, 4, 5]);
+        let mut out = Out::new();
+        b.handle_start(T, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![
+                Action::Send {
+                    to: n(4),
+                    msg: BullyMsg::Election { epoch: Epoch(0) }
+                },
+                Action::Send {
+                    to: n(5),
+                    msg: BullyMsg::Election { epoch: Epoch(0) }
+                },
+                Action::CancelTimer { timer: ANNOUNCE },
+                Action::SetTimer {
+                    timer: ANSWER,
+                    at: Duration::from_millis(250)
+                },
+            ]
+        );
+        b.handle_message(T, n(4), BullyMsg::Ok { epoch: Epoch(0) }, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![
+                Action::CancelTimer { timer: ANSWER },
+                Action::SetTimer {
+                    timer: ANNOUNCE,
+                    at: Duration::from_millis(250)
+                },
+            ]
+        );
+        b.handle_message(T, n(5), BullyMsg::Coordinator { epoch: Epoch(1) }, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![
+                Action::CancelTimer { timer: ANSWER },
+                Action::CancelTimer { timer: ANNOUNCE },
+                Action::Coordinator {
+                    leader: n(5),
+                    epoch: Epoch(1)
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn coordinator_crash_elects_next_highest_with_a_larger_epoch() {
+        let mut b = node(4, 5, &[1, 2, 3, 5]);
+        let mut out = Out::new();
+        b.handle_message(T, n(5), BullyMsg::Coordinator { epoch: Epoch(7) }, &mut out);
+        out.take();
+        b.handle_peer_down(T, n(5), &mut out);
+        let actions = out.take();
+        assert_eq!(
+            actions.last(),
+            Some(&Action::Coordinator {
+                leader: n(4),
+                epoch: Epoch(8)
+            })
+        );
+        let announced = actions
+            .iter()
+            .filter(|a| {
+                matches!(
+                    a,
+                    Action::Send {
+                        msg: BullyMsg::Coordinator { epoch: Epoch(8) },
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(announced, 3);
+    }
+
+    #[test]
+    fn no_answer_before_the_timeout_means_victory() {
+        let mut b = node(2, 3, &[3]);
+        let mut out = Out::new();
+        b.handle_start(T, &mut out);
+        out.take();
+        b.handle_timer(Duration::from_millis(250), ANSWER, &mut out);
+        assert_eq!(
+            out.take().last(),
+            Some(&Action::Coordinator {
+                leader: n(2),
+                epoch: Epoch(1)
+            })
+        );
+    }
+
+    #[test]
+    fn silent_winner_after_ok_restarts_the_election() {
+        let mut b = node(2, 3, &[3]);
+        let mut out = Out::new();
+        b.handle_start(T, &mut out);
+        b.handle_message(T, n(3), BullyMsg::Ok { epoch: Epoch(0) }, &mut out);
+        out.take();
+        b.handle_timer(Duration::from_millis(500), ANNOUNCE, &mut out);
+        assert_eq!(
+            out.take()[0],
+            Action::Send {
+                to: n(3),
+                msg: BullyMsg::Election { epoch: Epoch(0) }
+            }
+        );
+    }
+
+    #[test]
+    fn sitting_coordinator_confirms_itself_to_a_challenger() {
+        let mut b = node(5, 5, &[1, 2, 3, 4]);
+        let mut out = Out::new();
+        b.handle_start(T, &mut out);
+        out.take();
+        b.handle_message(T, n(2), BullyMsg::Election { epoch: Epoch(1) }, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![
+                Action::Send {
+                    to: n(2),
+                    msg: BullyMsg::Ok { epoch: Epoch(1) }
+                },
+                Action::Send {
+                    to: n(2),
+                    msg: BullyMsg::Coordinator { epoch: Epoch(1) }
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn stale_coordinator_is_ignored() {
+        let mut b = node(2, 5, &[4, 5]);
+        let mut out = Out::new();
+        b.handle_message(T, n(5), BullyMsg::Coordinator { epoch: Epoch(3) }, &mut out);
+        out.take();
+        b.handle_message(T, n(4), BullyMsg::Coordinator { epoch: Epoch(2) }, &mut out);
+        assert!(out.is_empty());
+        assert_eq!(b.coordinator(), Some(n(5)));
+    }
+
+    #[test]
+    fn lower_claimant_is_bullied() {
+        let mut b = node(4, 4, &[1]);
+        let mut out = Out::new();
+        b.handle_message(T, n(1), BullyMsg::Coordinator { epoch: Epoch(1) }, &mut out);
+        assert_eq!(
+            out.take().last(),
+            Some(&Action::Coordinator {
+                leader: n(4),
+                epoch: Epoch(2)
+            })
+        );
+    }
+
+    #[test]
+    fn coordinator_that_hears_a_newer_epoch_re_elects() {
+        let mut b = node(5, 5, &[4]);
+        let mut out = Out::new();
+        b.handle_start(T, &mut out);
+        out.take();
+        b.handle_epoch_hint(T, n(4), Epoch(9), Some(n(4)), &mut out);
+        assert_eq!(
+            out.take().last(),
+            Some(&Action::Coordinator {
+                leader: n(5),
+                epoch: Epoch(10)
+            })
+        );
+    }
+}

@@ -1,0 +1,3 @@
+//! Leader-election algorithms, one per file.
+
+pub mod bully;

@@ -1,0 +1,643 @@
+//! One node's protocol stack, composed and still free of I/O:
+//! failure detector → election → mutex.
+//!
+//! The [`Engine`] takes inputs (`handle_*` for what arrives, [`request`]
+//! and [`release`] for what the application asks), keeps one table of
+//! deadlines for every layer, and queues [`Output`]s for its driver to carry
+//! out: the simulator in tests, the tokio agent on real sockets. A driver
+//! loop is: feed inputs, drain [`poll_output`], sleep until
+//! [`next_deadline`], call [`handle_timeout`].
+//!
+//! Peer failures flow down (detector → election and mutex), coordinator
+//! changes flow from the election to the mutex. Before a node *joins* — it
+//! has heard from every peer, or waited one failure timeout for the silent
+//! ones — it answers peers but neither starts an election nor asks for the
+//! critical section, so it first learns the current epoch and clocks.
+//!
+//! [`request`]: Engine::request
+//! [`release`]: Engine::release
+//! [`poll_output`]: Engine::poll_output
+//! [`next_deadline`]: Engine::next_deadline
+//! [`handle_timeout`]: Engine::handle_timeout
+
+use crate::algorithm::AlgoConfig;
+use crate::detector::{FailureDetector, Verdict};
+use crate::outbox::{Action, Time, TimerId};
+use crate::registry::{self, Actions, DynElection, DynMutex, Encoded, UnknownAlgorithm};
+use crate::types::{CsState, Epoch, Fence, NodeId};
+use crate::wire::{Envelope, Heartbeat, WireError};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Which layer a timer or message belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Layer {
+    /// The election algorithm.
+    Election,
+    /// The mutual-exclusion algorithm.
+    Mutex,
+}
+
+/// What the driver must do or may want to know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Deliver `envelope` to `to`.
+    Send {
+        /// The destination.
+        to: NodeId,
+        /// The message.
+        envelope: Envelope,
+        /// Its kind, for the driver's logs and counters.
+        kind: &'static str,
+    },
+    /// The node now holds the critical section.
+    Granted {
+        /// The grant's fence.
+        fence: Fence,
+    },
+    /// The node follows a new coordinator.
+    Coordinator {
+        /// Who.
+        leader: NodeId,
+        /// For which epoch.
+        epoch: Epoch,
+    },
+    /// The failure detector counts `peer` as up again.
+    PeerUp(NodeId),
+    /// The failure detector suspects `peer`.
+    PeerDown(NodeId),
+    /// The node has joined: it heard from every peer or waited for them.
+    Joined,
+}
+
+/// Why an input was refused. The engine's state is unchanged, except that
+/// hearing anything from a member counts as hearing from it.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The sender is not a member of this cluster.
+    #[error("message from {0}, which is not a peer")]
+    UnknownPeer(NodeId),
+    /// The message did not decode for the algorithm this node runs.
+    #[error("undecodable {layer:?} message from {from}: {source}")]
+    Undecodable {
+        /// The sender.
+        from: NodeId,
+        /// The layer it was meant for.
+        layer: Layer,
+        /// The decoder's complaint.
+        source: WireError,
+    },
+}
+
+/// Message counters by kind, plus the mutex layer's total.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Messages sent, by kind.
+    pub sent: BTreeMap<String, u64>,
+    /// Messages received, by kind.
+    pub received: BTreeMap<String, u64>,
+    /// Mutex-layer messages sent.
+    pub mutex_sent: u64,
+    /// Election-layer messages sent.
+    pub election_sent: u64,
+}
+
+impl Counters {
+    fn bump(map: &mut BTreeMap<String, u64>, kind: &str) {
+        match map.get_mut(kind) {
+            Some(n) => *n += 1,
+            None => {
+                map.insert(kind.to_string(), 1);
+            }
+        }
+    }
+}
+
+/// A node's view of itself, as `coterie status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// The node.
+    pub id: u32,
+    /// Its mutual-exclusion algorithm.
+    pub mutex: String,
+    /// Its election algorithm.
+    pub election: String,
+    /// The coordinator it follows.
+    pub coordinator: Option<u32>,
+    /// That coordinator's epoch.
+    pub epoch: u64,
+    /// Where it stands with respect to the critical section.
+    pub cs_state: CsState,
+    /// The ids it believes up, itself included.
+    pub alive: Vec<u32>,
+    /// Critical-section entries granted to it.
+    pub cs_entries: u64,
+    /// The fence of its current grant, while it holds.
+    pub fence: Option<u64>,
+    /// Whether it has joined the cluster.
+    pub joined: bool,
+    /// Messages sent, by kind.
+    pub messages_sent: BTreeMap<String, u64>,
+    /// Messages received, by kind.
+    pub messages_received: BTreeMap<String, u64>,
+}
+
+/// One node's protocol stack; see the module documentation.
+pub struct Engine {
+    cfg: AlgoConfig,
+    mutex_name: &'static str,
+    election_name: &'static str,
+    detector: FailureDetector,
+    election: Box<dyn DynElection>,
+    mutex: Box<dyn DynMutex>,
+    /// Armed algorithm timers.
+    timers: BTreeMap<(Layer, TimerId), Time>,
+    next_heartbeat: Time,
+    /// While joining: when to stop waiting for silent peers.
+    join_deadline: Option<Time>,
+    /// A request made before joining, held until then.
+    request_pending: bool,
+    /// The fence of the current grant.
+    fence: Option<Fence>,
+    cs_entries: u64,
+    counters: Counters,
+    outputs: VecDeque<Output>,
+    /// Reused buffer for the layers' actions.
+    scratch: Actions,
+}
+
+impl Engine {
+    /// Builds the stack for `cfg` running the named algorithms, starting at
+    /// `now`.
+    pub fn new(
+        cfg: AlgoConfig,
+        mutex: &str,
+        election: &str,
+        now: Time,
+    ) -> Result<Engine, UnknownAlgorithm> {
+        let mutex_info = registry::mutex(mutex)?;
+        let election_info = registry::election(election)?;
+        let detector = FailureDetector::new(cfg.peers(), cfg.timing.failure_timeout, now);
+        let lone = cfg.members.len() <= 1;
+        let mut engine = Engine {
+            mutex_name: mutex_info.name,
+            election_name: election_info.name,
+            detector,
+            election: (election_info.build)(&cfg),
+            mutex: (mutex_info.build)(&cfg),
+            timers: BTreeMap::new(),
+            next_heartbeat: now,
+            join_deadline: Some(now + cfg.timing.failure_timeout),
+            request_pending: false,
+            fence: None,
+            cs_entries: 0,
+            counters: Counters::default(),
+            outputs: VecDeque::new(),
+            scratch: Actions::new(),
+            cfg,
+        };
+        if lone {
+            engine.join(now);
+        }
+        Ok(engine)
+    }
+
+    /// This node.
+    pub fn id(&self) -> NodeId {
+        self.cfg.id
+    }
+
+    /// The configuration the engine was built with.
+    pub fn config(&self) -> &AlgoConfig {
+        &self.cfg
+    }
+
+    /// The mutual-exclusion algorithm's name.
+    pub fn mutex_name(&self) -> &'static str {
+        self.mutex_name
+    }
+
+    /// The election algorithm's name.
+    pub fn election_name(&self) -> &'static str {
+        self.election_name
+    }
+
+    /// The coordinator this node follows.
+    pub fn coordinator(&self) -> Option<NodeId> {
+        self.election.coordinator()
+    }
+
+    /// The epoch of that coordinator.
+    pub fn epoch(&self) -> Epoch {
+        self.election.epoch()
+    }
+
+    /// Where this node stands with respect to the critical section.
+    pub fn cs_state(&self) -> CsState {
+        if self.request_pending {
+            CsState::Wanting
+        } else {
+            self.mutex.cs_state()
+        }
+    }
+
+    /// Whether the node has joined.
+    pub fn joined(&self) -> bool {
+        self.join_deadline.is_none()
+    }
+
+    /// The message counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Entries granted to this node so far.
+    pub fn cs_entries(&self) -> u64 {
+        self.cs_entries
+    }
+
+    /// Whether the failure detector counts `peer` as up.
+    pub fn is_up(&self, peer: NodeId) -> bool {
+        peer == self.cfg.id || self.detector.is_up(peer)
+    }
+
+    /// Decodes an election- or mutex-layer payload for a trace line.
+    pub fn describe(&self, envelope: &Envelope) -> String {
+        match envelope {
+            Envelope::Heartbeat(hb) => format!("{hb:?}"),
+            Envelope::Election(b) => self.election.describe(b),
+            Envelope::Mutex(b) => self.mutex.describe(b),
+        }
+    }
+
+    /// The node's status report.
+    pub fn status(&self) -> Status {
+        let mut alive: Vec<u32> = self.detector.up_peers().map(|p| p.0).collect();
+        alive.push(self.cfg.id.0);
+        alive.sort_unstable();
+        Status {
+            id: self.cfg.id.0,
+            mutex: self.mutex_name.to_string(),
+            election: self.election_name.to_string(),
+            coordinator: self.coordinator().map(|c| c.0),
+            epoch: self.epoch().0,
+            cs_state: self.cs_state(),
+            alive,
+            cs_entries: self.cs_entries,
+            fence: self.fence.map(|f| f.0),
+            joined: self.joined(),
+            messages_sent: self.counters.sent.clone(),
+            messages_received: self.counters.received.clone(),
+        }
+    }
+
+    /// The next queued output.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) should next be called.
+    pub fn next_deadline(&self) -> Option<Time> {
+        let timers = self.timers.values().copied().min();
+        [
+            Some(self.next_heartbeat),
+            self.join_deadline,
+            self.detector.next_deadline(),
+            timers,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// The application wants the critical section. Ignored unless idle.
+    pub fn request(&mut self, now: Time) {
+        if self.cs_state() != CsState::Idle {
+            return;
+        }
+        if self.joined() {
+            let mut acts = self.take_scratch();
+            self.mutex.handle_request(now, &mut acts);
+            self.apply(now, Layer::Mutex, acts);
+        } else {
+            self.request_pending = true;
+        }
+    }
+
+    /// The application left the critical section. Ignored unless held.
+    pub fn release(&mut self, now: Time) {
+        if self.cs_state() != CsState::Held {
+            return;
+        }
+        self.fence = None;
+        let mut acts = self.take_scratch();
+        self.mutex.handle_release(now, &mut acts);
+        self.apply(now, Layer::Mutex, acts);
+    }
+
+    /// A message arrived from `from`.
+    pub fn handle_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        envelope: Envelope,
+    ) -> Result<(), EngineError> {
+        if from == self.cfg.id || !self.cfg.members.contains(&from) {
+            return Err(EngineError::UnknownPeer(from));
+        }
+        if let Some(Verdict::Up(peer)) = self.detector.heard_from(from, now) {
+            self.peer_up(now, peer);
+        }
+        let mut acts = self.take_scratch();
+        let result = match &envelope {
+            Envelope::Heartbeat(hb) => {
+                Counters::bump(&mut self.counters.received, "heartbeat");
+                self.mutex.observe_watermark(hb.watermark);
+                self.election
+                    .handle_epoch_hint(now, from, hb.epoch, hb.coordinator, &mut acts);
+                self.apply(now, Layer::Election, acts);
+                return Ok(());
+            }
+            Envelope::Election(bytes) => self
+                .election
+                .handle_message(now, from, bytes, &mut acts)
+                .map(|kind| (Layer::Election, kind))
+                .map_err(|source| (Layer::Election, source)),
+            Envelope::Mutex(bytes) => self
+                .mutex
+                .handle_message(now, from, bytes, &mut acts)
+                .map(|kind| (Layer::Mutex, kind))
+                .map_err(|source| (Layer::Mutex, source)),
+        };
+        match result {
+            Ok((layer, kind)) => {
+                Counters::bump(&mut self.counters.received, kind);
+                self.apply(now, layer, acts);
+                Ok(())
+            }
+            Err((layer, source)) => {
+                self.scratch = acts;
+                Err(EngineError::Undecodable {
+                    from,
+                    layer,
+                    source,
+                })
+            }
+        }
+    }
+
+    /// The transport saw `peer`'s connection close and a redial refused:
+    /// its process is gone.
+    pub fn handle_link_down(&mut self, now: Time, peer: NodeId) {
+        if let Some(Verdict::Down(p)) = self.detector.link_down(peer) {
+            self.peer_down(now, p);
+        }
+    }
+
+    /// Time passed: fires whatever is due at `now`.
+    pub fn handle_timeout(&mut self, now: Time) {
+        if self.join_deadline.is_some_and(|d| d <= now) {
+            self.join(now);
+        }
+        if self.next_heartbeat <= now {
+            self.next_heartbeat = now + self.cfg.timing.heartbeat;
+            let hb = Heartbeat {
+                epoch: self.election.epoch(),
+                coordinator: self.election.coordinator(),
+                watermark: self.mutex.watermark(),
+            };
+            let peers: Vec<NodeId> = self.cfg.peers().collect();
+            for to in peers {
+                self.push_send(to, Envelope::Heartbeat(hb), "heartbeat");
+            }
+        }
+        for verdict in self.detector.check(now) {
+            if let Verdict::Down(peer) = verdict {
+                self.peer_down(now, peer);
+            }
+        }
+        // Fire due algorithm timers in deadline order. A handler may re-arm
+        // or cancel others, so look again after each one.
+        while let Some((&key, _)) = self
+            .timers
+            .iter()
+            .filter(|(_, &at)| at <= now)
+            .min_by_key(|(_, &at)| at)
+        {
+            self.timers.remove(&key);
+            let (layer, timer) = key;
+            let mut acts = self.take_scratch();
+            match layer {
+                Layer::Election => self.election.handle_timer(now, timer, &mut acts),
+                Layer::Mutex => self.mutex.handle_timer(now, timer, &mut acts),
+            }
+            self.apply(now, layer, acts);
+        }
+    }
+
+    fn join(&mut self, now: Time) {
+        if self.join_deadline.take().is_none() {
+            return;
+        }
+        self.outputs.push_back(Output::Joined);
+        let mut acts = self.take_scratch();
+        self.election.handle_start(now, &mut acts);
+        self.apply(now, Layer::Election, acts);
+        if std::mem::take(&mut self.request_pending) {
+            self.request(now);
+        }
+    }
+
+    fn peer_up(&mut self, now: Time, peer: NodeId) {
+        self.outputs.push_back(Output::PeerUp(peer));
+        let mut acts = self.take_scratch();
+        self.mutex.handle_peer_up(now, peer, &mut acts);
+        self.apply(now, Layer::Mutex, acts);
+        let mut acts = self.take_scratch();
+        self.election.handle_peer_up(now, peer, &mut acts);
+        self.apply(now, Layer::Election, acts);
+        if self.join_deadline.is_some() && self.detector.all_up() {
+            self.join(now);
+        }
+    }
+
+    fn peer_down(&mut self, now: Time, peer: NodeId) {
+        self.outputs.push_back(Output::PeerDown(peer));
+        let mut acts = self.take_scratch();
+        self.mutex.handle_peer_down(now, peer, &mut acts);
+        self.apply(now, Layer::Mutex, acts);
+        let mut acts = self.take_scratch();
+        self.election.handle_peer_down(now, peer, &mut acts);
+        self.apply(now, Layer::Election, acts);
+    }
+
+    fn take_scratch(&mut self) -> Actions {
+        std::mem::take(&mut self.scratch)
+    }
+
+    fn push_send(&mut self, to: NodeId, envelope: Envelope, kind: &'static str) {
+        Counters::bump(&mut self.counters.sent, kind);
+        self.outputs.push_back(Output::Send { to, envelope, kind });
+    }
+
+    /// Carries out a layer's actions in order. A coordinator change is
+    /// handed to the mutex layer at once, after the election's own sends,
+    /// so a new coordinator's announcement precedes its first mutex message
+    /// on every link.
+    fn apply(&mut self, now: Time, layer: Layer, mut acts: Actions) {
+        for action in acts.drain(..) {
+            match action {
+                Action::Send {
+                    to,
+                    msg: Encoded { kind, bytes },
+                } => {
+                    let envelope = match layer {
+                        Layer::Election => {
+                            self.counters.election_sent += 1;
+                            Envelope::Election(bytes)
+                        }
+                        Layer::Mutex => {
+                            self.counters.mutex_sent += 1;
+                            Envelope::Mutex(bytes)
+                        }
+                    };
+                    if to == self.cfg.id {
+                        continue; // algorithms never message themselves
+                    }
+                    self.push_send(to, envelope, kind);
+                }
+                Action::SetTimer { timer, at } => {
+                    self.timers.insert((layer, timer), at);
+                }
+                Action::CancelTimer { timer } => {
+                    self.timers.remove(&(layer, timer));
+                }
+                Action::Grant { fence } => {
+                    self.fence = Some(fence);
+                    self.cs_entries += 1;
+                    self.outputs.push_back(Output::Granted { fence });
+                }
+                Action::Coordinator { leader, epoch } => {
+                    self.outputs
+                        .push_back(Output::Coordinator { leader, epoch });
+                    let mut inner = Actions::new();
+                    self.mutex
+                        .handle_coordinator(now, leader, epoch, &mut inner);
+                    self.apply(now, Layer::Mutex, inner);
+                }
+            }
+        }
+        if self.scratch.capacity() < acts.capacity() {
+            self.scratch = acts;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    fn engine(id: u32, n: u32) -> Engine {
+        Engine::new(AlgoConfig::for_test(id, n), "centralized", "bully", ms(0)).unwrap()
+    }
+
+    fn drain(e: &mut Engine) -> Vec<Output> {
+        std::iter::from_fn(|| e.poll_output()).collect()
+    }
+
+    fn heartbeat() -> Envelope {
+        Envelope::Heartbeat(Heartbeat {
+            epoch: Epoch(0),
+            coordinator: None,
+            watermark: 0,
+        })
+    }
+
+    #[test]
+    fn heartbeats_go_to_every_peer_each_period() {
+        let mut e = engine(1, 3);
+        e.handle_timeout(ms(0));
+        let sends = drain(&mut e)
+            .into_iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    Output::Send {
+                        kind: "heartbeat",
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(sends, 2);
+        assert_eq!(e.next_deadline(), Some(ms(50)));
+    }
+
+    #[test]
+    fn node_joins_once_every_peer_is_heard_and_then_elects() {
+        let mut e = engine(2, 2);
+        e.request(ms(1));
+        assert_eq!(e.cs_state(), CsState::Wanting, "held until joined");
+        e.handle_message(ms(5), NodeId(1), heartbeat()).unwrap();
+        let out = drain(&mut e);
+        assert!(out.contains(&Output::PeerUp(NodeId(1))));
+        assert!(out.contains(&Output::Joined));
+        assert!(out.contains(&Output::Coordinator {
+            leader: NodeId(2),
+            epoch: Epoch(1)
+        }));
+        // The held request was granted by itself, the coordinator, once the
+        // rebuild finished with peer 1's report.
+        let report = crate::wire::encode(&crate::mutex::centralized::CentralizedMsg::StateReport {
+            epoch: Epoch(1),
+            state: crate::mutex::centralized::Report::Idle,
+        });
+        e.handle_message(ms(6), NodeId(1), Envelope::Mutex(report))
+            .unwrap();
+        assert!(drain(&mut e)
+            .iter()
+            .any(|o| matches!(o, Output::Granted { .. })));
+        assert_eq!(e.cs_entries(), 1);
+    }
+
+    #[test]
+    fn silent_peers_are_given_up_on_after_the_failure_timeout() {
+        let mut e = engine(1, 3);
+        e.handle_timeout(ms(249));
+        assert!(!e.joined());
+        e.handle_timeout(ms(250));
+        assert!(e.joined());
+        assert_eq!(e.coordinator(), Some(NodeId(1)));
+    }
+
+    #[test]
+    fn strangers_and_garbage_are_refused_without_harm() {
+        let mut e = engine(1, 3);
+        assert!(matches!(
+            e.handle_message(ms(1), NodeId(7), heartbeat()),
+            Err(EngineError::UnknownPeer(_))
+        ));
+        assert!(matches!(
+            e.handle_message(ms(1), NodeId(2), Envelope::Mutex(vec![0xff; 9])),
+            Err(EngineError::Undecodable {
+                layer: Layer::Mutex,
+                ..
+            })
+        ));
+        assert!(e.is_up(NodeId(2)), "a live peer, however confused");
+    }
+
+    #[test]
+    fn closed_link_suspects_at_once() {
+        let mut e = engine(1, 2);
+        e.handle_message(ms(1), NodeId(2), heartbeat()).unwrap();
+        drain(&mut e);
+        e.handle_link_down(ms(2), NodeId(2));
+        assert!(drain(&mut e).contains(&Output::PeerDown(NodeId(2))));
+    }
+}

@@ -1,0 +1,33 @@
+//! # coterie-core
+//!
+//! The sans-IO heart of coterie: every mutual-exclusion and election
+//! algorithm as a deterministic state machine. Nothing here opens a socket,
+//! reads a clock or draws an unseeded random number; time arrives as `now`,
+//! effects leave as [`Action`]s, so the same code runs in the simulator and
+//! on real TCP.
+//!
+//! ## Layout
+//! - [`types`]: node ids, epochs, fencing tokens, Lamport clocks, stamps.
+//! - [`outbox`]: the actions an algorithm can ask for, and its outbox.
+//! - [`algorithm`]: the [`MutexAlgorithm`] and [`ElectionAlgorithm`] traits.
+//! - [`mutex`] and [`election`]: the algorithms, one file each.
+//! - [`detector`]: the heartbeat failure detector.
+//! - [`registry`]: the one table where an algorithm is added.
+//! - [`engine`]: one node's stack composed: detector → election → mutex.
+//! - [`wire`]: frames, the codec and the peer handshake.
+#![warn(missing_docs)]
+
+pub mod algorithm;
+pub mod detector;
+pub mod election;
+pub mod engine;
+pub mod mutex;
+pub mod outbox;
+pub mod registry;
+pub mod types;
+pub mod wire;
+
+pub use algorithm::{AlgoConfig, ElectionAlgorithm, MutexAlgorithm, Timing};
+pub use engine::{Engine, EngineError, Output, Status};
+pub use outbox::{Action, Message, Outbox, Time, TimerId};
+pub use types::{CsState, Epoch, Fence, LamportClock, NodeId, Stamp};

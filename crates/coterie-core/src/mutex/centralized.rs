@@ -1,0 +1,805 @@
+//! # `centralized` — one coordinator, a queue, and an optional count
+//!
+//! **Source.** The manager process of seed 000 (a `resourceIsFree` flag and
+//! a FIFO `rqueue`) and the message-passing semaphore server of seed 002 (a
+//! `count` and a queue of blocked clients). With a capacity `k > 1` the
+//! coordinator is a counting semaphore: up to `k` nodes hold at once.
+//!
+//! **Assumptions.** Reliable FIFO links while both ends are up; crash-stop
+//! failures reported by the failure detector; an election layer that names
+//! the coordinator and gives every coordinator a larger epoch than the last.
+//!
+//! **Messages per entry.** 3 for a node other than the coordinator
+//! (REQUEST, GRANT, RELEASE); 0 for the coordinator's own entries, which it
+//! grants itself. Synchronisation delay: 2 message delays (RELEASE, GRANT).
+//!
+//! **State walk.** A client is *idle*, *waiting* (its request stamped with
+//! its Lamport clock) or *holding* (with a fence). It sends its request to
+//! the coordinator it follows, or holds it until an election names one. The
+//! coordinator keeps the holders and a queue ordered by request stamp; while
+//! fewer than `k` nodes hold, it grants the head of the queue a fence made
+//! of its epoch (high bits) and a grant counter (low bits), so fences grow
+//! across coordinators.
+//!
+//! **Recovery.** A node that becomes coordinator knows nothing of its
+//! predecessor's queue, but every node knows its own part of it (seed 000).
+//! The new coordinator sends STATE_QUERY to every live peer and *rebuilds*:
+//! each STATE_REPORT says idle, waiting (with the original stamp) or holding
+//! (with its fence). Holders keep holding, waiters are queued by their
+//! original stamps, so nobody loses their place, and nothing is granted
+//! until every live peer has reported. A holder or waiter the detector
+//! reports down leaves the holders or the queue.
+//!
+//! Clocks: a request's stamp comes from the node's Lamport clock, which
+//! follows the coordinator's (GRANT carries it) and every peer's (through
+//! the heartbeat watermark), so the stamp order is the order of asking up
+//! to clock skew between heartbeats.
+
+use crate::algorithm::{AlgoConfig, MutexAlgorithm};
+use crate::outbox::{Message, Outbox, Time};
+use crate::types::{CsState, Epoch, Fence, LamportClock, NodeId, Stamp};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The messages of [`Centralized`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CentralizedMsg {
+    /// Client to coordinator: queue me.
+    Request {
+        /// The epoch of the coordinator the client follows.
+        epoch: Epoch,
+        /// The request's stamp, its place in the queue.
+        stamp: Stamp,
+    },
+    /// Coordinator to client: enter.
+    Grant {
+        /// The coordinator's epoch.
+        epoch: Epoch,
+        /// The grant's fencing token.
+        fence: Fence,
+        /// The coordinator's Lamport clock.
+        clock: u64,
+    },
+    /// Client to coordinator: I left.
+    Release {
+        /// The epoch of the coordinator the client follows.
+        epoch: Epoch,
+    },
+    /// New coordinator to every live peer: tell me your state.
+    StateQuery {
+        /// The new coordinator's epoch.
+        epoch: Epoch,
+    },
+    /// Answer to [`CentralizedMsg::StateQuery`].
+    StateReport {
+        /// The epoch being answered.
+        epoch: Epoch,
+        /// The client's own state.
+        state: Report,
+    },
+}
+
+/// One client's account of itself, for a coordinator that rebuilds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Report {
+    /// Not interested.
+    Idle,
+    /// Waiting with this request.
+    Waiting(Stamp),
+    /// Inside the critical section with this fence.
+    Holding(Fence),
+}
+
+impl Message for CentralizedMsg {
+    fn kind(&self) -> &'static str {
+        match self {
+            CentralizedMsg::Request { .. } => "request",
+            CentralizedMsg::Grant { .. } => "grant",
+            CentralizedMsg::Release { .. } => "release",
+            CentralizedMsg::StateQuery { .. } => "state_query",
+            CentralizedMsg::StateReport { .. } => "state_report",
+        }
+    }
+}
+
+/// The coordinator's side, present only on the coordinator.
+#[derive(Debug)]
+struct Manager {
+    /// The epoch this node coordinates.
+    epoch: Epoch,
+    /// Peers whose state report is still missing; nothing is granted until
+    /// it is empty.
+    awaiting: BTreeSet<NodeId>,
+    /// Who holds, with the fence each was granted.
+    holders: BTreeMap<NodeId, Fence>,
+    /// Who waits, in stamp order (at most one entry per node).
+    queue: BTreeSet<Stamp>,
+    /// Grants made in this epoch; the low part of the next fence.
+    grants: u64,
+}
+
+impl Manager {
+    fn rebuilding(&self) -> bool {
+        !self.awaiting.is_empty()
+    }
+
+    /// Records `node`'s state as reported (or implied by a request). A new
+    /// report replaces whatever the manager believed of that node.
+    fn absorb(&mut self, node: NodeId, state: Report) {
+        self.queue.retain(|s| s.node != node);
+        self.holders.remove(&node);
+        match state {
+            Report::Idle => {}
+            Report::Waiting(stamp) => {
+                self.queue.insert(stamp);
+            }
+            Report::Holding(fence) => {
+                self.holders.insert(node, fence);
+            }
+        }
+    }
+
+    fn forget(&mut self, node: NodeId) {
+        self.absorb(node, Report::Idle);
+        self.awaiting.remove(&node);
+    }
+}
+
+/// Where this node stands as a client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Client {
+    Idle,
+    Waiting(Stamp),
+    Holding(Fence),
+}
+
+/// The centralized algorithm; see the module documentation.
+#[derive(Debug)]
+pub struct Centralized {
+    id: NodeId,
+    capacity: usize,
+    /// Peers counted as up.
+    alive: BTreeSet<NodeId>,
+    clock: LamportClock,
+    /// The coordinator this node follows and its epoch.
+    view: Option<(NodeId, Epoch)>,
+    me: Client,
+    manager: Option<Manager>,
+}
+
+impl Centralized {
+    /// A node with nobody known to be up yet.
+    pub fn new(cfg: &AlgoConfig) -> Self {
+        Centralized {
+            id: cfg.id,
+            capacity: cfg.capacity.max(1),
+            alive: BTreeSet::new(),
+            clock: LamportClock::default(),
+            view: None,
+            me: Client::Idle,
+            manager: None,
+        }
+    }
+
+    fn report(&self) -> Report {
+        match self.me {
+            Client::Idle => Report::Idle,
+            Client::Waiting(stamp) => Report::Waiting(stamp),
+            Client::Holding(fence) => Report::Holding(fence),
+        }
+    }
+
+    /// Coordinator only: grants the head of the queue while there is room.
+    fn dispatch(&mut self, out: &mut Outbox<CentralizedMsg>) {
+        let Some(m) = self.manager.as_mut() else {
+            return;
+        };
+        if m.rebuilding() {
+            return;
+        }
+        while m.holders.len() < self.capacity {
+            let Some(stamp) = m.queue.pop_first() else {
+                break;
+            };
+            m.grants += 1;
+            let fence = Fence::new(m.epoch.0, m.grants);
+            m.holders.insert(stamp.node, fence);
+            if stamp.node == self.id {
+                self.me = Client::Holding(fence);
+                out.grant(fence);
+            } else {
+                let clock = self.clock.tick();
+                out.send(
+                    stamp.node,
+                    CentralizedMsg::Grant {
+                        epoch: m.epoch,
+                        fence,
+                        clock,
+                    },
+                );
+            }
+        }
+    }
+
+    fn become_manager(&mut self, epoch: Epoch, out: &mut Outbox<CentralizedMsg>) {
+        let mut m = Manager {
+            epoch,
+            awaiting: self.alive.clone(),
+            holders: BTreeMap::new(),
+            queue: BTreeSet::new(),
+            grants: 0,
+        };
+        m.absorb(self.id, self.report());
+        self.manager = Some(m);
+        out.broadcast(
+            self.alive.iter().copied(),
+            CentralizedMsg::StateQuery { epoch },
+        );
+        self.dispatch(out);
+    }
+
+    /// The manager for `epoch`, if this node is it.
+    fn manager_for(&mut self, epoch: Epoch) -> Option<&mut Manager> {
+        self.manager.as_mut().filter(|m| m.epoch == epoch)
+    }
+}
+
+impl MutexAlgorithm for Centralized {
+    type Msg = CentralizedMsg;
+
+    fn handle_request(&mut self, _now: Time, out: &mut Outbox<CentralizedMsg>) {
+        if self.me != Client::Idle {
+            return;
+        }
+        let stamp = Stamp {
+            ts: self.clock.tick(),
+            node: self.id,
+        };
+        self.me = Client::Waiting(stamp);
+        match self.view {
+            Some((leader, _)) if leader == self.id => {
+                if let Some(m) = self.manager.as_mut() {
+                    m.absorb(self.id, Report::Waiting(stamp));
+                }
+                self.dispatch(out);
+            }
+            Some((leader, epoch)) => out.send(leader, CentralizedMsg::Request { epoch, stamp }),
+            // No coordinator yet: the request goes out once one is named.
+            None => {}
+        }
+    }
+
+    fn handle_release(&mut self, _now: Time, out: &mut Outbox<CentralizedMsg>) {
+        if !matches!(self.me, Client::Holding(_)) {
+            return;
+        }
+        self.me = Client::Idle;
+        match self.view {
+            Some((leader, _)) if leader == self.id => {
+                if let Some(m) = self.manager.as_mut() {
+                    m.holders.remove(&self.id);
+                }
+                self.dispatch(out);
+            }
+            Some((leader, epoch)) => out.send(leader, CentralizedMsg::Release { epoch }),
+            // The next coordinator's query will find this node idle.
+            None => {}
+        }
+    }
+
+    fn handle_message(
+        &mut self,
+        _now: Time,
+        from: NodeId,
+        msg: CentralizedMsg,
+        out: &mut Outbox<CentralizedMsg>,
+    ) {
+        match msg {
+            CentralizedMsg::Request { epoch, stamp } => {
+                self.clock.observe(stamp.ts);
+                // A stamp names its requester; one that names another node
+                // is a confused or hostile peer and is ignored.
+                if stamp.node != from {
+                    return;
+                }
+                if let Some(m) = self.manager_for(epoch) {
+                    m.absorb(from, Report::Waiting(stamp));
+                    self.dispatch(out);
+                }
+            }
+            CentralizedMsg::Grant {
+                epoch,
+                fence,
+                clock,
+            } => {
+                self.clock.observe(clock);
+                if self.view != Some((from, epoch)) {
+                    return; // from a coordinator this node no longer follows
+                }
+                if matches!(self.me, Client::Waiting(_)) {
+                    self.me = Client::Holding(fence);
+                    out.grant(fence);
+                } else {
+                    // Not wanted (this node restarted, say): hand it back so
+                    // the coordinator does not wait on a holder that isn't.
+                    out.send(from, CentralizedMsg::Release { epoch });
+                }
+            }
+            CentralizedMsg::Release { epoch } => {
+                if let Some(m) = self.manager_for(epoch) {
+                    m.holders.remove(&from);
+                    self.dispatch(out);
+                }
+            }
+            CentralizedMsg::StateQuery { epoch } => {
+                if self.view.is_some_and(|(_, e)| epoch < e) {
+                    return; // a query from an older term
+                }
+                self.view = Some((from, epoch));
+                if from != self.id {
+                    self.manager = None;
+                }
+                let state = self.report();
+                out.send(from, CentralizedMsg::StateReport { epoch, state });
+            }
+            CentralizedMsg::StateReport { epoch, state } => {
+                if let Report::Waiting(stamp) = state {
+                    self.clock.observe(stamp.ts);
+                    if stamp.node != from {
+                        return;
+                    }
+                }
+                if let Some(m) = self.manager_for(epoch) {
+                    m.absorb(from, state);
+                    m.awaiting.remove(&from);
+                    self.dispatch(out);
+                }
+            }
+        }
+    }
+
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, _out: &mut Outbox<CentralizedMsg>) {
+        self.alive.insert(peer);
+    }
+
+    fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<CentralizedMsg>) {
+        self.alive.remove(&peer);
+        if let Some(m) = self.manager.as_mut() {
+            m.forget(peer);
+            self.dispatch(out);
+        }
+    }
+
+    fn handle_coordinator(
+        &mut self,
+        _now: Time,
+        leader: NodeId,
+        epoch: Epoch,
+        out: &mut Outbox<CentralizedMsg>,
+    ) {
+        if self.view == Some((leader, epoch)) {
+            return;
+        }
+        self.view = Some((leader, epoch));
+        if leader == self.id {
+            self.become_manager(epoch, out);
+        } else {
+            self.manager = None;
+            // A coordinator that rebuilds would ask anyway, but one that was
+            // re-confirmed to a newcomer will not: tell it.
+            if let Client::Waiting(stamp) = self.me {
+                out.send(leader, CentralizedMsg::Request { epoch, stamp });
+            }
+        }
+    }
+
+    fn cs_state(&self) -> CsState {
+        match self.me {
+            Client::Idle => CsState::Idle,
+            Client::Waiting(_) => CsState::Wanting,
+            Client::Holding(_) => CsState::Held,
+        }
+    }
+
+    fn watermark(&self) -> u64 {
+        self.clock.now()
+    }
+
+    fn observe_watermark(&mut self, watermark: u64) {
+        self.clock.observe(watermark);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CentralizedMsg::*;
+    use super::*;
+    use crate::outbox::Action;
+    use std::time::Duration;
+
+    const T: Duration = Duration::ZERO;
+    type Out = Outbox<CentralizedMsg>;
+
+    fn n(id: u32) -> NodeId {
+        NodeId(id)
+    }
+
+    /// A node of a cluster 1..=n with every peer up.
+    fn node(id: u32, members: u32, capacity: usize) -> Centralized {
+        let mut cfg = AlgoConfig::for_test(id, members);
+        cfg.capacity = capacity;
+        let mut c = Centralized::new(&cfg);
+        let mut out = Out::new();
+        for p in cfg.peers() {
+            c.handle_peer_up(T, p, &mut out);
+        }
+        c
+    }
+
+    /// A coordinator (id 3 of 3) that has finished rebuilding at epoch 1.
+    fn serving_coordinator(capacity: usize) -> Centralized {
+        let mut c = node(3, 3, capacity);
+        let mut out = Out::new();
+        c.handle_coordinator(T, n(3), Epoch(1), &mut out);
+        c.handle_message(
+            T,
+            n(1),
+            StateReport {
+                epoch: Epoch(1),
+                state: Report::Idle,
+            },
+            &mut out,
+        );
+        c.handle_message(
+            T,
+            n(2),
+            StateReport {
+                epoch: Epoch(1),
+                state: Report::Idle,
+            },
+            &mut out,
+        );
+        c
+    }
+
+    fn stamp(ts: u64, id: u32) -> Stamp {
+        Stamp { ts, node: n(id) }
+    }
+
+    #[test]
+    fn remote_entry_costs_request_grant_release() {
+        let mut client = node(1, 3, 1);
+        let mut out = Out::new();
+        client.handle_coordinator(T, n(3), Epoch(1), &mut out);
+        assert!(out.is_empty());
+        client.handle_request(T, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::Send {
+                to: n(3),
+                msg: Request {
+                    epoch: Epoch(1),
+                    stamp: stamp(1, 1)
+                }
+            }]
+        );
+        let fence = Fence::new(1, 1);
+        client.handle_message(
+            T,
+            n(3),
+            Grant {
+                epoch: Epoch(1),
+                fence,
+                clock: 5,
+            },
+            &mut out,
+        );
+        assert_eq!(out.take(), vec![Action::Grant { fence }]);
+        assert_eq!(client.cs_state(), CsState::Held);
+        client.handle_release(T, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::Send {
+                to: n(3),
+                msg: Release { epoch: Epoch(1) }
+            }]
+        );
+    }
+
+    #[test]
+    fn new_coordinator_queries_every_live_peer_before_granting() {
+        let mut c = node(3, 3, 1);
+        let mut out = Out::new();
+        c.handle_coordinator(T, n(3), Epoch(4), &mut out);
+        assert_eq!(
+            out.take(),
+            vec![
+                Action::Send {
+                    to: n(1),
+                    msg: StateQuery { epoch: Epoch(4) }
+                },
+                Action::Send {
+                    to: n(2),
+                    msg: StateQuery { epoch: Epoch(4) }
+                },
+            ]
+        );
+        // A request while rebuilding is queued but not yet granted.
+        c.handle_message(
+            T,
+            n(1),
+            Request {
+                epoch: Epoch(4),
+                stamp: stamp(7, 1),
+            },
+            &mut out,
+        );
+        assert!(out.is_empty());
+        c.handle_message(
+            T,
+            n(1),
+            StateReport {
+                epoch: Epoch(4),
+                state: Report::Waiting(stamp(7, 1)),
+            },
+            &mut out,
+        );
+        assert!(out.is_empty());
+        c.handle_message(
+            T,
+            n(2),
+            StateReport {
+                epoch: Epoch(4),
+                state: Report::Idle,
+            },
+            &mut out,
+        );
+        let fence = Fence::new(4, 1);
+        assert_eq!(
+            out.take(),
+            vec![Action::Send {
+                to: n(1),
+                msg: Grant {
+                    epoch: Epoch(4),
+                    fence,
+                    clock: 8
+                }
+            }]
+        );
+    }
+
+    #[test]
+    fn rebuild_keeps_holders_and_orders_waiters_by_original_stamp() {
+        let mut c = node(4, 4, 1);
+        let mut out = Out::new();
+        c.handle_coordinator(T, n(4), Epoch(2), &mut out);
+        out.take();
+        // Node 1 still holds the lock granted by the dead coordinator; 2 and
+        // 3 wait, 3 having asked first.
+        let old = Fence::new(1, 9);
+        c.handle_message(
+            T,
+            n(2),
+            StateReport {
+                epoch: Epoch(2),
+                state: Report::Waiting(stamp(12, 2)),
+            },
+            &mut out,
+        );
+        c.handle_message(
+            T,
+            n(3),
+            StateReport {
+                epoch: Epoch(2),
+                state: Report::Waiting(stamp(10, 3)),
+            },
+            &mut out,
+        );
+        c.handle_message(
+            T,
+            n(1),
+            StateReport {
+                epoch: Epoch(2),
+                state: Report::Holding(old),
+            },
+            &mut out,
+        );
+        assert!(out.is_empty(), "the old holder still holds");
+        c.handle_message(T, n(1), Release { epoch: Epoch(2) }, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::Send {
+                to: n(3),
+                msg: Grant {
+                    epoch: Epoch(2),
+                    fence: Fence::new(2, 1),
+                    clock: 13
+                }
+            }]
+        );
+        assert!(
+            Fence::new(2, 1) > old,
+            "the new epoch's fences exceed the old"
+        );
+        c.handle_message(T, n(3), Release { epoch: Epoch(2) }, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::Send {
+                to: n(2),
+                msg: Grant {
+                    epoch: Epoch(2),
+                    fence: Fence::new(2, 2),
+                    clock: 14
+                }
+            }]
+        );
+    }
+
+    #[test]
+    fn coordinator_grants_itself_without_messages() {
+        let mut c = serving_coordinator(1);
+        let mut out = Out::new();
+        c.handle_request(T, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::Grant {
+                fence: Fence::new(1, 1)
+            }]
+        );
+        c.handle_release(T, &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn fifo_queue_grants_in_stamp_order() {
+        let mut c = serving_coordinator(1);
+        let mut out = Out::new();
+        c.handle_message(
+            T,
+            n(1),
+            Request {
+                epoch: Epoch(1),
+                stamp: stamp(5, 1),
+            },
+            &mut out,
+        );
+        out.take();
+        c.handle_message(
+            T,
+            n(2),
+            Request {
+                epoch: Epoch(1),
+                stamp: stamp(6, 2),
+            },
+            &mut out,
+        );
+        assert!(out.is_empty(), "one holder at a time");
+        c.handle_message(T, n(1), Release { epoch: Epoch(1) }, &mut out);
+        assert!(matches!(out.take()[..], [Action::Send { to, msg: Grant { .. } }] if to == n(2)));
+    }
+
+    #[test]
+    fn capacity_k_admits_k_holders() {
+        let mut c = serving_coordinator(2);
+        let mut out = Out::new();
+        c.handle_message(
+            T,
+            n(1),
+            Request {
+                epoch: Epoch(1),
+                stamp: stamp(5, 1),
+            },
+            &mut out,
+        );
+        c.handle_message(
+            T,
+            n(2),
+            Request {
+                epoch: Epoch(1),
+                stamp: stamp(6, 2),
+            },
+            &mut out,
+        );
+        assert_eq!(out.take().len(), 2, "two grants");
+        c.handle_request(T, &mut out);
+        assert!(out.is_empty(), "third must wait");
+        c.handle_message(T, n(2), Release { epoch: Epoch(1) }, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::Grant {
+                fence: Fence::new(1, 3)
+            }]
+        );
+    }
+
+    #[test]
+    fn crashed_holder_frees_the_lock_and_crashed_waiter_leaves_the_queue() {
+        let mut c = serving_coordinator(1);
+        let mut out = Out::new();
+        c.handle_message(
+            T,
+            n(1),
+            Request {
+                epoch: Epoch(1),
+                stamp: stamp(5, 1),
+            },
+            &mut out,
+        );
+        c.handle_message(
+            T,
+            n(2),
+            Request {
+                epoch: Epoch(1),
+                stamp: stamp(6, 2),
+            },
+            &mut out,
+        );
+        c.handle_request(T, &mut out);
+        out.take();
+        c.handle_peer_down(T, n(2), &mut out);
+        assert!(out.is_empty(), "a waiter leaving frees nothing");
+        c.handle_peer_down(T, n(1), &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::Grant {
+                fence: Fence::new(1, 2)
+            }]
+        );
+    }
+
+    #[test]
+    fn unwanted_grant_is_handed_back() {
+        let mut client = node(1, 3, 1);
+        let mut out = Out::new();
+        client.handle_coordinator(T, n(3), Epoch(1), &mut out);
+        client.handle_message(
+            T,
+            n(3),
+            Grant {
+                epoch: Epoch(1),
+                fence: Fence::new(1, 1),
+                clock: 1,
+            },
+            &mut out,
+        );
+        assert_eq!(
+            out.take(),
+            vec![Action::Send {
+                to: n(3),
+                msg: Release { epoch: Epoch(1) }
+            }]
+        );
+    }
+
+    #[test]
+    fn waiting_client_resends_its_request_to_a_new_coordinator() {
+        let mut client = node(1, 3, 1);
+        let mut out = Out::new();
+        client.handle_request(T, &mut out);
+        assert!(out.is_empty(), "no coordinator yet");
+        client.handle_coordinator(T, n(2), Epoch(3), &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::Send {
+                to: n(2),
+                msg: Request {
+                    epoch: Epoch(3),
+                    stamp: stamp(1, 1)
+                }
+            }]
+        );
+        // A grant from the previous coordinator is not taken.
+        client.handle_message(
+            T,
+            n(3),
+            Grant {
+                epoch: Epoch(1),
+                fence: Fence::new(1, 1),
+                clock: 1,
+            },
+            &mut out,
+        );
+        assert!(out.is_empty());
+        assert_eq!(client.cs_state(), CsState::Wanting);
+    }
+}

@@ -1,0 +1,398 @@
+//! # `ricart-agrawala` — timestamped requests and deferred replies
+//!
+//! **Source.** Ricart and Agrawala (1981), as given in seeds 000 (the
+//! `pending`/`need` formulation with a communication thread and a semaphore),
+//! 001 (the protocol and the REQUEST(5)/REQUEST(3) trace) and 002.
+//!
+//! **Assumptions.** Reliable links while both ends are up (FIFO is not
+//! needed); crash-stop failures reported by the failure detector; no
+//! partitions (a peer wrongly suspected is no longer asked, so both sides of
+//! a partition can enter).
+//!
+//! **Messages per entry.** 2(N-1): a REQUEST to every other live node and a
+//! REPLY from each. Synchronisation delay: 1 message delay (the deferred
+//! REPLY).
+//!
+//! **State walk.** An *idle* node answers every REQUEST at once. A node that
+//! wants the critical section stamps its request with its Lamport clock and
+//! its id, sends it to every live peer and becomes *wanting*; it answers a
+//! REQUEST at once if that request has priority (a smaller stamp), and
+//! *defers* the reply otherwise. With a reply from every peer it asked (or
+//! that peer reported down) it *holds*; while holding it defers every reply.
+//! Leaving, it sends every deferred reply and is idle again.
+//!
+//! **Fences.** Entries happen in stamp order: a node enters only after every
+//! live peer has replied, and a peer with an older pending request defers.
+//! So the stamp itself, timestamp in the high bits and node id in the low
+//! bits, is a fence that grows with every entry. A node that joins late
+//! first catches its clock up through the peers' heartbeat watermarks.
+
+use crate::algorithm::{AlgoConfig, MutexAlgorithm};
+use crate::outbox::{Message, Outbox, Time};
+use crate::types::{CsState, Fence, LamportClock, NodeId, Stamp};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// The messages of [`RicartAgrawala`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RaMsg {
+    /// I want the critical section; this is my place in line.
+    Request {
+        /// The request's stamp.
+        stamp: Stamp,
+    },
+    /// Go ahead as far as I am concerned.
+    Reply {
+        /// The replier's Lamport clock.
+        clock: u64,
+    },
+}
+
+impl Message for RaMsg {
+    fn kind(&self) -> &'static str {
+        match self {
+            RaMsg::Request { .. } => "request",
+            RaMsg::Reply { .. } => "reply",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum State {
+    Idle,
+    /// Waiting for a reply from each of `awaiting`.
+    Wanting {
+        stamp: Stamp,
+        awaiting: BTreeSet<NodeId>,
+    },
+    Held {
+        stamp: Stamp,
+    },
+}
+
+/// The Ricart–Agrawala algorithm; see the module documentation.
+#[derive(Debug)]
+pub struct RicartAgrawala {
+    id: NodeId,
+    alive: BTreeSet<NodeId>,
+    clock: LamportClock,
+    state: State,
+    /// Peers whose request this node has not answered yet.
+    deferred: BTreeSet<NodeId>,
+}
+
+impl RicartAgrawala {
+    /// A node with nobody known to be up yet.
+    pub fn new(cfg: &AlgoConfig) -> Self {
+        RicartAgrawala {
+            id: cfg.id,
+            alive: BTreeSet::new(),
+            clock: LamportClock::default(),
+            state: State::Idle,
+            deferred: BTreeSet::new(),
+        }
+    }
+
+    /// Enters if nobody is left to hear from.
+    fn try_enter(&mut self, out: &mut Outbox<RaMsg>) {
+        if let State::Wanting { stamp, awaiting } = &self.state {
+            if awaiting.is_empty() {
+                let stamp = *stamp;
+                self.state = State::Held { stamp };
+                out.grant(Fence::new(stamp.ts, u64::from(stamp.node.0)));
+            }
+        }
+    }
+
+    fn reply(&mut self, to: NodeId, out: &mut Outbox<RaMsg>) {
+        out.send(
+            to,
+            RaMsg::Reply {
+                clock: self.clock.now(),
+            },
+        );
+    }
+}
+
+impl MutexAlgorithm for RicartAgrawala {
+    type Msg = RaMsg;
+
+    fn handle_request(&mut self, _now: Time, out: &mut Outbox<RaMsg>) {
+        if self.state != State::Idle {
+            return;
+        }
+        let stamp = Stamp {
+            ts: self.clock.tick(),
+            node: self.id,
+        };
+        out.broadcast(self.alive.iter().copied(), RaMsg::Request { stamp });
+        self.state = State::Wanting {
+            stamp,
+            awaiting: self.alive.clone(),
+        };
+        self.try_enter(out);
+    }
+
+    fn handle_release(&mut self, _now: Time, out: &mut Outbox<RaMsg>) {
+        if !matches!(self.state, State::Held { .. }) {
+            return;
+        }
+        self.state = State::Idle;
+        for peer in std::mem::take(&mut self.deferred) {
+            self.reply(peer, out);
+        }
+    }
+
+    fn handle_message(&mut self, _now: Time, from: NodeId, msg: RaMsg, out: &mut Outbox<RaMsg>) {
+        match msg {
+            RaMsg::Request { stamp } => {
+                self.clock.observe(stamp.ts);
+                if stamp.node != from {
+                    return; // a stamp always names its sender
+                }
+                let defer = match &self.state {
+                    State::Idle => false,
+                    State::Held { .. } => true,
+                    State::Wanting { stamp: mine, .. } => *mine < stamp,
+                };
+                if defer {
+                    self.deferred.insert(from);
+                } else {
+                    self.reply(from, out);
+                }
+            }
+            RaMsg::Reply { clock } => {
+                self.clock.observe(clock);
+                if let State::Wanting { awaiting, .. } = &mut self.state {
+                    awaiting.remove(&from);
+                }
+                self.try_enter(out);
+            }
+        }
+    }
+
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, _out: &mut Outbox<RaMsg>) {
+        self.alive.insert(peer);
+    }
+
+    fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<RaMsg>) {
+        self.alive.remove(&peer);
+        self.deferred.remove(&peer);
+        if let State::Wanting { awaiting, .. } = &mut self.state {
+            awaiting.remove(&peer);
+        }
+        self.try_enter(out);
+    }
+
+    fn cs_state(&self) -> CsState {
+        match self.state {
+            State::Idle => CsState::Idle,
+            State::Wanting { .. } => CsState::Wanting,
+            State::Held { .. } => CsState::Held,
+        }
+    }
+
+    fn watermark(&self) -> u64 {
+        self.clock.now()
+    }
+
+    fn observe_watermark(&mut self, watermark: u64) {
+        self.clock.observe(watermark);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::Action;
+    use std::time::Duration;
+
+    const T: Duration = Duration::ZERO;
+    type Out = Outbox<RaMsg>;
+
+    fn n(id: u32) -> NodeId {
+        NodeId(id)
+    }
+
+    fn node(id: u32, members: u32) -> RicartAgrawala {
+        let cfg = AlgoConfig::for_test(id, members);
+        let mut ra = RicartAgrawala::new(&cfg);
+        let mut out = Out::new();
+        for p in cfg.peers() {
+            ra.handle_peer_up(T, p, &mut out);
+        }
+        ra
+    }
+
+    fn request(ts: u64, id: u32) -> RaMsg {
+        RaMsg::Request {
+            stamp: Stamp { ts, node: n(id) },
+        }
+    }
+
+    /// Seed 001, exercise 2: P1 sends REQUEST(5), P2 sends REQUEST(3), P3 is
+    /// not interested. P2 enters first; P1 enters after P2's deferred reply.
+    #[test]
+    fn two_requester_trace_from_seed_001() {
+        let (mut p1, mut p2, mut p3) = (node(1, 3), node(2, 3), node(3, 3));
+        let (mut o1, mut o2, mut o3) = (Out::new(), Out::new(), Out::new());
+        p1.observe_watermark(4);
+        p2.observe_watermark(2);
+
+        p1.handle_request(T, &mut o1);
+        assert_eq!(
+            o1.take(),
+            vec![
+                Action::Send {
+                    to: n(2),
+                    msg: request(5, 1)
+                },
+                Action::Send {
+                    to: n(3),
+                    msg: request(5, 1)
+                },
+            ]
+        );
+        p2.handle_request(T, &mut o2);
+        assert_eq!(
+            o2.take(),
+            vec![
+                Action::Send {
+                    to: n(1),
+                    msg: request(3, 2)
+                },
+                Action::Send {
+                    to: n(3),
+                    msg: request(3, 2)
+                },
+            ]
+        );
+
+        // P3 is not interested: it answers both at once.
+        p3.handle_message(T, n(1), request(5, 1), &mut o3);
+        p3.handle_message(T, n(2), request(3, 2), &mut o3);
+        assert_eq!(
+            o3.take(),
+            vec![
+                Action::Send {
+                    to: n(1),
+                    msg: RaMsg::Reply { clock: 5 }
+                },
+                Action::Send {
+                    to: n(2),
+                    msg: RaMsg::Reply { clock: 5 }
+                },
+            ]
+        );
+
+        // P1 wants too, but 3 < 5: P2 has priority and gets a reply.
+        p1.handle_message(T, n(2), request(3, 2), &mut o1);
+        assert_eq!(
+            o1.take(),
+            vec![Action::Send {
+                to: n(2),
+                msg: RaMsg::Reply { clock: 5 }
+            }]
+        );
+        // P2 defers P1: 5 > 3.
+        p2.handle_message(T, n(1), request(5, 1), &mut o2);
+        assert!(o2.is_empty(), "P2 defers its reply to P1");
+
+        // P2 has both replies and enters first.
+        p2.handle_message(T, n(1), RaMsg::Reply { clock: 5 }, &mut o2);
+        assert!(o2.is_empty());
+        p2.handle_message(T, n(3), RaMsg::Reply { clock: 5 }, &mut o2);
+        assert_eq!(
+            o2.take(),
+            vec![Action::Grant {
+                fence: Fence::new(3, 2)
+            }]
+        );
+
+        // P1 has P3's reply but waits for P2's.
+        p1.handle_message(T, n(3), RaMsg::Reply { clock: 5 }, &mut o1);
+        assert!(o1.is_empty());
+        assert_eq!(p1.cs_state(), CsState::Wanting);
+
+        // P2 leaves and sends the deferred reply; P1 enters.
+        p2.handle_release(T, &mut o2);
+        assert_eq!(
+            o2.take(),
+            vec![Action::Send {
+                to: n(1),
+                msg: RaMsg::Reply { clock: 5 }
+            }]
+        );
+        p1.handle_message(T, n(2), RaMsg::Reply { clock: 5 }, &mut o1);
+        assert_eq!(
+            o1.take(),
+            vec![Action::Grant {
+                fence: Fence::new(5, 1)
+            }]
+        );
+        assert!(Fence::new(5, 1) > Fence::new(3, 2));
+    }
+
+    #[test]
+    fn holder_defers_every_request_until_it_leaves() {
+        let mut p = node(1, 2);
+        let mut out = Out::new();
+        p.handle_request(T, &mut out);
+        out.take();
+        p.handle_message(T, n(2), RaMsg::Reply { clock: 1 }, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::Grant {
+                fence: Fence::new(1, 1)
+            }]
+        );
+        p.handle_message(T, n(2), request(0, 2), &mut out);
+        assert!(out.is_empty(), "even an older stamp waits while held");
+        p.handle_release(T, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::Send {
+                to: n(2),
+                msg: RaMsg::Reply { clock: 1 }
+            }]
+        );
+    }
+
+    #[test]
+    fn crashed_peer_is_dropped_from_the_replies_awaited() {
+        let mut p = node(1, 3);
+        let mut out = Out::new();
+        p.handle_request(T, &mut out);
+        out.take();
+        p.handle_message(T, n(2), RaMsg::Reply { clock: 1 }, &mut out);
+        assert!(out.is_empty());
+        p.handle_peer_down(T, n(3), &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::Grant {
+                fence: Fence::new(1, 1)
+            }]
+        );
+    }
+
+    #[test]
+    fn lone_node_enters_at_once() {
+        let mut p = node(1, 1);
+        let mut out = Out::new();
+        p.handle_request(T, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::Grant {
+                fence: Fence::new(1, 1)
+            }]
+        );
+    }
+
+    #[test]
+    fn request_with_a_forged_stamp_is_ignored() {
+        let mut p = node(1, 3);
+        let mut out = Out::new();
+        p.handle_message(T, n(2), request(1, 3), &mut out);
+        assert!(out.is_empty());
+    }
+}

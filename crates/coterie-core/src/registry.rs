@@ -1,0 +1,380 @@
+//! The one place an algorithm is added: a line in [`MUTEXES`] or
+//! [`ELECTIONS`]. Everything else (the engine, the simulator's conformance
+//! suite, the CLI's `--mutex`/`--election` choices) reads these tables.
+//!
+//! The tables hold type-erased constructors: the engine drives a
+//! [`DynMutex`] and a [`DynElection`] whose messages are already encoded, so
+//! one engine serves every combination without generics.
+
+use crate::algorithm::{AlgoConfig, ElectionAlgorithm, MutexAlgorithm};
+use crate::election::bully::Bully;
+use crate::mutex::{centralized::Centralized, ricart_agrawala::RicartAgrawala};
+use crate::outbox::{Action, Message, Outbox, Time, TimerId};
+use crate::types::{CsState, Epoch, NodeId};
+use crate::wire::{self, WireError};
+use std::marker::PhantomData;
+
+/// A registered mutual-exclusion algorithm.
+#[derive(Clone, Copy)]
+pub struct MutexInfo {
+    /// The name used in configuration and on the command line.
+    pub name: &'static str,
+    /// One line for `--help` and the README.
+    pub summary: &'static str,
+    /// Whether `count`/capacity > 1 is honoured.
+    pub counting: bool,
+    /// Messages one entry costs at light load (one request at a time, no
+    /// failures) in a cluster of `n`, when the requester is (`true`) or is
+    /// not the coordinator: the inclusive range theory allows.
+    pub light_load: fn(n: u64, requester_is_coordinator: bool) -> (u64, u64),
+    /// Builds an instance.
+    pub build: fn(&AlgoConfig) -> Box<dyn DynMutex>,
+}
+
+/// A registered election algorithm.
+#[derive(Clone, Copy)]
+pub struct ElectionInfo {
+    /// The name used in configuration and on the command line.
+    pub name: &'static str,
+    /// One line for `--help` and the README.
+    pub summary: &'static str,
+    /// Builds an instance.
+    pub build: fn(&AlgoConfig) -> Box<dyn DynElection>,
+}
+
+/// Every mutual-exclusion algorithm.
+pub const MUTEXES: &[MutexInfo] = &[
+    MutexInfo {
+        name: "centralized",
+        summary: "coordinator with a FIFO queue; count > 1 makes it a counting semaphore",
+        counting: true,
+        light_load: |_, local| if local { (0, 0) } else { (3, 3) },
+        build: |cfg| erase_mutex(Centralized::new(cfg)),
+    },
+    MutexInfo {
+        name: "ricart-agrawala",
+        summary: "timestamped requests to everyone, replies deferred by the earlier requester",
+        counting: false,
+        light_load: |n, _| (2 * (n - 1), 2 * (n - 1)),
+        build: |cfg| erase_mutex(RicartAgrawala::new(cfg)),
+    },
+];
+
+/// Every election algorithm.
+pub const ELECTIONS: &[ElectionInfo] = &[ElectionInfo {
+    name: "bully",
+    summary: "ELECTION / OK / COORDINATOR: the highest live id wins",
+    build: |cfg| erase_election(Bully::new(cfg)),
+}];
+
+/// A name that is in neither table.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown {kind} algorithm {name:?} (known: {known})")]
+pub struct UnknownAlgorithm {
+    /// `"mutex"` or `"election"`.
+    pub kind: &'static str,
+    /// The name asked for.
+    pub name: String,
+    /// The names on offer, comma-separated.
+    pub known: String,
+}
+
+/// Looks up a mutual-exclusion algorithm by name.
+pub fn mutex(name: &str) -> Result<&'static MutexInfo, UnknownAlgorithm> {
+    MUTEXES
+        .iter()
+        .find(|m| m.name == name)
+        .ok_or_else(|| UnknownAlgorithm {
+            kind: "mutex",
+            name: name.to_string(),
+            known: MUTEXES
+                .iter()
+                .map(|m| m.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// Looks up an election algorithm by name.
+pub fn election(name: &str) -> Result<&'static ElectionInfo, UnknownAlgorithm> {
+    ELECTIONS
+        .iter()
+        .find(|e| e.name == name)
+        .ok_or_else(|| UnknownAlgorithm {
+            kind: "election",
+            name: name.to_string(),
+            known: ELECTIONS
+                .iter()
+                .map(|e| e.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// An encoded message and the kind it was, for counting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Encoded {
+    /// The message's [`Message::kind`].
+    pub kind: &'static str,
+    /// Its bincode encoding.
+    pub bytes: Vec<u8>,
+}
+
+/// The actions of an erased algorithm.
+pub type Actions = Vec<Action<Encoded>>;
+
+/// A [`MutexAlgorithm`] with its message type erased.
+pub trait DynMutex: Send {
+    /// See [`MutexAlgorithm::handle_request`].
+    fn handle_request(&mut self, now: Time, out: &mut Actions);
+    /// See [`MutexAlgorithm::handle_release`].
+    fn handle_release(&mut self, now: Time, out: &mut Actions);
+    /// Decodes and handles a peer's message; returns its kind.
+    fn handle_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        bytes: &[u8],
+        out: &mut Actions,
+    ) -> Result<&'static str, WireError>;
+    /// See [`MutexAlgorithm::handle_timer`].
+    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Actions);
+    /// See [`MutexAlgorithm::handle_peer_up`].
+    fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Actions);
+    /// See [`MutexAlgorithm::handle_peer_down`].
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Actions);
+    /// See [`MutexAlgorithm::handle_coordinator`].
+    fn handle_coordinator(&mut self, now: Time, leader: NodeId, epoch: Epoch, out: &mut Actions);
+    /// See [`MutexAlgorithm::cs_state`].
+    fn cs_state(&self) -> CsState;
+    /// See [`MutexAlgorithm::watermark`].
+    fn watermark(&self) -> u64;
+    /// See [`MutexAlgorithm::observe_watermark`].
+    fn observe_watermark(&mut self, watermark: u64);
+    /// Decodes `bytes` for a trace line.
+    fn describe(&self, bytes: &[u8]) -> String;
+}
+
+/// An [`ElectionAlgorithm`] with its message type erased.
+pub trait DynElection: Send {
+    /// See [`ElectionAlgorithm::handle_start`].
+    fn handle_start(&mut self, now: Time, out: &mut Actions);
+    /// Decodes and handles a peer's message; returns its kind.
+    fn handle_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        bytes: &[u8],
+        out: &mut Actions,
+    ) -> Result<&'static str, WireError>;
+    /// See [`ElectionAlgorithm::handle_timer`].
+    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Actions);
+    /// See [`ElectionAlgorithm::handle_peer_up`].
+    fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Actions);
+    /// See [`ElectionAlgorithm::handle_peer_down`].
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Actions);
+    /// See [`ElectionAlgorithm::handle_epoch_hint`].
+    fn handle_epoch_hint(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        epoch: Epoch,
+        coordinator: Option<NodeId>,
+        out: &mut Actions,
+    );
+    /// See [`ElectionAlgorithm::coordinator`].
+    fn coordinator(&self) -> Option<NodeId>;
+    /// See [`ElectionAlgorithm::epoch`].
+    fn epoch(&self) -> Epoch;
+    /// Decodes `bytes` for a trace line.
+    fn describe(&self, bytes: &[u8]) -> String;
+}
+
+/// Wraps a typed algorithm: its outbox is drained after every call, and
+/// every message in it encoded.
+struct Erased<A, M> {
+    alg: A,
+    scratch: Outbox<M>,
+    _msg: PhantomData<fn() -> M>,
+}
+
+fn erase_mutex<A: MutexAlgorithm>(alg: A) -> Box<dyn DynMutex> {
+    Box::new(Erased {
+        alg,
+        scratch: Outbox::<A::Msg>::new(),
+        _msg: PhantomData,
+    })
+}
+
+fn erase_election<A: ElectionAlgorithm>(alg: A) -> Box<dyn DynElection> {
+    Box::new(Erased {
+        alg,
+        scratch: Outbox::<A::Msg>::new(),
+        _msg: PhantomData,
+    })
+}
+
+impl<A, M: Message> Erased<A, M> {
+    /// Runs `f` against the algorithm and its outbox, then moves the
+    /// outbox's actions, encoded, into `out`.
+    fn with(&mut self, out: &mut Actions, f: impl FnOnce(&mut A, &mut Outbox<M>)) {
+        f(&mut self.alg, &mut self.scratch);
+        out.extend(self.scratch.drain().map(|action| match action {
+            Action::Send { to, msg } => Action::Send {
+                to,
+                msg: Encoded {
+                    kind: msg.kind(),
+                    bytes: wire::encode(&msg),
+                },
+            },
+            Action::SetTimer { timer, at } => Action::SetTimer { timer, at },
+            Action::CancelTimer { timer } => Action::CancelTimer { timer },
+            Action::Grant { fence } => Action::Grant { fence },
+            Action::Coordinator { leader, epoch } => Action::Coordinator { leader, epoch },
+        }));
+    }
+
+    fn describe_bytes(bytes: &[u8]) -> String {
+        match wire::decode::<M>(bytes) {
+            Ok(msg) => format!("{msg:?}"),
+            Err(e) => format!("<undecodable: {e}>"),
+        }
+    }
+}
+
+impl<A: MutexAlgorithm> DynMutex for Erased<A, A::Msg> {
+    fn handle_request(&mut self, now: Time, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_request(now, o));
+    }
+    fn handle_release(&mut self, now: Time, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_release(now, o));
+    }
+    fn handle_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        bytes: &[u8],
+        out: &mut Actions,
+    ) -> Result<&'static str, WireError> {
+        let msg: A::Msg = wire::decode(bytes)?;
+        let kind = msg.kind();
+        self.with(out, |a, o| a.handle_message(now, from, msg, o));
+        Ok(kind)
+    }
+    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_timer(now, timer, o));
+    }
+    fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_peer_up(now, peer, o));
+    }
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_peer_down(now, peer, o));
+    }
+    fn handle_coordinator(&mut self, now: Time, leader: NodeId, epoch: Epoch, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_coordinator(now, leader, epoch, o));
+    }
+    fn cs_state(&self) -> CsState {
+        self.alg.cs_state()
+    }
+    fn watermark(&self) -> u64 {
+        self.alg.watermark()
+    }
+    fn observe_watermark(&mut self, watermark: u64) {
+        self.alg.observe_watermark(watermark);
+    }
+    fn describe(&self, bytes: &[u8]) -> String {
+        Self::describe_bytes(bytes)
+    }
+}
+
+impl<A: ElectionAlgorithm> DynElection for Erased<A, A::Msg> {
+    fn handle_start(&mut self, now: Time, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_start(now, o));
+    }
+    fn handle_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        bytes: &[u8],
+        out: &mut Actions,
+    ) -> Result<&'static str, WireError> {
+        let msg: A::Msg = wire::decode(bytes)?;
+        let kind = msg.kind();
+        self.with(out, |a, o| a.handle_message(now, from, msg, o));
+        Ok(kind)
+    }
+    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_timer(now, timer, o));
+    }
+    fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_peer_up(now, peer, o));
+    }
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_peer_down(now, peer, o));
+    }
+    fn handle_epoch_hint(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        epoch: Epoch,
+        coordinator: Option<NodeId>,
+        out: &mut Actions,
+    ) {
+        self.with(out, |a, o| {
+            a.handle_epoch_hint(now, from, epoch, coordinator, o)
+        });
+    }
+    fn coordinator(&self) -> Option<NodeId> {
+        self.alg.coordinator()
+    }
+    fn epoch(&self) -> Epoch {
+        self.alg.epoch()
+    }
+    fn describe(&self, bytes: &[u8]) -> String {
+        Self::describe_bytes(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_found() {
+        for (i, m) in MUTEXES.iter().enumerate() {
+            assert!(MUTEXES[i + 1..].iter().all(|o| o.name != m.name));
+            assert_eq!(mutex(m.name).unwrap().name, m.name);
+        }
+        for e in ELECTIONS {
+            assert_eq!(election(e.name).unwrap().name, e.name);
+        }
+    }
+
+    #[test]
+    fn unknown_name_lists_the_known_ones() {
+        let err = mutex("paxos").err().unwrap().to_string();
+        assert!(
+            err.contains("paxos") && err.contains("centralized"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn garbage_bytes_are_an_error_not_a_panic() {
+        let cfg = AlgoConfig::for_test(1, 3);
+        for info in MUTEXES {
+            let mut m = (info.build)(&cfg);
+            let mut out = Actions::new();
+            assert!(m
+                .handle_message(Time::ZERO, NodeId(2), &[0xff; 7], &mut out)
+                .is_err());
+        }
+        for info in ELECTIONS {
+            let mut e = (info.build)(&cfg);
+            let mut out = Actions::new();
+            assert!(e
+                .handle_message(Time::ZERO, NodeId(2), &[0xff; 7], &mut out)
+                .is_err());
+        }
+    }
+}

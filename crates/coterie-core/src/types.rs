@@ -1,0 +1,170 @@
+//! Identifiers, epochs, fencing tokens and Lamport clocks.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A node's identity: a small integer that doubles as its election priority
+/// (the higher the id, the stronger the claim to be coordinator).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
+pub struct NodeId(pub u32);
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "n{}", self.0)
+    }
+}
+
+/// The term of one coordinator. Every election result carries an epoch that
+/// is strictly greater than every epoch its winner had seen, so epochs only
+/// grow across the cluster and a message from an older term is recognisable.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
+pub struct Epoch(pub u64);
+
+impl Epoch {
+    /// The next epoch.
+    pub fn next(self) -> Epoch {
+        Epoch(self.0 + 1)
+    }
+}
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "e{}", self.0)
+    }
+}
+
+/// A fencing token: every grant in the cluster carries one, strictly greater
+/// than the token of every earlier grant. A resource that remembers the
+/// largest token it accepted can refuse a holder whose grant went stale.
+///
+/// Algorithms build tokens from two parts: a `major` part that orders eras
+/// (an election epoch, a Lamport timestamp) in the high 40 bits and a `minor`
+/// part (a grant counter, a node id) in the low 24 bits.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
+pub struct Fence(pub u64);
+
+impl Fence {
+    /// Bits given to the minor part.
+    pub const MINOR_BITS: u32 = 24;
+
+    /// Packs `major` and `minor` into one token. Parts wider than their
+    /// fields saturate rather than wrap, so ordering is never inverted.
+    pub fn new(major: u64, minor: u64) -> Fence {
+        let minor_max = (1u64 << Self::MINOR_BITS) - 1;
+        let major_max = u64::MAX >> Self::MINOR_BITS;
+        Fence((major.min(major_max) << Self::MINOR_BITS) | minor.min(minor_max))
+    }
+
+    /// The high part: the era the token was issued in.
+    pub fn major(self) -> u64 {
+        self.0 >> Self::MINOR_BITS
+    }
+
+    /// The low part: the position within the era.
+    pub fn minor(self) -> u64 {
+        self.0 & ((1u64 << Self::MINOR_BITS) - 1)
+    }
+}
+
+impl fmt::Display for Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A Lamport logical clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LamportClock(u64);
+
+impl LamportClock {
+    /// The current value.
+    pub fn now(self) -> u64 {
+        self.0
+    }
+
+    /// Advances the clock for a local event and returns the new value.
+    pub fn tick(&mut self) -> u64 {
+        self.0 += 1;
+        self.0
+    }
+
+    /// Merges a timestamp seen on an incoming message.
+    pub fn observe(&mut self, seen: u64) {
+        self.0 = self.0.max(seen);
+    }
+}
+
+/// A request's priority in timestamp-ordered algorithms: earlier timestamp
+/// first, lower node id breaking ties. The derived ordering is exactly that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Stamp {
+    /// Lamport timestamp of the request.
+    pub ts: u64,
+    /// The requester, the tie-breaker.
+    pub node: NodeId,
+}
+
+/// Where a node stands with respect to the critical section.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CsState {
+    /// Not interested.
+    Idle,
+    /// Asked for the critical section and waiting to be granted.
+    Wanting,
+    /// Inside the critical section.
+    Held,
+}
+
+impl fmt::Display for CsState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CsState::Idle => "idle",
+            CsState::Wanting => "wanting",
+            CsState::Held => "held",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fence_orders_by_major_then_minor() {
+        assert!(Fence::new(2, 0) > Fence::new(1, 999));
+        assert!(Fence::new(1, 2) > Fence::new(1, 1));
+        assert_eq!(Fence::new(7, 9).major(), 7);
+        assert_eq!(Fence::new(7, 9).minor(), 9);
+    }
+
+    #[test]
+    fn fence_parts_saturate_instead_of_wrapping() {
+        let big = Fence::new(3, u64::MAX);
+        assert!(big < Fence::new(4, 0));
+        assert_eq!(big.major(), 3);
+    }
+
+    #[test]
+    fn stamps_order_by_timestamp_then_id() {
+        let a = Stamp {
+            ts: 3,
+            node: NodeId(9),
+        };
+        let b = Stamp {
+            ts: 5,
+            node: NodeId(1),
+        };
+        let c = Stamp {
+            ts: 5,
+            node: NodeId(2),
+        };
+        assert!(a < b && b < c);
+    }
+}

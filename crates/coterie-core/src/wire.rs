@@ -1,0 +1,252 @@
+//! The wire format, in one place: bincode-encoded serde types in frames of a
+//! 4-byte big-endian length followed by the body, never longer than
+//! [`MAX_FRAME`].
+//!
+//! Peer connections open with a [`Hello`] that names the cluster, the
+//! sender, the protocol version and both algorithms; the acceptor answers
+//! [`PeerFrame::Welcome`] or [`PeerFrame::Refused`] with the reason.
+
+use crate::types::{Epoch, NodeId};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+/// Bumped whenever a frame's encoding changes.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The largest frame body accepted, in bytes. Every coterie message is far
+/// smaller; a larger length prefix is a broken or hostile peer.
+pub const MAX_FRAME: usize = 1 << 20;
+
+/// The length prefix's size.
+pub const HEADER_LEN: usize = 4;
+
+/// Why bytes could not be turned into a frame or a message.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The length prefix announces more than [`MAX_FRAME`] bytes.
+    #[error("frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
+    Oversized(usize),
+    /// The body is not a valid encoding of the expected type.
+    #[error("malformed frame: {0}")]
+    Malformed(String),
+}
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_FRAME>()
+}
+
+/// Encodes a value. Only the project's own types are encoded, and all of
+/// them are plain data, so encoding cannot fail.
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    bincode::serde::encode_to_vec(value, config()).expect("coterie's types always encode")
+}
+
+/// Decodes a value that must take up all of `bytes`.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
+    let (value, used) = bincode::serde::decode_from_slice(bytes, config())
+        .map_err(|e| WireError::Malformed(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(WireError::Malformed(format!(
+            "{} trailing bytes",
+            bytes.len() - used
+        )));
+    }
+    Ok(value)
+}
+
+/// Encodes `value` as a whole frame, length prefix included, appending it
+/// to `buf`.
+pub fn write_frame<T: Serialize>(value: &T, buf: &mut Vec<u8>) {
+    let start = buf.len();
+    buf.extend_from_slice(&[0; HEADER_LEN]);
+    bincode::serde::encode_into_std_write(value, buf, config())
+        .expect("coterie's types always encode");
+    let len = (buf.len() - start - HEADER_LEN) as u32;
+    buf[start..start + HEADER_LEN].copy_from_slice(&len.to_be_bytes());
+}
+
+/// Reads a length prefix, refusing one over [`MAX_FRAME`].
+pub fn frame_len(header: [u8; HEADER_LEN]) -> Result<usize, WireError> {
+    let len = u32::from_be_bytes(header) as usize;
+    if len > MAX_FRAME {
+        Err(WireError::Oversized(len))
+    } else {
+        Ok(len)
+    }
+}
+
+/// The first frame on a peer connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// The cluster's name; nodes of different clusters never talk.
+    pub cluster: String,
+    /// The dialling node.
+    pub node: NodeId,
+    /// [`PROTOCOL_VERSION`] of the dialler.
+    pub protocol: u32,
+    /// The mutual-exclusion algorithm the dialler runs.
+    pub mutex: String,
+    /// The election algorithm the dialler runs.
+    pub election: String,
+}
+
+impl Hello {
+    /// Checks a dialler's hello against this node's own (`self`) and the
+    /// cluster's members. The error says what differs.
+    pub fn check(&self, theirs: &Hello, members: &[NodeId]) -> Result<(), String> {
+        if theirs.protocol != self.protocol {
+            return Err(format!(
+                "protocol version {} (this node speaks {})",
+                theirs.protocol, self.protocol
+            ));
+        }
+        if theirs.cluster != self.cluster {
+            return Err(format!(
+                "cluster {:?} (this node is in {:?})",
+                theirs.cluster, self.cluster
+            ));
+        }
+        if theirs.node == self.node || !members.contains(&theirs.node) {
+            return Err(format!(
+                "node id {} is not a peer of {}",
+                theirs.node.0, self.node.0
+            ));
+        }
+        if theirs.mutex != self.mutex || theirs.election != self.election {
+            return Err(format!(
+                "algorithms {}/{} (this node runs {}/{})",
+                theirs.mutex, theirs.election, self.mutex, self.election
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What heartbeats carry besides the proof of life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// The epoch of the coordinator the sender follows.
+    pub epoch: Epoch,
+    /// The coordinator the sender follows.
+    pub coordinator: Option<NodeId>,
+    /// The sender's mutex watermark (its Lamport clock, usually).
+    pub watermark: u64,
+}
+
+/// One message between two nodes' engines.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Envelope {
+    /// Proof of life, with the sender's view of the cluster.
+    Heartbeat(Heartbeat),
+    /// An election-layer message, encoded by its algorithm.
+    Election(Vec<u8>),
+    /// A mutex-layer message, encoded by its algorithm.
+    Mutex(Vec<u8>),
+}
+
+/// A frame on a peer connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PeerFrame {
+    /// The dialler introduces itself.
+    Hello(Hello),
+    /// The acceptor agrees to talk.
+    Welcome,
+    /// The acceptor refuses, saying why, and closes.
+    Refused(String),
+    /// An engine message.
+    Message(Envelope),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello() -> Hello {
+        Hello {
+            cluster: "local".into(),
+            node: NodeId(1),
+            protocol: PROTOCOL_VERSION,
+            mutex: "centralized".into(),
+            election: "bully".into(),
+        }
+    }
+
+    #[test]
+    fn frame_round_trips() {
+        let frame = PeerFrame::Message(Envelope::Mutex(vec![1, 2, 3]));
+        let mut buf = Vec::new();
+        write_frame(&frame, &mut buf);
+        let len = frame_len(buf[..4].try_into().unwrap()).unwrap();
+        assert_eq!(len, buf.len() - 4);
+        assert_eq!(decode::<PeerFrame>(&buf[4..]).unwrap(), frame);
+    }
+
+    #[test]
+    fn oversized_length_prefix_is_refused() {
+        let err = frame_len((MAX_FRAME as u32 + 1).to_be_bytes()).unwrap_err();
+        assert!(matches!(err, WireError::Oversized(_)));
+    }
+
+    #[test]
+    fn random_bytes_do_not_decode_and_do_not_panic() {
+        let mut x: u32 = 12345;
+        for len in 0..200 {
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x as u8
+                })
+                .collect();
+            let _ = decode::<PeerFrame>(&bytes);
+        }
+        assert!(decode::<PeerFrame>(&[0xff, 0xff, 0xff, 0xff, 0xff]).is_err());
+    }
+
+    #[test]
+    fn trailing_bytes_are_malformed() {
+        let mut bytes = encode(&PeerFrame::Welcome);
+        bytes.push(0);
+        assert!(decode::<PeerFrame>(&bytes).is_err());
+    }
+
+    #[test]
+    fn hello_check_names_what_differs() {
+        let me = hello();
+        let members = [NodeId(1), NodeId(2)];
+        let ok = Hello {
+            node: NodeId(2),
+            ..hello()
+        };
+        assert!(me.check(&ok, &members).is_ok());
+        let other = Hello {
+            cluster: "prod".into(),
+            ..ok.clone()
+        };
+        assert!(me
+            .check(&other, &members)
+            .unwrap_err()
+            .contains("cluster \"prod\""));
+        let stranger = Hello {
+            node: NodeId(9),
+            ..ok.clone()
+        };
+        assert!(me
+            .check(&stranger, &members)
+            .unwrap_err()
+            .contains("node id 9"));
+        let algo = Hello {
+            mutex: "ricart-agrawala".into(),
+            ..ok.clone()
+        };
+        assert!(me
+            .check(&algo, &members)
+            .unwrap_err()
+            .contains("algorithms"));
+        let version = Hello { protocol: 99, ..ok };
+        assert!(me
+            .check(&version, &members)
+            .unwrap_err()
+            .contains("protocol"));
+    }
+}
