@@ -39,6 +39,10 @@ pub struct AlgoConfig {
     pub capacity: usize,
     /// Heartbeat and failure-detection periods.
     pub timing: Timing,
+    /// Distinguishes this run of the node from its earlier runs (a boot
+    /// id). Heartbeats carry it, so peers notice a restart even when it was
+    /// quicker than the failure timeout.
+    pub incarnation: u64,
 }
 
 impl AlgoConfig {
@@ -49,6 +53,7 @@ impl AlgoConfig {
             members: (1..=n).map(NodeId).collect(),
             capacity: 1,
             timing: Timing::default(),
+            incarnation: 0,
         }
     }
 

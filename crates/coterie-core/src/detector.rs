@@ -5,6 +5,11 @@
 //! heard from is *up*; once it has been silent for `failure_timeout` it is
 //! suspected *down*; hearing from it again brings it back up.
 //!
+//! Heartbeats carry the sender's incarnation (boot id). A peer that comes
+//! back with a new one restarted, however quickly: it is reported down (and
+//! then up again, as heard from), so every layer forgets what it expected of
+//! the old process.
+//!
 //! The transport may also report that a peer's connection closed and that a
 //! redial was refused: the peer's process is gone, so the detector declares
 //! it down at once instead of waiting out the timeout. A hung process (one
@@ -31,6 +36,8 @@ struct Health {
     last_heard: Time,
     /// Whether the peer currently counts as up.
     up: bool,
+    /// The incarnation its heartbeats last carried.
+    incarnation: Option<u64>,
 }
 
 /// Tracks which peers are up.
@@ -54,6 +61,7 @@ impl FailureDetector {
                         Health {
                             last_heard: now,
                             up: false,
+                            incarnation: None,
                         },
                     )
                 })
@@ -71,6 +79,20 @@ impl FailureDetector {
         } else {
             health.up = true;
             Some(Verdict::Up(peer))
+        }
+    }
+
+    /// A heartbeat from `peer` carried `incarnation`. If the peer was up
+    /// under another incarnation it restarted: it is suspected at once and
+    /// [`Verdict::Down`] returned (hearing from it next brings it back up).
+    pub fn incarnation(&mut self, peer: NodeId, incarnation: u64) -> Option<Verdict> {
+        let health = self.peers.get_mut(&peer)?;
+        let previous = health.incarnation.replace(incarnation);
+        if health.up && previous.is_some_and(|p| p != incarnation) {
+            health.up = false;
+            Some(Verdict::Down(peer))
+        } else {
+            None
         }
     }
 
@@ -176,6 +198,16 @@ mod tests {
         assert_eq!(d.link_down(NodeId(2)), Some(Verdict::Down(NodeId(2))));
         assert_eq!(d.link_down(NodeId(2)), None);
         assert!(d.check(ms(1000)).is_empty());
+    }
+
+    #[test]
+    fn quick_restart_is_seen_through_the_incarnation() {
+        let mut d = FailureDetector::new([NodeId(2)], ms(250), ms(0));
+        assert_eq!(d.incarnation(NodeId(2), 7), None);
+        d.heard_from(NodeId(2), ms(0));
+        assert_eq!(d.incarnation(NodeId(2), 7), None);
+        assert_eq!(d.incarnation(NodeId(2), 8), Some(Verdict::Down(NodeId(2))));
+        assert_eq!(d.heard_from(NodeId(2), ms(1)), Some(Verdict::Up(NodeId(2))));
     }
 
     #[test]

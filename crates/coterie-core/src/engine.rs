@@ -196,6 +196,9 @@ impl Engine {
             scratch: Actions::new(),
             cfg,
         };
+        // Heartbeats go out first thing, so that on every link the first
+        // message of this incarnation announces it.
+        engine.send_heartbeats(now);
         if lone {
             engine.join(now);
         }
@@ -345,6 +348,11 @@ impl Engine {
         if from == self.cfg.id || !self.cfg.members.contains(&from) {
             return Err(EngineError::UnknownPeer(from));
         }
+        if let Envelope::Heartbeat(hb) = &envelope {
+            if let Some(Verdict::Down(peer)) = self.detector.incarnation(from, hb.incarnation) {
+                self.peer_down(now, peer);
+            }
+        }
         if let Some(Verdict::Up(peer)) = self.detector.heard_from(from, now) {
             self.peer_up(now, peer);
         }
@@ -400,16 +408,7 @@ impl Engine {
             self.join(now);
         }
         if self.next_heartbeat <= now {
-            self.next_heartbeat = now + self.cfg.timing.heartbeat;
-            let hb = Heartbeat {
-                epoch: self.election.epoch(),
-                coordinator: self.election.coordinator(),
-                watermark: self.mutex.watermark(),
-            };
-            let peers: Vec<NodeId> = self.cfg.peers().collect();
-            for to in peers {
-                self.push_send(to, Envelope::Heartbeat(hb), "heartbeat");
-            }
+            self.send_heartbeats(now);
         }
         for verdict in self.detector.check(now) {
             if let Verdict::Down(peer) = verdict {
@@ -432,6 +431,20 @@ impl Engine {
                 Layer::Mutex => self.mutex.handle_timer(now, timer, &mut acts),
             }
             self.apply(now, layer, acts);
+        }
+    }
+
+    fn send_heartbeats(&mut self, now: Time) {
+        self.next_heartbeat = now + self.cfg.timing.heartbeat;
+        let hb = Heartbeat {
+            epoch: self.election.epoch(),
+            coordinator: self.election.coordinator(),
+            watermark: self.mutex.watermark(),
+            incarnation: self.cfg.incarnation,
+        };
+        let peers: Vec<NodeId> = self.cfg.peers().collect();
+        for to in peers {
+            self.push_send(to, Envelope::Heartbeat(hb), "heartbeat");
         }
     }
 
@@ -555,13 +568,13 @@ mod tests {
             epoch: Epoch(0),
             coordinator: None,
             watermark: 0,
+            incarnation: 1,
         })
     }
 
     #[test]
     fn heartbeats_go_to_every_peer_each_period() {
         let mut e = engine(1, 3);
-        e.handle_timeout(ms(0));
         let sends = drain(&mut e)
             .into_iter()
             .filter(|o| {
@@ -587,14 +600,15 @@ mod tests {
         let out = drain(&mut e);
         assert!(out.contains(&Output::PeerUp(NodeId(1))));
         assert!(out.contains(&Output::Joined));
+        let epoch = Epoch::new(1, NodeId(2));
         assert!(out.contains(&Output::Coordinator {
             leader: NodeId(2),
-            epoch: Epoch(1)
+            epoch
         }));
         // The held request was granted by itself, the coordinator, once the
         // rebuild finished with peer 1's report.
         let report = crate::wire::encode(&crate::mutex::centralized::CentralizedMsg::StateReport {
-            epoch: Epoch(1),
+            epoch,
             state: crate::mutex::centralized::Report::Idle,
         });
         e.handle_message(ms(6), NodeId(1), Envelope::Mutex(report))

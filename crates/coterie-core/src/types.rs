@@ -16,24 +16,45 @@ impl fmt::Display for NodeId {
     }
 }
 
-/// The term of one coordinator. Every election result carries an epoch that
-/// is strictly greater than every epoch its winner had seen, so epochs only
-/// grow across the cluster and a message from an older term is recognisable.
+/// The term of one coordinator, as a ballot: an election *round* in the
+/// high bits and the winner's id in the low 16 bits. A winner takes a round
+/// one greater than every round it has seen, so epochs only grow across the
+/// cluster; and because the winner's id is part of the epoch, two nodes can
+/// never claim the same one, not even on two sides of a partition (whose
+/// fences therefore never collide either).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
 )]
 pub struct Epoch(pub u64);
 
 impl Epoch {
-    /// The next epoch.
-    pub fn next(self) -> Epoch {
-        Epoch(self.0 + 1)
+    /// Bits given to the leader's id.
+    const LEADER_BITS: u32 = 16;
+
+    /// The epoch of `round` won by `leader`.
+    pub fn new(round: u64, leader: NodeId) -> Epoch {
+        Epoch((round << Self::LEADER_BITS) | u64::from(leader.0 & 0xffff))
+    }
+
+    /// The election round.
+    pub fn round(self) -> u64 {
+        self.0 >> Self::LEADER_BITS
+    }
+
+    /// The node that won it (meaningless for the zero epoch).
+    pub fn leader(self) -> NodeId {
+        NodeId((self.0 & 0xffff) as u32)
+    }
+
+    /// The epoch `leader` takes when it wins the round after this one.
+    pub fn next_for(self, leader: NodeId) -> Epoch {
+        Epoch::new(self.round() + 1, leader)
     }
 }
 
 impl fmt::Display for Epoch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "e{}", self.0)
+        write!(f, "e{}.{}", self.round(), self.leader().0)
     }
 }
 
@@ -149,6 +170,17 @@ mod tests {
         let big = Fence::new(3, u64::MAX);
         assert!(big < Fence::new(4, 0));
         assert_eq!(big.major(), 3);
+    }
+
+    #[test]
+    fn epochs_order_by_round_then_leader_and_never_collide() {
+        let a = Epoch::new(3, NodeId(5));
+        let b = Epoch::new(3, NodeId(4));
+        assert_ne!(a, b);
+        assert!(a > b);
+        assert!(Epoch::new(4, NodeId(1)) > a);
+        assert_eq!(a.next_for(NodeId(2)), Epoch::new(4, NodeId(2)));
+        assert_eq!((a.round(), a.leader()), (3, NodeId(5)));
     }
 
     #[test]

@@ -130,6 +130,8 @@ pub struct Heartbeat {
     pub coordinator: Option<NodeId>,
     /// The sender's mutex watermark (its Lamport clock, usually).
     pub watermark: u64,
+    /// The sender's boot id: a new value means it restarted.
+    pub incarnation: u64,
 }
 
 /// One message between two nodes' engines.

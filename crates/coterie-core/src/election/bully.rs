@@ -15,10 +15,16 @@
 //! ELECTION at all and only N-1 COORDINATOR messages; when the lowest
 //! starts, about N²/2 messages in all, as in the textbook.
 //!
-//! **Epochs.** The winner takes an epoch one greater than every epoch it has
-//! seen (every message and heartbeat carries the sender's), so epochs only
-//! grow. A COORDINATOR of an older epoch is stale and ignored. A coordinator
+//! **Epochs.** The winner takes the round after every round it has seen
+//! (every message and heartbeat carries the sender's highest epoch), with
+//! its own id in the epoch, so epochs only grow and no two winners share
+//! one. A COORDINATOR of an older epoch is stale and ignored. A coordinator
 //! that hears of a newer epoch than its own holds a fresh election.
+//!
+//! **Joining.** A node holds no election before the engine says it has
+//! joined (heard from every peer, or waited for them): until then it does
+//! not know who is alive and would wrongly win. It answers OK meanwhile, as
+//! it will hold its own election the moment it joins.
 //!
 //! **State walk.** *Idle* (following a coordinator, or none yet) → on the
 //! coordinator's failure, a restart, or an ELECTION from a lower node,
@@ -89,6 +95,8 @@ pub struct Bully {
     /// Whom this node follows, and for which epoch.
     current: Option<(NodeId, Epoch)>,
     phase: Phase,
+    /// Whether the node has joined; before that it holds no election.
+    started: bool,
     /// How long to wait for an OK or a COORDINATOR.
     timeout: Duration,
 }
@@ -102,6 +110,7 @@ impl Bully {
             seen: Epoch(0),
             current: None,
             phase: Phase::Idle,
+            started: false,
             timeout: cfg.timing.failure_timeout,
         }
     }
@@ -119,6 +128,9 @@ impl Bully {
     }
 
     fn hold_election(&mut self, now: Time, out: &mut Outbox<BullyMsg>) {
+        if !self.started {
+            return;
+        }
         let higher: Vec<NodeId> = self.higher_alive().collect();
         if higher.is_empty() {
             self.win(out);
@@ -131,7 +143,7 @@ impl Bully {
     }
 
     fn win(&mut self, out: &mut Outbox<BullyMsg>) {
-        let epoch = self.seen.next();
+        let epoch = self.seen.next_for(self.id);
         self.seen = epoch;
         self.phase = Phase::Idle;
         out.cancel_timer(ANSWER);
@@ -152,6 +164,7 @@ impl ElectionAlgorithm for Bully {
     type Msg = BullyMsg;
 
     fn handle_start(&mut self, now: Time, out: &mut Outbox<BullyMsg>) {
+        self.started = true;
         self.hold_election(now, out);
     }
 
@@ -189,8 +202,10 @@ impl ElectionAlgorithm for Bully {
                 }
             }
             BullyMsg::Coordinator { epoch } => {
-                let stale = epoch < self.seen
-                    || (epoch == self.seen && self.current.is_some_and(|(l, _)| l != from));
+                if epoch.leader() != from {
+                    return; // an epoch names its winner; this one is forged
+                }
+                let stale = epoch < self.seen;
                 self.observe(epoch);
                 if from < self.id {
                     // A lower node thinks it leads while this one is alive.
@@ -280,7 +295,12 @@ mod tests {
         for &p in up {
             b.handle_peer_up(T, n(p), &mut out);
         }
+        b.started = true;
         b
+    }
+
+    fn e(round: u64, leader: u32) -> Epoch {
+        Epoch::new(round, n(leader))
     }
 
     #[test]
@@ -291,14 +311,14 @@ mod tests {
         let mut expected: Vec<_> = (1..=4)
             .map(|p| Action::Send {
                 to: n(p),
-                msg: BullyMsg::Coordinator { epoch: Epoch(1) },
+                msg: BullyMsg::Coordinator { epoch: e(1, 5) },
             })
             .collect();
         expected.insert(0, Action::CancelTimer { timer: ANNOUNCE });
         expected.insert(0, Action::CancelTimer { timer: ANSWER });
         expected.push(Action::Coordinator {
             leader: n(5),
-            epoch: Epoch(1),
+            epoch: e(1, 5),
         });
         assert_eq!(out.take(), expected);
     }
@@ -337,7 +357,7 @@ mod tests {
                 },
             ]
         );
-        b.handle_message(T, n(5), BullyMsg::Coordinator { epoch: Epoch(1) }, &mut out);
+        b.handle_message(T, n(5), BullyMsg::Coordinator { epoch: e(1, 5) }, &mut out);
         assert_eq!(
             out.take(),
             vec![
@@ -345,7 +365,7 @@ mod tests {
                 Action::CancelTimer { timer: ANNOUNCE },
                 Action::Coordinator {
                     leader: n(5),
-                    epoch: Epoch(1)
+                    epoch: e(1, 5)
                 },
             ]
         );
@@ -355,7 +375,7 @@ mod tests {
     fn coordinator_crash_elects_next_highest_with_a_larger_epoch() {
         let mut b = node(4, 5, &[1, 2, 3, 5]);
         let mut out = Out::new();
-        b.handle_message(T, n(5), BullyMsg::Coordinator { epoch: Epoch(7) }, &mut out);
+        b.handle_message(T, n(5), BullyMsg::Coordinator { epoch: e(7, 5) }, &mut out);
         out.take();
         b.handle_peer_down(T, n(5), &mut out);
         let actions = out.take();
@@ -363,19 +383,13 @@ mod tests {
             actions.last(),
             Some(&Action::Coordinator {
                 leader: n(4),
-                epoch: Epoch(8)
+                epoch: e(8, 4)
             })
         );
         let announced = actions
             .iter()
             .filter(|a| {
-                matches!(
-                    a,
-                    Action::Send {
-                        msg: BullyMsg::Coordinator { epoch: Epoch(8) },
-                        ..
-                    }
-                )
+                matches!(a, Action::Send { msg: BullyMsg::Coordinator { epoch }, .. } if *epoch == e(8, 4))
             })
             .count();
         assert_eq!(announced, 3);
@@ -392,7 +406,7 @@ mod tests {
             out.take().last(),
             Some(&Action::Coordinator {
                 leader: n(2),
-                epoch: Epoch(1)
+                epoch: e(1, 2)
             })
         );
     }
@@ -420,17 +434,17 @@ mod tests {
         let mut out = Out::new();
         b.handle_start(T, &mut out);
         out.take();
-        b.handle_message(T, n(2), BullyMsg::Election { epoch: Epoch(1) }, &mut out);
+        b.handle_message(T, n(2), BullyMsg::Election { epoch: e(1, 5) }, &mut out);
         assert_eq!(
             out.take(),
             vec![
                 Action::Send {
                     to: n(2),
-                    msg: BullyMsg::Ok { epoch: Epoch(1) }
+                    msg: BullyMsg::Ok { epoch: e(1, 5) }
                 },
                 Action::Send {
                     to: n(2),
-                    msg: BullyMsg::Coordinator { epoch: Epoch(1) }
+                    msg: BullyMsg::Coordinator { epoch: e(1, 5) }
                 },
             ]
         );
@@ -440,9 +454,9 @@ mod tests {
     fn stale_coordinator_is_ignored() {
         let mut b = node(2, 5, &[4, 5]);
         let mut out = Out::new();
-        b.handle_message(T, n(5), BullyMsg::Coordinator { epoch: Epoch(3) }, &mut out);
+        b.handle_message(T, n(5), BullyMsg::Coordinator { epoch: e(3, 5) }, &mut out);
         out.take();
-        b.handle_message(T, n(4), BullyMsg::Coordinator { epoch: Epoch(2) }, &mut out);
+        b.handle_message(T, n(4), BullyMsg::Coordinator { epoch: e(2, 4) }, &mut out);
         assert!(out.is_empty());
         assert_eq!(b.coordinator(), Some(n(5)));
     }
@@ -451,12 +465,12 @@ mod tests {
     fn lower_claimant_is_bullied() {
         let mut b = node(4, 4, &[1]);
         let mut out = Out::new();
-        b.handle_message(T, n(1), BullyMsg::Coordinator { epoch: Epoch(1) }, &mut out);
+        b.handle_message(T, n(1), BullyMsg::Coordinator { epoch: e(1, 1) }, &mut out);
         assert_eq!(
             out.take().last(),
             Some(&Action::Coordinator {
                 leader: n(4),
-                epoch: Epoch(2)
+                epoch: e(2, 4)
             })
         );
     }
@@ -467,12 +481,12 @@ mod tests {
         let mut out = Out::new();
         b.handle_start(T, &mut out);
         out.take();
-        b.handle_epoch_hint(T, n(4), Epoch(9), Some(n(4)), &mut out);
+        b.handle_epoch_hint(T, n(4), e(9, 4), Some(n(4)), &mut out);
         assert_eq!(
             out.take().last(),
             Some(&Action::Coordinator {
                 leader: n(5),
-                epoch: Epoch(10)
+                epoch: e(10, 5)
             })
         );
     }

@@ -21,17 +21,27 @@
 //! that peer reported down) it *holds*; while holding it defers every reply.
 //! Leaving, it sends every deferred reply and is idle again.
 //!
+//! **Newcomers.** A peer that comes up (or restarts) while this node waits
+//! is sent the request too and its reply awaited: otherwise the newcomer,
+//! unaware of the request, could grant itself while this node enters.
+//!
 //! **Fences.** Entries happen in stamp order: a node enters only after every
 //! live peer has replied, and a peer with an older pending request defers.
 //! So the stamp itself, timestamp in the high bits and node id in the low
-//! bits, is a fence that grows with every entry. A node that joins late
-//! first catches its clock up through the peers' heartbeat watermarks.
+//! bits, is a fence that grows with every entry, and one that stays valid
+//! when a holder crashes (the next entrant's stamp is larger). The one way
+//! to be overtaken is to be new: a node that restarted may stamp its request
+//! below an entry already under way that never asked it. The holder's
+//! deferred REPLY names the entry it was deferred behind; a requester that
+//! learns it was overtaken by a larger stamp takes a fresh stamp and asks
+//! again, so stamp order and entry order stay one. Every REPLY names the
+//! request it answers, so a reply to an abandoned request never counts.
 
 use crate::algorithm::{AlgoConfig, MutexAlgorithm};
 use crate::outbox::{Message, Outbox, Time};
 use crate::types::{CsState, Fence, LamportClock, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The messages of [`RicartAgrawala`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,8 +53,13 @@ pub enum RaMsg {
     },
     /// Go ahead as far as I am concerned.
     Reply {
+        /// The request answered.
+        to: Stamp,
         /// The replier's Lamport clock.
         clock: u64,
+        /// For a reply deferred behind the replier's own entry: that
+        /// entry's stamp.
+        after: Option<Stamp>,
     },
 }
 
@@ -77,8 +92,8 @@ pub struct RicartAgrawala {
     alive: BTreeSet<NodeId>,
     clock: LamportClock,
     state: State,
-    /// Peers whose request this node has not answered yet.
-    deferred: BTreeSet<NodeId>,
+    /// Requests this node has not answered yet, by requester.
+    deferred: BTreeMap<NodeId, Stamp>,
 }
 
 impl RicartAgrawala {
@@ -89,7 +104,7 @@ impl RicartAgrawala {
             alive: BTreeSet::new(),
             clock: LamportClock::default(),
             state: State::Idle,
-            deferred: BTreeSet::new(),
+            deferred: BTreeMap::new(),
         }
     }
 
@@ -104,13 +119,41 @@ impl RicartAgrawala {
         }
     }
 
-    fn reply(&mut self, to: NodeId, out: &mut Outbox<RaMsg>) {
+    fn reply(&mut self, to: NodeId, request: Stamp, after: Option<Stamp>, out: &mut Outbox<RaMsg>) {
+        let clock = self.clock.now();
         out.send(
             to,
             RaMsg::Reply {
-                clock: self.clock.now(),
+                to: request,
+                clock,
+                after,
             },
         );
+    }
+
+    /// Stamps a new request and sends it to every live peer.
+    fn ask(&mut self, out: &mut Outbox<RaMsg>) {
+        let stamp = Stamp {
+            ts: self.clock.tick(),
+            node: self.id,
+        };
+        out.broadcast(self.alive.iter().copied(), RaMsg::Request { stamp });
+        self.state = State::Wanting {
+            stamp,
+            awaiting: self.alive.clone(),
+        };
+        // Deferred requests that now come first are answered.
+        let first: Vec<(NodeId, Stamp)> = self
+            .deferred
+            .iter()
+            .filter(|(_, s)| **s < stamp)
+            .map(|(&n, &s)| (n, s))
+            .collect();
+        for (peer, theirs) in first {
+            self.deferred.remove(&peer);
+            self.reply(peer, theirs, None, out);
+        }
+        self.try_enter(out);
     }
 }
 
@@ -121,25 +164,16 @@ impl MutexAlgorithm for RicartAgrawala {
         if self.state != State::Idle {
             return;
         }
-        let stamp = Stamp {
-            ts: self.clock.tick(),
-            node: self.id,
-        };
-        out.broadcast(self.alive.iter().copied(), RaMsg::Request { stamp });
-        self.state = State::Wanting {
-            stamp,
-            awaiting: self.alive.clone(),
-        };
-        self.try_enter(out);
+        self.ask(out);
     }
 
     fn handle_release(&mut self, _now: Time, out: &mut Outbox<RaMsg>) {
-        if !matches!(self.state, State::Held { .. }) {
+        let State::Held { stamp } = self.state else {
             return;
-        }
+        };
         self.state = State::Idle;
-        for peer in std::mem::take(&mut self.deferred) {
-            self.reply(peer, out);
+        for (peer, theirs) in std::mem::take(&mut self.deferred) {
+            self.reply(peer, theirs, Some(stamp), out);
         }
     }
 
@@ -156,23 +190,37 @@ impl MutexAlgorithm for RicartAgrawala {
                     State::Wanting { stamp: mine, .. } => *mine < stamp,
                 };
                 if defer {
-                    self.deferred.insert(from);
+                    self.deferred.insert(from, stamp);
                 } else {
-                    self.reply(from, out);
+                    self.reply(from, stamp, None, out);
                 }
             }
-            RaMsg::Reply { clock } => {
+            RaMsg::Reply { to, clock, after } => {
                 self.clock.observe(clock);
-                if let State::Wanting { awaiting, .. } = &mut self.state {
-                    awaiting.remove(&from);
+                let State::Wanting { stamp, awaiting } = &mut self.state else {
+                    return;
+                };
+                if to != *stamp {
+                    return; // answers a request this node no longer makes
                 }
+                if after.is_some_and(|entered| entered > *stamp) {
+                    // Overtaken by an entry with a larger stamp that never
+                    // asked this node (it was down): ask again, later.
+                    self.ask(out);
+                    return;
+                }
+                awaiting.remove(&from);
                 self.try_enter(out);
             }
         }
     }
 
-    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, _out: &mut Outbox<RaMsg>) {
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<RaMsg>) {
         self.alive.insert(peer);
+        if let State::Wanting { stamp, awaiting } = &mut self.state {
+            awaiting.insert(peer);
+            out.send(peer, RaMsg::Request { stamp: *stamp });
+        }
     }
 
     fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<RaMsg>) {
@@ -224,10 +272,26 @@ mod tests {
         ra
     }
 
+    fn stamp(ts: u64, id: u32) -> Stamp {
+        Stamp { ts, node: n(id) }
+    }
+
     fn request(ts: u64, id: u32) -> RaMsg {
         RaMsg::Request {
-            stamp: Stamp { ts, node: n(id) },
+            stamp: stamp(ts, id),
         }
+    }
+
+    fn reply(to: Stamp, clock: u64) -> RaMsg {
+        RaMsg::Reply {
+            to,
+            clock,
+            after: None,
+        }
+    }
+
+    fn send(to: u32, msg: RaMsg) -> Action<RaMsg> {
+        Action::Send { to: n(to), msg }
     }
 
     /// Seed 001, exercise 2: P1 sends REQUEST(5), P2 sends REQUEST(3), P3 is
@@ -238,34 +302,17 @@ mod tests {
         let (mut o1, mut o2, mut o3) = (Out::new(), Out::new(), Out::new());
         p1.observe_watermark(4);
         p2.observe_watermark(2);
+        let (s1, s2) = (stamp(5, 1), stamp(3, 2));
 
         p1.handle_request(T, &mut o1);
         assert_eq!(
             o1.take(),
-            vec![
-                Action::Send {
-                    to: n(2),
-                    msg: request(5, 1)
-                },
-                Action::Send {
-                    to: n(3),
-                    msg: request(5, 1)
-                },
-            ]
+            vec![send(2, request(5, 1)), send(3, request(5, 1))]
         );
         p2.handle_request(T, &mut o2);
         assert_eq!(
             o2.take(),
-            vec![
-                Action::Send {
-                    to: n(1),
-                    msg: request(3, 2)
-                },
-                Action::Send {
-                    to: n(3),
-                    msg: request(3, 2)
-                },
-            ]
+            vec![send(1, request(3, 2)), send(3, request(3, 2))]
         );
 
         // P3 is not interested: it answers both at once.
@@ -273,35 +320,20 @@ mod tests {
         p3.handle_message(T, n(2), request(3, 2), &mut o3);
         assert_eq!(
             o3.take(),
-            vec![
-                Action::Send {
-                    to: n(1),
-                    msg: RaMsg::Reply { clock: 5 }
-                },
-                Action::Send {
-                    to: n(2),
-                    msg: RaMsg::Reply { clock: 5 }
-                },
-            ]
+            vec![send(1, reply(s1, 5)), send(2, reply(s2, 5))]
         );
 
         // P1 wants too, but 3 < 5: P2 has priority and gets a reply.
         p1.handle_message(T, n(2), request(3, 2), &mut o1);
-        assert_eq!(
-            o1.take(),
-            vec![Action::Send {
-                to: n(2),
-                msg: RaMsg::Reply { clock: 5 }
-            }]
-        );
+        assert_eq!(o1.take(), vec![send(2, reply(s2, 5))]);
         // P2 defers P1: 5 > 3.
         p2.handle_message(T, n(1), request(5, 1), &mut o2);
         assert!(o2.is_empty(), "P2 defers its reply to P1");
 
         // P2 has both replies and enters first.
-        p2.handle_message(T, n(1), RaMsg::Reply { clock: 5 }, &mut o2);
+        p2.handle_message(T, n(1), reply(s2, 5), &mut o2);
         assert!(o2.is_empty());
-        p2.handle_message(T, n(3), RaMsg::Reply { clock: 5 }, &mut o2);
+        p2.handle_message(T, n(3), reply(s2, 5), &mut o2);
         assert_eq!(
             o2.take(),
             vec![Action::Grant {
@@ -310,20 +342,19 @@ mod tests {
         );
 
         // P1 has P3's reply but waits for P2's.
-        p1.handle_message(T, n(3), RaMsg::Reply { clock: 5 }, &mut o1);
+        p1.handle_message(T, n(3), reply(s1, 5), &mut o1);
         assert!(o1.is_empty());
         assert_eq!(p1.cs_state(), CsState::Wanting);
 
         // P2 leaves and sends the deferred reply; P1 enters.
         p2.handle_release(T, &mut o2);
-        assert_eq!(
-            o2.take(),
-            vec![Action::Send {
-                to: n(1),
-                msg: RaMsg::Reply { clock: 5 }
-            }]
-        );
-        p1.handle_message(T, n(2), RaMsg::Reply { clock: 5 }, &mut o1);
+        let deferred = RaMsg::Reply {
+            to: s1,
+            clock: 5,
+            after: Some(s2),
+        };
+        assert_eq!(o2.take(), vec![send(1, deferred.clone())]);
+        p1.handle_message(T, n(2), deferred, &mut o1);
         assert_eq!(
             o1.take(),
             vec![Action::Grant {
@@ -339,7 +370,7 @@ mod tests {
         let mut out = Out::new();
         p.handle_request(T, &mut out);
         out.take();
-        p.handle_message(T, n(2), RaMsg::Reply { clock: 1 }, &mut out);
+        p.handle_message(T, n(2), reply(stamp(1, 1), 1), &mut out);
         assert_eq!(
             out.take(),
             vec![Action::Grant {
@@ -349,12 +380,17 @@ mod tests {
         p.handle_message(T, n(2), request(0, 2), &mut out);
         assert!(out.is_empty(), "even an older stamp waits while held");
         p.handle_release(T, &mut out);
+        let after = Some(stamp(1, 1));
         assert_eq!(
             out.take(),
-            vec![Action::Send {
-                to: n(2),
-                msg: RaMsg::Reply { clock: 1 }
-            }]
+            vec![send(
+                2,
+                RaMsg::Reply {
+                    to: stamp(0, 2),
+                    clock: 1,
+                    after
+                }
+            )]
         );
     }
 
@@ -364,13 +400,57 @@ mod tests {
         let mut out = Out::new();
         p.handle_request(T, &mut out);
         out.take();
-        p.handle_message(T, n(2), RaMsg::Reply { clock: 1 }, &mut out);
+        p.handle_message(T, n(2), reply(stamp(1, 1), 1), &mut out);
         assert!(out.is_empty());
         p.handle_peer_down(T, n(3), &mut out);
         assert_eq!(
             out.take(),
             vec![Action::Grant {
                 fence: Fence::new(1, 1)
+            }]
+        );
+    }
+
+    #[test]
+    fn newcomer_is_asked_while_waiting() {
+        let mut p = node(1, 3);
+        let mut out = Out::new();
+        p.handle_peer_down(T, n(3), &mut out);
+        p.handle_request(T, &mut out);
+        assert_eq!(out.take(), vec![send(2, request(1, 1))]);
+        p.handle_peer_up(T, n(3), &mut out);
+        assert_eq!(out.take(), vec![send(3, request(1, 1))]);
+        p.handle_message(T, n(2), reply(stamp(1, 1), 1), &mut out);
+        assert!(out.is_empty(), "the newcomer's reply is awaited too");
+    }
+
+    #[test]
+    fn overtaken_request_is_restamped_and_asked_again() {
+        // Node 2 restarted and stamped (1, 2) while node 3 held with (9, 3).
+        let mut p = node(2, 3);
+        let mut out = Out::new();
+        p.handle_request(T, &mut out);
+        out.take();
+        p.handle_message(T, n(1), reply(stamp(1, 2), 1), &mut out);
+        let overtaken = RaMsg::Reply {
+            to: stamp(1, 2),
+            clock: 9,
+            after: Some(stamp(9, 3)),
+        };
+        p.handle_message(T, n(3), overtaken, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![send(1, request(10, 2)), send(3, request(10, 2))]
+        );
+        // A late reply to the old request does not count for the new one.
+        p.handle_message(T, n(1), reply(stamp(1, 2), 9), &mut out);
+        p.handle_message(T, n(3), reply(stamp(10, 2), 10), &mut out);
+        assert!(out.is_empty());
+        p.handle_message(T, n(1), reply(stamp(10, 2), 10), &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::Grant {
+                fence: Fence::new(10, 2)
             }]
         );
     }

@@ -1,0 +1,784 @@
+//! One simulated run.
+
+use coterie_core::engine::Output;
+use coterie_core::registry;
+use coterie_core::wire::{self, Envelope};
+use coterie_core::{AlgoConfig, Engine, Epoch, Fence, NodeId, Time, Timing};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::time::Duration;
+
+/// How clients load the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Load {
+    /// Every node runs its own client loop: think, request, hold, release.
+    Concurrent,
+    /// One request at a time in the whole cluster, from a random node, with
+    /// a quiet gap after each release: the messages each entry costs are
+    /// counted exactly.
+    Sequential,
+}
+
+/// The parameters of one run.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Mutual-exclusion algorithm, by registry name.
+    pub mutex: String,
+    /// Election algorithm, by registry name.
+    pub election: String,
+    /// Cluster size; ids are `1..=nodes`.
+    pub nodes: u32,
+    /// Holders allowed at once.
+    pub capacity: usize,
+    /// The seed every random choice of the run comes from.
+    pub seed: u64,
+    /// Up to this many crash-and-restart faults during the workload.
+    pub crashes: u32,
+    /// The shape of the workload.
+    pub load: Load,
+    /// Critical-section entries each node's client makes (concurrent load),
+    /// or entries in all (sequential load).
+    pub requests: u32,
+    /// Heartbeat and failure-detection periods.
+    pub timing: Timing,
+    /// One-way message delay, drawn uniformly from this range.
+    pub delay: (Duration, Duration),
+    /// Time spent in the critical section, drawn uniformly.
+    pub hold: (Duration, Duration),
+    /// Time between a release and the next request, drawn uniformly.
+    pub think: (Duration, Duration),
+    /// The run gives up (and reports a liveness failure) at this time.
+    pub max_time: Duration,
+    /// Record a line per event.
+    pub trace: bool,
+    /// Judge safety against this many holders instead of `capacity` (a way
+    /// to prove the checker catches an overlap; leave `None` otherwise).
+    pub checked_capacity: Option<usize>,
+}
+
+impl SimConfig {
+    /// A five-node run of `mutex` and `election` with default parameters.
+    pub fn new(mutex: &str, election: &str) -> SimConfig {
+        SimConfig {
+            mutex: mutex.to_string(),
+            election: election.to_string(),
+            nodes: 5,
+            capacity: 1,
+            seed: 1,
+            crashes: 0,
+            load: Load::Concurrent,
+            requests: 10,
+            timing: Timing::default(),
+            delay: (Duration::from_micros(500), Duration::from_millis(5)),
+            hold: (Duration::from_millis(1), Duration::from_millis(10)),
+            think: (Duration::ZERO, Duration::from_millis(20)),
+            max_time: Duration::from_secs(120),
+            trace: false,
+            checked_capacity: None,
+        }
+    }
+}
+
+/// A broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// `safety`, `fence`, `liveness` or `agreement`.
+    pub invariant: &'static str,
+    /// What was seen.
+    pub detail: String,
+    /// Simulated time, in microseconds.
+    pub at_us: u64,
+}
+
+/// What one run saw.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RunReport {
+    /// The run's seed.
+    pub seed: u64,
+    /// Critical-section entries granted.
+    pub entries: u64,
+    /// Mutex-layer messages sent once the workload began.
+    pub mutex_messages: u64,
+    /// Every message sent once the workload began, by kind.
+    pub messages_by_kind: BTreeMap<String, u64>,
+    /// Sequential load only: for each entry, the mutex messages it cost and
+    /// whether its requester was the coordinator.
+    pub per_entry: Vec<(u64, bool)>,
+    /// Every coordinator change: (time in µs, node, leader, epoch).
+    pub elections: Vec<(u64, u32, u32, u64)>,
+    /// Crashes injected.
+    pub crashes: u32,
+    /// Simulated time at the end, in microseconds.
+    pub end_us: u64,
+    /// Broken invariants, in the order seen.
+    pub violations: Vec<Violation>,
+    /// One line per event, when tracing.
+    pub trace: Vec<String>,
+}
+
+impl RunReport {
+    /// Mutex messages per entry over the workload.
+    pub fn messages_per_entry(&self) -> f64 {
+        if self.entries == 0 {
+            0.0
+        } else {
+            self.mutex_messages as f64 / self.entries as f64
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Event {
+    /// A message reaches `to`, unless `to` restarted since it was sent.
+    Deliver {
+        from: NodeId,
+        to: NodeId,
+        incarnation: u32,
+        bytes: Vec<u8>,
+    },
+    /// `observer`'s connection to `peer` closed and a redial was refused.
+    LinkDown {
+        observer: NodeId,
+        peer: NodeId,
+        incarnation: u32,
+    },
+    /// The node's engine has a deadline now.
+    Wake {
+        node: NodeId,
+        incarnation: u32,
+    },
+    /// The node's client asks for the critical section.
+    Request {
+        node: NodeId,
+        incarnation: u32,
+    },
+    /// The node's client leaves the critical section.
+    Release {
+        node: NodeId,
+        incarnation: u32,
+    },
+    /// Sequential load: choose the next requester.
+    NextSequential,
+    Crash {
+        node: NodeId,
+        silent: bool,
+    },
+    Restart {
+        node: NodeId,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ClientState {
+    Thinking,
+    Waiting,
+    Holding,
+    Done,
+}
+
+struct SimNode {
+    engine: Option<Engine>,
+    incarnation: u32,
+    /// The deadline a `Wake` is queued for.
+    wake_at: Option<Time>,
+    client: ClientState,
+    /// Concurrent load: entries still to make.
+    remaining: u32,
+}
+
+/// One run of the simulator; see the crate documentation.
+pub struct Simulation {
+    cfg: SimConfig,
+    rng: ChaCha8Rng,
+    now: Time,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(Time, u64, usize)>>,
+    /// Event payloads, indexed from the queue (keeps the heap's items small
+    /// and `Ord` without ordering events themselves).
+    events: Vec<Option<Event>>,
+    nodes: BTreeMap<NodeId, SimNode>,
+    /// The time of the last delivery scheduled on each link, for FIFO.
+    link_tail: BTreeMap<(NodeId, NodeId), Time>,
+    /// Who holds now, and with which fence.
+    holders: BTreeMap<NodeId, Fence>,
+    /// Every fence granted so far.
+    fences: BTreeSet<Fence>,
+    /// When the workload began; messages are counted from then on.
+    workload_start: Time,
+    last_fault: Time,
+    /// Sequential load: the entry in progress (requester, messages before,
+    /// requester was coordinator) and entries left.
+    sequential: Option<(NodeId, u64, bool)>,
+    sequential_left: u32,
+    mutex_sent_total: u64,
+    report: RunReport,
+}
+
+const STEP: Duration = Duration::from_micros(1);
+
+impl Simulation {
+    /// Prepares a run; fails on an unknown algorithm name.
+    pub fn new(cfg: SimConfig) -> Result<Simulation, registry::UnknownAlgorithm> {
+        registry::mutex(&cfg.mutex)?;
+        registry::election(&cfg.election)?;
+        let mut sim = Simulation {
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+            now: Time::ZERO,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            events: Vec::new(),
+            nodes: BTreeMap::new(),
+            link_tail: BTreeMap::new(),
+            holders: BTreeMap::new(),
+            fences: BTreeSet::new(),
+            workload_start: cfg.timing.failure_timeout * 3,
+            last_fault: Time::ZERO,
+            sequential: None,
+            sequential_left: cfg.requests,
+            mutex_sent_total: 0,
+            report: RunReport {
+                seed: cfg.seed,
+                ..RunReport::default()
+            },
+            cfg,
+        };
+        for id in 1..=sim.cfg.nodes {
+            let node = NodeId(id);
+            let remaining = match sim.cfg.load {
+                Load::Concurrent => sim.cfg.requests,
+                Load::Sequential => 0,
+            };
+            sim.nodes.insert(
+                node,
+                SimNode {
+                    engine: None,
+                    incarnation: 0,
+                    wake_at: None,
+                    client: ClientState::Thinking,
+                    remaining,
+                },
+            );
+        }
+        for id in 1..=sim.cfg.nodes {
+            sim.boot(NodeId(id));
+        }
+        sim.schedule_workload();
+        sim.schedule_faults();
+        Ok(sim)
+    }
+
+    fn algo_config(&self, id: NodeId) -> AlgoConfig {
+        AlgoConfig {
+            id,
+            members: (1..=self.cfg.nodes).map(NodeId).collect(),
+            capacity: self.cfg.capacity,
+            timing: self.cfg.timing,
+            incarnation: u64::from(self.nodes.get(&id).map_or(0, |n| n.incarnation)),
+        }
+    }
+
+    fn boot(&mut self, node: NodeId) {
+        let cfg = self.algo_config(node);
+        let engine = Engine::new(cfg, &self.cfg.mutex, &self.cfg.election, self.now)
+            .expect("names were checked in Simulation::new");
+        let n = self.nodes.get_mut(&node).expect("known node");
+        n.engine = Some(engine);
+        n.wake_at = None;
+        self.after_input(node);
+    }
+
+    fn push(&mut self, at: Time, event: Event) {
+        self.seq += 1;
+        self.events.push(Some(event));
+        self.queue
+            .push(Reverse((at, self.seq, self.events.len() - 1)));
+    }
+
+    fn uniform(&mut self, (lo, hi): (Duration, Duration)) -> Duration {
+        if hi <= lo {
+            lo
+        } else {
+            self.rng.random_range(lo..=hi)
+        }
+    }
+
+    fn schedule_workload(&mut self) {
+        let start = self.workload_start;
+        match self.cfg.load {
+            Load::Concurrent => {
+                let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+                for node in ids {
+                    let at = start + self.uniform(self.cfg.think);
+                    self.push(
+                        at,
+                        Event::Request {
+                            node,
+                            incarnation: 0,
+                        },
+                    );
+                }
+            }
+            Load::Sequential => self.push(start, Event::NextSequential),
+        }
+    }
+
+    /// Crashes land at random moments of the first part of the workload;
+    /// each restarts after a random downtime of up to four failure timeouts.
+    fn schedule_faults(&mut self) {
+        let window = (self.cfg.hold.1 + self.cfg.think.1) * self.cfg.requests.max(1) / 2;
+        let ft = self.cfg.timing.failure_timeout;
+        for _ in 0..self.cfg.crashes {
+            let at = self.workload_start + self.uniform((Duration::ZERO, window));
+            let node = NodeId(self.rng.random_range(1..=self.cfg.nodes));
+            let silent = self.rng.random_bool(0.5);
+            self.push(at, Event::Crash { node, silent });
+            let down_for = self.uniform((ft / 2, ft * 4));
+            self.push(at + down_for, Event::Restart { node });
+        }
+    }
+
+    fn trace(&mut self, line: impl FnOnce() -> String) {
+        if self.cfg.trace {
+            let t = self.now.as_micros() as f64 / 1000.0;
+            self.report.trace.push(format!("{t:>10.3}ms {}", line()));
+        }
+    }
+
+    fn violation(&mut self, invariant: &'static str, detail: String) {
+        self.trace(|| format!("VIOLATION {invariant}: {detail}"));
+        self.report.violations.push(Violation {
+            invariant,
+            detail,
+            at_us: self.now.as_micros() as u64,
+        });
+    }
+
+    /// Drains a node's outputs and re-arms its wake-up.
+    fn after_input(&mut self, node: NodeId) {
+        loop {
+            let Some(engine) = self.nodes.get_mut(&node).and_then(|n| n.engine.as_mut()) else {
+                return;
+            };
+            let Some(output) = engine.poll_output() else {
+                break;
+            };
+            self.on_output(node, output);
+        }
+        let n = self.nodes.get_mut(&node).expect("known node");
+        let now = self.now;
+        let deadline = n
+            .engine
+            .as_ref()
+            .and_then(Engine::next_deadline)
+            .map(|d| d.max(now));
+        if let Some(at) = deadline.filter(|_| deadline != n.wake_at) {
+            n.wake_at = deadline;
+            let incarnation = n.incarnation;
+            self.push(at, Event::Wake { node, incarnation });
+        }
+    }
+
+    fn on_output(&mut self, node: NodeId, output: Output) {
+        match output {
+            Output::Send { to, envelope, kind } => {
+                if self.now >= self.workload_start {
+                    *self
+                        .report
+                        .messages_by_kind
+                        .entry(kind.to_string())
+                        .or_default() += 1;
+                }
+                if matches!(envelope, Envelope::Mutex(_)) {
+                    self.mutex_sent_total += 1;
+                    if self.now >= self.workload_start {
+                        self.report.mutex_messages += 1;
+                    }
+                }
+                if self.cfg.trace && kind != "heartbeat" {
+                    let text = self.nodes[&node]
+                        .engine
+                        .as_ref()
+                        .map(|e| e.describe(&envelope));
+                    self.trace(|| format!("{node} -> {to} {}", text.unwrap_or_default()));
+                }
+                let delay = self.uniform(self.cfg.delay);
+                let tail = self.link_tail.get(&(node, to)).copied().unwrap_or_default();
+                let at = (self.now + delay).max(tail + STEP);
+                self.link_tail.insert((node, to), at);
+                let incarnation = self.nodes[&to].incarnation;
+                let bytes = wire::encode(&envelope);
+                self.push(
+                    at,
+                    Event::Deliver {
+                        from: node,
+                        to,
+                        incarnation,
+                        bytes,
+                    },
+                );
+            }
+            Output::Granted { fence } => self.on_grant(node, fence),
+            Output::Coordinator { leader, epoch } => {
+                self.trace(|| format!("{node} follows {leader} for {epoch}"));
+                self.report.elections.push((
+                    self.now.as_micros() as u64,
+                    node.0,
+                    leader.0,
+                    epoch.0,
+                ));
+            }
+            Output::PeerUp(p) => self.trace(|| format!("{node} sees {p} up")),
+            Output::PeerDown(p) => self.trace(|| format!("{node} suspects {p}")),
+            Output::Joined => self.trace(|| format!("{node} joined")),
+        }
+    }
+
+    fn on_grant(&mut self, node: NodeId, fence: Fence) {
+        self.trace(|| format!("{node} ENTERS with fence {fence}"));
+        self.report.entries += 1;
+        let allowed = self.cfg.checked_capacity.unwrap_or(self.cfg.capacity);
+        if self.holders.len() >= allowed {
+            let holders: Vec<String> = self.holders.keys().map(|h| h.to_string()).collect();
+            self.violation(
+                "safety",
+                format!(
+                    "{node} entered while {} held (capacity {allowed})",
+                    holders.join(", ")
+                ),
+            );
+        }
+        // A mutex's fences must rise with every grant. With k holders a
+        // grant may land after later ones (and after their release), so the
+        // sound check there is that no fence is ever granted twice.
+        let max = self.fences.last().copied();
+        let stale = self.cfg.capacity == 1 && max.is_some_and(|m| fence <= m);
+        if stale || self.fences.contains(&fence) {
+            self.violation(
+                "fence",
+                format!(
+                    "{node} was granted fence {fence}, not above the earlier {}",
+                    max.unwrap_or_default()
+                ),
+            );
+        }
+        self.fences.insert(fence);
+        self.holders.insert(node, fence);
+        let n = self.nodes.get_mut(&node).expect("known node");
+        if n.client != ClientState::Waiting {
+            let state = n.client;
+            self.violation(
+                "safety",
+                format!("{node} was granted while its client was {state:?}"),
+            );
+            return;
+        }
+        n.client = ClientState::Holding;
+        let incarnation = n.incarnation;
+        let hold = self.uniform(self.cfg.hold);
+        self.push(self.now + hold, Event::Release { node, incarnation });
+    }
+
+    fn live(&self, node: NodeId, incarnation: u32) -> bool {
+        let n = &self.nodes[&node];
+        n.engine.is_some() && n.incarnation == incarnation
+    }
+
+    fn engine(&mut self, node: NodeId) -> &mut Engine {
+        self.nodes
+            .get_mut(&node)
+            .and_then(|n| n.engine.as_mut())
+            .expect("live node")
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Deliver {
+                from,
+                to,
+                incarnation,
+                bytes,
+            } => {
+                if !self.live(to, incarnation) {
+                    return;
+                }
+                let now = self.now;
+                let envelope: Envelope = match wire::decode(&bytes) {
+                    Ok(e) => e,
+                    Err(e) => return self.violation("wire", format!("{from} -> {to}: {e}")),
+                };
+                if let Err(e) = self.engine(to).handle_message(now, from, envelope) {
+                    return self.violation("wire", format!("{to} refused a message: {e}"));
+                }
+                self.after_input(to);
+            }
+            Event::LinkDown {
+                observer,
+                peer,
+                incarnation,
+            } => {
+                if !self.live(observer, incarnation) {
+                    return;
+                }
+                let now = self.now;
+                self.trace(|| format!("{observer}: link to {peer} closed"));
+                self.engine(observer).handle_link_down(now, peer);
+                self.after_input(observer);
+            }
+            Event::Wake { node, incarnation } => {
+                if !self.live(node, incarnation) || self.nodes[&node].wake_at != Some(self.now) {
+                    return;
+                }
+                let now = self.now;
+                self.nodes.get_mut(&node).expect("known").wake_at = None;
+                self.engine(node).handle_timeout(now);
+                self.after_input(node);
+            }
+            Event::Request { node, incarnation } => {
+                if !self.live(node, incarnation) {
+                    return;
+                }
+                let now = self.now;
+                self.nodes.get_mut(&node).expect("known").client = ClientState::Waiting;
+                self.trace(|| format!("{node} requests"));
+                self.engine(node).request(now);
+                self.after_input(node);
+            }
+            Event::Release { node, incarnation } => {
+                if !self.live(node, incarnation) {
+                    return;
+                }
+                let now = self.now;
+                self.holders.remove(&node);
+                self.trace(|| format!("{node} releases"));
+                self.engine(node).release(now);
+                self.after_input(node);
+                self.after_release(node);
+            }
+            Event::NextSequential => self.next_sequential(),
+            Event::Crash { node, silent } => self.crash(node, silent),
+            Event::Restart { node } => {
+                if self.nodes[&node].engine.is_some() {
+                    return;
+                }
+                self.last_fault = self.now;
+                self.trace(|| format!("{node} RESTARTS"));
+                let n = self.nodes.get_mut(&node).expect("known");
+                n.incarnation += 1;
+                let incarnation = n.incarnation;
+                let resume = n.client != ClientState::Done && self.cfg.load == Load::Concurrent;
+                n.client = if resume {
+                    ClientState::Thinking
+                } else {
+                    ClientState::Done
+                };
+                self.boot(node);
+                if resume {
+                    let at = self.now + self.uniform(self.cfg.think);
+                    self.push(at, Event::Request { node, incarnation });
+                }
+            }
+        }
+    }
+
+    fn after_release(&mut self, node: NodeId) {
+        let n = self.nodes.get_mut(&node).expect("known");
+        match self.cfg.load {
+            Load::Concurrent => {
+                n.remaining = n.remaining.saturating_sub(1);
+                if n.remaining == 0 {
+                    n.client = ClientState::Done;
+                } else {
+                    n.client = ClientState::Thinking;
+                    let incarnation = n.incarnation;
+                    let at = self.now + self.uniform(self.cfg.think);
+                    self.push(at, Event::Request { node, incarnation });
+                }
+            }
+            Load::Sequential => {
+                n.client = ClientState::Done;
+                // Leave time for every message the entry caused to land.
+                let quiet = self.cfg.delay.1 * 4 + STEP;
+                self.push(self.now + quiet, Event::NextSequential);
+            }
+        }
+    }
+
+    fn next_sequential(&mut self) {
+        if let Some((node, before, local)) = self.sequential.take() {
+            let cost = self.mutex_sent_total - before;
+            self.trace(|| format!("{node}'s entry cost {cost} mutex messages"));
+            self.report.per_entry.push((cost, local));
+        }
+        if self.sequential_left == 0 {
+            return;
+        }
+        self.sequential_left -= 1;
+        let live: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.engine.is_some())
+            .map(|(&id, _)| id)
+            .collect();
+        let node = live[self.rng.random_range(0..live.len())];
+        let local = self.nodes[&node]
+            .engine
+            .as_ref()
+            .and_then(Engine::coordinator)
+            == Some(node);
+        self.sequential = Some((node, self.mutex_sent_total, local));
+        let incarnation = self.nodes[&node].incarnation;
+        self.handle(Event::Request { node, incarnation });
+    }
+
+    fn crash(&mut self, node: NodeId, silent: bool) {
+        let live = self.nodes.values().filter(|n| n.engine.is_some()).count();
+        if self.nodes[&node].engine.is_none() || live <= 1 {
+            return; // already down, or the last one standing
+        }
+        self.last_fault = self.now;
+        self.report.crashes += 1;
+        self.trace(|| format!("{node} CRASHES{}", if silent { " (silently)" } else { "" }));
+        let n = self.nodes.get_mut(&node).expect("known");
+        n.engine = None;
+        n.wake_at = None;
+        self.holders.remove(&node);
+        if !silent {
+            // Every peer's connection closes once what was in flight lands.
+            let peers: Vec<(NodeId, u32)> = self
+                .nodes
+                .iter()
+                .filter(|(&id, n)| id != node && n.engine.is_some())
+                .map(|(&id, n)| (id, n.incarnation))
+                .collect();
+            for (observer, incarnation) in peers {
+                let tail = self
+                    .link_tail
+                    .get(&(node, observer))
+                    .copied()
+                    .unwrap_or_default();
+                let at = (self.now + self.uniform(self.cfg.delay)).max(tail + STEP);
+                self.push(
+                    at,
+                    Event::LinkDown {
+                        observer,
+                        peer: node,
+                        incarnation,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Whether the workload has finished on every node that is up.
+    fn workload_done(&self) -> bool {
+        match self.cfg.load {
+            Load::Concurrent => self
+                .nodes
+                .values()
+                .all(|n| n.engine.is_none() || n.client == ClientState::Done),
+            Load::Sequential => self.sequential_left == 0 && self.sequential.is_none(),
+        }
+    }
+
+    /// Runs to the end and returns what was seen.
+    pub fn run(mut self) -> RunReport {
+        // Once the workload is done and faults are over, give the cluster
+        // time to settle before judging agreement.
+        let settle = self.cfg.timing.failure_timeout * 6;
+        while let Some(Reverse((at, _, idx))) = self.queue.pop() {
+            if at > self.cfg.max_time {
+                self.now = self.cfg.max_time;
+                break;
+            }
+            self.now = at;
+            let event = self.events[idx].take().expect("each event runs once");
+            self.handle(event);
+            if !self.report.violations.is_empty() && !self.cfg.trace {
+                break; // the seed will be replayed with a trace
+            }
+            let quiet_since = self.last_fault.max(self.workload_start);
+            if self.workload_done() && self.now >= quiet_since + settle {
+                break;
+            }
+            // Keep the payload table from growing without bound.
+            if self.events.len() > 4096 && self.events.len() > self.queue.len() * 4 {
+                self.compact();
+            }
+        }
+        self.final_checks();
+        self.report.end_us = self.now.as_micros() as u64;
+        self.report
+    }
+
+    fn compact(&mut self) {
+        let mut events = Vec::with_capacity(self.queue.len());
+        let mut queue = BinaryHeap::with_capacity(self.queue.len());
+        for Reverse((at, seq, idx)) in self.queue.drain() {
+            events.push(self.events[idx].take());
+            queue.push(Reverse((at, seq, events.len() - 1)));
+        }
+        self.events = events;
+        self.queue = queue;
+    }
+
+    fn final_checks(&mut self) {
+        if !self.report.violations.is_empty() {
+            return;
+        }
+        if !self.workload_done() {
+            let stuck: Vec<String> = self
+                .nodes
+                .iter()
+                .filter(|(_, n)| n.engine.is_some() && n.client != ClientState::Done)
+                .map(|(id, n)| {
+                    let e = n.engine.as_ref().expect("live");
+                    format!(
+                        "{id} ({:?}, engine {}, coordinator {:?})",
+                        n.client,
+                        e.cs_state(),
+                        e.coordinator()
+                    )
+                })
+                .collect();
+            self.violation(
+                "liveness",
+                format!("requests never served by {}", stuck.join(", ")),
+            );
+            return;
+        }
+        let live: Vec<(NodeId, Option<NodeId>, Epoch)> = self
+            .nodes
+            .iter()
+            .filter_map(|(&id, n)| n.engine.as_ref().map(|e| (id, e.coordinator(), e.epoch())))
+            .collect();
+        let highest = live.iter().map(|(id, _, _)| *id).max();
+        let epoch = live.first().map(|(_, _, e)| *e);
+        for &(id, coordinator, e) in &live {
+            if coordinator != highest || Some(e) != epoch {
+                let views: Vec<String> = live
+                    .iter()
+                    .map(|(id, c, e)| {
+                        format!("{id}:{}@{e}", c.map_or("none".into(), |c| c.to_string()))
+                    })
+                    .collect();
+                self.violation(
+                    "agreement",
+                    format!(
+                        "{id} disagrees; expected {} everywhere, views {}",
+                        highest.map_or("none".into(), |h| h.to_string()),
+                        views.join(" ")
+                    ),
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// Runs one seed to completion.
+pub fn run(cfg: SimConfig) -> Result<RunReport, registry::UnknownAlgorithm> {
+    Ok(Simulation::new(cfg)?.run())
+}

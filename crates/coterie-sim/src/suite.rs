@@ -1,0 +1,91 @@
+//! Many seeds of one configuration, summarised.
+
+use crate::sim::{self, RunReport, SimConfig};
+use coterie_core::registry::UnknownAlgorithm;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// A seed whose run broke an invariant.
+#[derive(Clone, Debug, Serialize)]
+pub struct Failure {
+    /// Replays the failing run: `coterie sim --seed SEED --trace ...`.
+    pub seed: u64,
+    /// Which invariant broke.
+    pub invariant: String,
+    /// What was seen.
+    pub detail: String,
+}
+
+/// The outcome of many seeds.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    /// Mutual-exclusion algorithm.
+    pub mutex: String,
+    /// Election algorithm.
+    pub election: String,
+    /// Cluster size.
+    pub nodes: u32,
+    /// How many seeds ran.
+    pub seeds: u64,
+    /// Runs that broke an invariant.
+    pub violations: u64,
+    /// Mutex messages per entry, over all runs.
+    pub messages_per_entry: f64,
+    /// Critical-section entries, over all runs.
+    pub entries: u64,
+    /// Crashes injected, over all runs.
+    pub crashes: u64,
+    /// Messages sent during workloads, by kind, over all runs.
+    pub messages_by_kind: BTreeMap<String, u64>,
+    /// Each failing seed (the first 50).
+    pub failures: Vec<Failure>,
+}
+
+/// Runs `base` once for every seed in `seeds`, calling `progress` after
+/// each run with the number done.
+pub fn run_seeds(
+    base: &SimConfig,
+    seeds: std::ops::Range<u64>,
+    mut progress: impl FnMut(u64, &RunReport),
+) -> Result<Summary, UnknownAlgorithm> {
+    let mut summary = Summary {
+        mutex: base.mutex.clone(),
+        election: base.election.clone(),
+        nodes: base.nodes,
+        seeds: seeds.end - seeds.start,
+        violations: 0,
+        messages_per_entry: 0.0,
+        entries: 0,
+        crashes: 0,
+        messages_by_kind: BTreeMap::new(),
+        failures: Vec::new(),
+    };
+    let mut mutex_messages = 0u64;
+    for (done, seed) in seeds.enumerate() {
+        let report = sim::run(SimConfig {
+            seed,
+            ..base.clone()
+        })?;
+        summary.entries += report.entries;
+        summary.crashes += u64::from(report.crashes);
+        mutex_messages += report.mutex_messages;
+        for (kind, n) in &report.messages_by_kind {
+            *summary.messages_by_kind.entry(kind.clone()).or_default() += n;
+        }
+        if let Some(v) = report.violations.first() {
+            summary.violations += 1;
+            if summary.failures.len() < 50 {
+                summary.failures.push(Failure {
+                    seed,
+                    invariant: v.invariant.to_string(),
+                    detail: v.detail.clone(),
+                });
+            }
+        }
+        progress(done as u64 + 1, &report);
+    }
+    if summary.entries > 0 {
+        summary.messages_per_entry = mutex_messages as f64 / summary.entries as f64;
+    }
+    Ok(summary)
+}
