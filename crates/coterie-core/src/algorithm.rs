@@ -20,10 +20,7 @@ pub struct Timing {
 
 impl Default for Timing {
     fn default() -> Self {
-        Timing {
-            heartbeat: Duration::from_millis(50),
-            failure_timeout: Duration::from_millis(250),
-        }
+        Timing { heartbeat: Duration::from_millis(50), failure_timeout: Duration::from_millis(250) }
     }
 }
 

@@ -55,16 +55,7 @@ impl FailureDetector {
             timeout,
             peers: peers
                 .into_iter()
-                .map(|p| {
-                    (
-                        p,
-                        Health {
-                            last_heard: now,
-                            up: false,
-                            incarnation: None,
-                        },
-                    )
-                })
+                .map(|p| (p, Health { last_heard: now, up: false, incarnation: None }))
                 .collect(),
         }
     }
@@ -125,11 +116,7 @@ impl FailureDetector {
     /// The earliest time at which [`check`](Self::check) could suspect
     /// someone, if any peer is up.
     pub fn next_deadline(&self) -> Option<Time> {
-        self.peers
-            .values()
-            .filter(|h| h.up)
-            .map(|h| h.last_heard + self.timeout)
-            .min()
+        self.peers.values().filter(|h| h.up).map(|h| h.last_heard + self.timeout).min()
     }
 
     /// Whether `peer` currently counts as up.
@@ -140,12 +127,6 @@ impl FailureDetector {
     /// The peers currently counted as up, in id order.
     pub fn up_peers(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.peers.iter().filter(|(_, h)| h.up).map(|(&p, _)| p)
-    }
-
-    /// Whether every watched peer has been heard from at least once since
-    /// it was last suspected.
-    pub fn all_up(&self) -> bool {
-        self.peers.values().all(|h| h.up)
     }
 }
 
@@ -161,10 +142,7 @@ mod tests {
     fn peer_counts_as_up_once_heard_from() {
         let mut d = FailureDetector::new([NodeId(2)], ms(250), ms(0));
         assert!(!d.is_up(NodeId(2)));
-        assert_eq!(
-            d.heard_from(NodeId(2), ms(10)),
-            Some(Verdict::Up(NodeId(2)))
-        );
+        assert_eq!(d.heard_from(NodeId(2), ms(10)), Some(Verdict::Up(NodeId(2))));
         assert_eq!(d.heard_from(NodeId(2), ms(20)), None);
         assert!(d.is_up(NodeId(2)));
     }
@@ -185,10 +163,7 @@ mod tests {
         let mut d = FailureDetector::new([NodeId(2)], ms(250), ms(0));
         d.heard_from(NodeId(2), ms(0));
         assert_eq!(d.check(ms(300)), vec![Verdict::Down(NodeId(2))]);
-        assert_eq!(
-            d.heard_from(NodeId(2), ms(310)),
-            Some(Verdict::Up(NodeId(2)))
-        );
+        assert_eq!(d.heard_from(NodeId(2), ms(310)), Some(Verdict::Up(NodeId(2))));
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! changes flow from the election to the mutex. Before a node *joins* — it
 //! has heard from every peer, or waited one failure timeout for the silent
 //! ones — it answers peers but neither starts an election nor asks for the
-//! critical section, so it first learns the current epoch and clocks.
+//! critical section, so it first learns the current epoch and clocks from
+//! their heartbeats.
 //!
 //! [`request`]: Engine::request
 //! [`release`]: Engine::release
@@ -27,7 +28,7 @@ use crate::registry::{self, Actions, DynElection, DynMutex, Encoded, UnknownAlgo
 use crate::types::{CsState, Epoch, Fence, NodeId};
 use crate::wire::{Envelope, Heartbeat, WireError};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Which layer a timer or message belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -140,6 +141,8 @@ pub struct Status {
     pub messages_sent: BTreeMap<String, u64>,
     /// Messages received, by kind.
     pub messages_received: BTreeMap<String, u64>,
+    /// Mutex-layer messages sent (the numerator of messages per entry).
+    pub mutex_messages_sent: u64,
 }
 
 /// One node's protocol stack; see the module documentation.
@@ -155,6 +158,8 @@ pub struct Engine {
     next_heartbeat: Time,
     /// While joining: when to stop waiting for silent peers.
     join_deadline: Option<Time>,
+    /// While joining: peers whose heartbeat (epoch, watermark) has arrived.
+    synced: BTreeSet<NodeId>,
     /// A request made before joining, held until then.
     request_pending: bool,
     /// The fence of the current grant.
@@ -188,6 +193,7 @@ impl Engine {
             timers: BTreeMap::new(),
             next_heartbeat: now,
             join_deadline: Some(now + cfg.timing.failure_timeout),
+            synced: BTreeSet::new(),
             request_pending: false,
             fence: None,
             cs_entries: 0,
@@ -291,6 +297,7 @@ impl Engine {
             joined: self.joined(),
             messages_sent: self.counters.sent.clone(),
             messages_received: self.counters.received.clone(),
+            mutex_messages_sent: self.counters.mutex_sent,
         }
     }
 
@@ -302,15 +309,10 @@ impl Engine {
     /// When [`handle_timeout`](Self::handle_timeout) should next be called.
     pub fn next_deadline(&self) -> Option<Time> {
         let timers = self.timers.values().copied().min();
-        [
-            Some(self.next_heartbeat),
-            self.join_deadline,
-            self.detector.next_deadline(),
-            timers,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        [Some(self.next_heartbeat), self.join_deadline, self.detector.next_deadline(), timers]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The application wants the critical section. Ignored unless idle.
@@ -356,13 +358,22 @@ impl Engine {
         if let Some(Verdict::Up(peer)) = self.detector.heard_from(from, now) {
             self.peer_up(now, peer);
         }
+        let result = self.deliver(now, from, envelope);
+        self.join_if_complete(now);
+        result
+    }
+
+    /// Hands a message to the layer it is for.
+    fn deliver(&mut self, now: Time, from: NodeId, envelope: Envelope) -> Result<(), EngineError> {
         let mut acts = self.take_scratch();
         let result = match &envelope {
             Envelope::Heartbeat(hb) => {
                 Counters::bump(&mut self.counters.received, "heartbeat");
+                if self.join_deadline.is_some() {
+                    self.synced.insert(from);
+                }
                 self.mutex.observe_watermark(hb.watermark);
-                self.election
-                    .handle_epoch_hint(now, from, hb.epoch, hb.coordinator, &mut acts);
+                self.election.handle_epoch_hint(now, from, hb.epoch, hb.coordinator, &mut acts);
                 self.apply(now, Layer::Election, acts);
                 return Ok(());
             }
@@ -385,11 +396,7 @@ impl Engine {
             }
             Err((layer, source)) => {
                 self.scratch = acts;
-                Err(EngineError::Undecodable {
-                    from,
-                    layer,
-                    source,
-                })
+                Err(EngineError::Undecodable { from, layer, source })
             }
         }
     }
@@ -417,11 +424,8 @@ impl Engine {
         }
         // Fire due algorithm timers in deadline order. A handler may re-arm
         // or cancel others, so look again after each one.
-        while let Some((&key, _)) = self
-            .timers
-            .iter()
-            .filter(|(_, &at)| at <= now)
-            .min_by_key(|(_, &at)| at)
+        while let Some((&key, _)) =
+            self.timers.iter().filter(|(_, &at)| at <= now).min_by_key(|(_, &at)| at)
         {
             self.timers.remove(&key);
             let (layer, timer) = key;
@@ -469,7 +473,14 @@ impl Engine {
         let mut acts = self.take_scratch();
         self.election.handle_peer_up(now, peer, &mut acts);
         self.apply(now, Layer::Election, acts);
-        if self.join_deadline.is_some() && self.detector.all_up() {
+    }
+
+    /// Joins once a heartbeat from every peer has been handled: heartbeats
+    /// carry the epoch and the clock watermark the node must know before it
+    /// elects or stamps a request (any other message proves a peer alive,
+    /// but does not carry them).
+    fn join_if_complete(&mut self, now: Time) {
+        if self.join_deadline.is_some() && self.cfg.peers().all(|p| self.synced.contains(&p)) {
             self.join(now);
         }
     }
@@ -500,10 +511,7 @@ impl Engine {
     fn apply(&mut self, now: Time, layer: Layer, mut acts: Actions) {
         for action in acts.drain(..) {
             match action {
-                Action::Send {
-                    to,
-                    msg: Encoded { kind, bytes },
-                } => {
+                Action::Send { to, msg: Encoded { kind, bytes } } => {
                     let envelope = match layer {
                         Layer::Election => {
                             self.counters.election_sent += 1;
@@ -531,11 +539,9 @@ impl Engine {
                     self.outputs.push_back(Output::Granted { fence });
                 }
                 Action::Coordinator { leader, epoch } => {
-                    self.outputs
-                        .push_back(Output::Coordinator { leader, epoch });
+                    self.outputs.push_back(Output::Coordinator { leader, epoch });
                     let mut inner = Actions::new();
-                    self.mutex
-                        .handle_coordinator(now, leader, epoch, &mut inner);
+                    self.mutex.handle_coordinator(now, leader, epoch, &mut inner);
                     self.apply(now, Layer::Mutex, inner);
                 }
             }
@@ -577,15 +583,7 @@ mod tests {
         let mut e = engine(1, 3);
         let sends = drain(&mut e)
             .into_iter()
-            .filter(|o| {
-                matches!(
-                    o,
-                    Output::Send {
-                        kind: "heartbeat",
-                        ..
-                    }
-                )
-            })
+            .filter(|o| matches!(o, Output::Send { kind: "heartbeat", .. }))
             .count();
         assert_eq!(sends, 2);
         assert_eq!(e.next_deadline(), Some(ms(50)));
@@ -601,21 +599,15 @@ mod tests {
         assert!(out.contains(&Output::PeerUp(NodeId(1))));
         assert!(out.contains(&Output::Joined));
         let epoch = Epoch::new(1, NodeId(2));
-        assert!(out.contains(&Output::Coordinator {
-            leader: NodeId(2),
-            epoch
-        }));
+        assert!(out.contains(&Output::Coordinator { leader: NodeId(2), epoch }));
         // The held request was granted by itself, the coordinator, once the
         // rebuild finished with peer 1's report.
         let report = crate::wire::encode(&crate::mutex::centralized::CentralizedMsg::StateReport {
             epoch,
             state: crate::mutex::centralized::Report::Idle,
         });
-        e.handle_message(ms(6), NodeId(1), Envelope::Mutex(report))
-            .unwrap();
-        assert!(drain(&mut e)
-            .iter()
-            .any(|o| matches!(o, Output::Granted { .. })));
+        e.handle_message(ms(6), NodeId(1), Envelope::Mutex(report)).unwrap();
+        assert!(drain(&mut e).iter().any(|o| matches!(o, Output::Granted { .. })));
         assert_eq!(e.cs_entries(), 1);
     }
 
@@ -638,10 +630,7 @@ mod tests {
         ));
         assert!(matches!(
             e.handle_message(ms(1), NodeId(2), Envelope::Mutex(vec![0xff; 9])),
-            Err(EngineError::Undecodable {
-                layer: Layer::Mutex,
-                ..
-            })
+            Err(EngineError::Undecodable { layer: Layer::Mutex, .. })
         ));
         assert!(e.is_up(NodeId(2)), "a live peer, however confused");
     }

@@ -68,9 +68,7 @@ pub struct Outbox<M> {
 
 impl<M> Default for Outbox<M> {
     fn default() -> Self {
-        Outbox {
-            actions: Vec::new(),
-        }
+        Outbox { actions: Vec::new() }
     }
 }
 

@@ -81,34 +81,20 @@ pub struct UnknownAlgorithm {
 
 /// Looks up a mutual-exclusion algorithm by name.
 pub fn mutex(name: &str) -> Result<&'static MutexInfo, UnknownAlgorithm> {
-    MUTEXES
-        .iter()
-        .find(|m| m.name == name)
-        .ok_or_else(|| UnknownAlgorithm {
-            kind: "mutex",
-            name: name.to_string(),
-            known: MUTEXES
-                .iter()
-                .map(|m| m.name)
-                .collect::<Vec<_>>()
-                .join(", "),
-        })
+    MUTEXES.iter().find(|m| m.name == name).ok_or_else(|| UnknownAlgorithm {
+        kind: "mutex",
+        name: name.to_string(),
+        known: MUTEXES.iter().map(|m| m.name).collect::<Vec<_>>().join(", "),
+    })
 }
 
 /// Looks up an election algorithm by name.
 pub fn election(name: &str) -> Result<&'static ElectionInfo, UnknownAlgorithm> {
-    ELECTIONS
-        .iter()
-        .find(|e| e.name == name)
-        .ok_or_else(|| UnknownAlgorithm {
-            kind: "election",
-            name: name.to_string(),
-            known: ELECTIONS
-                .iter()
-                .map(|e| e.name)
-                .collect::<Vec<_>>()
-                .join(", "),
-        })
+    ELECTIONS.iter().find(|e| e.name == name).ok_or_else(|| UnknownAlgorithm {
+        kind: "election",
+        name: name.to_string(),
+        known: ELECTIONS.iter().map(|e| e.name).collect::<Vec<_>>().join(", "),
+    })
 }
 
 /// An encoded message and the kind it was, for counting.
@@ -199,19 +185,11 @@ struct Erased<A, M> {
 }
 
 fn erase_mutex<A: MutexAlgorithm>(alg: A) -> Box<dyn DynMutex> {
-    Box::new(Erased {
-        alg,
-        scratch: Outbox::<A::Msg>::new(),
-        _msg: PhantomData,
-    })
+    Box::new(Erased { alg, scratch: Outbox::<A::Msg>::new(), _msg: PhantomData })
 }
 
 fn erase_election<A: ElectionAlgorithm>(alg: A) -> Box<dyn DynElection> {
-    Box::new(Erased {
-        alg,
-        scratch: Outbox::<A::Msg>::new(),
-        _msg: PhantomData,
-    })
+    Box::new(Erased { alg, scratch: Outbox::<A::Msg>::new(), _msg: PhantomData })
 }
 
 impl<A, M: Message> Erased<A, M> {
@@ -220,13 +198,9 @@ impl<A, M: Message> Erased<A, M> {
     fn with(&mut self, out: &mut Actions, f: impl FnOnce(&mut A, &mut Outbox<M>)) {
         f(&mut self.alg, &mut self.scratch);
         out.extend(self.scratch.drain().map(|action| match action {
-            Action::Send { to, msg } => Action::Send {
-                to,
-                msg: Encoded {
-                    kind: msg.kind(),
-                    bytes: wire::encode(&msg),
-                },
-            },
+            Action::Send { to, msg } => {
+                Action::Send { to, msg: Encoded { kind: msg.kind(), bytes: wire::encode(&msg) } }
+            }
             Action::SetTimer { timer, at } => Action::SetTimer { timer, at },
             Action::CancelTimer { timer } => Action::CancelTimer { timer },
             Action::Grant { fence } => Action::Grant { fence },
@@ -320,9 +294,7 @@ impl<A: ElectionAlgorithm> DynElection for Erased<A, A::Msg> {
         coordinator: Option<NodeId>,
         out: &mut Actions,
     ) {
-        self.with(out, |a, o| {
-            a.handle_epoch_hint(now, from, epoch, coordinator, o)
-        });
+        self.with(out, |a, o| a.handle_epoch_hint(now, from, epoch, coordinator, o));
     }
     fn coordinator(&self) -> Option<NodeId> {
         self.alg.coordinator()
@@ -353,10 +325,7 @@ mod tests {
     #[test]
     fn unknown_name_lists_the_known_ones() {
         let err = mutex("paxos").err().unwrap().to_string();
-        assert!(
-            err.contains("paxos") && err.contains("centralized"),
-            "{err}"
-        );
+        assert!(err.contains("paxos") && err.contains("centralized"), "{err}");
     }
 
     #[test]
@@ -365,16 +334,12 @@ mod tests {
         for info in MUTEXES {
             let mut m = (info.build)(&cfg);
             let mut out = Actions::new();
-            assert!(m
-                .handle_message(Time::ZERO, NodeId(2), &[0xff; 7], &mut out)
-                .is_err());
+            assert!(m.handle_message(Time::ZERO, NodeId(2), &[0xff; 7], &mut out).is_err());
         }
         for info in ELECTIONS {
             let mut e = (info.build)(&cfg);
             let mut out = Actions::new();
-            assert!(e
-                .handle_message(Time::ZERO, NodeId(2), &[0xff; 7], &mut out)
-                .is_err());
+            assert!(e.handle_message(Time::ZERO, NodeId(2), &[0xff; 7], &mut out).is_err());
         }
     }
 }

@@ -185,18 +185,9 @@ mod tests {
 
     #[test]
     fn stamps_order_by_timestamp_then_id() {
-        let a = Stamp {
-            ts: 3,
-            node: NodeId(9),
-        };
-        let b = Stamp {
-            ts: 5,
-            node: NodeId(1),
-        };
-        let c = Stamp {
-            ts: 5,
-            node: NodeId(2),
-        };
+        let a = Stamp { ts: 3, node: NodeId(9) };
+        let b = Stamp { ts: 5, node: NodeId(1) };
+        let c = Stamp { ts: 5, node: NodeId(2) };
         assert!(a < b && b < c);
     }
 }

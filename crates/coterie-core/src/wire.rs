@@ -45,10 +45,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
     let (value, used) = bincode::serde::decode_from_slice(bytes, config())
         .map_err(|e| WireError::Malformed(e.to_string()))?;
     if used != bytes.len() {
-        return Err(WireError::Malformed(format!(
-            "{} trailing bytes",
-            bytes.len() - used
-        )));
+        return Err(WireError::Malformed(format!("{} trailing bytes", bytes.len() - used)));
     }
     Ok(value)
 }
@@ -106,10 +103,7 @@ impl Hello {
             ));
         }
         if theirs.node == self.node || !members.contains(&theirs.node) {
-            return Err(format!(
-                "node id {} is not a peer of {}",
-                theirs.node.0, self.node.0
-            ));
+            return Err(format!("node id {} is not a peer of {}", theirs.node.0, self.node.0));
         }
         if theirs.mutex != self.mutex || theirs.election != self.election {
             return Err(format!(
@@ -216,39 +210,15 @@ mod tests {
     fn hello_check_names_what_differs() {
         let me = hello();
         let members = [NodeId(1), NodeId(2)];
-        let ok = Hello {
-            node: NodeId(2),
-            ..hello()
-        };
+        let ok = Hello { node: NodeId(2), ..hello() };
         assert!(me.check(&ok, &members).is_ok());
-        let other = Hello {
-            cluster: "prod".into(),
-            ..ok.clone()
-        };
-        assert!(me
-            .check(&other, &members)
-            .unwrap_err()
-            .contains("cluster \"prod\""));
-        let stranger = Hello {
-            node: NodeId(9),
-            ..ok.clone()
-        };
-        assert!(me
-            .check(&stranger, &members)
-            .unwrap_err()
-            .contains("node id 9"));
-        let algo = Hello {
-            mutex: "ricart-agrawala".into(),
-            ..ok.clone()
-        };
-        assert!(me
-            .check(&algo, &members)
-            .unwrap_err()
-            .contains("algorithms"));
+        let other = Hello { cluster: "prod".into(), ..ok.clone() };
+        assert!(me.check(&other, &members).unwrap_err().contains("cluster \"prod\""));
+        let stranger = Hello { node: NodeId(9), ..ok.clone() };
+        assert!(me.check(&stranger, &members).unwrap_err().contains("node id 9"));
+        let algo = Hello { mutex: "ricart-agrawala".into(), ..ok.clone() };
+        assert!(me.check(&algo, &members).unwrap_err().contains("algorithms"));
         let version = Hello { protocol: 99, ..ok };
-        assert!(me
-            .check(&version, &members)
-            .unwrap_err()
-            .contains("protocol"));
+        assert!(me.check(&version, &members).unwrap_err().contains("protocol"));
     }
 }

@@ -187,6 +187,12 @@ struct SimNode {
     client: ClientState,
     /// Concurrent load: entries still to make.
     remaining: u32,
+    /// After a restart: when each peer's connection to this node is back.
+    /// A restarted node reaches its peers at once, but each peer redials it
+    /// only once the node's own connection arrives (its dialer was backing
+    /// off); meanwhile the peer's messages wait in its backlog. So for a
+    /// few message delays the newcomer is heard but does not hear.
+    reconnected: BTreeMap<NodeId, Time>,
 }
 
 /// One run of the simulator; see the crate documentation.
@@ -239,10 +245,7 @@ impl Simulation {
             sequential: None,
             sequential_left: cfg.requests,
             mutex_sent_total: 0,
-            report: RunReport {
-                seed: cfg.seed,
-                ..RunReport::default()
-            },
+            report: RunReport { seed: cfg.seed, ..RunReport::default() },
             cfg,
         };
         for id in 1..=sim.cfg.nodes {
@@ -259,6 +262,7 @@ impl Simulation {
                     wake_at: None,
                     client: ClientState::Thinking,
                     remaining,
+                    reconnected: BTreeMap::new(),
                 },
             );
         }
@@ -293,8 +297,7 @@ impl Simulation {
     fn push(&mut self, at: Time, event: Event) {
         self.seq += 1;
         self.events.push(Some(event));
-        self.queue
-            .push(Reverse((at, self.seq, self.events.len() - 1)));
+        self.queue.push(Reverse((at, self.seq, self.events.len() - 1)));
     }
 
     fn uniform(&mut self, (lo, hi): (Duration, Duration)) -> Duration {
@@ -312,13 +315,7 @@ impl Simulation {
                 let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
                 for node in ids {
                     let at = start + self.uniform(self.cfg.think);
-                    self.push(
-                        at,
-                        Event::Request {
-                            node,
-                            incarnation: 0,
-                        },
-                    );
+                    self.push(at, Event::Request { node, incarnation: 0 });
                 }
             }
             Load::Sequential => self.push(start, Event::NextSequential),
@@ -369,11 +366,7 @@ impl Simulation {
         }
         let n = self.nodes.get_mut(&node).expect("known node");
         let now = self.now;
-        let deadline = n
-            .engine
-            .as_ref()
-            .and_then(Engine::next_deadline)
-            .map(|d| d.max(now));
+        let deadline = n.engine.as_ref().and_then(Engine::next_deadline).map(|d| d.max(now));
         if let Some(at) = deadline.filter(|_| deadline != n.wake_at) {
             n.wake_at = deadline;
             let incarnation = n.incarnation;
@@ -385,11 +378,7 @@ impl Simulation {
         match output {
             Output::Send { to, envelope, kind } => {
                 if self.now >= self.workload_start {
-                    *self
-                        .report
-                        .messages_by_kind
-                        .entry(kind.to_string())
-                        .or_default() += 1;
+                    *self.report.messages_by_kind.entry(kind.to_string()).or_default() += 1;
                 }
                 if matches!(envelope, Envelope::Mutex(_)) {
                     self.mutex_sent_total += 1;
@@ -398,27 +387,19 @@ impl Simulation {
                     }
                 }
                 if self.cfg.trace && kind != "heartbeat" {
-                    let text = self.nodes[&node]
-                        .engine
-                        .as_ref()
-                        .map(|e| e.describe(&envelope));
+                    let text = self.nodes[&node].engine.as_ref().map(|e| e.describe(&envelope));
                     self.trace(|| format!("{node} -> {to} {}", text.unwrap_or_default()));
                 }
                 let delay = self.uniform(self.cfg.delay);
                 let tail = self.link_tail.get(&(node, to)).copied().unwrap_or_default();
-                let at = (self.now + delay).max(tail + STEP);
+                // A restarted node's peers reconnect to it only after a few
+                // message delays; until then their messages wait.
+                let back = self.nodes[&to].reconnected.get(&node).copied().unwrap_or_default();
+                let at = (self.now + delay).max(back + delay).max(tail + STEP);
                 self.link_tail.insert((node, to), at);
                 let incarnation = self.nodes[&to].incarnation;
                 let bytes = wire::encode(&envelope);
-                self.push(
-                    at,
-                    Event::Deliver {
-                        from: node,
-                        to,
-                        incarnation,
-                        bytes,
-                    },
-                );
+                self.push(at, Event::Deliver { from: node, to, incarnation, bytes });
             }
             Output::Granted { fence } => self.on_grant(node, fence),
             Output::Coordinator { leader, epoch } => {
@@ -444,10 +425,7 @@ impl Simulation {
             let holders: Vec<String> = self.holders.keys().map(|h| h.to_string()).collect();
             self.violation(
                 "safety",
-                format!(
-                    "{node} entered while {} held (capacity {allowed})",
-                    holders.join(", ")
-                ),
+                format!("{node} entered while {} held (capacity {allowed})", holders.join(", ")),
             );
         }
         // A mutex's fences must rise with every grant. With k holders a
@@ -469,10 +447,7 @@ impl Simulation {
         let n = self.nodes.get_mut(&node).expect("known node");
         if n.client != ClientState::Waiting {
             let state = n.client;
-            self.violation(
-                "safety",
-                format!("{node} was granted while its client was {state:?}"),
-            );
+            self.violation("safety", format!("{node} was granted while its client was {state:?}"));
             return;
         }
         n.client = ClientState::Holding;
@@ -487,20 +462,12 @@ impl Simulation {
     }
 
     fn engine(&mut self, node: NodeId) -> &mut Engine {
-        self.nodes
-            .get_mut(&node)
-            .and_then(|n| n.engine.as_mut())
-            .expect("live node")
+        self.nodes.get_mut(&node).and_then(|n| n.engine.as_mut()).expect("live node")
     }
 
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Deliver {
-                from,
-                to,
-                incarnation,
-                bytes,
-            } => {
+            Event::Deliver { from, to, incarnation, bytes } => {
                 if !self.live(to, incarnation) {
                     return;
                 }
@@ -514,11 +481,7 @@ impl Simulation {
                 }
                 self.after_input(to);
             }
-            Event::LinkDown {
-                observer,
-                peer,
-                incarnation,
-            } => {
+            Event::LinkDown { observer, peer, incarnation } => {
                 if !self.live(observer, incarnation) {
                     return;
                 }
@@ -569,11 +532,15 @@ impl Simulation {
                 n.incarnation += 1;
                 let incarnation = n.incarnation;
                 let resume = n.client != ClientState::Done && self.cfg.load == Load::Concurrent;
-                n.client = if resume {
-                    ClientState::Thinking
-                } else {
-                    ClientState::Done
-                };
+                n.client = if resume { ClientState::Thinking } else { ClientState::Done };
+                let peers: Vec<NodeId> =
+                    (1..=self.cfg.nodes).map(NodeId).filter(|&p| p != node).collect();
+                // A peer redials as soon as this node's own connection reaches
+                // it (the node pokes its dialer): a few message delays.
+                let window = (Duration::ZERO, self.cfg.delay.1 * 3);
+                let reconnected =
+                    peers.into_iter().map(|p| (p, self.now + self.uniform(window))).collect();
+                self.nodes.get_mut(&node).expect("known").reconnected = reconnected;
                 self.boot(node);
                 if resume {
                     let at = self.now + self.uniform(self.cfg.think);
@@ -616,18 +583,10 @@ impl Simulation {
             return;
         }
         self.sequential_left -= 1;
-        let live: Vec<NodeId> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.engine.is_some())
-            .map(|(&id, _)| id)
-            .collect();
+        let live: Vec<NodeId> =
+            self.nodes.iter().filter(|(_, n)| n.engine.is_some()).map(|(&id, _)| id).collect();
         let node = live[self.rng.random_range(0..live.len())];
-        let local = self.nodes[&node]
-            .engine
-            .as_ref()
-            .and_then(Engine::coordinator)
-            == Some(node);
+        let local = self.nodes[&node].engine.as_ref().and_then(Engine::coordinator) == Some(node);
         self.sequential = Some((node, self.mutex_sent_total, local));
         let incarnation = self.nodes[&node].incarnation;
         self.handle(Event::Request { node, incarnation });
@@ -654,20 +613,9 @@ impl Simulation {
                 .map(|(&id, n)| (id, n.incarnation))
                 .collect();
             for (observer, incarnation) in peers {
-                let tail = self
-                    .link_tail
-                    .get(&(node, observer))
-                    .copied()
-                    .unwrap_or_default();
+                let tail = self.link_tail.get(&(node, observer)).copied().unwrap_or_default();
                 let at = (self.now + self.uniform(self.cfg.delay)).max(tail + STEP);
-                self.push(
-                    at,
-                    Event::LinkDown {
-                        observer,
-                        peer: node,
-                        incarnation,
-                    },
-                );
+                self.push(at, Event::LinkDown { observer, peer: node, incarnation });
             }
         }
     }
@@ -675,10 +623,9 @@ impl Simulation {
     /// Whether the workload has finished on every node that is up.
     fn workload_done(&self) -> bool {
         match self.cfg.load {
-            Load::Concurrent => self
-                .nodes
-                .values()
-                .all(|n| n.engine.is_none() || n.client == ClientState::Done),
+            Load::Concurrent => {
+                self.nodes.values().all(|n| n.engine.is_none() || n.client == ClientState::Done)
+            }
             Load::Sequential => self.sequential_left == 0 && self.sequential.is_none(),
         }
     }
@@ -743,10 +690,7 @@ impl Simulation {
                     )
                 })
                 .collect();
-            self.violation(
-                "liveness",
-                format!("requests never served by {}", stuck.join(", ")),
-            );
+            self.violation("liveness", format!("requests never served by {}", stuck.join(", ")));
             return;
         }
         let live: Vec<(NodeId, Option<NodeId>, Epoch)> = self

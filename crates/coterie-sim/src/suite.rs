@@ -62,10 +62,7 @@ pub fn run_seeds(
     };
     let mut mutex_messages = 0u64;
     for (done, seed) in seeds.enumerate() {
-        let report = sim::run(SimConfig {
-            seed,
-            ..base.clone()
-        })?;
+        let report = sim::run(SimConfig { seed, ..base.clone() })?;
         summary.entries += report.entries;
         summary.crashes += u64::from(report.crashes);
         mutex_messages += report.mutex_messages;

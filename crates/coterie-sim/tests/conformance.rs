@@ -12,12 +12,7 @@ use coterie_sim::{run_seeds, Summary};
 const SEEDS: u64 = 1000;
 
 fn replay_hint(cfg: &SimConfig, seed: u64) -> String {
-    let trace = sim::run(SimConfig {
-        seed,
-        trace: true,
-        ..cfg.clone()
-    })
-    .expect("known algorithms");
+    let trace = sim::run(SimConfig { seed, trace: true, ..cfg.clone() }).expect("known algorithms");
     let tail: Vec<&String> = trace.trace.iter().rev().take(60).collect();
     let tail: Vec<&str> = tail.into_iter().rev().map(String::as_str).collect();
     format!(
@@ -47,12 +42,7 @@ fn assert_clean(cfg: &SimConfig, summary: &Summary) {
             replay_hint(cfg, f.seed)
         );
     }
-    assert!(
-        summary.entries > 0,
-        "{}/{}: no entry at all",
-        cfg.mutex,
-        cfg.election
-    );
+    assert!(summary.entries > 0, "{}/{}: no entry at all", cfg.mutex, cfg.election);
 }
 
 fn every_pair(mut f: impl FnMut(SimConfig)) {
@@ -78,11 +68,7 @@ fn every_pair_survives_crashes_and_restarts() {
         let cfg = SimConfig { crashes: 2, ..base };
         let summary = run_seeds(&cfg, 0..SEEDS, |_, _| {}).unwrap();
         assert_clean(&cfg, &summary);
-        assert!(
-            summary.crashes > SEEDS,
-            "crashes were injected: {}",
-            summary.crashes
-        );
+        assert!(summary.crashes > SEEDS, "crashes were injected: {}", summary.crashes);
     });
 }
 
@@ -90,11 +76,7 @@ fn every_pair_survives_crashes_and_restarts() {
 fn counting_semaphores_admit_k_holders_and_no_more() {
     for m in MUTEXES.iter().filter(|m| m.counting) {
         for e in ELECTIONS {
-            let cfg = SimConfig {
-                capacity: 2,
-                crashes: 1,
-                ..SimConfig::new(m.name, e.name)
-            };
+            let cfg = SimConfig { capacity: 2, crashes: 1, ..SimConfig::new(m.name, e.name) };
             let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
             assert_clean(&cfg, &summary);
         }
@@ -112,11 +94,7 @@ fn light_load_message_counts_match_theory() {
                 ..SimConfig::new(m.name, ELECTIONS[0].name)
             };
             for seed in 0..20 {
-                let report = sim::run(SimConfig {
-                    seed,
-                    ..cfg.clone()
-                })
-                .unwrap();
+                let report = sim::run(SimConfig { seed, ..cfg.clone() }).unwrap();
                 assert!(report.violations.is_empty(), "{:?}", report.violations);
                 assert_eq!(report.per_entry.len(), 30);
                 for &(cost, local) in &report.per_entry {
@@ -135,12 +113,8 @@ fn light_load_message_counts_match_theory() {
 
 #[test]
 fn a_seed_replays_exactly() {
-    let cfg = SimConfig {
-        crashes: 2,
-        seed: 42,
-        trace: true,
-        ..SimConfig::new("centralized", "bully")
-    };
+    let cfg =
+        SimConfig { crashes: 2, seed: 42, trace: true, ..SimConfig::new("centralized", "bully") };
     let a = sim::run(cfg.clone()).unwrap();
     let b = sim::run(cfg).unwrap();
     assert_eq!(a.trace, b.trace);
@@ -160,10 +134,6 @@ fn the_checker_catches_two_holders_and_names_the_seed() {
     assert!(summary.violations > 0, "an overlap went unnoticed");
     let first = &summary.failures[0];
     assert_eq!(first.invariant, "safety");
-    let replay = sim::run(SimConfig {
-        seed: first.seed,
-        ..cfg
-    })
-    .unwrap();
+    let replay = sim::run(SimConfig { seed: first.seed, ..cfg }).unwrap();
     assert_eq!(replay.violations[0].detail, first.detail);
 }

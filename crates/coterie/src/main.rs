@@ -25,14 +25,36 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Start a local cluster, kill its coordinator part-way, show the election.
+    Demo(cmd::demo::Args),
+    /// Run one node of a cluster.
+    Node(cmd::node::Args),
+    /// Run every node of a configuration as local processes.
+    Up(cmd::up::Args),
+    /// Show each node's coordinator, epoch, state, live peers and counters.
+    Status(cmd::status::Args),
+    /// Run a command while holding the cluster's lock.
+    Lock(cmd::lock::Args),
+    /// Drive clients against a cluster; report throughput, latency, safety.
+    Workload(cmd::workload::Args),
     /// Run the deterministic simulator over many seeds and report violations.
     Sim(cmd::sim::Args),
+    /// Run the witness that checks safety, or ask one what it saw.
+    Witness(cmd::witness::Args),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    let log = cli.log_format.as_str();
     let result = match cli.command {
+        Command::Demo(args) => cmd::demo::run(args, log),
+        Command::Node(args) => cmd::node::run(args, log),
+        Command::Up(args) => cmd::up::run(args, log),
+        Command::Status(args) => cmd::status::run(args),
+        Command::Lock(args) => cmd::lock::run(args),
+        Command::Workload(args) => cmd::workload::run(args),
         Command::Sim(args) => cmd::sim::run(args),
+        Command::Witness(args) => cmd::witness::run(args, log),
     };
     match result {
         Ok(code) => code,

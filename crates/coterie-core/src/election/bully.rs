@@ -34,6 +34,11 @@
 //! timeout: elect again. COORDINATOR from a higher node: follow it, idle.
 //! A challenge from a lower node to a sitting coordinator is answered with
 //! OK and a fresh COORDINATOR of the same epoch, not a new election.
+//!
+//! **Catching up.** A coordinator announces itself to every peer that comes
+//! up after its election. A node whose peers' heartbeats name a newer epoch
+//! than the one it follows missed an announcement: it holds an election,
+//! which the sitting coordinator answers.
 
 use crate::algorithm::{AlgoConfig, ElectionAlgorithm};
 use crate::outbox::{Message, Outbox, Time, TimerId};
@@ -233,8 +238,13 @@ impl ElectionAlgorithm for Bully {
         }
     }
 
-    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, _out: &mut Outbox<BullyMsg>) {
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<BullyMsg>) {
         self.alive.insert(peer);
+        // A newcomer missed the announcement: tell it who coordinates. (A
+        // higher newcomer will hold its own election and take over.)
+        if let (true, Some((_, epoch))) = (self.is_coordinator(), self.current) {
+            out.send(peer, BullyMsg::Coordinator { epoch });
+        }
     }
 
     fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Outbox<BullyMsg>) {
@@ -257,12 +267,12 @@ impl ElectionAlgorithm for Bully {
         _coordinator: Option<NodeId>,
         out: &mut Outbox<BullyMsg>,
     ) {
-        if epoch <= self.seen {
-            return;
-        }
         self.observe(epoch);
-        // Someone was elected after this node's own term: it is out of date.
-        if self.is_coordinator() && self.phase == Phase::Idle {
+        // A peer follows a newer term than this node: a coordinator is out
+        // of date, a follower missed an announcement. Either way an election
+        // settles it (a sitting coordinator answers with a fresh COORDINATOR).
+        let behind = self.current.is_none_or(|(_, current)| current < epoch);
+        if behind && self.phase == Phase::Idle {
             self.hold_election(now, out);
         }
     }
@@ -309,17 +319,11 @@ mod tests {
         let mut out = Out::new();
         b.handle_start(T, &mut out);
         let mut expected: Vec<_> = (1..=4)
-            .map(|p| Action::Send {
-                to: n(p),
-                msg: BullyMsg::Coordinator { epoch: e(1, 5) },
-            })
+            .map(|p| Action::Send { to: n(p), msg: BullyMsg::Coordinator { epoch: e(1, 5) } })
             .collect();
         expected.insert(0, Action::CancelTimer { timer: ANNOUNCE });
         expected.insert(0, Action::CancelTimer { timer: ANSWER });
-        expected.push(Action::Coordinator {
-            leader: n(5),
-            epoch: e(1, 5),
-        });
+        expected.push(Action::Coordinator { leader: n(5), epoch: e(1, 5) });
         assert_eq!(out.take(), expected);
     }
 
@@ -331,19 +335,10 @@ mod tests {
         assert_eq!(
             out.take(),
             vec![
-                Action::Send {
-                    to: n(4),
-                    msg: BullyMsg::Election { epoch: Epoch(0) }
-                },
-                Action::Send {
-                    to: n(5),
-                    msg: BullyMsg::Election { epoch: Epoch(0) }
-                },
+                Action::Send { to: n(4), msg: BullyMsg::Election { epoch: Epoch(0) } },
+                Action::Send { to: n(5), msg: BullyMsg::Election { epoch: Epoch(0) } },
                 Action::CancelTimer { timer: ANNOUNCE },
-                Action::SetTimer {
-                    timer: ANSWER,
-                    at: Duration::from_millis(250)
-                },
+                Action::SetTimer { timer: ANSWER, at: Duration::from_millis(250) },
             ]
         );
         b.handle_message(T, n(4), BullyMsg::Ok { epoch: Epoch(0) }, &mut out);
@@ -351,10 +346,7 @@ mod tests {
             out.take(),
             vec![
                 Action::CancelTimer { timer: ANSWER },
-                Action::SetTimer {
-                    timer: ANNOUNCE,
-                    at: Duration::from_millis(250)
-                },
+                Action::SetTimer { timer: ANNOUNCE, at: Duration::from_millis(250) },
             ]
         );
         b.handle_message(T, n(5), BullyMsg::Coordinator { epoch: e(1, 5) }, &mut out);
@@ -363,10 +355,7 @@ mod tests {
             vec![
                 Action::CancelTimer { timer: ANSWER },
                 Action::CancelTimer { timer: ANNOUNCE },
-                Action::Coordinator {
-                    leader: n(5),
-                    epoch: e(1, 5)
-                },
+                Action::Coordinator { leader: n(5), epoch: e(1, 5) },
             ]
         );
     }
@@ -379,13 +368,7 @@ mod tests {
         out.take();
         b.handle_peer_down(T, n(5), &mut out);
         let actions = out.take();
-        assert_eq!(
-            actions.last(),
-            Some(&Action::Coordinator {
-                leader: n(4),
-                epoch: e(8, 4)
-            })
-        );
+        assert_eq!(actions.last(), Some(&Action::Coordinator { leader: n(4), epoch: e(8, 4) }));
         let announced = actions
             .iter()
             .filter(|a| {
@@ -402,13 +385,7 @@ mod tests {
         b.handle_start(T, &mut out);
         out.take();
         b.handle_timer(Duration::from_millis(250), ANSWER, &mut out);
-        assert_eq!(
-            out.take().last(),
-            Some(&Action::Coordinator {
-                leader: n(2),
-                epoch: e(1, 2)
-            })
-        );
+        assert_eq!(out.take().last(), Some(&Action::Coordinator { leader: n(2), epoch: e(1, 2) }));
     }
 
     #[test]
@@ -421,10 +398,7 @@ mod tests {
         b.handle_timer(Duration::from_millis(500), ANNOUNCE, &mut out);
         assert_eq!(
             out.take()[0],
-            Action::Send {
-                to: n(3),
-                msg: BullyMsg::Election { epoch: Epoch(0) }
-            }
+            Action::Send { to: n(3), msg: BullyMsg::Election { epoch: Epoch(0) } }
         );
     }
 
@@ -438,14 +412,8 @@ mod tests {
         assert_eq!(
             out.take(),
             vec![
-                Action::Send {
-                    to: n(2),
-                    msg: BullyMsg::Ok { epoch: e(1, 5) }
-                },
-                Action::Send {
-                    to: n(2),
-                    msg: BullyMsg::Coordinator { epoch: e(1, 5) }
-                },
+                Action::Send { to: n(2), msg: BullyMsg::Ok { epoch: e(1, 5) } },
+                Action::Send { to: n(2), msg: BullyMsg::Coordinator { epoch: e(1, 5) } },
             ]
         );
     }
@@ -466,13 +434,7 @@ mod tests {
         let mut b = node(4, 4, &[1]);
         let mut out = Out::new();
         b.handle_message(T, n(1), BullyMsg::Coordinator { epoch: e(1, 1) }, &mut out);
-        assert_eq!(
-            out.take().last(),
-            Some(&Action::Coordinator {
-                leader: n(4),
-                epoch: e(2, 4)
-            })
-        );
+        assert_eq!(out.take().last(), Some(&Action::Coordinator { leader: n(4), epoch: e(2, 4) }));
     }
 
     #[test]
@@ -482,12 +444,44 @@ mod tests {
         b.handle_start(T, &mut out);
         out.take();
         b.handle_epoch_hint(T, n(4), e(9, 4), Some(n(4)), &mut out);
+        assert_eq!(out.take().last(), Some(&Action::Coordinator { leader: n(5), epoch: e(10, 5) }));
+    }
+
+    #[test]
+    fn coordinator_announces_itself_to_a_newcomer() {
+        let mut b = node(5, 5, &[4]);
+        let mut out = Out::new();
+        b.handle_start(T, &mut out);
+        out.take();
+        b.handle_peer_up(T, n(2), &mut out);
         assert_eq!(
-            out.take().last(),
-            Some(&Action::Coordinator {
-                leader: n(5),
-                epoch: e(10, 5)
-            })
+            out.take(),
+            vec![Action::Send { to: n(2), msg: BullyMsg::Coordinator { epoch: e(1, 5) } }]
         );
+    }
+
+    #[test]
+    fn follower_that_missed_an_announcement_catches_up() {
+        let mut b = node(2, 5, &[4, 5]);
+        let mut out = Out::new();
+        b.handle_message(T, n(4), BullyMsg::Coordinator { epoch: e(2, 4) }, &mut out);
+        out.take();
+        // Node 4's heartbeat says it now follows epoch 3 (node 5's).
+        b.handle_epoch_hint(T, n(4), e(3, 5), Some(n(5)), &mut out);
+        let sent: Vec<_> =
+            out.take().into_iter().filter(|a| matches!(a, Action::Send { .. })).collect();
+        assert_eq!(
+            sent,
+            vec![
+                Action::Send { to: n(4), msg: BullyMsg::Election { epoch: e(3, 5) } },
+                Action::Send { to: n(5), msg: BullyMsg::Election { epoch: e(3, 5) } },
+            ]
+        );
+        // A hint of the term it already follows changes nothing.
+        let mut c = node(2, 5, &[5]);
+        c.handle_message(T, n(5), BullyMsg::Coordinator { epoch: e(3, 5) }, &mut out);
+        out.take();
+        c.handle_epoch_hint(T, n(5), e(3, 5), Some(n(5)), &mut out);
+        assert!(out.is_empty());
     }
 }

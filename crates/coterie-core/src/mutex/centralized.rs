@@ -209,14 +209,7 @@ impl Centralized {
                 out.grant(fence);
             } else {
                 let clock = self.clock.tick();
-                out.send(
-                    stamp.node,
-                    CentralizedMsg::Grant {
-                        epoch: m.epoch,
-                        fence,
-                        clock,
-                    },
-                );
+                out.send(stamp.node, CentralizedMsg::Grant { epoch: m.epoch, fence, clock });
             }
         }
     }
@@ -231,10 +224,7 @@ impl Centralized {
         };
         m.absorb(self.id, self.report());
         self.manager = Some(m);
-        out.broadcast(
-            self.alive.iter().copied(),
-            CentralizedMsg::StateQuery { epoch },
-        );
+        out.broadcast(self.alive.iter().copied(), CentralizedMsg::StateQuery { epoch });
         self.dispatch(out);
     }
 
@@ -251,10 +241,7 @@ impl MutexAlgorithm for Centralized {
         if self.me != Client::Idle {
             return;
         }
-        let stamp = Stamp {
-            ts: self.clock.tick(),
-            node: self.id,
-        };
+        let stamp = Stamp { ts: self.clock.tick(), node: self.id };
         self.me = Client::Waiting(stamp);
         match self.view {
             Some((leader, _)) if leader == self.id => {
@@ -307,11 +294,7 @@ impl MutexAlgorithm for Centralized {
                     self.dispatch(out);
                 }
             }
-            CentralizedMsg::Grant {
-                epoch,
-                fence,
-                clock,
-            } => {
+            CentralizedMsg::Grant { epoch, fence, clock } => {
                 self.clock.observe(clock);
                 if self.view != Some((from, epoch)) {
                     return; // from a coordinator this node no longer follows
@@ -441,24 +424,8 @@ mod tests {
         let mut c = node(3, 3, capacity);
         let mut out = Out::new();
         c.handle_coordinator(T, n(3), Epoch(1), &mut out);
-        c.handle_message(
-            T,
-            n(1),
-            StateReport {
-                epoch: Epoch(1),
-                state: Report::Idle,
-            },
-            &mut out,
-        );
-        c.handle_message(
-            T,
-            n(2),
-            StateReport {
-                epoch: Epoch(1),
-                state: Report::Idle,
-            },
-            &mut out,
-        );
+        c.handle_message(T, n(1), StateReport { epoch: Epoch(1), state: Report::Idle }, &mut out);
+        c.handle_message(T, n(2), StateReport { epoch: Epoch(1), state: Report::Idle }, &mut out);
         c
     }
 
@@ -475,35 +442,14 @@ mod tests {
         client.handle_request(T, &mut out);
         assert_eq!(
             out.take(),
-            vec![Action::Send {
-                to: n(3),
-                msg: Request {
-                    epoch: Epoch(1),
-                    stamp: stamp(1, 1)
-                }
-            }]
+            vec![Action::Send { to: n(3), msg: Request { epoch: Epoch(1), stamp: stamp(1, 1) } }]
         );
         let fence = Fence::new(1, 1);
-        client.handle_message(
-            T,
-            n(3),
-            Grant {
-                epoch: Epoch(1),
-                fence,
-                clock: 5,
-            },
-            &mut out,
-        );
+        client.handle_message(T, n(3), Grant { epoch: Epoch(1), fence, clock: 5 }, &mut out);
         assert_eq!(out.take(), vec![Action::Grant { fence }]);
         assert_eq!(client.cs_state(), CsState::Held);
         client.handle_release(T, &mut out);
-        assert_eq!(
-            out.take(),
-            vec![Action::Send {
-                to: n(3),
-                msg: Release { epoch: Epoch(1) }
-            }]
-        );
+        assert_eq!(out.take(), vec![Action::Send { to: n(3), msg: Release { epoch: Epoch(1) } }]);
     }
 
     #[test]
@@ -514,57 +460,25 @@ mod tests {
         assert_eq!(
             out.take(),
             vec![
-                Action::Send {
-                    to: n(1),
-                    msg: StateQuery { epoch: Epoch(4) }
-                },
-                Action::Send {
-                    to: n(2),
-                    msg: StateQuery { epoch: Epoch(4) }
-                },
+                Action::Send { to: n(1), msg: StateQuery { epoch: Epoch(4) } },
+                Action::Send { to: n(2), msg: StateQuery { epoch: Epoch(4) } },
             ]
         );
         // A request while rebuilding is queued but not yet granted.
-        c.handle_message(
-            T,
-            n(1),
-            Request {
-                epoch: Epoch(4),
-                stamp: stamp(7, 1),
-            },
-            &mut out,
-        );
+        c.handle_message(T, n(1), Request { epoch: Epoch(4), stamp: stamp(7, 1) }, &mut out);
         assert!(out.is_empty());
         c.handle_message(
             T,
             n(1),
-            StateReport {
-                epoch: Epoch(4),
-                state: Report::Waiting(stamp(7, 1)),
-            },
+            StateReport { epoch: Epoch(4), state: Report::Waiting(stamp(7, 1)) },
             &mut out,
         );
         assert!(out.is_empty());
-        c.handle_message(
-            T,
-            n(2),
-            StateReport {
-                epoch: Epoch(4),
-                state: Report::Idle,
-            },
-            &mut out,
-        );
+        c.handle_message(T, n(2), StateReport { epoch: Epoch(4), state: Report::Idle }, &mut out);
         let fence = Fence::new(4, 1);
         assert_eq!(
             out.take(),
-            vec![Action::Send {
-                to: n(1),
-                msg: Grant {
-                    epoch: Epoch(4),
-                    fence,
-                    clock: 8
-                }
-            }]
+            vec![Action::Send { to: n(1), msg: Grant { epoch: Epoch(4), fence, clock: 8 } }]
         );
     }
 
@@ -580,28 +494,19 @@ mod tests {
         c.handle_message(
             T,
             n(2),
-            StateReport {
-                epoch: Epoch(2),
-                state: Report::Waiting(stamp(12, 2)),
-            },
+            StateReport { epoch: Epoch(2), state: Report::Waiting(stamp(12, 2)) },
             &mut out,
         );
         c.handle_message(
             T,
             n(3),
-            StateReport {
-                epoch: Epoch(2),
-                state: Report::Waiting(stamp(10, 3)),
-            },
+            StateReport { epoch: Epoch(2), state: Report::Waiting(stamp(10, 3)) },
             &mut out,
         );
         c.handle_message(
             T,
             n(1),
-            StateReport {
-                epoch: Epoch(2),
-                state: Report::Holding(old),
-            },
+            StateReport { epoch: Epoch(2), state: Report::Holding(old) },
             &mut out,
         );
         assert!(out.is_empty(), "the old holder still holds");
@@ -610,27 +515,16 @@ mod tests {
             out.take(),
             vec![Action::Send {
                 to: n(3),
-                msg: Grant {
-                    epoch: Epoch(2),
-                    fence: Fence::new(2, 1),
-                    clock: 13
-                }
+                msg: Grant { epoch: Epoch(2), fence: Fence::new(2, 1), clock: 13 }
             }]
         );
-        assert!(
-            Fence::new(2, 1) > old,
-            "the new epoch's fences exceed the old"
-        );
+        assert!(Fence::new(2, 1) > old, "the new epoch's fences exceed the old");
         c.handle_message(T, n(3), Release { epoch: Epoch(2) }, &mut out);
         assert_eq!(
             out.take(),
             vec![Action::Send {
                 to: n(2),
-                msg: Grant {
-                    epoch: Epoch(2),
-                    fence: Fence::new(2, 2),
-                    clock: 14
-                }
+                msg: Grant { epoch: Epoch(2), fence: Fence::new(2, 2), clock: 14 }
             }]
         );
     }
@@ -640,12 +534,7 @@ mod tests {
         let mut c = serving_coordinator(1);
         let mut out = Out::new();
         c.handle_request(T, &mut out);
-        assert_eq!(
-            out.take(),
-            vec![Action::Grant {
-                fence: Fence::new(1, 1)
-            }]
-        );
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 1) }]);
         c.handle_release(T, &mut out);
         assert!(out.is_empty());
     }
@@ -654,25 +543,9 @@ mod tests {
     fn fifo_queue_grants_in_stamp_order() {
         let mut c = serving_coordinator(1);
         let mut out = Out::new();
-        c.handle_message(
-            T,
-            n(1),
-            Request {
-                epoch: Epoch(1),
-                stamp: stamp(5, 1),
-            },
-            &mut out,
-        );
+        c.handle_message(T, n(1), Request { epoch: Epoch(1), stamp: stamp(5, 1) }, &mut out);
         out.take();
-        c.handle_message(
-            T,
-            n(2),
-            Request {
-                epoch: Epoch(1),
-                stamp: stamp(6, 2),
-            },
-            &mut out,
-        );
+        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
         assert!(out.is_empty(), "one holder at a time");
         c.handle_message(T, n(1), Release { epoch: Epoch(1) }, &mut out);
         assert!(matches!(out.take()[..], [Action::Send { to, msg: Grant { .. } }] if to == n(2)));
@@ -682,69 +555,27 @@ mod tests {
     fn capacity_k_admits_k_holders() {
         let mut c = serving_coordinator(2);
         let mut out = Out::new();
-        c.handle_message(
-            T,
-            n(1),
-            Request {
-                epoch: Epoch(1),
-                stamp: stamp(5, 1),
-            },
-            &mut out,
-        );
-        c.handle_message(
-            T,
-            n(2),
-            Request {
-                epoch: Epoch(1),
-                stamp: stamp(6, 2),
-            },
-            &mut out,
-        );
+        c.handle_message(T, n(1), Request { epoch: Epoch(1), stamp: stamp(5, 1) }, &mut out);
+        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
         assert_eq!(out.take().len(), 2, "two grants");
         c.handle_request(T, &mut out);
         assert!(out.is_empty(), "third must wait");
         c.handle_message(T, n(2), Release { epoch: Epoch(1) }, &mut out);
-        assert_eq!(
-            out.take(),
-            vec![Action::Grant {
-                fence: Fence::new(1, 3)
-            }]
-        );
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 3) }]);
     }
 
     #[test]
     fn crashed_holder_frees_the_lock_and_crashed_waiter_leaves_the_queue() {
         let mut c = serving_coordinator(1);
         let mut out = Out::new();
-        c.handle_message(
-            T,
-            n(1),
-            Request {
-                epoch: Epoch(1),
-                stamp: stamp(5, 1),
-            },
-            &mut out,
-        );
-        c.handle_message(
-            T,
-            n(2),
-            Request {
-                epoch: Epoch(1),
-                stamp: stamp(6, 2),
-            },
-            &mut out,
-        );
+        c.handle_message(T, n(1), Request { epoch: Epoch(1), stamp: stamp(5, 1) }, &mut out);
+        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
         c.handle_request(T, &mut out);
         out.take();
         c.handle_peer_down(T, n(2), &mut out);
         assert!(out.is_empty(), "a waiter leaving frees nothing");
         c.handle_peer_down(T, n(1), &mut out);
-        assert_eq!(
-            out.take(),
-            vec![Action::Grant {
-                fence: Fence::new(1, 2)
-            }]
-        );
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 2) }]);
     }
 
     #[test]
@@ -755,20 +586,10 @@ mod tests {
         client.handle_message(
             T,
             n(3),
-            Grant {
-                epoch: Epoch(1),
-                fence: Fence::new(1, 1),
-                clock: 1,
-            },
+            Grant { epoch: Epoch(1), fence: Fence::new(1, 1), clock: 1 },
             &mut out,
         );
-        assert_eq!(
-            out.take(),
-            vec![Action::Send {
-                to: n(3),
-                msg: Release { epoch: Epoch(1) }
-            }]
-        );
+        assert_eq!(out.take(), vec![Action::Send { to: n(3), msg: Release { epoch: Epoch(1) } }]);
     }
 
     #[test]
@@ -780,23 +601,13 @@ mod tests {
         client.handle_coordinator(T, n(2), Epoch(3), &mut out);
         assert_eq!(
             out.take(),
-            vec![Action::Send {
-                to: n(2),
-                msg: Request {
-                    epoch: Epoch(3),
-                    stamp: stamp(1, 1)
-                }
-            }]
+            vec![Action::Send { to: n(2), msg: Request { epoch: Epoch(3), stamp: stamp(1, 1) } }]
         );
         // A grant from the previous coordinator is not taken.
         client.handle_message(
             T,
             n(3),
-            Grant {
-                epoch: Epoch(1),
-                fence: Fence::new(1, 1),
-                clock: 1,
-            },
+            Grant { epoch: Epoch(1), fence: Fence::new(1, 1), clock: 1 },
             &mut out,
         );
         assert!(out.is_empty());

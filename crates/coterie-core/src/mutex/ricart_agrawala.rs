@@ -121,34 +121,17 @@ impl RicartAgrawala {
 
     fn reply(&mut self, to: NodeId, request: Stamp, after: Option<Stamp>, out: &mut Outbox<RaMsg>) {
         let clock = self.clock.now();
-        out.send(
-            to,
-            RaMsg::Reply {
-                to: request,
-                clock,
-                after,
-            },
-        );
+        out.send(to, RaMsg::Reply { to: request, clock, after });
     }
 
     /// Stamps a new request and sends it to every live peer.
     fn ask(&mut self, out: &mut Outbox<RaMsg>) {
-        let stamp = Stamp {
-            ts: self.clock.tick(),
-            node: self.id,
-        };
+        let stamp = Stamp { ts: self.clock.tick(), node: self.id };
         out.broadcast(self.alive.iter().copied(), RaMsg::Request { stamp });
-        self.state = State::Wanting {
-            stamp,
-            awaiting: self.alive.clone(),
-        };
+        self.state = State::Wanting { stamp, awaiting: self.alive.clone() };
         // Deferred requests that now come first are answered.
-        let first: Vec<(NodeId, Stamp)> = self
-            .deferred
-            .iter()
-            .filter(|(_, s)| **s < stamp)
-            .map(|(&n, &s)| (n, s))
-            .collect();
+        let first: Vec<(NodeId, Stamp)> =
+            self.deferred.iter().filter(|(_, s)| **s < stamp).map(|(&n, &s)| (n, s)).collect();
         for (peer, theirs) in first {
             self.deferred.remove(&peer);
             self.reply(peer, theirs, None, out);
@@ -277,17 +260,11 @@ mod tests {
     }
 
     fn request(ts: u64, id: u32) -> RaMsg {
-        RaMsg::Request {
-            stamp: stamp(ts, id),
-        }
+        RaMsg::Request { stamp: stamp(ts, id) }
     }
 
     fn reply(to: Stamp, clock: u64) -> RaMsg {
-        RaMsg::Reply {
-            to,
-            clock,
-            after: None,
-        }
+        RaMsg::Reply { to, clock, after: None }
     }
 
     fn send(to: u32, msg: RaMsg) -> Action<RaMsg> {
@@ -305,23 +282,14 @@ mod tests {
         let (s1, s2) = (stamp(5, 1), stamp(3, 2));
 
         p1.handle_request(T, &mut o1);
-        assert_eq!(
-            o1.take(),
-            vec![send(2, request(5, 1)), send(3, request(5, 1))]
-        );
+        assert_eq!(o1.take(), vec![send(2, request(5, 1)), send(3, request(5, 1))]);
         p2.handle_request(T, &mut o2);
-        assert_eq!(
-            o2.take(),
-            vec![send(1, request(3, 2)), send(3, request(3, 2))]
-        );
+        assert_eq!(o2.take(), vec![send(1, request(3, 2)), send(3, request(3, 2))]);
 
         // P3 is not interested: it answers both at once.
         p3.handle_message(T, n(1), request(5, 1), &mut o3);
         p3.handle_message(T, n(2), request(3, 2), &mut o3);
-        assert_eq!(
-            o3.take(),
-            vec![send(1, reply(s1, 5)), send(2, reply(s2, 5))]
-        );
+        assert_eq!(o3.take(), vec![send(1, reply(s1, 5)), send(2, reply(s2, 5))]);
 
         // P1 wants too, but 3 < 5: P2 has priority and gets a reply.
         p1.handle_message(T, n(2), request(3, 2), &mut o1);
@@ -334,12 +302,7 @@ mod tests {
         p2.handle_message(T, n(1), reply(s2, 5), &mut o2);
         assert!(o2.is_empty());
         p2.handle_message(T, n(3), reply(s2, 5), &mut o2);
-        assert_eq!(
-            o2.take(),
-            vec![Action::Grant {
-                fence: Fence::new(3, 2)
-            }]
-        );
+        assert_eq!(o2.take(), vec![Action::Grant { fence: Fence::new(3, 2) }]);
 
         // P1 has P3's reply but waits for P2's.
         p1.handle_message(T, n(3), reply(s1, 5), &mut o1);
@@ -348,19 +311,10 @@ mod tests {
 
         // P2 leaves and sends the deferred reply; P1 enters.
         p2.handle_release(T, &mut o2);
-        let deferred = RaMsg::Reply {
-            to: s1,
-            clock: 5,
-            after: Some(s2),
-        };
+        let deferred = RaMsg::Reply { to: s1, clock: 5, after: Some(s2) };
         assert_eq!(o2.take(), vec![send(1, deferred.clone())]);
         p1.handle_message(T, n(2), deferred, &mut o1);
-        assert_eq!(
-            o1.take(),
-            vec![Action::Grant {
-                fence: Fence::new(5, 1)
-            }]
-        );
+        assert_eq!(o1.take(), vec![Action::Grant { fence: Fence::new(5, 1) }]);
         assert!(Fence::new(5, 1) > Fence::new(3, 2));
     }
 
@@ -371,27 +325,12 @@ mod tests {
         p.handle_request(T, &mut out);
         out.take();
         p.handle_message(T, n(2), reply(stamp(1, 1), 1), &mut out);
-        assert_eq!(
-            out.take(),
-            vec![Action::Grant {
-                fence: Fence::new(1, 1)
-            }]
-        );
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 1) }]);
         p.handle_message(T, n(2), request(0, 2), &mut out);
         assert!(out.is_empty(), "even an older stamp waits while held");
         p.handle_release(T, &mut out);
         let after = Some(stamp(1, 1));
-        assert_eq!(
-            out.take(),
-            vec![send(
-                2,
-                RaMsg::Reply {
-                    to: stamp(0, 2),
-                    clock: 1,
-                    after
-                }
-            )]
-        );
+        assert_eq!(out.take(), vec![send(2, RaMsg::Reply { to: stamp(0, 2), clock: 1, after })]);
     }
 
     #[test]
@@ -403,12 +342,7 @@ mod tests {
         p.handle_message(T, n(2), reply(stamp(1, 1), 1), &mut out);
         assert!(out.is_empty());
         p.handle_peer_down(T, n(3), &mut out);
-        assert_eq!(
-            out.take(),
-            vec![Action::Grant {
-                fence: Fence::new(1, 1)
-            }]
-        );
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 1) }]);
     }
 
     #[test]
@@ -432,27 +366,15 @@ mod tests {
         p.handle_request(T, &mut out);
         out.take();
         p.handle_message(T, n(1), reply(stamp(1, 2), 1), &mut out);
-        let overtaken = RaMsg::Reply {
-            to: stamp(1, 2),
-            clock: 9,
-            after: Some(stamp(9, 3)),
-        };
+        let overtaken = RaMsg::Reply { to: stamp(1, 2), clock: 9, after: Some(stamp(9, 3)) };
         p.handle_message(T, n(3), overtaken, &mut out);
-        assert_eq!(
-            out.take(),
-            vec![send(1, request(10, 2)), send(3, request(10, 2))]
-        );
+        assert_eq!(out.take(), vec![send(1, request(10, 2)), send(3, request(10, 2))]);
         // A late reply to the old request does not count for the new one.
         p.handle_message(T, n(1), reply(stamp(1, 2), 9), &mut out);
         p.handle_message(T, n(3), reply(stamp(10, 2), 10), &mut out);
         assert!(out.is_empty());
         p.handle_message(T, n(1), reply(stamp(10, 2), 10), &mut out);
-        assert_eq!(
-            out.take(),
-            vec![Action::Grant {
-                fence: Fence::new(10, 2)
-            }]
-        );
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(10, 2) }]);
     }
 
     #[test]
@@ -460,12 +382,7 @@ mod tests {
         let mut p = node(1, 1);
         let mut out = Out::new();
         p.handle_request(T, &mut out);
-        assert_eq!(
-            out.take(),
-            vec![Action::Grant {
-                fence: Fence::new(1, 1)
-            }]
-        );
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 1) }]);
     }
 
     #[test]

@@ -1,3 +1,11 @@
 //! One module per subcommand.
 
+pub mod common;
+pub mod demo;
+pub mod lock;
+pub mod node;
 pub mod sim;
+pub mod status;
+pub mod up;
+pub mod witness;
+pub mod workload;

@@ -60,11 +60,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         capacity: args.count,
         crashes: args.crashes,
         requests: args.requests,
-        load: if args.sequential {
-            Load::Sequential
-        } else {
-            Load::Concurrent
-        },
+        load: if args.sequential { Load::Sequential } else { Load::Concurrent },
         ..SimConfig::new(&args.mutex, &args.election)
     };
     let seeds = match args.seed {
@@ -73,11 +69,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     if args.trace {
         for seed in seeds.clone() {
-            let report = sim::run(SimConfig {
-                seed,
-                trace: true,
-                ..base.clone()
-            })?;
+            let report = sim::run(SimConfig { seed, trace: true, ..base.clone() })?;
             for line in &report.trace {
                 println!("{line}");
             }
@@ -119,9 +111,5 @@ pub fn run(args: Args) -> Result<ExitCode> {
             );
         }
     }
-    Ok(if summary.violations == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(if summary.violations == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

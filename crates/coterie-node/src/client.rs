@@ -1,0 +1,155 @@
+//! Talking to a node's client port, and to the witness.
+
+use crate::codec::{read_frame, write_frame, FrameError};
+use crate::protocol::{
+    ClientRequest, ClientResponse, WitnessReport, WitnessRequest, WitnessResponse,
+};
+use coterie_core::Status;
+use serde::{de::DeserializeOwned, Serialize};
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// What went wrong talking to a node or the witness.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No connection could be made.
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The connection broke or carried garbage.
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    /// The connection closed before an answer came.
+    #[error("connection closed by the server")]
+    Closed,
+    /// The server answered something that does not fit the request.
+    #[error("unexpected answer: {0}")]
+    Unexpected(String),
+}
+
+/// A framed request/response connection.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    async fn open(addr: &str) -> Result<Conn, ClientError> {
+        let connect = TcpStream::connect(addr);
+        let stream = match tokio::time::timeout(Duration::from_secs(5), connect).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(source)) => return Err(ClientError::Connect { addr: addr.to_string(), source }),
+            Err(_) => {
+                let source = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out");
+                return Err(ClientError::Connect { addr: addr.to_string(), source });
+            }
+        };
+        stream.set_nodelay(true).map_err(FrameError::Io)?;
+        Ok(Conn { stream, buf: Vec::with_capacity(256) })
+    }
+
+    async fn call<Req: Serialize, Resp: DeserializeOwned>(
+        &mut self,
+        req: &Req,
+    ) -> Result<Resp, ClientError> {
+        write_frame(&mut self.stream, req).await.map_err(FrameError::Io)?;
+        read_frame(&mut self.stream, &mut self.buf).await?.ok_or(ClientError::Closed)
+    }
+}
+
+/// The outcome of an acquire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acquired {
+    /// Granted with this fence.
+    Granted(u64),
+    /// Not granted within the timeout.
+    TimedOut,
+    /// A try that did not succeed.
+    Busy,
+}
+
+/// A client session with one node. The session is the connection: dropping
+/// it releases whatever it held.
+pub struct Client {
+    conn: Conn,
+}
+
+impl Client {
+    /// Connects to a node's client port.
+    pub async fn connect(addr: &str) -> Result<Client, ClientError> {
+        Ok(Client { conn: Conn::open(addr).await? })
+    }
+
+    /// Asks for the critical section.
+    pub async fn acquire(
+        &mut self,
+        timeout: Option<Duration>,
+        try_lock: bool,
+    ) -> Result<Acquired, ClientError> {
+        let timeout_ms = timeout.map(|d| d.as_millis() as u64);
+        match self.conn.call(&ClientRequest::Acquire { timeout_ms, try_lock }).await? {
+            ClientResponse::Granted { fence, .. } => Ok(Acquired::Granted(fence)),
+            ClientResponse::TimedOut => Ok(Acquired::TimedOut),
+            ClientResponse::Busy => Ok(Acquired::Busy),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Leaves the critical section.
+    pub async fn release(&mut self) -> Result<(), ClientError> {
+        match self.conn.call(&ClientRequest::Release).await? {
+            ClientResponse::Released => Ok(()),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// The node's status.
+    pub async fn status(&mut self) -> Result<Status, ClientError> {
+        match self.conn.call(&ClientRequest::Status).await? {
+            ClientResponse::Status(s) => Ok(*s),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+}
+
+/// A connection to the witness.
+pub struct WitnessClient {
+    conn: Conn,
+}
+
+impl WitnessClient {
+    /// Connects to the witness.
+    pub async fn connect(addr: &str) -> Result<WitnessClient, ClientError> {
+        Ok(WitnessClient { conn: Conn::open(addr).await? })
+    }
+
+    /// Enters the resource with `fence`; `false` if the witness refused it
+    /// as stale.
+    pub async fn enter(&mut self, fence: u64, node: u32) -> Result<bool, ClientError> {
+        match self.conn.call(&WitnessRequest::Enter { fence, node }).await? {
+            WitnessResponse::Accepted => Ok(true),
+            WitnessResponse::Stale { .. } => Ok(false),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Leaves the resource.
+    pub async fn leave(&mut self, fence: u64) -> Result<(), ClientError> {
+        match self.conn.call(&WitnessRequest::Leave { fence }).await? {
+            WitnessResponse::Left => Ok(()),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// The witness's counters.
+    pub async fn report(&mut self) -> Result<WitnessReport, ClientError> {
+        match self.conn.call(&WitnessRequest::Report).await? {
+            WitnessResponse::Report(r) => Ok(r),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+}

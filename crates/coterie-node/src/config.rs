@@ -1,0 +1,273 @@
+//! The cluster configuration file (TOML), checked as it is read.
+//!
+//! ```toml
+//! [cluster]
+//! name = "local"
+//! mutex = "ricart-agrawala"
+//! election = "bully"
+//! # count = 1          # holders at once, for algorithms that allow more
+//!
+//! [timing]
+//! heartbeat = "50ms"
+//! failure_timeout = "250ms"
+//!
+//! [witness]            # optional: where workloads check their entries
+//! addr = "127.0.0.1:7300"
+//!
+//! [[node]]
+//! id = 1
+//! peer = "127.0.0.1:7101"     # agent-to-agent
+//! client = "127.0.0.1:7201"   # clients and status
+//! ```
+
+use coterie_core::registry;
+use coterie_core::{AlgoConfig, NodeId, Timing};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for a cluster.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with the line.
+        message: String,
+    },
+    /// The file parses but says something impossible.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// `[cluster]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    /// The cluster's name; nodes refuse peers from another cluster.
+    pub name: String,
+    /// Mutual-exclusion algorithm.
+    pub mutex: String,
+    /// Election algorithm.
+    pub election: String,
+    /// Holders allowed at once (a counting semaphore when > 1).
+    #[serde(default = "one")]
+    pub count: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// `[timing]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimingSection {
+    /// How often heartbeats go out, e.g. `"50ms"`.
+    #[serde(default = "default_heartbeat", with = "humantime_serde_str")]
+    pub heartbeat: Duration,
+    /// Silence after which a peer is suspected, e.g. `"250ms"`.
+    #[serde(default = "default_failure_timeout", with = "humantime_serde_str")]
+    pub failure_timeout: Duration,
+}
+
+fn default_heartbeat() -> Duration {
+    Timing::default().heartbeat
+}
+
+fn default_failure_timeout() -> Duration {
+    Timing::default().failure_timeout
+}
+
+impl Default for TimingSection {
+    fn default() -> Self {
+        TimingSection { heartbeat: default_heartbeat(), failure_timeout: default_failure_timeout() }
+    }
+}
+
+/// Durations written the way people write them: "50ms", "1s", "2m".
+mod humantime_serde_str {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(|e| {
+            serde::de::Error::custom(format!("{text:?} is not a duration like \"250ms\": {e}"))
+        })
+    }
+}
+
+/// `[witness]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WitnessSection {
+    /// The witness's address.
+    pub addr: String,
+}
+
+/// One `[[node]]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSection {
+    /// The node's id, 1 to 65535; a higher id wins elections.
+    pub id: u32,
+    /// Address for agent-to-agent traffic.
+    pub peer: String,
+    /// Address for clients and status.
+    pub client: String,
+}
+
+/// A whole configuration file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[cluster]`.
+    pub cluster: ClusterSection,
+    /// `[timing]`.
+    #[serde(default)]
+    pub timing: TimingSection,
+    /// `[witness]`.
+    pub witness: Option<WitnessSection>,
+    /// Every `[[node]]`, sorted by id once loaded.
+    #[serde(rename = "node")]
+    pub nodes: Vec<NodeSection>,
+}
+
+impl Config {
+    /// Reads and checks a file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses and checks `text`; `path` is only for messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let mut cfg: Config = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() })?;
+        let invalid = |message: String| ConfigError::Invalid { path: path.to_path_buf(), message };
+        registry::mutex(&cfg.cluster.mutex).map_err(|e| invalid(e.to_string()))?;
+        registry::election(&cfg.cluster.election).map_err(|e| invalid(e.to_string()))?;
+        if cfg.nodes.is_empty() {
+            return Err(invalid("no [[node]] entries".into()));
+        }
+        cfg.nodes.sort_by_key(|n| n.id);
+        for pair in cfg.nodes.windows(2) {
+            if pair[0].id == pair[1].id {
+                return Err(invalid(format!("node id {} appears twice", pair[0].id)));
+            }
+        }
+        if let Some(bad) = cfg.nodes.iter().find(|n| n.id == 0 || n.id > 0xffff) {
+            return Err(invalid(format!("node id {} is outside 1..=65535", bad.id)));
+        }
+        if cfg.cluster.count == 0 {
+            return Err(invalid("count must be at least 1".into()));
+        }
+        if cfg.cluster.count > 1 && !registry::mutex(&cfg.cluster.mutex).is_ok_and(|m| m.counting) {
+            return Err(invalid(format!(
+                "count = {} but {} admits one holder at a time",
+                cfg.cluster.count, cfg.cluster.mutex
+            )));
+        }
+        let t = &cfg.timing;
+        if t.heartbeat.is_zero() || t.failure_timeout <= t.heartbeat {
+            return Err(invalid(format!(
+                "failure_timeout ({:?}) must exceed heartbeat ({:?}), which must be above zero",
+                t.failure_timeout, t.heartbeat
+            )));
+        }
+        Ok(cfg)
+    }
+
+    /// The `[[node]]` entry of `id`.
+    pub fn node(&self, id: u32) -> Option<&NodeSection> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+
+    /// Heartbeat and failure-detection periods.
+    pub fn timing(&self) -> Timing {
+        Timing { heartbeat: self.timing.heartbeat, failure_timeout: self.timing.failure_timeout }
+    }
+
+    /// What node `id`'s algorithms are built from.
+    pub fn algo_config(&self, id: u32, incarnation: u64) -> AlgoConfig {
+        AlgoConfig {
+            id: NodeId(id),
+            members: self.nodes.iter().map(|n| NodeId(n.id)).collect(),
+            capacity: self.cluster.count,
+            timing: self.timing(),
+            incarnation,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        [cluster]
+        name = "t"
+        mutex = "centralized"
+        election = "bully"
+        [timing]
+        heartbeat = "20ms"
+        failure_timeout = "100ms"
+        [[node]]
+        id = 2
+        peer = "127.0.0.1:1"
+        client = "127.0.0.1:2"
+        [[node]]
+        id = 1
+        peer = "127.0.0.1:3"
+        client = "127.0.0.1:4"
+    "#;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("test.toml"))
+    }
+
+    #[test]
+    fn good_file_loads_with_nodes_sorted() {
+        let cfg = parse(GOOD).unwrap();
+        assert_eq!(cfg.nodes[0].id, 1);
+        assert_eq!(cfg.timing().failure_timeout, Duration::from_millis(100));
+        assert_eq!(cfg.algo_config(1, 0).members, vec![NodeId(1), NodeId(2)]);
+    }
+
+    #[test]
+    fn errors_say_what_is_wrong() {
+        let cases = [
+            (GOOD.replace("centralized", "paxos"), "unknown mutex algorithm \"paxos\""),
+            (GOOD.replace("id = 2", "id = 1"), "node id 1 appears twice"),
+            (GOOD.replace("\"100ms\"", "\"10ms\""), "must exceed heartbeat"),
+            (GOOD.replace("\"20ms\"", "\"soon\""), "not a duration"),
+            (GOOD.replace("name = \"t\"", "name = \"t\"\nnmae = 1"), "unknown field"),
+            (GOOD.replace("[cluster]", "[cluster"), "test.toml"),
+            (
+                GOOD.replace("mutex = \"centralized\"", "mutex = \"ricart-agrawala\"\ncount = 2"),
+                "admits one holder",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = parse(&text).unwrap_err().to_string();
+            assert!(err.contains(expected), "{err:?} should mention {expected:?}");
+        }
+    }
+}

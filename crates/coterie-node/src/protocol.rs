@@ -1,0 +1,99 @@
+//! What clients say to a node's client port, and what anyone says to the
+//! witness. Both travel in the same frames as peer traffic.
+
+use coterie_core::Status;
+use serde::{Deserialize, Serialize};
+
+/// A client's request to its node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientRequest {
+    /// Ask for the critical section and wait for it.
+    Acquire {
+        /// Give up after this many milliseconds (`None`: wait for ever).
+        timeout_ms: Option<u64>,
+        /// Answer `Busy` instead of `TimedOut` when giving up.
+        try_lock: bool,
+    },
+    /// Leave the critical section.
+    Release,
+    /// The node's status.
+    Status,
+}
+
+/// A node's answer to a client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientResponse {
+    /// The critical section is yours.
+    Granted {
+        /// The grant's fencing token.
+        fence: u64,
+        /// The node that granted it (the client's node).
+        node: u32,
+    },
+    /// Not granted within the timeout.
+    TimedOut,
+    /// A try that did not succeed in time.
+    Busy,
+    /// Left.
+    Released,
+    /// A release from a client that does not hold.
+    NotHolding,
+    /// The node's status.
+    Status(Box<Status>),
+    /// The request could not be served.
+    Error(String),
+}
+
+/// A request to the witness.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WitnessRequest {
+    /// I hold the lock with this fence and am using the resource.
+    Enter {
+        /// The holder's fence.
+        fence: u64,
+        /// The node it was granted by.
+        node: u32,
+    },
+    /// I am done with the resource.
+    Leave {
+        /// The fence I entered with.
+        fence: u64,
+    },
+    /// The witness's counters.
+    Report,
+}
+
+/// The witness's answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WitnessResponse {
+    /// Entered.
+    Accepted,
+    /// Refused: the fence is not newer than one already accepted.
+    Stale {
+        /// The newest fence accepted so far.
+        last: u64,
+    },
+    /// Left.
+    Left,
+    /// The counters.
+    Report(WitnessReport),
+}
+
+/// What the witness has seen.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WitnessReport {
+    /// Holders allowed at once.
+    pub capacity: u32,
+    /// Entries accepted.
+    pub entries: u64,
+    /// Entries that made the holders exceed the capacity.
+    pub violations: u64,
+    /// Entries refused for a stale fence.
+    pub stale_fences: u64,
+    /// The most holders seen at once.
+    pub max_holders: u32,
+    /// Holders now.
+    pub holders: u32,
+    /// The newest fence accepted.
+    pub last_fence: u64,
+}

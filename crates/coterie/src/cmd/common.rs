@@ -1,0 +1,103 @@
+//! What several subcommands share: picking nodes, logging, runtimes,
+//! signals.
+
+use anyhow::{bail, Context, Result};
+use coterie_node::Config;
+use std::path::PathBuf;
+
+/// How a command finds the node(s) it talks to: `--config FILE` (every
+/// node, or `--node ID`), or `--addr HOST:PORT` (one client port).
+#[derive(clap::Args, Clone, Debug)]
+pub struct Target {
+    /// The cluster's configuration file.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Only this node of the configuration.
+    #[arg(long, value_name = "ID")]
+    pub node: Option<u32>,
+    /// A node's client address, instead of a configuration.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "node")]
+    pub addr: Option<String>,
+}
+
+/// A node to talk to: its id (when known) and client address.
+#[derive(Clone, Debug)]
+pub struct NodeAddr {
+    pub id: Option<u32>,
+    pub addr: String,
+}
+
+impl Target {
+    pub fn load_config(&self) -> Result<Option<Config>> {
+        self.config.as_deref().map(|p| Config::load(p).map_err(Into::into)).transpose()
+    }
+
+    /// The nodes the command should address, in id order.
+    pub fn nodes(&self) -> Result<Vec<NodeAddr>> {
+        if let Some(addr) = &self.addr {
+            return Ok(vec![NodeAddr { id: None, addr: addr.clone() }]);
+        }
+        let Some(cfg) = self.load_config()? else {
+            bail!("say which cluster: --config FILE (or --addr HOST:PORT for one node)");
+        };
+        let nodes: Vec<NodeAddr> = cfg
+            .nodes
+            .iter()
+            .filter(|n| self.node.is_none_or(|id| id == n.id))
+            .map(|n| NodeAddr { id: Some(n.id), addr: n.client.clone() })
+            .collect();
+        if nodes.is_empty() {
+            bail!("node {} is not in the configuration", self.node.unwrap_or_default());
+        }
+        Ok(nodes)
+    }
+}
+
+/// Sets up logging on stderr. `default` applies when RUST_LOG is unset.
+pub fn init_logging(format: &str, default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.with_target(false).init();
+    }
+}
+
+/// A runtime on the calling thread: a node or witness needs no more, and
+/// one thread keeps an idle node's footprint small.
+pub fn small_runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")
+}
+
+/// A multi-threaded runtime for drivers that run many clients.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// Parses "250ms", "2s", ...
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is not a duration like \"5s\": {e}"))
+}
+
+/// Sends SIGTERM to a child process.
+pub fn terminate(pid: u32) {
+    // SAFETY: kill(2) with a pid we spawned and a valid signal number has no
+    // memory-safety preconditions.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGTERM);
+    }
+}

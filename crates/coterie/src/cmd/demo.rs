@@ -1,0 +1,366 @@
+//! `coterie demo`: a local cluster, a workload, a coordinator killed and
+//! brought back, and what happened.
+
+use super::common::{self, NodeAddr};
+use super::{status, up, workload};
+use anyhow::{bail, Context, Result};
+use coterie_core::{registry, Epoch, Status};
+use coterie_node::witness;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tokio::process::Child;
+
+/// Start a local cluster, run a workload, kill the coordinator part-way,
+/// bring it back, and print what happened.
+///
+/// Needs no configuration: it picks free ports on 127.0.0.1, starts
+/// --nodes node processes and a witness, and drives two clients per node
+/// through the critical section, every entry checked at the witness. A
+/// third of the way in it kills the coordinator's process (SIGKILL) and
+/// times the election that follows; two thirds in it restarts it. The
+/// timeline shows each election and how long the cluster took to agree;
+/// the summary shows entries, throughput, latency, messages per entry and
+/// what the witness saw. Exits non-zero if the witness saw a violation.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Mutual-exclusion algorithm.
+    #[arg(long, default_value = "centralized")]
+    mutex: String,
+    /// Election algorithm.
+    #[arg(long, default_value = "bully")]
+    election: String,
+    /// Cluster size.
+    #[arg(long, default_value_t = 5)]
+    nodes: u32,
+    /// How long the workload runs.
+    #[arg(long, default_value = "6s", value_parser = common::parse_duration)]
+    duration: Duration,
+    /// Clients per node.
+    #[arg(long, default_value_t = 2)]
+    clients: usize,
+    /// Time inside the critical section.
+    #[arg(long, default_value = "1ms", value_parser = common::parse_duration)]
+    hold: Duration,
+    /// Time between a release and the next request.
+    #[arg(long, default_value = "2ms", value_parser = common::parse_duration)]
+    think: Duration,
+    /// Print a JSON report instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Election {
+    epoch: u64,
+    round: u64,
+    coordinator: u32,
+    duration_ms: f64,
+    cause: String,
+}
+
+#[derive(Serialize)]
+struct Event {
+    t_ms: f64,
+    event: String,
+}
+
+#[derive(Serialize)]
+struct DemoReport {
+    mutex: String,
+    election: String,
+    nodes: u32,
+    #[serde(flatten)]
+    workload: workload::Report,
+    elections: Vec<Election>,
+    timeline: Vec<Event>,
+    logs: String,
+}
+
+struct Cluster {
+    dir: PathBuf,
+    config: PathBuf,
+    nodes: Vec<NodeAddr>,
+    children: Vec<Option<Child>>,
+    log_format: String,
+}
+
+impl Cluster {
+    fn log_file(&self, id: u32) -> Result<std::process::Stdio> {
+        let path = self.dir.join(format!("node{id}.log"));
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+        Ok(file.into())
+    }
+
+    fn start(&mut self, id: u32) -> Result<()> {
+        let child = up::spawn_node(&self.config, id, &self.log_format, self.log_file(id)?)?;
+        self.children[id as usize - 1] = Some(child);
+        Ok(())
+    }
+
+    async fn kill(&mut self, id: u32) -> Result<()> {
+        if let Some(mut child) = self.children[id as usize - 1].take() {
+            child.start_kill()?; // SIGKILL: no goodbye, as in a crash
+            child.wait().await?;
+        }
+        Ok(())
+    }
+
+    async fn stop_all(&mut self) {
+        for child in self.children.iter().flatten() {
+            if let Some(pid) = child.id() {
+                common::terminate(pid);
+            }
+        }
+        for child in self.children.iter_mut().flatten() {
+            let _ = tokio::time::timeout(Duration::from_secs(3), child.wait()).await;
+        }
+    }
+
+    /// Every running node's status.
+    async fn views(&self) -> Vec<(u32, Result<Status, String>)> {
+        let mut out = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if self.children[i].is_some() {
+                out.push((i as u32 + 1, status::fetch(node).await));
+            }
+        }
+        out
+    }
+
+    /// Waits until every running node follows the same coordinator, for an
+    /// epoch newer than `after`; returns it.
+    async fn agreement(&self, after: Epoch, limit: Duration) -> Result<(u32, Epoch)> {
+        let start = Instant::now();
+        loop {
+            let views = self.views().await;
+            let first =
+                views.first().and_then(|(_, v)| v.as_ref().ok()).map(|s| (s.coordinator, s.epoch));
+            let agreed = views.iter().all(|(_, v)| {
+                v.as_ref().is_ok_and(|s| s.joined && Some((s.coordinator, s.epoch)) == first)
+            });
+            if let (true, Some((Some(leader), epoch))) = (agreed, first) {
+                if Epoch(epoch) > after {
+                    return Ok((leader, Epoch(epoch)));
+                }
+            }
+            if start.elapsed() > limit {
+                let seen: Vec<String> = views
+                    .iter()
+                    .map(|(id, v)| match v {
+                        Ok(s) => format!(
+                            "n{id}: coordinator {:?} epoch {}",
+                            s.coordinator,
+                            Epoch(s.epoch)
+                        ),
+                        Err(e) => format!("n{id}: {e}"),
+                    })
+                    .collect();
+                bail!("no agreement on a coordinator within {limit:?}: {}", seen.join("; "));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// Reserves `n` free ports on 127.0.0.1 (bound, read, released).
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let listeners: Vec<std::net::TcpListener> =
+        (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0")).collect::<Result<_, _>>()?;
+    Ok(listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<Result<_, _>>()?)
+}
+
+pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
+    registry::mutex(&args.mutex)?;
+    registry::election(&args.election)?;
+    if args.nodes < 2 {
+        bail!("a demo needs at least 2 nodes");
+    }
+    common::runtime()?.block_on(demo(args, log_format))
+}
+
+async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
+    let n = args.nodes as usize;
+    let ports = free_ports(2 * n + 1)?;
+    let dir = std::env::temp_dir().join(format!("coterie-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let witness_addr = format!("127.0.0.1:{}", ports[2 * n]);
+    let mut toml = format!(
+        "[cluster]\nname = \"demo\"\nmutex = \"{}\"\nelection = \"{}\"\n\n[timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n\n[witness]\naddr = \"{witness_addr}\"\n",
+        args.mutex, args.election
+    );
+    let mut nodes = Vec::new();
+    for i in 0..n {
+        let (peer, client) =
+            (format!("127.0.0.1:{}", ports[2 * i]), format!("127.0.0.1:{}", ports[2 * i + 1]));
+        write!(toml, "\n[[node]]\nid = {}\npeer = \"{peer}\"\nclient = \"{client}\"\n", i + 1)?;
+        nodes.push(NodeAddr { id: Some(i as u32 + 1), addr: client });
+    }
+    let config = dir.join("cluster.toml");
+    std::fs::write(&config, &toml)?;
+
+    let quiet = args.json;
+    let started = Instant::now();
+    let mut timeline = Vec::new();
+    let mut elections = Vec::new();
+    let mut note = |timeline: &mut Vec<Event>, text: String| {
+        let t_ms = started.elapsed().as_secs_f64() * 1000.0;
+        if !quiet {
+            println!("{:>8.1} ms  {text}", t_ms);
+        }
+        timeline.push(Event { t_ms, event: text });
+    };
+
+    // The witness runs in this process, on a real socket.
+    let listener = tokio::net::TcpListener::bind(&witness_addr).await?;
+    let (stop_witness, witness_stopped) = tokio::sync::oneshot::channel::<()>();
+    let witness_task = tokio::spawn(witness::serve(listener, 1, async {
+        let _ = witness_stopped.await;
+    }));
+
+    let mut cluster = Cluster {
+        dir: dir.clone(),
+        config,
+        nodes: nodes.clone(),
+        children: (0..n).map(|_| None).collect(),
+        log_format: log_format.to_string(),
+    };
+    if !quiet {
+        println!(
+            "coterie demo: {} nodes running {} + {} on 127.0.0.1, witness {witness_addr}",
+            n, args.mutex, args.election
+        );
+        println!("logs: {}\n", dir.display());
+    }
+    for id in 1..=args.nodes {
+        cluster.start(id)?;
+    }
+    let result = run_timeline(
+        &args,
+        &mut cluster,
+        &nodes,
+        &witness_addr,
+        &mut timeline,
+        &mut elections,
+        &mut note,
+    )
+    .await;
+    cluster.stop_all().await;
+    let _ = stop_witness.send(());
+    let _ = witness_task.await;
+    let report = result?;
+
+    let clean = report.violations == 0 && report.stale_fences == 0 && report.entries > 0;
+    let out = DemoReport {
+        mutex: args.mutex.clone(),
+        election: args.election.clone(),
+        nodes: args.nodes,
+        workload: report,
+        elections,
+        timeline,
+        logs: dir.display().to_string(),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("\nelections:");
+        for e in &out.elections {
+            println!(
+                "  {:<34} -> n{} coordinates {} after {:.1} ms",
+                e.cause,
+                e.coordinator,
+                Epoch(e.epoch),
+                e.duration_ms
+            );
+        }
+        println!("\nsummary:");
+        workload::print(&out.workload);
+        println!(
+            "{}",
+            if clean { "OK: the witness saw no violation" } else { "FAILED: see above" }
+        );
+    }
+    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn run_timeline(
+    args: &Args,
+    cluster: &mut Cluster,
+    nodes: &[NodeAddr],
+    witness_addr: &str,
+    timeline: &mut Vec<Event>,
+    elections: &mut Vec<Election>,
+    note: &mut impl FnMut(&mut Vec<Event>, String),
+) -> Result<workload::Report> {
+    let boot = Instant::now();
+    let (leader, epoch) = cluster.agreement(Epoch(0), Duration::from_secs(15)).await?;
+    note(timeline, format!("cluster up: all {} nodes follow n{leader} ({epoch})", args.nodes));
+    elections.push(Election {
+        epoch: epoch.0,
+        round: epoch.round(),
+        coordinator: leader,
+        duration_ms: boot.elapsed().as_secs_f64() * 1000.0,
+        cause: "cluster start".into(),
+    });
+
+    let spec = workload::Spec {
+        nodes: nodes.to_vec(),
+        clients: args.clients,
+        requests: u64::MAX,
+        hold: args.hold,
+        think: args.think,
+        witness: Some(witness_addr.to_string()),
+        deadline: Some(Instant::now() + args.duration),
+        progress: false,
+    };
+    note(
+        timeline,
+        format!("workload starts: {} clients per node for {:?}", args.clients, args.duration),
+    );
+    let driver = tokio::spawn(workload::drive(spec));
+
+    tokio::time::sleep(args.duration / 3).await;
+    let killed_at = Instant::now();
+    cluster.kill(leader).await?;
+    note(timeline, format!("killed n{leader}, the coordinator (SIGKILL)"));
+    let (next, next_epoch) = cluster.agreement(epoch, Duration::from_secs(15)).await?;
+    let took = killed_at.elapsed().as_secs_f64() * 1000.0;
+    note(
+        timeline,
+        format!("survivors agree: n{next} coordinates {next_epoch}, {took:.1} ms after the kill"),
+    );
+    elections.push(Election {
+        epoch: next_epoch.0,
+        round: next_epoch.round(),
+        coordinator: next,
+        duration_ms: took,
+        cause: format!("n{leader} killed"),
+    });
+
+    tokio::time::sleep(args.duration / 3).await;
+    let restarted_at = Instant::now();
+    cluster.start(leader)?;
+    note(timeline, format!("restarted n{leader}"));
+    let (back, back_epoch) = cluster.agreement(next_epoch, Duration::from_secs(15)).await?;
+    let took = restarted_at.elapsed().as_secs_f64() * 1000.0;
+    note(
+        timeline,
+        format!(
+            "all {} nodes agree: n{back} coordinates {back_epoch}, {took:.1} ms after the restart",
+            args.nodes
+        ),
+    );
+    elections.push(Election {
+        epoch: back_epoch.0,
+        round: back_epoch.round(),
+        coordinator: back,
+        duration_ms: took,
+        cause: format!("n{leader} restarted"),
+    });
+
+    let report = driver.await.context("workload task")??;
+    note(timeline, format!("workload done: {} entries", report.entries));
+    Ok(report)
+}

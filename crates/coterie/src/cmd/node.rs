@@ -1,0 +1,32 @@
+//! `coterie node`: run one node.
+
+use super::common;
+use anyhow::Result;
+use coterie_node::{node, Config};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Run one node of a cluster until SIGINT or SIGTERM.
+///
+/// The node binds the `peer` and `client` addresses of its [[node]] entry,
+/// dials every other node, and logs elections, coordinator changes, grants
+/// and peers going up and down at info level.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The cluster's configuration file.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: PathBuf,
+    /// This node's id in the configuration.
+    #[arg(long)]
+    id: u32,
+}
+
+pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
+    common::init_logging(log_format, "info");
+    let cfg = Config::load(&args.config)?;
+    common::small_runtime()?.block_on(async {
+        let listeners = node::bind(&cfg, args.id).await?;
+        node::run(cfg, args.id, listeners, common::shutdown_signal()).await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
