@@ -99,6 +99,10 @@ struct LocalQueue {
 struct State {
     engine: Engine,
     local: LocalQueue,
+    /// The epoch whose first grant was logged at info; later grants of the
+    /// same epoch are logged at debug (a line per grant would cost more
+    /// than the grant itself at thousands per second).
+    logged_epoch: Option<coterie_core::Epoch>,
 }
 
 /// Everything a node's tasks need, shared through an `Arc`.
@@ -155,18 +159,24 @@ impl Inner {
                     }
                 }
                 Output::Granted { fence } => {
-                    if let Some(session) = grant_to_waiter(&mut state.local, fence) {
+                    let Some(session) = grant_to_waiter(&mut state.local, fence) else {
+                        // Everyone who asked has gone: give it back.
+                        debug!(node = id, fence = fence.0, "grant with no waiter, releasing");
+                        state.engine.release(now);
+                        continue;
+                    };
+                    let epoch = state.engine.epoch();
+                    if state.logged_epoch != Some(epoch) {
+                        state.logged_epoch = Some(epoch);
                         info!(
                             node = id,
                             session,
                             fence = fence.0,
-                            epoch = state.engine.epoch().0,
-                            "granted"
+                            epoch = epoch.0,
+                            "first grant of this epoch"
                         );
                     } else {
-                        // Everyone who asked has gone: give it back.
-                        debug!(node = id, fence = fence.0, "grant with no waiter, releasing");
-                        state.engine.release(now);
+                        debug!(node = id, session, fence = fence.0, epoch = epoch.0, "granted");
                     }
                 }
                 Output::Coordinator { leader, epoch } => {
@@ -256,7 +266,7 @@ pub async fn run(
         redial: links.keys().map(|&p| (p, Notify::new())).collect(),
         links,
         deadline_changed: Notify::new(),
-        state: Mutex::new(State { engine, local: LocalQueue::default() }),
+        state: Mutex::new(State { engine, local: LocalQueue::default(), logged_epoch: None }),
     });
     let span = tracing::info_span!("node", id);
     info!(parent: &span, peer = ?listeners.peer.local_addr().ok(), client = ?listeners.client.local_addr().ok(),

@@ -100,6 +100,9 @@ pub struct RunReport {
     pub seed: u64,
     /// Critical-section entries granted.
     pub entries: u64,
+    /// Entries granted to the node that was the coordinator at the time
+    /// (free under `centralized`: a node sends itself nothing).
+    pub coordinator_entries: u64,
     /// Mutex-layer messages sent once the workload began.
     pub mutex_messages: u64,
     /// Every message sent once the workload began, by kind.
@@ -420,6 +423,9 @@ impl Simulation {
     fn on_grant(&mut self, node: NodeId, fence: Fence) {
         self.trace(|| format!("{node} ENTERS with fence {fence}"));
         self.report.entries += 1;
+        if self.nodes[&node].engine.as_ref().and_then(Engine::coordinator) == Some(node) {
+            self.report.coordinator_entries += 1;
+        }
         let allowed = self.cfg.checked_capacity.unwrap_or(self.cfg.capacity);
         if self.holders.len() >= allowed {
             let holders: Vec<String> = self.holders.keys().map(|h| h.to_string()).collect();

@@ -33,6 +33,8 @@ pub struct Summary {
     pub messages_per_entry: f64,
     /// Critical-section entries, over all runs.
     pub entries: u64,
+    /// Of those, entries by the node that coordinated at the time.
+    pub coordinator_entries: u64,
     /// Crashes injected, over all runs.
     pub crashes: u64,
     /// Messages sent during workloads, by kind, over all runs.
@@ -56,6 +58,7 @@ pub fn run_seeds(
         violations: 0,
         messages_per_entry: 0.0,
         entries: 0,
+        coordinator_entries: 0,
         crashes: 0,
         messages_by_kind: BTreeMap::new(),
         failures: Vec::new(),
@@ -64,6 +67,7 @@ pub fn run_seeds(
     for (done, seed) in seeds.enumerate() {
         let report = sim::run(SimConfig { seed, ..base.clone() })?;
         summary.entries += report.entries;
+        summary.coordinator_entries += report.coordinator_entries;
         summary.crashes += u64::from(report.crashes);
         mutex_messages += report.mutex_messages;
         for (kind, n) in &report.messages_by_kind {

@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use coterie_node::Config;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 /// How a command finds the node(s) it talks to: `--config FILE` (every
@@ -53,16 +54,23 @@ impl Target {
     }
 }
 
+/// Keeps the background log writer alive; logs are flushed when it drops.
+pub type LogGuard = tracing_appender::non_blocking::WorkerGuard;
+
 /// Sets up logging on stderr. `default` applies when RUST_LOG is unset.
-pub fn init_logging(format: &str, default: &str) {
+/// Lines are handed to a background thread that writes them, so a node's
+/// hot path (a grant is logged at info) never waits on the terminal.
+pub fn init_logging(format: &str, default: &str) -> LogGuard {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     if format == "json" {
         builder.json().init();
     } else {
-        builder.with_target(false).init();
+        builder.with_target(false).with_ansi(std::io::stderr().is_terminal()).init();
     }
+    guard
 }
 
 /// A runtime on the calling thread: a node or witness needs no more, and

@@ -22,7 +22,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
-    common::init_logging(log_format, "info");
+    let _logs = common::init_logging(log_format, "info");
     let cfg = Config::load(&args.config)?;
     common::small_runtime()?.block_on(async {
         let listeners = node::bind(&cfg, args.id).await?;

@@ -104,6 +104,23 @@ pub fn run(args: Args) -> Result<ExitCode> {
             summary.violations
         );
         println!("messages per entry: {:.2}", summary.messages_per_entry);
+        let info = registry::mutex(&args.mutex)?;
+        let n = u64::from(args.nodes);
+        let (remote, local) = ((info.light_load)(n, false), (info.light_load)(n, true));
+        let range =
+            |(lo, hi): (u64, u64)| if lo == hi { lo.to_string() } else { format!("{lo}..{hi}") };
+        if remote == local {
+            println!("theory: {} per entry", range(remote));
+        } else {
+            println!(
+                "theory: {} per entry from a node that is not the coordinator, {} from the coordinator \
+                 itself ({} of {} entries here)",
+                range(remote),
+                range(local),
+                summary.coordinator_entries,
+                summary.entries
+            );
+        }
         for f in &summary.failures {
             println!(
                 "  seed {}: {}: {}\n    replay: coterie sim --mutex {} --election {} --nodes {} --crashes {} --seed {} --trace",

@@ -33,7 +33,7 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
     if let Some(addr) = args.check {
         return check(&addr, args.json);
     }
-    common::init_logging(log_format, "info");
+    let _logs = common::init_logging(log_format, "info");
     let addr = args.listen.expect("clap requires --listen or --check");
     common::small_runtime()?.block_on(async {
         let listener = tokio::net::TcpListener::bind(&addr)

@@ -38,6 +38,9 @@ pub struct Args {
     /// Check entries at this witness (default: the configuration's).
     #[arg(long, value_name = "ADDR")]
     witness: Option<String>,
+    /// Do not check entries at any witness (measures the lock alone).
+    #[arg(long, conflicts_with = "witness")]
+    no_witness: bool,
     /// Print a JSON report.
     #[arg(long)]
     json: bool,
@@ -106,7 +109,10 @@ pub async fn drive(spec: Spec) -> Result<Report> {
         None => None,
     };
     let tally = Arc::new(Tally::default());
-    let histogram = Arc::new(Mutex::new(Histogram::<u64>::new(3).expect("valid precision")));
+    // Microseconds, from 1 µs to an hour; `saturating_record` clamps to the
+    // bounds (an unbounded `new` would clamp everything to its initial 2).
+    let histogram = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
+    let histogram = Arc::new(Mutex::new(histogram));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for node in &spec.nodes {
@@ -244,10 +250,8 @@ pub fn print(report: &Report) {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let cfg = args.target.load_config()?;
-    let witness = args
-        .witness
-        .clone()
-        .or_else(|| cfg.as_ref().and_then(|c| c.witness.as_ref()).map(|w| w.addr.clone()));
+    let configured = cfg.as_ref().and_then(|c| c.witness.as_ref()).map(|w| w.addr.clone());
+    let witness = if args.no_witness { None } else { args.witness.clone().or(configured) };
     let spec = Spec {
         nodes: args.target.nodes()?,
         clients: args.clients,
@@ -258,7 +262,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         deadline: None,
         progress: !args.json,
     };
-    let report = common::runtime()?.block_on(drive(spec))?;
+    let report = common::small_runtime()?.block_on(drive(spec))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -1,0 +1,259 @@
+//! Real nodes on loopback sockets, in one process: the lock, failover, and
+//! what happens to bad input and vanishing clients.
+//!
+//! Deadlines here bound liveness (a test that would hang fails instead);
+//! they are generous and assert nothing about speed.
+
+use coterie_core::wire::{Hello, PeerFrame, PROTOCOL_VERSION};
+use coterie_core::NodeId;
+use coterie_node::codec::{read_frame, write_frame};
+use coterie_node::node::{self, Listeners};
+use coterie_node::{Acquired, Client, Config};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+struct TestCluster {
+    cfg: Config,
+    stops: Vec<Option<oneshot::Sender<()>>>,
+}
+
+impl TestCluster {
+    async fn start(n: u32, mutex: &str) -> TestCluster {
+        let mut listeners = Vec::new();
+        let mut toml = format!(
+            "[cluster]\nname = \"test\"\nmutex = \"{mutex}\"\nelection = \"bully\"\n\
+             [timing]\nheartbeat = \"20ms\"\nfailure_timeout = \"150ms\"\n"
+        );
+        for id in 1..=n {
+            let peer = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let client = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            toml += &format!(
+                "[[node]]\nid = {id}\npeer = \"{}\"\nclient = \"{}\"\n",
+                peer.local_addr().unwrap(),
+                client.local_addr().unwrap()
+            );
+            listeners.push(Listeners { peer, client });
+        }
+        let cfg = Config::parse(&toml, Path::new("test.toml")).unwrap();
+        let mut stops = Vec::new();
+        for (i, l) in listeners.into_iter().enumerate() {
+            let (tx, rx) = oneshot::channel::<()>();
+            let cfg = cfg.clone();
+            tokio::spawn(async move {
+                node::run(cfg, i as u32 + 1, l, async {
+                    let _ = rx.await;
+                })
+                .await
+                .unwrap();
+            });
+            stops.push(Some(tx));
+        }
+        let cluster = TestCluster { cfg, stops };
+        cluster.agreed_on(n).await;
+        cluster
+    }
+
+    fn client_addr(&self, id: u32) -> String {
+        self.cfg.node(id).unwrap().client.clone()
+    }
+
+    fn peer_addr(&self, id: u32) -> String {
+        self.cfg.node(id).unwrap().peer.clone()
+    }
+
+    async fn client(&self, id: u32) -> Client {
+        Client::connect(&self.client_addr(id)).await.unwrap()
+    }
+
+    fn stop(&mut self, id: u32) {
+        if let Some(tx) = self.stops[id as usize - 1].take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Waits until every running node follows `leader`.
+    async fn agreed_on(&self, leader: u32) {
+        let wait = async {
+            loop {
+                let mut all = true;
+                for (i, stop) in self.stops.iter().enumerate() {
+                    if stop.is_none() {
+                        continue;
+                    }
+                    let s = match Client::connect(&self.client_addr(i as u32 + 1)).await {
+                        Ok(mut c) => c.status().await.ok(),
+                        Err(_) => None,
+                    };
+                    all &= s.is_some_and(|s| s.coordinator == Some(leader) && s.joined);
+                }
+                if all {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(PATIENCE, wait).await.expect("nodes never agreed on the coordinator");
+    }
+}
+
+/// Several clients on every node: never two inside at once, fences rising.
+async fn exclusive_with_rising_fences(mutex: &str) {
+    let cluster = TestCluster::start(3, mutex).await;
+    let inside = Arc::new(AtomicBool::new(false));
+    let last_fence = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for id in 1..=3 {
+        for _ in 0..2 {
+            let mut client = cluster.client(id).await;
+            let (inside, last_fence) = (inside.clone(), last_fence.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..25 {
+                    let Acquired::Granted(fence) =
+                        client.acquire(Some(PATIENCE), false).await.unwrap()
+                    else {
+                        panic!("not granted");
+                    };
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    let previous = last_fence.swap(fence, Ordering::SeqCst);
+                    assert!(fence > previous, "fence {fence} after {previous}");
+                    tokio::task::yield_now().await;
+                    inside.store(false, Ordering::SeqCst);
+                    client.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        tokio::time::timeout(PATIENCE, t).await.expect("workload hung").unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn centralized_lock_is_exclusive_and_fences_rise() {
+    exclusive_with_rising_fences("centralized").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ricart_agrawala_lock_is_exclusive_and_fences_rise() {
+    exclusive_with_rising_fences("ricart-agrawala").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_coordinator_is_replaced_and_the_lock_keeps_working() {
+    let mut cluster = TestCluster::start(3, "centralized").await;
+    let mut holder = cluster.client(1).await;
+    let Acquired::Granted(before) = holder.acquire(Some(PATIENCE), false).await.unwrap() else {
+        panic!("not granted")
+    };
+    holder.release().await.unwrap();
+    cluster.stop(3);
+    cluster.agreed_on(2).await;
+    let mut client = cluster.client(1).await;
+    let Acquired::Granted(after) = client.acquire(Some(PATIENCE), false).await.unwrap() else {
+        panic!("not granted after failover")
+    };
+    assert!(after > before, "the new coordinator's fence {after} exceeds {before}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_that_vanishes_while_holding_is_released() {
+    let cluster = TestCluster::start(3, "centralized").await;
+    let mut first = cluster.client(1).await;
+    assert!(matches!(first.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));
+    let mut second = cluster.client(2).await;
+    assert_eq!(
+        second.acquire(Some(Duration::from_millis(200)), false).await.unwrap(),
+        Acquired::TimedOut,
+        "held by the first client"
+    );
+    drop(first);
+    assert!(matches!(second.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_that_vanishes_while_waiting_gives_up_its_place() {
+    let cluster = TestCluster::start(3, "centralized").await;
+    let mut holder = cluster.client(1).await;
+    assert!(matches!(holder.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));
+    // A waiter on node 2 gives up by disconnecting mid-wait.
+    let mut raw = TcpStream::connect(cluster.client_addr(2)).await.unwrap();
+    let request =
+        coterie_node::protocol::ClientRequest::Acquire { timeout_ms: None, try_lock: false };
+    write_frame(&mut raw, &request).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(raw);
+    let mut next = cluster.client(2).await;
+    holder.release().await.unwrap();
+    assert!(matches!(next.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));
+    let status = next.status().await.unwrap();
+    assert_eq!(status.cs_state, coterie_core::CsState::Held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_on_a_held_lock_is_busy() {
+    let cluster = TestCluster::start(2, "centralized").await;
+    let mut holder = cluster.client(1).await;
+    assert!(matches!(holder.acquire(None, false).await.unwrap(), Acquired::Granted(_)));
+    let mut other = cluster.client(2).await;
+    assert_eq!(other.acquire(None, true).await.unwrap(), Acquired::Busy);
+}
+
+async fn still_serves(cluster: &TestCluster) {
+    let mut client = cluster.client(1).await;
+    assert!(matches!(client.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));
+    client.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_and_oversized_frames_are_refused_and_the_node_keeps_serving() {
+    let cluster = TestCluster::start(2, "centralized").await;
+    for addr in [cluster.peer_addr(1), cluster.client_addr(1)] {
+        // Random bytes.
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        s.write_all(&[0, 0, 0, 12, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8]).await.unwrap();
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(PATIENCE, s.read_to_end(&mut rest)).await.expect("not closed");
+        // A length prefix far over the limit.
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        s.write_all(&u32::MAX.to_be_bytes()).await.unwrap();
+        let _ = tokio::time::timeout(PATIENCE, s.read_to_end(&mut rest)).await.expect("not closed");
+    }
+    still_serves(&cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_for_another_cluster_or_node_is_refused_with_the_reason() {
+    let cluster = TestCluster::start(2, "centralized").await;
+    let hello = Hello {
+        cluster: "test".into(),
+        node: NodeId(2),
+        protocol: PROTOCOL_VERSION,
+        mutex: "centralized".into(),
+        election: "bully".into(),
+    };
+    let cases = [
+        (Hello { cluster: "prod".into(), ..hello.clone() }, "cluster"),
+        (Hello { node: NodeId(9), ..hello.clone() }, "not a peer"),
+        (Hello { mutex: "ricart-agrawala".into(), ..hello.clone() }, "algorithms"),
+        (Hello { protocol: PROTOCOL_VERSION + 1, ..hello }, "protocol"),
+    ];
+    for (bad, reason) in cases {
+        let mut s = TcpStream::connect(cluster.peer_addr(1)).await.unwrap();
+        write_frame(&mut s, &PeerFrame::Hello(bad)).await.unwrap();
+        let mut buf = Vec::new();
+        match read_frame::<PeerFrame, _>(&mut s, &mut buf).await.unwrap() {
+            Some(PeerFrame::Refused(why)) => {
+                assert!(why.contains(reason), "{why:?} should say {reason}")
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    still_serves(&cluster).await;
+}

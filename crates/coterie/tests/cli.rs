@@ -1,0 +1,252 @@
+//! The `coterie` binary end to end: real processes on loopback.
+//!
+//! Deadlines bound liveness so that a broken build fails instead of
+//! hanging; they are generous and assert nothing about speed.
+
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_coterie");
+
+fn coterie(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run coterie")
+}
+
+fn free_ports(n: usize) -> Vec<u16> {
+    let ls: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+/// A cluster of `n` node processes started with `coterie up`.
+struct Up {
+    child: Child,
+    config: PathBuf,
+    _dir: TempDir,
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Up {
+    fn start(n: u32, name: &str) -> Up {
+        let dir = std::env::temp_dir().join(format!("coterie-cli-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ports = free_ports(2 * n as usize);
+        let mut toml = String::from(
+            "[cluster]\nname = \"cli\"\nmutex = \"centralized\"\nelection = \"bully\"\n\
+             [timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n",
+        );
+        for i in 0..n as usize {
+            toml += &format!(
+                "[[node]]\nid = {}\npeer = \"127.0.0.1:{}\"\nclient = \"127.0.0.1:{}\"\n",
+                i + 1,
+                ports[2 * i],
+                ports[2 * i + 1]
+            );
+        }
+        let config = dir.join("cluster.toml");
+        std::fs::File::create(&config).unwrap().write_all(toml.as_bytes()).unwrap();
+        let log = std::fs::File::create(dir.join("up.log")).unwrap();
+        let child = Command::new(BIN)
+            .args(["up", "--config"])
+            .arg(&config)
+            .stderr(log)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let up = Up { child, config, _dir: TempDir(dir) };
+        up.wait_for(|rows| agreed(rows).is_some_and(|(c, n_up)| c == n && n_up == n as usize));
+        up
+    }
+
+    fn config(&self) -> &str {
+        self.config.to_str().unwrap()
+    }
+
+    fn status(&self) -> Vec<Value> {
+        let out = coterie(&["status", "--config", self.config(), "--json"]);
+        serde_json::from_slice(&out.stdout).unwrap_or_default()
+    }
+
+    fn wait_for(&self, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let start = Instant::now();
+        loop {
+            let rows = self.status();
+            if done(&rows) {
+                return rows;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "cluster never settled: {rows:#?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The pid of node `id`'s process, a child of `coterie up`.
+    fn node_pid(&self, id: u32) -> u32 {
+        let needle = format!("--id\0{id}\0");
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            if cmdline.contains(self.config()) && cmdline.contains(&needle) {
+                return pid;
+            }
+        }
+        panic!("no process for node {id}");
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        unsafe_kill(self.child.id(), 15);
+        let _ = self.child.wait();
+    }
+}
+
+fn unsafe_kill(pid: u32, signal: i32) {
+    let _ = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status();
+}
+
+/// The coordinator every reachable node agrees on, and how many agree.
+fn agreed(rows: &[Value]) -> Option<(u32, usize)> {
+    let reachable: Vec<&Value> = rows.iter().filter(|r| r["reachable"] == true).collect();
+    let first = reachable.first()?["coordinator"].as_u64()?;
+    let all = reachable
+        .iter()
+        .all(|r| r["coordinator"].as_u64() == Some(first) && r["epoch"] == reachable[0]["epoch"]);
+    all.then_some((first as u32, reachable.len()))
+}
+
+#[test]
+fn lock_runs_the_command_with_a_fence_and_returns_its_exit_code() {
+    let up = Up::start(3, "lock");
+    let out = coterie(&[
+        "lock",
+        "--config",
+        up.config(),
+        "--",
+        "sh",
+        "-c",
+        "echo fence=$COTERIE_FENCE; exit 7",
+    ]);
+    assert_eq!(out.status.code(), Some(7), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let fence: u64 = stdout.trim().strip_prefix("fence=").unwrap().parse().unwrap();
+    assert!(fence > 0);
+}
+
+#[test]
+fn concurrent_locks_never_overlap() {
+    let up = Up::start(3, "overlap");
+    let dir = std::env::temp_dir().join(format!("coterie-overlap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = TempDir(dir.clone());
+    let script =
+        "date +%s%N > $D/start.$COTERIE_NODE; sleep 0.5; date +%s%N > $D/end.$COTERIE_NODE";
+    let children: Vec<Child> = [1, 2]
+        .iter()
+        .map(|node| {
+            Command::new(BIN)
+                .args([
+                    "lock",
+                    "--config",
+                    up.config(),
+                    "--node",
+                    &node.to_string(),
+                    "--",
+                    "sh",
+                    "-c",
+                    script,
+                ])
+                .env("D", &dir)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let read = |name: &str| -> u128 {
+        std::fs::read_to_string(dir.join(name)).unwrap().trim().parse().unwrap()
+    };
+    let (s1, e1, s2, e2) = (read("start.1"), read("end.1"), read("start.2"), read("end.2"));
+    assert!(e1 <= s2 || e2 <= s1, "the two critical sections overlapped");
+}
+
+#[test]
+fn try_on_a_held_lock_and_timeouts_exit_75() {
+    let up = Up::start(2, "try");
+    let mut holder = Command::new(BIN)
+        .args(["lock", "--config", up.config(), "--node", "1", "--", "sleep", "3"])
+        .spawn()
+        .unwrap();
+    up.wait_for(|rows| rows.iter().any(|r| r["cs_state"] == "held"));
+    let tried = coterie(&["lock", "--config", up.config(), "--node", "2", "--try", "--", "true"]);
+    assert_eq!(tried.status.code(), Some(75));
+    assert!(String::from_utf8_lossy(&tried.stderr).contains("busy"));
+    let timed = coterie(&[
+        "lock",
+        "--config",
+        up.config(),
+        "--node",
+        "2",
+        "--timeout",
+        "100ms",
+        "--",
+        "true",
+    ]);
+    assert_eq!(timed.status.code(), Some(75));
+    assert!(String::from_utf8_lossy(&timed.stderr).contains("not acquired within 100ms"));
+    holder.wait().unwrap();
+}
+
+#[test]
+fn killed_coordinator_is_replaced_by_the_next_highest() {
+    let up = Up::start(4, "kill");
+    unsafe_kill(up.node_pid(4), 9);
+    let rows = up.wait_for(|rows| agreed(rows).is_some_and(|(c, n)| c == 3 && n == 3));
+    let dead = rows.iter().find(|r| r["id"] == 4).unwrap();
+    assert_eq!(dead["reachable"], false, "the killed node is reported, not skipped");
+    assert!(dead["error"].as_str().is_some());
+}
+
+#[test]
+fn broken_config_gets_a_clear_error() {
+    let dir = std::env::temp_dir().join(format!("coterie-badcfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = TempDir(dir.clone());
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[cluster]\nname = \"x\"\nmutex = \"paxos\"\nelection = \"bully\"\n[[node]]\nid=1\npeer=\"a:1\"\nclient=\"a:2\"\n").unwrap();
+    let out = coterie(&["status", "--config", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown mutex algorithm \"paxos\""), "{err}");
+    let missing = coterie(&["status", "--config", "/nonexistent/cluster.toml"]);
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("cannot read /nonexistent/cluster.toml")
+    );
+}
+
+#[test]
+fn demo_runs_kills_the_coordinator_and_reports_no_violation() {
+    let out = coterie(&["demo", "--duration", "3s", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["entries"].as_u64().unwrap() > 0);
+    assert_eq!(report["violations"], 0);
+    assert_eq!(report["stale_fences"], 0);
+    let elections = report["elections"].as_array().unwrap();
+    assert_eq!(elections.len(), 3, "start, kill, restart");
+    assert_eq!(elections[1]["coordinator"], 4, "the next highest takes over");
+    assert_eq!(elections[2]["coordinator"], 5, "the restarted highest bullies back");
+    assert!(elections[1]["epoch"].as_u64() > elections[0]["epoch"].as_u64());
+    let logs = Path::new(report["logs"].as_str().unwrap());
+    assert!(logs.join("node5.log").exists(), "the demo keeps each node's log");
+}
