@@ -240,10 +240,13 @@ impl ElectionAlgorithm for Bully {
 
     fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<BullyMsg>) {
         self.alive.insert(peer);
-        // A newcomer missed the announcement: tell it who coordinates. (A
-        // higher newcomer will hold its own election and take over.)
+        // A lower newcomer missed the announcement: tell it who coordinates.
+        // A higher one is not told: it holds its own election and takes
+        // over, and a claim from below would only make it elect twice.
         if let (true, Some((_, epoch))) = (self.is_coordinator(), self.current) {
-            out.send(peer, BullyMsg::Coordinator { epoch });
+            if peer < self.id {
+                out.send(peer, BullyMsg::Coordinator { epoch });
+            }
         }
     }
 
@@ -448,12 +451,13 @@ mod tests {
     }
 
     #[test]
-    fn coordinator_announces_itself_to_a_newcomer() {
-        let mut b = node(5, 5, &[4]);
+    fn coordinator_announces_itself_to_a_lower_newcomer_only() {
+        let mut b = node(5, 6, &[4]);
         let mut out = Out::new();
         b.handle_start(T, &mut out);
         out.take();
         b.handle_peer_up(T, n(2), &mut out);
+        b.handle_peer_up(T, n(6), &mut out);
         assert_eq!(
             out.take(),
             vec![Action::Send { to: n(2), msg: BullyMsg::Coordinator { epoch: e(1, 5) } }]

@@ -243,7 +243,7 @@ pub fn print(report: &Report) {
         report.latency_ms.max
     );
     println!(
-        "messages per entry {:.2}; witness: {} violations, {} stale fences; {} client errors",
+        "messages per entry {:.2}; witness: {} violations, {} stale fences; {} failed client attempts",
         report.messages_per_entry, report.violations, report.stale_fences, report.errors
     );
 }
