@@ -4,7 +4,7 @@
 # No base image can be pulled where coterie is built, so the image holds
 # only what the binary needs: the release build of `coterie` (an ordinary,
 # dynamically linked glibc binary), the shared libraries `ldd` lists for it,
-# the dynamic loader, a two-line /etc/nsswitch.conf and the docker cluster
+# the dynamic loader, a one-line /etc/nsswitch.conf and the docker cluster
 # config. Host names (compose service names) are resolved by glibc's
 # built-in `files` and `dns` NSS backends against the /etc/hosts and
 # /etc/resolv.conf that Docker mounts into every container.

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # End-to-end test of the docker packaging: build the image, start five nodes
 # and a witness with compose, check they agree on coordinator 5, run a
-# workload, kill node5, check the survivors elect 4, run another workload,
-# and ask the witness whether mutual exclusion ever broke.
+# workload over all five, kill node5 while node1's clients are working,
+# check the survivors agree on 4, run a workload on each survivor, freeze
+# node4 (docker pause: a silent failure only heartbeats can detect) and
+# check 1-3 agree on 3, thaw it and check 4 takes over again, and ask the
+# witness whether mutual exclusion ever broke (every entry of every workload
+# is checked there with its fencing token).
 #
 # Exits 0 on success; on failure prints why and the last 50 log lines of
 # every container. The compose project gets a name of its own and is always
@@ -15,7 +19,8 @@
 #   COTERIE_IMAGE       image to test (default coterie:latest)
 #   START_TIMEOUT       seconds for the first agreement      (default 60)
 #   ELECT_TIMEOUT       seconds for the re-election          (default 15)
-#   WORKLOAD_ARGS       workload flags (default: --clients 2 --requests 50 --hold 1ms)
+#   WORKLOAD_ARGS       flags of the before/after workloads
+#                       (default: --clients 2 --requests 50 --hold 1ms)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,13 +46,22 @@ else
 fi
 DC=("${COMPOSE[@]}" -p "$PROJECT" -f "$ROOT/docker-compose.yml")
 export COTERIE_IMAGE="${COTERIE_IMAGE:-coterie:latest}"
+# Plain logs (no ANSI colours) in the containers, for the failure dump.
+export NO_COLOR=1
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/coterie-e2e.XXXXXX")"
 STARTED=0
+WORKLOAD_PIDS=()
 
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
+    # Background workloads of this script (their execs end with the
+    # containers anyway).
+    local pid
+    for pid in "${WORKLOAD_PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
     if [ "$rc" -ne 0 ] && [ "$STARTED" = 1 ]; then
         log "container states:"
         "${DC[@]}" ps 2>&1 || true
@@ -71,15 +85,15 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# Run the coterie CLI inside a running service's container (the image has no
-# shell, so the binary is exec'd directly). stdout is the command's; its
-# stderr (logs) goes to $TMP/stderr. Bounded, so a hung command fails the
-# test instead of hanging it.
+# cot SERVICE TIMEOUT_S ARGS...: run the coterie CLI inside a running
+# service's container (the image has no shell, so the binary is exec'd
+# directly). stdout is the command's; its stderr goes to $COT_ERR (default
+# $TMP/stderr). Bounded, so a hung command fails the test, not hangs it.
 cot() {
     local svc="$1" limit="$2"
     shift 2
     timeout --kill-after=5 "$limit" \
-        "${DC[@]}" exec -T "$svc" /coterie "$@" </dev/null 2>"$TMP/stderr"
+        "${DC[@]}" exec -T "$svc" /coterie "$@" </dev/null 2>"${COT_ERR:-$TMP/stderr}"
 }
 
 # Reads `status --json` on stdin. Prints a one-line picture of the cluster;
@@ -111,14 +125,15 @@ ok = all(i in by_id and by_id[i].get("reachable") is not False
 sys.exit(0 if ok else 1)
 '
 
-# wait_for_coordinator FROM_SERVICE WANT IDS TIMEOUT_S
+# wait_for_coordinator FROM_SERVICE WANT IDS TIMEOUT_S [START_NS]
 # Polls status from FROM_SERVICE until every node in IDS (comma-separated)
 # is reachable and agrees that WANT is the coordinator. Prints the cluster's
-# picture whenever it changes. Sets WAITED_MS.
+# picture whenever it changes. Sets WAITED_MS: milliseconds from START_NS
+# (date +%s%N; default: now) to the poll that saw agreement.
 wait_for_coordinator() {
     local from="$1" want="$2" ids="$3" limit="$4"
     local start now deadline line last="" out rc exec_rc
-    start="$(date +%s%N)"
+    start="${5:-$(date +%s%N)}"
     deadline=$(($(date +%s) + limit))
     while :; do
         exec_rc=0
@@ -139,7 +154,11 @@ wait_for_coordinator() {
             return 0
         fi
         if [ "$(date +%s)" -ge "$deadline" ]; then
-            log "  last status output: $out"
+            log "  last status output, one node a line:"
+            printf '%s' "$out" | python3 -c '
+import json, sys
+for row in json.load(sys.stdin):
+    print("    " + json.dumps(row, sort_keys=True))' 2>/dev/null || printf '    %s\n' "$out"
             [ -s "$TMP/stderr" ] && log "  last status stderr: $(tail -n 5 "$TMP/stderr")"
             return 1
         fi
@@ -158,13 +177,16 @@ try:
 except Exception as e:
     print("unparsable %s output (%s): %r" % (kind, e, raw[:300]))
     sys.exit(1)
+def num(x, fmt):
+    return fmt % x if isinstance(x, (int, float)) else str(x)
 v, s = r.get("violations"), r.get("stale_fences")
 if kind == "workload":
     lat = r.get("latency_ms") or {}
-    print("entries=%s throughput=%s/s latency_ms p50=%s p99=%s max=%s "
+    print("entries=%s errors=%s throughput=%s/s latency_ms p50=%s p99=%s max=%s "
           "messages/entry=%s violations=%s stale_fences=%s" % (
-          r.get("entries"), r.get("throughput_per_s"), lat.get("p50"),
-          lat.get("p99"), lat.get("max"), r.get("messages_per_entry"), v, s))
+          r.get("entries"), r.get("errors"), num(r.get("throughput_per_s"), "%.0f"),
+          num(lat.get("p50"), "%.3f"), num(lat.get("p99"), "%.3f"),
+          num(lat.get("max"), "%.3f"), num(r.get("messages_per_entry"), "%.2f"), v, s))
     ok = v == 0 and s == 0 and isinstance(r.get("entries"), int) and r["entries"] > 0
 else:
     print("entries=%s violations=%s stale_fences=%s max_holders=%s" % (
@@ -173,21 +195,51 @@ else:
 sys.exit(0 if ok else 1)
 '
 
-# run_workload FROM_SERVICE LABEL  -> sets REPORT
-run_workload() {
-    local from="$1" label="$2" out rc=0
-    log "workload ($label) from $from: workload ${WORKLOAD_FLAGS[*]}"
-    out="$(cot "$from" 180 workload --config "$CONFIG" "${WORKLOAD_FLAGS[@]}" --json)" || rc=$?
+# start_workload NAME FROM_SERVICE FLAGS...
+# Starts `coterie workload --config ... FLAGS --json` inside FROM_SERVICE in
+# the background; its stdout, stderr and exit status land in $TMP/wl-NAME.*.
+start_workload() {
+    local name="$1" from="$2"
+    shift 2
+    log "workload $name (from $from): workload $*"
+    (
+        rc=0
+        COT_ERR="$TMP/wl-$name.err" cot "$from" 180 workload --config "$CONFIG" "$@" --json \
+            >"$TMP/wl-$name.out" || rc=$?
+        date +%s%N >"$TMP/wl-$name.end"
+        echo "$rc" >"$TMP/wl-$name.rc"
+    ) &
+    WORKLOAD_PIDS+=("$!")
+}
+
+# finish_workload NAME: waits for it, checks its report, sets REPORT.
+finish_workload() {
+    local name="$1" rc out
+    while [ ! -e "$TMP/wl-$name.rc" ]; do sleep 0.2; done
+    rc="$(cat "$TMP/wl-$name.rc")"
+    out="$(cat "$TMP/wl-$name.out")"
     if [ "$rc" -ne 0 ]; then
-        log "  workload output: $out"
-        log "  workload stderr (tail):"; tail -n 20 "$TMP/stderr" >&2 || true
-        fail "workload ($label) exited with status $rc"
+        log "  workload $name output: $out"
+        log "  workload $name stderr (tail):"; tail -n 20 "$TMP/wl-$name.err" >&2 || true
+        fail "workload $name exited with status $rc"
     fi
     if ! REPORT="$(printf '%s' "$out" | python3 -c "$REPORT_CHECK" workload)"; then
-        log "  workload output: $out"
-        fail "workload ($label): $REPORT"
+        log "  workload $name output: $out"
+        fail "workload $name: $REPORT"
     fi
-    log "  $REPORT"
+    log "  workload $name: $REPORT"
+}
+
+# overlap_note NAME EVENT_NS WHAT: did background workload NAME run past the
+# event? Only timing can make it miss (a slow machine); say so loudly
+# rather than fail.
+overlap_note() {
+    local ms=$((($(cat "$TMP/wl-$1.end") - $2) / 1000000))
+    if [ "$ms" -gt 0 ]; then
+        echo "its clients kept working through the $3 and ended ${ms} ms after it"
+    else
+        echo "WARNING: it ended $((-ms)) ms BEFORE the $3, so it did not test it (slow machine? raise its --requests)"
+    fi
 }
 
 # --- 1. image ---------------------------------------------------------------
@@ -212,14 +264,22 @@ sed 's/^/  /' "$TMP/up.log"
 log "waiting (up to ${START_TIMEOUT}s) for nodes 1-5 to agree on coordinator 5"
 wait_for_coordinator node1 5 1,2,3,4,5 "$START_TIMEOUT" \
     || fail "nodes 1-5 did not agree on coordinator 5 within ${START_TIMEOUT}s"
-log "nodes 1-5 agree on coordinator 5 (${WAITED_MS} ms after the first poll)"
+log "nodes 1-5 agree on coordinator 5"
 
 # --- 3. workload with all five nodes ---------------------------------------
-run_workload node1 "5 nodes"
-REPORT_BEFORE="$REPORT"
+start_workload all-5 node1 "${WORKLOAD_FLAGS[@]}"
+finish_workload all-5
+REPORT_ALL5="$REPORT"
 
-# --- 4. kill the coordinator -------------------------------------------------
+# --- 4. kill the coordinator while node1's clients are working --------------
+# (Only node1's clients: a workload's clients of a node that dies keep
+# reconnecting until they have made all their requests, so a workload over
+# the whole configuration would never finish once node5 is gone.)
+start_workload failover node1 --node 1 --clients 2 --requests 400 --hold 1ms --think 10ms
+sleep 2
+
 log "killing node5 (the coordinator)"
+KILLED_AT="$(date +%s%N)"
 if ! "${DC[@]}" kill node5 >"$TMP/kill.log" 2>&1; then
     sed 's/^/  /' "$TMP/kill.log"
     fail "compose kill node5 failed"
@@ -228,18 +288,82 @@ sed 's/^/  /' "$TMP/kill.log"
 node5_id="$("${DC[@]}" ps -q node5)"
 state="$(docker inspect --format '{{.State.Status}}' "$node5_id" 2>/dev/null || echo unknown)"
 [ "$state" = exited ] || fail "node5 is '$state' after kill, expected 'exited'"
+# When the container really died (the kill command itself takes a while).
+finished="$(docker inspect --format '{{.State.FinishedAt}}' "$node5_id" 2>/dev/null || true)"
+KILLED_AT="$(date -d "$finished" +%s%N 2>/dev/null || echo "$KILLED_AT")"
 
 log "waiting (up to ${ELECT_TIMEOUT}s) for nodes 1-4 to agree on coordinator 4"
-wait_for_coordinator node1 4 1,2,3,4 "$ELECT_TIMEOUT" \
+wait_for_coordinator node1 4 1,2,3,4 "$ELECT_TIMEOUT" "$KILLED_AT" \
     || fail "survivors 1-4 did not agree on coordinator 4 within ${ELECT_TIMEOUT}s of killing node5"
 ELECTION_MS="$WAITED_MS"
-log "nodes 1-4 agree on coordinator 4, ${ELECTION_MS} ms after the kill (polling granularity ~1 s)"
+log "nodes 1-4 agree on coordinator 4, seen ${ELECTION_MS} ms after node5 died (an upper bound: each poll is a compose exec)"
+# The nodes' own timestamps are sharper: when did the last survivor log
+# that 4 was elected? (Informational; "n/a" if the log lines change shape.)
+ELECTION_LOGGED="$("${DC[@]}" logs --no-color node1 node2 node3 node4 2>/dev/null | python3 -c '
+import datetime, re, sys
+killed_ns = int(sys.argv[1])
+first = {}
+for line in sys.stdin:
+    m = re.search(r"\|\s*(\S+Z)\s.*node\{id=(\d+)\}.*coordinator elected.*coordinator=4\b", line)
+    if not m:
+        continue
+    t = datetime.datetime.strptime(m.group(1)[:26].rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f")
+    ns = int(t.replace(tzinfo=datetime.timezone.utc).timestamp() * 1e9)
+    if ns >= killed_ns - 10**9:
+        first.setdefault(m.group(2), ns)
+if len(first) == 4:
+    print("%d ms" % max(0, (max(first.values()) - killed_ns) // 10**6))
+else:
+    print("n/a")
+' "$KILLED_AT" 2>/dev/null || echo n/a)"
+log "  per the nodes' logs, the last survivor learned of coordinator 4 $ELECTION_LOGGED after node5 died"
+
+finish_workload failover
+REPORT_FAILOVER="$REPORT"
+OVERLAP="$(overlap_note failover "$KILLED_AT" kill)"
+log "  workload failover: $OVERLAP"
 
 # --- 5. workload with the survivors ----------------------------------------
-run_workload node1 "4 survivors"
-REPORT_AFTER="$REPORT"
+# One workload per survivor, all at once (--node picks one node).
+for id in 1 2 3 4; do
+    start_workload "survivor-$id" "node$id" --node "$id" "${WORKLOAD_FLAGS[@]}"
+done
+REPORT_SURVIVORS=""
+for id in 1 2 3 4; do
+    finish_workload "survivor-$id"
+    REPORT_SURVIVORS="$REPORT_SURVIVORS
+    node $id: $REPORT"
+done
 
-# --- 6. witness -------------------------------------------------------------
+# --- 6. a silent failure: freeze the new coordinator -----------------------
+# A killed container's sockets are closed by the kernel, so its peers hear
+# of the death at once. A paused (frozen) one keeps its connections open and
+# just stops answering: only the heartbeat timeout can notice. When it thaws
+# it is the highest id again and takes over; meanwhile node1's clients keep
+# working and the witness checks every entry, stale coordinator or not.
+start_workload pause node1 --node 1 --clients 2 --requests 400 --hold 1ms --think 10ms
+sleep 2
+log "pausing node4 (the coordinator)"
+PAUSED_AT="$(date +%s%N)"
+"${DC[@]}" pause node4 >"$TMP/pause.log" 2>&1 || { cat "$TMP/pause.log"; fail "compose pause node4 failed"; }
+log "waiting (up to ${ELECT_TIMEOUT}s) for nodes 1-3 to agree on coordinator 3"
+wait_for_coordinator node1 3 1,2,3 "$ELECT_TIMEOUT" "$PAUSED_AT" \
+    || fail "nodes 1-3 did not agree on coordinator 3 within ${ELECT_TIMEOUT}s of pausing node4"
+PAUSE_MS="$WAITED_MS"
+log "nodes 1-3 agree on coordinator 3, seen ${PAUSE_MS} ms after the pause"
+log "unpausing node4"
+UNPAUSED_AT="$(date +%s%N)"
+"${DC[@]}" unpause node4 >"$TMP/unpause.log" 2>&1 || { cat "$TMP/unpause.log"; fail "compose unpause node4 failed"; }
+wait_for_coordinator node1 4 1,2,3,4 "$ELECT_TIMEOUT" "$UNPAUSED_AT" \
+    || fail "nodes 1-4 did not agree on coordinator 4 within ${ELECT_TIMEOUT}s of unpausing node4"
+UNPAUSE_MS="$WAITED_MS"
+log "nodes 1-4 agree on coordinator 4 again, seen ${UNPAUSE_MS} ms after the unpause"
+finish_workload pause
+REPORT_PAUSE="$REPORT"
+OVERLAP_PAUSE="$(overlap_note pause "$UNPAUSED_AT" "pause and the unpause")"
+log "  workload pause: $OVERLAP_PAUSE"
+
+# --- 7. witness -------------------------------------------------------------
 log "asking the witness"
 rc=0
 out="$(cot node1 30 witness --check witness:7300 --json)" || rc=$?
@@ -253,10 +377,17 @@ log "  witness: $WITNESS"
 cat <<EOF
 
 coterie docker e2e summary
-  startup:       nodes 1-5 agreed on coordinator 5
-  workload (5):  $REPORT_BEFORE
-  kill node5:    nodes 1-4 agreed on coordinator 4 after ${ELECTION_MS} ms
-  workload (4):  $REPORT_AFTER
-  witness:       $WITNESS
+  startup:                nodes 1-5 agreed on coordinator 5
+  workload, 5 nodes:      $REPORT_ALL5
+  kill node5:             nodes 1-4 agreed on coordinator 4: logged ${ELECTION_LOGGED} after node5
+                          died, seen by status polling after ${ELECTION_MS} ms
+  workload over the kill: $REPORT_FAILOVER
+                          ($OVERLAP)
+  workloads, survivors:$REPORT_SURVIVORS
+  pause node4:            nodes 1-3 agreed on coordinator 3 after ${PAUSE_MS} ms;
+                          unpaused, nodes 1-4 agreed on 4 again after ${UNPAUSE_MS} ms
+  workload over pause:    $REPORT_PAUSE
+                          ($OVERLAP_PAUSE)
+  witness:                $WITNESS
 
 EOF

@@ -10,6 +10,10 @@
 //! then up again, as heard from), so every layer forgets what it expected of
 //! the old process.
 //!
+//! A node that was itself stalled (SIGSTOP, a long pause) notices the gap
+//! in its own timer and does not blame its peers for the silence it could
+//! not hear: see [`FailureDetector::forgive_stall`].
+//!
 //! The transport may also report that a peer's connection closed and that a
 //! redial was refused: the peer's process is gone, so the detector declares
 //! it down at once instead of waiting out the timeout. A hung process (one
@@ -99,6 +103,15 @@ impl FailureDetector {
         }
     }
 
+    /// This node itself was not running (stopped, swapped out, starved)
+    /// until `now`: silence it could not hear proves nothing about its
+    /// peers, so every up peer's silence is counted from `now` instead.
+    pub fn forgive_stall(&mut self, now: Time) {
+        for health in self.peers.values_mut().filter(|h| h.up) {
+            health.last_heard = health.last_heard.max(now);
+        }
+    }
+
     /// Suspects every up peer silent for longer than the timeout, in id
     /// order.
     pub fn check(&mut self, now: Time) -> Vec<Verdict> {
@@ -183,6 +196,15 @@ mod tests {
         assert_eq!(d.incarnation(NodeId(2), 7), None);
         assert_eq!(d.incarnation(NodeId(2), 8), Some(Verdict::Down(NodeId(2))));
         assert_eq!(d.heard_from(NodeId(2), ms(1)), Some(Verdict::Up(NodeId(2))));
+    }
+
+    #[test]
+    fn own_stall_is_not_blamed_on_peers() {
+        let mut d = FailureDetector::new([NodeId(2)], ms(250), ms(0));
+        d.heard_from(NodeId(2), ms(0));
+        d.forgive_stall(ms(2000));
+        assert!(d.check(ms(2000)).is_empty());
+        assert_eq!(d.check(ms(2250)), vec![Verdict::Down(NodeId(2))]);
     }
 
     #[test]

@@ -156,6 +156,9 @@ pub struct Engine {
     /// Armed algorithm timers.
     timers: BTreeMap<(Layer, TimerId), Time>,
     next_heartbeat: Time,
+    /// When `handle_timeout` last ran: a much later call means this node
+    /// was stalled in between.
+    last_tick: Time,
     /// While joining: when to stop waiting for silent peers.
     join_deadline: Option<Time>,
     /// While joining: peers whose heartbeat (epoch, watermark) has arrived.
@@ -192,6 +195,7 @@ impl Engine {
             mutex: (mutex_info.build)(&cfg),
             timers: BTreeMap::new(),
             next_heartbeat: now,
+            last_tick: now,
             join_deadline: Some(now + cfg.timing.failure_timeout),
             synced: BTreeSet::new(),
             request_pending: false,
@@ -411,6 +415,12 @@ impl Engine {
 
     /// Time passed: fires whatever is due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
+        // Timeouts come at least every heartbeat period; a gap longer than
+        // the failure timeout means this node was not running.
+        if now.saturating_sub(self.last_tick) > self.cfg.timing.failure_timeout {
+            self.detector.forgive_stall(now);
+        }
+        self.last_tick = now;
         if self.join_deadline.is_some_and(|d| d <= now) {
             self.join(now);
         }
@@ -642,5 +652,18 @@ mod tests {
         drain(&mut e);
         e.handle_link_down(ms(2), NodeId(2));
         assert!(drain(&mut e).contains(&Output::PeerDown(NodeId(2))));
+    }
+
+    #[test]
+    fn a_stalled_node_does_not_suspect_its_peers() {
+        let mut e = engine(1, 2);
+        e.handle_message(ms(1), NodeId(2), heartbeat()).unwrap();
+        e.handle_timeout(ms(50));
+        drain(&mut e);
+        // Stopped for two seconds, then the timer fires before any socket
+        // is read.
+        e.handle_timeout(ms(2050));
+        assert!(!drain(&mut e).contains(&Output::PeerDown(NodeId(2))));
+        assert!(e.is_up(NodeId(2)));
     }
 }

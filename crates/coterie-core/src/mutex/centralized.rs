@@ -28,7 +28,9 @@
 //! (with its fence). Holders keep holding, waiters are queued by their
 //! original stamps, so nobody loses their place, and nothing is granted
 //! until every live peer has reported. A holder or waiter the detector
-//! reports down leaves the holders or the queue.
+//! reports down leaves the holders or the queue. A peer that comes up later
+//! is queried too (costing two messages per rejoin): one that was wrongly
+//! suspected may still hold.
 //!
 //! Clocks: a request's stamp comes from the node's Lamport clock, which
 //! follows the coordinator's (GRANT carries it) and every peer's (through
@@ -341,8 +343,14 @@ impl MutexAlgorithm for Centralized {
         }
     }
 
-    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, _out: &mut Outbox<CentralizedMsg>) {
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<CentralizedMsg>) {
         self.alive.insert(peer);
+        // A coordinator asks a peer it did not hear from when it took over
+        // for its state: a restarted peer answers idle, but one that was
+        // wrongly suspected may still hold, and must be counted.
+        if let Some(m) = &self.manager {
+            out.send(peer, CentralizedMsg::StateQuery { epoch: m.epoch });
+        }
     }
 
     fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<CentralizedMsg>) {

@@ -19,11 +19,13 @@ use tokio::process::Child;
 /// Needs no configuration: it picks free ports on 127.0.0.1, starts
 /// --nodes node processes and a witness, and drives two clients per node
 /// through the critical section, every entry checked at the witness. A
-/// third of the way in it kills the coordinator's process (SIGKILL) and
-/// times the election that follows; two thirds in it restarts it. The
+/// third of the way in it kills the coordinator's process (SIGKILL; or
+/// stops it with SIGSTOP, `--fault stop`) and times the election that
+/// follows; two thirds in it restarts (or resumes) it. The
 /// timeline shows each election and how long the cluster took to agree;
 /// the summary shows entries, throughput, latency, messages per entry and
-/// what the witness saw. Exits non-zero if the witness saw a violation.
+/// what the witness saw. Exits non-zero if the witness saw a violation
+/// (after a kill, a stale fence counts as one too).
 #[derive(clap::Args)]
 pub struct Args {
     /// Mutual-exclusion algorithm.
@@ -47,6 +49,10 @@ pub struct Args {
     /// Time between a release and the next request.
     #[arg(long, default_value = "2ms", value_parser = common::parse_duration)]
     think: Duration,
+    /// How the coordinator fails: `kill` (SIGKILL, then a restart) or
+    /// `stop` (SIGSTOP, a hang its sockets do not reveal, then SIGCONT).
+    #[arg(long, default_value = "kill", value_parser = ["kill", "stop"])]
+    fault: String,
     /// Print a JSON report instead of text.
     #[arg(long)]
     json: bool,
@@ -108,7 +114,20 @@ impl Cluster {
         Ok(())
     }
 
+    /// Sends `signal` to node `id`'s process (SIGSTOP, SIGCONT).
+    fn signal(&self, id: u32, signal: i32) {
+        if let Some(pid) = self.children[id as usize - 1].as_ref().and_then(Child::id) {
+            // SAFETY: kill(2) on our own child with a valid signal number.
+            unsafe {
+                libc::kill(pid as libc::pid_t, signal);
+            }
+        }
+    }
+
     async fn stop_all(&mut self) {
+        for id in 1..=self.children.len() as u32 {
+            self.signal(id, libc::SIGCONT); // a stopped child cannot die of SIGTERM
+        }
         for child in self.children.iter().flatten() {
             if let Some(pid) = child.id() {
                 common::terminate(pid);
@@ -119,11 +138,11 @@ impl Cluster {
         }
     }
 
-    /// Every running node's status.
-    async fn views(&self) -> Vec<(u32, Result<Status, String>)> {
+    /// The status of every running node but `absent`.
+    async fn views(&self, absent: Option<u32>) -> Vec<(u32, Result<Status, String>)> {
         let mut out = Vec::new();
         for (i, node) in self.nodes.iter().enumerate() {
-            if self.children[i].is_some() {
+            if self.children[i].is_some() && absent != Some(i as u32 + 1) {
                 out.push((i as u32 + 1, status::fetch(node).await));
             }
         }
@@ -133,9 +152,29 @@ impl Cluster {
     /// Waits until every running node follows the same coordinator, for an
     /// epoch newer than `after`; returns it.
     async fn agreement(&self, after: Epoch, limit: Duration) -> Result<(u32, Epoch)> {
+        self.agreement_among(None, after, limit).await
+    }
+
+    /// As [`agreement`](Self::agreement), leaving `absent` (a stopped node,
+    /// which cannot answer) out.
+    async fn agreement_without(
+        &self,
+        absent: u32,
+        after: Epoch,
+        limit: Duration,
+    ) -> Result<(u32, Epoch)> {
+        self.agreement_among(Some(absent), after, limit).await
+    }
+
+    async fn agreement_among(
+        &self,
+        absent: Option<u32>,
+        after: Epoch,
+        limit: Duration,
+    ) -> Result<(u32, Epoch)> {
         let start = Instant::now();
         loop {
-            let views = self.views().await;
+            let views = self.views(absent).await;
             let first =
                 views.first().and_then(|(_, v)| v.as_ref().ok()).map(|s| (s.coordinator, s.epoch));
             let agreed = views.iter().all(|(_, v)| {
@@ -252,7 +291,13 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
     let _ = witness_task.await;
     let report = result?;
 
-    let clean = report.violations == 0 && report.stale_fences == 0 && report.entries > 0;
+    // Overlapping holders fail the demo. A stale fence is a grant the
+    // witness refused: after a hang the old coordinator may grant from its
+    // old epoch before it learns it was replaced, and refusing that grant
+    // is the fence doing its job; after a kill nothing should be stale.
+    let clean = report.violations == 0
+        && report.entries > 0
+        && (args.fault == "stop" || report.stale_fences == 0);
     let out = DemoReport {
         mutex: args.mutex.clone(),
         election: args.election.clone(),
@@ -322,42 +367,55 @@ async fn run_timeline(
     let driver = tokio::spawn(workload::drive(spec));
 
     tokio::time::sleep(args.duration / 3).await;
-    let killed_at = Instant::now();
-    cluster.kill(leader).await?;
-    note(timeline, format!("killed n{leader}, the coordinator (SIGKILL)"));
-    let (next, next_epoch) = cluster.agreement(epoch, Duration::from_secs(15)).await?;
-    let took = killed_at.elapsed().as_secs_f64() * 1000.0;
+    let failed_at = Instant::now();
+    let (failed, back) = if args.fault == "stop" {
+        cluster.signal(leader, libc::SIGSTOP);
+        note(timeline, format!("stopped n{leader}, the coordinator (SIGSTOP: a hang)"));
+        ("stopped", "resumed")
+    } else {
+        cluster.kill(leader).await?;
+        note(timeline, format!("killed n{leader}, the coordinator (SIGKILL)"));
+        ("killed", "restarted")
+    };
+    // A stopped node cannot answer status: agreement is among the others.
+    let (next, next_epoch) =
+        cluster.agreement_without(leader, epoch, Duration::from_secs(15)).await?;
+    let took = failed_at.elapsed().as_secs_f64() * 1000.0;
     note(
         timeline,
-        format!("survivors agree: n{next} coordinates {next_epoch}, {took:.1} ms after the kill"),
+        format!("survivors agree: n{next} coordinates {next_epoch}, {took:.1} ms after n{leader} {failed}"),
     );
     elections.push(Election {
         epoch: next_epoch.0,
         round: next_epoch.round(),
         coordinator: next,
         duration_ms: took,
-        cause: format!("n{leader} killed"),
+        cause: format!("n{leader} {failed}"),
     });
 
     tokio::time::sleep(args.duration / 3).await;
-    let restarted_at = Instant::now();
-    cluster.start(leader)?;
-    note(timeline, format!("restarted n{leader}"));
-    let (back, back_epoch) = cluster.agreement(next_epoch, Duration::from_secs(15)).await?;
-    let took = restarted_at.elapsed().as_secs_f64() * 1000.0;
+    let back_at = Instant::now();
+    if args.fault == "stop" {
+        cluster.signal(leader, libc::SIGCONT);
+    } else {
+        cluster.start(leader)?;
+    }
+    note(timeline, format!("{back} n{leader}"));
+    let (coordinator, back_epoch) = cluster.agreement(next_epoch, Duration::from_secs(15)).await?;
+    let took = back_at.elapsed().as_secs_f64() * 1000.0;
     note(
         timeline,
         format!(
-            "all {} nodes agree: n{back} coordinates {back_epoch}, {took:.1} ms after the restart",
+            "all {} nodes agree: n{coordinator} coordinates {back_epoch}, {took:.1} ms after n{leader} was {back}",
             args.nodes
         ),
     );
     elections.push(Election {
         epoch: back_epoch.0,
         round: back_epoch.round(),
-        coordinator: back,
+        coordinator,
         duration_ms: took,
-        cause: format!("n{leader} restarted"),
+        cause: format!("n{leader} {back}"),
     });
 
     let report = driver.await.context("workload task")??;

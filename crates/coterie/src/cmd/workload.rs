@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 /// Each client connects to its node's client port and loops: acquire, enter
 /// the witness with the fence (if the configuration names one), hold, leave,
 /// release, think. A client whose node goes away keeps trying to reconnect
-/// until the run ends.
+/// until the run ends: give --duration when a node may stay down.
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
@@ -29,6 +29,10 @@ pub struct Args {
     /// Entries each client makes.
     #[arg(long, default_value_t = 100)]
     requests: u64,
+    /// Stop after this long even with requests left (a client whose node is
+    /// down keeps retrying until then).
+    #[arg(long, value_parser = common::parse_duration)]
+    duration: Option<Duration>,
     /// Time inside the critical section.
     #[arg(long, default_value = "0ms", value_parser = common::parse_duration)]
     hold: Duration,
@@ -259,7 +263,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         hold: args.hold,
         think: args.think,
         witness,
-        deadline: None,
+        deadline: args.duration.map(|d| Instant::now() + d),
         progress: !args.json,
     };
     let report = common::small_runtime()?.block_on(drive(spec))?;
