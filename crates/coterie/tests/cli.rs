@@ -184,7 +184,7 @@ fn concurrent_locks_never_overlap() {
 fn try_on_a_held_lock_and_timeouts_exit_75() {
     let up = Up::start(2, "try");
     let mut holder = Command::new(BIN)
-        .args(["lock", "--config", up.config(), "--node", "1", "--", "sleep", "3"])
+        .args(["lock", "--config", up.config(), "--node", "1", "--", "sleep", "60"])
         .spawn()
         .unwrap();
     up.wait_for(|rows| rows.iter().any(|r| r["cs_state"] == "held"));
@@ -204,7 +204,21 @@ fn try_on_a_held_lock_and_timeouts_exit_75() {
     ]);
     assert_eq!(timed.status.code(), Some(75));
     assert!(String::from_utf8_lossy(&timed.stderr).contains("not acquired within 100ms"));
+    // The holder dies; its node releases on its behalf and the lock is free.
+    holder.kill().unwrap();
     holder.wait().unwrap();
+    let after = coterie(&[
+        "lock",
+        "--config",
+        up.config(),
+        "--node",
+        "2",
+        "--timeout",
+        "20s",
+        "--",
+        "true",
+    ]);
+    assert!(after.status.success(), "{}", String::from_utf8_lossy(&after.stderr));
 }
 
 #[test]

@@ -1,0 +1,45 @@
+/* The floor for coterie's lock latency on this machine: a TCP round trip
+ * between two processes on loopback, TCP_NODELAY, 16-byte messages, blocking
+ * reads (so each side sleeps between messages, as an idle node does).
+ * Prints round trips per second and microseconds per round trip. */
+#include <arpa/inet.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    int n = argc > 1 ? atoi(argv[1]) : 50000, one = 1;
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (bind(s, (void *)&a, sizeof a) || listen(s, 1) || getsockname(s, (void *)&a, &len)) return 1;
+    if (fork() == 0) {
+        int c = accept(s, 0, 0);
+        char b[64];
+        setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        for (ssize_t r; (r = read(c, b, sizeof b)) > 0;) write(c, b, r);
+        exit(0);
+    }
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(c, (void *)&a, sizeof a)) return 1;
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    char b[64] = "0123456789abcdef";
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < n; i++) {
+        write(c, b, 16);
+        read(c, b, sizeof b);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    printf("%.0f %.1f\n", n / dt, dt / n * 1e6);
+    close(c);
+    wait(0);
+    return 0;
+}
