@@ -208,6 +208,19 @@ impl<A, M: Message> Erased<A, M> {
         }));
     }
 
+    /// Decodes a peer's message and hands it to `f`; returns its kind.
+    fn decode_and(
+        &mut self,
+        bytes: &[u8],
+        out: &mut Actions,
+        f: impl FnOnce(&mut A, M, &mut Outbox<M>),
+    ) -> Result<&'static str, WireError> {
+        let msg: M = wire::decode(bytes)?;
+        let kind = msg.kind();
+        self.with(out, |a, o| f(a, msg, o));
+        Ok(kind)
+    }
+
     fn describe_bytes(bytes: &[u8]) -> String {
         match wire::decode::<M>(bytes) {
             Ok(msg) => format!("{msg:?}"),
@@ -230,10 +243,7 @@ impl<A: MutexAlgorithm> DynMutex for Erased<A, A::Msg> {
         bytes: &[u8],
         out: &mut Actions,
     ) -> Result<&'static str, WireError> {
-        let msg: A::Msg = wire::decode(bytes)?;
-        let kind = msg.kind();
-        self.with(out, |a, o| a.handle_message(now, from, msg, o));
-        Ok(kind)
+        self.decode_and(bytes, out, |a, msg, o| a.handle_message(now, from, msg, o))
     }
     fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Actions) {
         self.with(out, |a, o| a.handle_timer(now, timer, o));
@@ -272,10 +282,7 @@ impl<A: ElectionAlgorithm> DynElection for Erased<A, A::Msg> {
         bytes: &[u8],
         out: &mut Actions,
     ) -> Result<&'static str, WireError> {
-        let msg: A::Msg = wire::decode(bytes)?;
-        let kind = msg.kind();
-        self.with(out, |a, o| a.handle_message(now, from, msg, o));
-        Ok(kind)
+        self.decode_and(bytes, out, |a, msg, o| a.handle_message(now, from, msg, o))
     }
     fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Actions) {
         self.with(out, |a, o| a.handle_timer(now, timer, o));

@@ -282,12 +282,11 @@ pub async fn run(
             dial_task(inner.clone(), peer, addr, rx, stop_rx.clone()).instrument(span.clone()),
         );
     }
-    tasks.spawn(
-        peer_listener(inner.clone(), listeners.peer, stop_rx.clone()).instrument(span.clone()),
-    );
-    tasks.spawn(
-        client_listener(inner.clone(), listeners.client, stop_rx.clone()).instrument(span.clone()),
-    );
+    let peers = accept_loop(inner.clone(), listeners.peer, stop_rx.clone(), "peer", serve_peer);
+    tasks.spawn(peers.instrument(span.clone()));
+    let clients =
+        accept_loop(inner.clone(), listeners.client, stop_rx.clone(), "client", client_session);
+    tasks.spawn(clients.instrument(span.clone()));
 
     shutdown.await;
     info!(parent: &span, "node stopping");
@@ -470,17 +469,26 @@ async fn pump(
     }
 }
 
-async fn peer_listener(inner: Arc<Inner>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+/// Accepts connections until the node stops, serving each with `serve` in
+/// a task of its own. `what` names the port in log lines.
+async fn accept_loop<F, Fut>(
+    inner: Arc<Inner>,
+    listener: TcpListener,
+    mut stop: watch::Receiver<bool>,
+    what: &'static str,
+    serve: F,
+) where
+    F: Fn(Arc<Inner>, TcpStream, std::net::SocketAddr, watch::Receiver<bool>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, from)) => {
-                    let inner = inner.clone();
-                    let stop = stop.clone();
-                    conns.spawn(async move { serve_peer(inner, stream, from, stop).await }.in_current_span());
+                    conns.spawn(serve(inner.clone(), stream, from, stop.clone()).in_current_span());
                 }
-                Err(e) => warn!("peer accept failed: {e}"),
+                Err(e) => warn!("{what} accept failed: {e}"),
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             _ = stopped(&mut stop) => return,
@@ -554,28 +562,6 @@ async fn serve_peer(
                 warn!(peer = peer.0, %from, "closing peer connection: {e}");
                 return;
             }
-        }
-    }
-}
-
-async fn client_listener(
-    inner: Arc<Inner>,
-    listener: TcpListener,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut sessions = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, from)) => {
-                    let inner = inner.clone();
-                    let stop = stop.clone();
-                    sessions.spawn(async move { client_session(inner, stream, from, stop).await }.in_current_span());
-                }
-                Err(e) => warn!("client accept failed: {e}"),
-            },
-            Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
-            _ = stopped(&mut stop) => return,
         }
     }
 }
