@@ -8,7 +8,7 @@
 
 use crate::algorithm::{AlgoConfig, ElectionAlgorithm, MutexAlgorithm};
 use crate::election::bully::Bully;
-use crate::mutex::{centralized::Centralized, ricart_agrawala::RicartAgrawala};
+use crate::mutex::{centralized::Centralized, lamport::Lamport, ricart_agrawala::RicartAgrawala};
 use crate::outbox::{Action, Message, Outbox, Time, TimerId};
 use crate::types::{CsState, Epoch, NodeId};
 use crate::wire::{self, WireError};
@@ -50,6 +50,13 @@ pub const MUTEXES: &[MutexInfo] = &[
         counting: true,
         light_load: |_, local| if local { (0, 0) } else { (3, 3) },
         build: |cfg| erase_mutex(Centralized::new(cfg)),
+    },
+    MutexInfo {
+        name: "lamport",
+        summary: "a request queue replicated on every node: REQUEST, REPLY, RELEASE",
+        counting: false,
+        light_load: |n, _| (3 * (n - 1), 3 * (n - 1)),
+        build: |cfg| erase_mutex(Lamport::new(cfg)),
     },
     MutexInfo {
         name: "ricart-agrawala",

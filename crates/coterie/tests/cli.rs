@@ -264,3 +264,14 @@ fn demo_runs_kills_the_coordinator_and_reports_no_violation() {
     let logs = Path::new(report["logs"].as_str().unwrap());
     assert!(logs.join("node5.log").exists(), "the demo keeps each node's log");
 }
+
+#[test]
+fn demo_succeeds_for_every_mutual_exclusion_algorithm() {
+    for m in coterie_core::registry::MUTEXES {
+        let out = coterie(&["demo", "--mutex", m.name, "--duration", "2s", "--json"]);
+        assert!(out.status.success(), "{}: {}", m.name, String::from_utf8_lossy(&out.stderr));
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(report["entries"].as_u64().unwrap() > 0, "{}: no entries", m.name);
+        assert_eq!(report["violations"], 0, "{}", m.name);
+    }
+}

@@ -1,0 +1,403 @@
+//! # `lamport` — a replicated request queue
+//!
+//! **Source.** Lamport, "Time, Clocks, and the Ordering of Events in a
+//! Distributed System" (1978), the algorithm seed 004 measures the others
+//! against: every node keeps a copy of one queue of requests ordered by
+//! timestamp, and the head of the queue may enter.
+//!
+//! **Assumptions.** Reliable FIFO links while both ends are up (a RELEASE
+//! must not overtake its REQUEST); crash-stop failures reported by the
+//! failure detector; no partitions.
+//!
+//! **Messages per entry.** 3(N-1): a REQUEST to every other live node, a
+//! REPLY from each, a RELEASE to each. Synchronisation delay: 1 message
+//! delay (the RELEASE).
+//!
+//! **State walk.** To ask, a node stamps a request with its Lamport clock
+//! and id, queues it and sends REQUEST to every live peer, which queues it
+//! and answers REPLY at once. The node *enters* when (1) its request heads
+//! its own queue and (2) from every live peer it has a message stamped
+//! later than the request: by FIFO, no earlier request can still be on its
+//! way. Leaving, it dequeues the request and sends RELEASE; a RELEASE
+//! dequeues the sender's request everywhere.
+//!
+//! **Failures and newcomers.** A peer reported down leaves every queue and
+//! is no longer waited for. A node that wants or holds the critical section
+//! sends its request to a peer that comes up, so the newcomer's queue has
+//! it; a waiting node also waits for the newcomer's reply. Because a holder
+//! entered before the newcomer could ask, a request stamped *below* the
+//! holder's own can only come from a node that missed it: the holder defers
+//! that reply until it leaves (the condition-(2) proof no longer covers it)
+//! and then names its own entry in the reply. The newcomer, overtaken by a
+//! larger stamp, withdraws its request and asks again with a fresh one, so
+//! stamp order and entry order stay one.
+//!
+//! **Fences.** The request's stamp, timestamp in the high bits and node id
+//! in the low bits: entries follow stamp order, so fences grow.
+
+use crate::algorithm::{AlgoConfig, MutexAlgorithm};
+use crate::outbox::{Message, Outbox, Time};
+use crate::types::{CsState, Fence, LamportClock, NodeId, Stamp};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The messages of [`Lamport`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LamportMsg {
+    /// Queue my request.
+    Request {
+        /// The request.
+        stamp: Stamp,
+    },
+    /// Your request is queued here; this is my clock.
+    Reply {
+        /// The replier's Lamport clock, later than the request's stamp.
+        clock: u64,
+        /// For a reply deferred behind the replier's own entry: that
+        /// entry's stamp.
+        after: Option<Stamp>,
+    },
+    /// Dequeue my request: I left (or withdrew it).
+    Release {
+        /// The request being removed.
+        stamp: Stamp,
+        /// The sender's Lamport clock.
+        clock: u64,
+    },
+}
+
+impl Message for LamportMsg {
+    fn kind(&self) -> &'static str {
+        match self {
+            LamportMsg::Request { .. } => "request",
+            LamportMsg::Reply { .. } => "reply",
+            LamportMsg::Release { .. } => "release",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum State {
+    Idle,
+    /// Waiting for a later-stamped message from each of `awaiting` and for
+    /// the request to reach the head of the queue.
+    Wanting {
+        stamp: Stamp,
+        awaiting: BTreeSet<NodeId>,
+    },
+    Held {
+        stamp: Stamp,
+    },
+}
+
+/// Lamport's algorithm; see the module documentation.
+#[derive(Debug)]
+pub struct Lamport {
+    id: NodeId,
+    alive: BTreeSet<NodeId>,
+    clock: LamportClock,
+    state: State,
+    /// Every request known, this node's own included, in stamp order.
+    queue: BTreeSet<Stamp>,
+    /// Replies held back while holding (requests stamped below this node's
+    /// own entry), by requester.
+    deferred: BTreeMap<NodeId, Stamp>,
+}
+
+impl Lamport {
+    /// A node with nobody known to be up yet.
+    pub fn new(cfg: &AlgoConfig) -> Self {
+        Lamport {
+            id: cfg.id,
+            alive: BTreeSet::new(),
+            clock: LamportClock::default(),
+            state: State::Idle,
+            queue: BTreeSet::new(),
+            deferred: BTreeMap::new(),
+        }
+    }
+
+    /// Stamps a new request, queues it and sends it to every live peer.
+    fn ask(&mut self, out: &mut Outbox<LamportMsg>) {
+        let stamp = Stamp { ts: self.clock.tick(), node: self.id };
+        self.queue.insert(stamp);
+        out.broadcast(self.alive.iter().copied(), LamportMsg::Request { stamp });
+        self.state = State::Wanting { stamp, awaiting: self.alive.clone() };
+        self.try_enter(out);
+    }
+
+    /// A message stamped `ts` arrived from `from`: it no longer blocks
+    /// condition (2) if it is later than this node's request.
+    fn heard(&mut self, from: NodeId, ts: u64) {
+        if let State::Wanting { stamp, awaiting } = &mut self.state {
+            if (Stamp { ts, node: from }) > *stamp {
+                awaiting.remove(&from);
+            }
+        }
+    }
+
+    fn try_enter(&mut self, out: &mut Outbox<LamportMsg>) {
+        if let State::Wanting { stamp, awaiting } = &self.state {
+            if awaiting.is_empty() && self.queue.first() == Some(stamp) {
+                let stamp = *stamp;
+                self.state = State::Held { stamp };
+                out.grant(Fence::new(stamp.ts, u64::from(stamp.node.0)));
+            }
+        }
+    }
+
+    fn reply(&mut self, to: NodeId, after: Option<Stamp>, out: &mut Outbox<LamportMsg>) {
+        let clock = self.clock.tick();
+        out.send(to, LamportMsg::Reply { clock, after });
+    }
+}
+
+impl MutexAlgorithm for Lamport {
+    type Msg = LamportMsg;
+
+    fn handle_request(&mut self, _now: Time, out: &mut Outbox<LamportMsg>) {
+        if self.state == State::Idle {
+            self.ask(out);
+        }
+    }
+
+    fn handle_release(&mut self, _now: Time, out: &mut Outbox<LamportMsg>) {
+        let State::Held { stamp } = self.state else { return };
+        self.state = State::Idle;
+        self.queue.remove(&stamp);
+        let clock = self.clock.tick();
+        out.broadcast(self.alive.iter().copied(), LamportMsg::Release { stamp, clock });
+        for (peer, _) in std::mem::take(&mut self.deferred) {
+            self.reply(peer, Some(stamp), out);
+        }
+    }
+
+    fn handle_message(
+        &mut self,
+        _now: Time,
+        from: NodeId,
+        msg: LamportMsg,
+        out: &mut Outbox<LamportMsg>,
+    ) {
+        match msg {
+            LamportMsg::Request { stamp } => {
+                self.clock.observe(stamp.ts);
+                if stamp.node != from {
+                    return; // a stamp always names its sender
+                }
+                // One outstanding request per node: a new one replaces it.
+                self.queue.retain(|s| s.node != from);
+                self.queue.insert(stamp);
+                self.heard(from, stamp.ts);
+                match self.state {
+                    // Only a node that missed this one's request can stamp
+                    // below it once it holds: answer when leaving.
+                    State::Held { stamp: mine } if stamp < mine => {
+                        self.deferred.insert(from, stamp);
+                    }
+                    _ => self.reply(from, None, out),
+                }
+            }
+            LamportMsg::Reply { clock, after } => {
+                self.clock.observe(clock);
+                if let State::Wanting { stamp, .. } = &self.state {
+                    if after.is_some_and(|entered| entered > *stamp) {
+                        // Overtaken by a larger stamp that never saw this
+                        // request: withdraw it and ask again, later.
+                        let old = *stamp;
+                        self.queue.remove(&old);
+                        let clock = self.clock.tick();
+                        let release = LamportMsg::Release { stamp: old, clock };
+                        out.broadcast(self.alive.iter().copied(), release);
+                        self.ask(out);
+                        return;
+                    }
+                }
+                self.heard(from, clock);
+                self.try_enter(out);
+            }
+            LamportMsg::Release { stamp, clock } => {
+                self.clock.observe(clock);
+                if stamp.node == from {
+                    self.queue.remove(&stamp);
+                }
+                self.heard(from, clock);
+                self.try_enter(out);
+            }
+        }
+    }
+
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<LamportMsg>) {
+        self.alive.insert(peer);
+        match &mut self.state {
+            State::Wanting { stamp, awaiting } => {
+                awaiting.insert(peer);
+                out.send(peer, LamportMsg::Request { stamp: *stamp });
+            }
+            State::Held { stamp } => out.send(peer, LamportMsg::Request { stamp: *stamp }),
+            State::Idle => {}
+        }
+    }
+
+    fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<LamportMsg>) {
+        self.alive.remove(&peer);
+        self.queue.retain(|s| s.node != peer);
+        self.deferred.remove(&peer);
+        if let State::Wanting { awaiting, .. } = &mut self.state {
+            awaiting.remove(&peer);
+        }
+        self.try_enter(out);
+    }
+
+    fn cs_state(&self) -> CsState {
+        match self.state {
+            State::Idle => CsState::Idle,
+            State::Wanting { .. } => CsState::Wanting,
+            State::Held { .. } => CsState::Held,
+        }
+    }
+
+    fn watermark(&self) -> u64 {
+        self.clock.now()
+    }
+
+    fn observe_watermark(&mut self, watermark: u64) {
+        self.clock.observe(watermark);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LamportMsg::*;
+    use super::*;
+    use crate::outbox::Action;
+    use std::time::Duration;
+
+    const T: Duration = Duration::ZERO;
+    type Out = Outbox<LamportMsg>;
+
+    fn n(id: u32) -> NodeId {
+        NodeId(id)
+    }
+
+    fn stamp(ts: u64, id: u32) -> Stamp {
+        Stamp { ts, node: n(id) }
+    }
+
+    fn node(id: u32, members: u32) -> Lamport {
+        let cfg = AlgoConfig::for_test(id, members);
+        let mut l = Lamport::new(&cfg);
+        let mut out = Out::new();
+        for p in cfg.peers() {
+            l.handle_peer_up(T, p, &mut out);
+        }
+        l
+    }
+
+    fn send(to: u32, msg: LamportMsg) -> Action<LamportMsg> {
+        Action::Send { to: n(to), msg }
+    }
+
+    #[test]
+    fn entry_costs_request_reply_release_to_every_peer() {
+        let mut p = node(1, 3);
+        let mut out = Out::new();
+        p.handle_request(T, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![send(2, Request { stamp: stamp(1, 1) }), send(3, Request { stamp: stamp(1, 1) })]
+        );
+        p.handle_message(T, n(2), Reply { clock: 2, after: None }, &mut out);
+        assert!(out.is_empty(), "still waiting for node 3");
+        p.handle_message(T, n(3), Reply { clock: 2, after: None }, &mut out);
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 1) }]);
+        p.handle_release(T, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![
+                send(2, Release { stamp: stamp(1, 1), clock: 3 }),
+                send(3, Release { stamp: stamp(1, 1), clock: 3 }),
+            ]
+        );
+    }
+
+    #[test]
+    fn every_request_is_answered_at_once_and_queued() {
+        let mut p = node(2, 3);
+        let mut out = Out::new();
+        p.handle_message(T, n(1), Request { stamp: stamp(4, 1) }, &mut out);
+        assert_eq!(out.take(), vec![send(1, Reply { clock: 5, after: None })]);
+        assert_eq!(p.queue.first(), Some(&stamp(4, 1)));
+    }
+
+    #[test]
+    fn the_head_of_the_queue_enters_first() {
+        // Node 2 asks with (1, 2); node 1's earlier (1, 1) is queued ahead.
+        let mut p = node(2, 3);
+        let mut out = Out::new();
+        p.handle_request(T, &mut out);
+        p.handle_message(T, n(1), Request { stamp: stamp(1, 1) }, &mut out);
+        p.handle_message(T, n(3), Reply { clock: 5, after: None }, &mut out);
+        out.take();
+        assert_eq!(p.cs_state(), CsState::Wanting, "(1, 1) heads the queue");
+        p.handle_message(T, n(1), Release { stamp: stamp(1, 1), clock: 6 }, &mut out);
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 2) }]);
+    }
+
+    #[test]
+    fn a_crashed_requester_leaves_the_queue() {
+        let mut p = node(2, 3);
+        let mut out = Out::new();
+        p.handle_request(T, &mut out);
+        p.handle_message(T, n(1), Request { stamp: stamp(1, 1) }, &mut out);
+        p.handle_message(T, n(3), Reply { clock: 5, after: None }, &mut out);
+        out.take();
+        p.handle_peer_down(T, n(1), &mut out);
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 2) }]);
+    }
+
+    #[test]
+    fn a_newcomer_gets_the_holders_request_and_a_lower_stamp_waits() {
+        let mut p = node(1, 3);
+        let mut out = Out::new();
+        p.handle_peer_down(T, n(3), &mut out);
+        p.observe_watermark(8);
+        p.handle_request(T, &mut out);
+        p.handle_message(T, n(2), Reply { clock: 10, after: None }, &mut out);
+        assert_eq!(out.take().last(), Some(&Action::Grant { fence: Fence::new(9, 1) }));
+        // Node 3 comes back and is told of the holder's request.
+        p.handle_peer_up(T, n(3), &mut out);
+        assert_eq!(out.take(), vec![send(3, Request { stamp: stamp(9, 1) })]);
+        // Its own request, stamped lower, is answered only when the holder
+        // leaves, naming the entry that overtook it.
+        p.handle_message(T, n(3), Request { stamp: stamp(2, 3) }, &mut out);
+        assert!(out.is_empty());
+        p.handle_release(T, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![
+                send(2, Release { stamp: stamp(9, 1), clock: 11 }),
+                send(3, Release { stamp: stamp(9, 1), clock: 11 }),
+                send(3, Reply { clock: 12, after: Some(stamp(9, 1)) }),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_overtaken_request_is_withdrawn_and_asked_again() {
+        let mut p = node(3, 3);
+        let mut out = Out::new();
+        p.handle_request(T, &mut out);
+        out.take();
+        p.handle_message(T, n(1), Reply { clock: 9, after: Some(stamp(9, 1)) }, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![
+                send(1, Release { stamp: stamp(1, 3), clock: 10 }),
+                send(2, Release { stamp: stamp(1, 3), clock: 10 }),
+                send(1, Request { stamp: stamp(11, 3) }),
+                send(2, Request { stamp: stamp(11, 3) }),
+            ]
+        );
+    }
+}
