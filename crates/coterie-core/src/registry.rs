@@ -8,7 +8,10 @@
 
 use crate::algorithm::{AlgoConfig, ElectionAlgorithm, MutexAlgorithm};
 use crate::election::bully::Bully;
-use crate::mutex::{centralized::Centralized, lamport::Lamport, ricart_agrawala::RicartAgrawala};
+use crate::mutex::{
+    centralized::Centralized, lamport::Lamport, raymond_k::RaymondK,
+    ricart_agrawala::RicartAgrawala,
+};
 use crate::outbox::{Action, Message, Outbox, Time, TimerId};
 use crate::types::{CsState, Epoch, NodeId};
 use crate::wire::{self, WireError};
@@ -64,6 +67,13 @@ pub const MUTEXES: &[MutexInfo] = &[
         counting: false,
         light_load: |n, _| (2 * (n - 1), 2 * (n - 1)),
         build: |cfg| erase_mutex(RicartAgrawala::new(cfg)),
+    },
+    MutexInfo {
+        name: "raymond-k",
+        summary: "Ricart-Agrawala for k holders: enter with at most k-1 replies outstanding",
+        counting: true,
+        light_load: |n, _| (2 * (n - 1), 2 * (n - 1)),
+        build: |cfg| erase_mutex(RaymondK::with_capacity(cfg)),
     },
 ];
 

@@ -274,4 +274,16 @@ fn demo_succeeds_for_every_mutual_exclusion_algorithm() {
         assert!(report["entries"].as_u64().unwrap() > 0, "{}: no entries", m.name);
         assert_eq!(report["violations"], 0, "{}", m.name);
     }
+    for m in coterie_core::registry::MUTEXES.iter().filter(|m| m.counting) {
+        let out =
+            coterie(&["demo", "--mutex", m.name, "--count", "2", "--duration", "2s", "--json"]);
+        assert!(
+            out.status.success(),
+            "{} --count 2: {}",
+            m.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["violations"], 0, "{} --count 2", m.name);
+    }
 }

@@ -2,4 +2,5 @@
 
 pub mod centralized;
 pub mod lamport;
+pub mod raymond_k;
 pub mod ricart_agrawala;

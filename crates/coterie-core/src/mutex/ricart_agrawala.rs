@@ -89,6 +89,9 @@ enum State {
 #[derive(Debug)]
 pub struct RicartAgrawala {
     id: NodeId,
+    /// Holders allowed at once: a node enters with at most `capacity - 1`
+    /// replies outstanding (1 here; `raymond-k` builds it with k).
+    capacity: usize,
     alive: BTreeSet<NodeId>,
     clock: LamportClock,
     state: State,
@@ -101,6 +104,7 @@ impl RicartAgrawala {
     pub fn new(cfg: &AlgoConfig) -> Self {
         RicartAgrawala {
             id: cfg.id,
+            capacity: 1,
             alive: BTreeSet::new(),
             clock: LamportClock::default(),
             state: State::Idle,
@@ -108,10 +112,17 @@ impl RicartAgrawala {
         }
     }
 
-    /// Enters if nobody is left to hear from.
+    /// The same machine admitting `capacity` holders at once: Raymond's
+    /// k-exclusion (see `raymond_k`).
+    pub fn with_capacity(cfg: &AlgoConfig) -> Self {
+        RicartAgrawala { capacity: cfg.capacity.max(1), ..RicartAgrawala::new(cfg) }
+    }
+
+    /// Enters once at most `capacity - 1` replies are outstanding (none,
+    /// for a mutex).
     fn try_enter(&mut self, out: &mut Outbox<RaMsg>) {
         if let State::Wanting { stamp, awaiting } = &self.state {
-            if awaiting.is_empty() {
+            if awaiting.len() < self.capacity {
                 let stamp = *stamp;
                 self.state = State::Held { stamp };
                 out.grant(Fence::new(stamp.ts, u64::from(stamp.node.0)));

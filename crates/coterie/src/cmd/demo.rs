@@ -34,6 +34,10 @@ pub struct Args {
     /// Election algorithm.
     #[arg(long, default_value = "bully")]
     election: String,
+    /// Holders allowed at once (a counting semaphore, for `centralized` and
+    /// `raymond-k`); the witness is told the same.
+    #[arg(long, default_value_t = 1)]
+    count: usize,
     /// Cluster size.
     #[arg(long, default_value_t = 5)]
     nodes: u32,
@@ -212,8 +216,15 @@ fn free_ports(n: usize) -> Result<Vec<u16>> {
 }
 
 pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
-    registry::mutex(&args.mutex)?;
+    let info = registry::mutex(&args.mutex)?;
     registry::election(&args.election)?;
+    if args.count == 0 || (args.count > 1 && !info.counting) {
+        bail!(
+            "--count {} does not fit {}, which admits one holder at a time",
+            args.count,
+            args.mutex
+        );
+    }
     if args.nodes < 2 {
         bail!("a demo needs at least 2 nodes");
     }
@@ -227,8 +238,8 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let witness_addr = format!("127.0.0.1:{}", ports[2 * n]);
     let mut toml = format!(
-        "[cluster]\nname = \"demo\"\nmutex = \"{}\"\nelection = \"{}\"\n\n[timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n\n[witness]\naddr = \"{witness_addr}\"\n",
-        args.mutex, args.election
+        "[cluster]\nname = \"demo\"\nmutex = \"{}\"\nelection = \"{}\"\ncount = {}\n\n[timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n\n[witness]\naddr = \"{witness_addr}\"\n",
+        args.mutex, args.election, args.count
     );
     let mut nodes = Vec::new();
     for i in 0..n {
@@ -255,7 +266,7 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
     // The witness runs in this process, on a real socket.
     let listener = tokio::net::TcpListener::bind(&witness_addr).await?;
     let (stop_witness, witness_stopped) = tokio::sync::oneshot::channel::<()>();
-    let witness_task = tokio::spawn(witness::serve(listener, 1, async {
+    let witness_task = tokio::spawn(witness::serve(listener, args.count as u32, async {
         let _ = witness_stopped.await;
     }));
 
