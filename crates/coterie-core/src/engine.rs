@@ -13,7 +13,9 @@
 //! has heard from every peer, or waited one failure timeout for the silent
 //! ones — it answers peers but neither starts an election nor asks for the
 //! critical section, so it first learns the current epoch and clocks from
-//! their heartbeats.
+//! their heartbeats. A coordinator that others' elections name meanwhile
+//! (the node itself, even) reaches the mutex layer only once it has joined:
+//! a coordinator must know every live peer before it rebuilds the queue.
 //!
 //! [`request`]: Engine::request
 //! [`release`]: Engine::release
@@ -165,6 +167,10 @@ pub struct Engine {
     synced: BTreeSet<NodeId>,
     /// A request made before joining, held until then.
     request_pending: bool,
+    /// A coordinator elected before this node joined (others' elections
+    /// can name it): the mutex layer learns of it only on joining, when
+    /// the node knows who is alive.
+    coordinator_pending: Option<(NodeId, Epoch)>,
     /// The fence of the current grant.
     fence: Option<Fence>,
     cs_entries: u64,
@@ -199,6 +205,7 @@ impl Engine {
             join_deadline: Some(now + cfg.timing.failure_timeout),
             synced: BTreeSet::new(),
             request_pending: false,
+            coordinator_pending: None,
             fence: None,
             cs_entries: 0,
             counters: Counters::default(),
@@ -467,6 +474,11 @@ impl Engine {
             return;
         }
         self.outputs.push_back(Output::Joined);
+        if let Some((leader, epoch)) = self.coordinator_pending.take() {
+            let mut acts = Actions::new();
+            self.mutex.handle_coordinator(now, leader, epoch, &mut acts);
+            self.apply(now, Layer::Mutex, acts);
+        }
         let mut acts = self.take_scratch();
         self.election.handle_start(now, &mut acts);
         self.apply(now, Layer::Election, acts);
@@ -550,6 +562,10 @@ impl Engine {
                 }
                 Action::Coordinator { leader, epoch } => {
                     self.outputs.push_back(Output::Coordinator { leader, epoch });
+                    if !self.joined() {
+                        self.coordinator_pending = Some((leader, epoch));
+                        continue;
+                    }
                     let mut inner = Actions::new();
                     self.mutex.handle_coordinator(now, leader, epoch, &mut inner);
                     self.apply(now, Layer::Mutex, inner);

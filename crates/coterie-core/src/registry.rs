@@ -7,7 +7,7 @@
 //! one engine serves every combination without generics.
 
 use crate::algorithm::{AlgoConfig, ElectionAlgorithm, MutexAlgorithm};
-use crate::election::bully::Bully;
+use crate::election::{bully::Bully, ring::Ring};
 use crate::mutex::{
     centralized::Centralized, lamport::Lamport, raymond_k::RaymondK,
     ricart_agrawala::RicartAgrawala,
@@ -78,11 +78,18 @@ pub const MUTEXES: &[MutexInfo] = &[
 ];
 
 /// Every election algorithm.
-pub const ELECTIONS: &[ElectionInfo] = &[ElectionInfo {
-    name: "bully",
-    summary: "ELECTION / OK / COORDINATOR: the highest live id wins",
-    build: |cfg| erase_election(Bully::new(cfg)),
-}];
+pub const ELECTIONS: &[ElectionInfo] = &[
+    ElectionInfo {
+        name: "bully",
+        summary: "ELECTION / OK / COORDINATOR: the highest live id wins",
+        build: |cfg| erase_election(Bully::new(cfg)),
+    },
+    ElectionInfo {
+        name: "ring",
+        summary: "ELECTION collects the live ids round the ring; COORDINATOR announces the highest",
+        build: |cfg| erase_election(Ring::new(cfg)),
+    },
+];
 
 /// A name that is in neither table.
 #[derive(Debug, thiserror::Error)]

@@ -1,3 +1,4 @@
 //! Leader-election algorithms, one per file.
 
 pub mod bully;
+pub mod ring;

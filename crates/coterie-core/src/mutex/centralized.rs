@@ -62,10 +62,14 @@ pub enum CentralizedMsg {
         /// The coordinator's Lamport clock.
         clock: u64,
     },
-    /// Client to coordinator: I left.
+    /// Client to coordinator: I left (or: I hand back a grant I did not
+    /// want).
     Release {
         /// The epoch of the coordinator the client follows.
         epoch: Epoch,
+        /// The fence of the grant released, so that a stale or duplicate
+        /// release never frees a slot someone else's grant holds.
+        fence: Fence,
     },
     /// New coordinator to every live peer: tell me your state.
     StateQuery {
@@ -112,12 +116,21 @@ struct Manager {
     /// Peers whose state report is still missing; nothing is granted until
     /// it is empty.
     awaiting: BTreeSet<NodeId>,
-    /// Who holds, with the fence each was granted.
-    holders: BTreeMap<NodeId, Fence>,
+    /// Who holds, and with which grant.
+    holders: BTreeMap<NodeId, Holder>,
     /// Who waits, in stamp order (at most one entry per node).
     queue: BTreeSet<Stamp>,
     /// Grants made in this epoch; the low part of the next fence.
     grants: u64,
+}
+
+/// One holder, as the coordinator knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Holder {
+    fence: Fence,
+    /// The request this coordinator granted (none for a holder it learnt of
+    /// from a report).
+    granted_for: Option<Stamp>,
 }
 
 impl Manager {
@@ -126,8 +139,15 @@ impl Manager {
     }
 
     /// Records `node`'s state as reported (or implied by a request). A new
-    /// report replaces whatever the manager believed of that node.
+    /// report replaces whatever the manager believed of that node, except
+    /// one that still shows waiting with a request already granted: the
+    /// grant is on its way and the report predates it.
     fn absorb(&mut self, node: NodeId, state: Report) {
+        if let Report::Waiting(stamp) = state {
+            if self.holders.get(&node).is_some_and(|h| h.granted_for == Some(stamp)) {
+                return;
+            }
+        }
         self.queue.retain(|s| s.node != node);
         self.holders.remove(&node);
         match state {
@@ -136,7 +156,7 @@ impl Manager {
                 self.queue.insert(stamp);
             }
             Report::Holding(fence) => {
-                self.holders.insert(node, fence);
+                self.holders.insert(node, Holder { fence, granted_for: None });
             }
         }
     }
@@ -205,7 +225,7 @@ impl Centralized {
             };
             m.grants += 1;
             let fence = Fence::new(m.epoch.0, m.grants);
-            m.holders.insert(stamp.node, fence);
+            m.holders.insert(stamp.node, Holder { fence, granted_for: Some(stamp) });
             if stamp.node == self.id {
                 self.me = Client::Holding(fence);
                 out.grant(fence);
@@ -259,9 +279,7 @@ impl MutexAlgorithm for Centralized {
     }
 
     fn handle_release(&mut self, _now: Time, out: &mut Outbox<CentralizedMsg>) {
-        if !matches!(self.me, Client::Holding(_)) {
-            return;
-        }
+        let Client::Holding(fence) = self.me else { return };
         self.me = Client::Idle;
         match self.view {
             Some((leader, _)) if leader == self.id => {
@@ -270,7 +288,7 @@ impl MutexAlgorithm for Centralized {
                 }
                 self.dispatch(out);
             }
-            Some((leader, epoch)) => out.send(leader, CentralizedMsg::Release { epoch }),
+            Some((leader, epoch)) => out.send(leader, CentralizedMsg::Release { epoch, fence }),
             // The next coordinator's query will find this node idle.
             None => {}
         }
@@ -307,13 +325,15 @@ impl MutexAlgorithm for Centralized {
                 } else {
                     // Not wanted (this node restarted, say): hand it back so
                     // the coordinator does not wait on a holder that isn't.
-                    out.send(from, CentralizedMsg::Release { epoch });
+                    out.send(from, CentralizedMsg::Release { epoch, fence });
                 }
             }
-            CentralizedMsg::Release { epoch } => {
+            CentralizedMsg::Release { epoch, fence } => {
                 if let Some(m) = self.manager_for(epoch) {
-                    m.holders.remove(&from);
-                    self.dispatch(out);
+                    if m.holders.get(&from).is_some_and(|h| h.fence == fence) {
+                        m.holders.remove(&from);
+                        self.dispatch(out);
+                    }
                 }
             }
             CentralizedMsg::StateQuery { epoch } => {
@@ -368,7 +388,10 @@ impl MutexAlgorithm for Centralized {
         epoch: Epoch,
         out: &mut Outbox<CentralizedMsg>,
     ) {
-        if self.view == Some((leader, epoch)) {
+        // Nothing to do for the term already followed, and an older term
+        // (an election result that arrived after a newer coordinator's
+        // query) must not turn the view back.
+        if self.view.is_some_and(|(_, current)| epoch <= current) {
             return;
         }
         self.view = Some((leader, epoch));
@@ -457,7 +480,13 @@ mod tests {
         assert_eq!(out.take(), vec![Action::Grant { fence }]);
         assert_eq!(client.cs_state(), CsState::Held);
         client.handle_release(T, &mut out);
-        assert_eq!(out.take(), vec![Action::Send { to: n(3), msg: Release { epoch: Epoch(1) } }]);
+        assert_eq!(
+            out.take(),
+            vec![Action::Send {
+                to: n(3),
+                msg: Release { epoch: Epoch(1), fence: Fence::new(1, 1) }
+            }]
+        );
     }
 
     #[test]
@@ -518,7 +547,7 @@ mod tests {
             &mut out,
         );
         assert!(out.is_empty(), "the old holder still holds");
-        c.handle_message(T, n(1), Release { epoch: Epoch(2) }, &mut out);
+        c.handle_message(T, n(1), Release { epoch: Epoch(2), fence: old }, &mut out);
         assert_eq!(
             out.take(),
             vec![Action::Send {
@@ -527,7 +556,7 @@ mod tests {
             }]
         );
         assert!(Fence::new(2, 1) > old, "the new epoch's fences exceed the old");
-        c.handle_message(T, n(3), Release { epoch: Epoch(2) }, &mut out);
+        c.handle_message(T, n(3), Release { epoch: Epoch(2), fence: Fence::new(2, 1) }, &mut out);
         assert_eq!(
             out.take(),
             vec![Action::Send {
@@ -555,7 +584,7 @@ mod tests {
         out.take();
         c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
         assert!(out.is_empty(), "one holder at a time");
-        c.handle_message(T, n(1), Release { epoch: Epoch(1) }, &mut out);
+        c.handle_message(T, n(1), Release { epoch: Epoch(1), fence: Fence::new(1, 1) }, &mut out);
         assert!(matches!(out.take()[..], [Action::Send { to, msg: Grant { .. } }] if to == n(2)));
     }
 
@@ -568,7 +597,7 @@ mod tests {
         assert_eq!(out.take().len(), 2, "two grants");
         c.handle_request(T, &mut out);
         assert!(out.is_empty(), "third must wait");
-        c.handle_message(T, n(2), Release { epoch: Epoch(1) }, &mut out);
+        c.handle_message(T, n(2), Release { epoch: Epoch(1), fence: Fence::new(1, 2) }, &mut out);
         assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 3) }]);
     }
 
@@ -597,7 +626,13 @@ mod tests {
             Grant { epoch: Epoch(1), fence: Fence::new(1, 1), clock: 1 },
             &mut out,
         );
-        assert_eq!(out.take(), vec![Action::Send { to: n(3), msg: Release { epoch: Epoch(1) } }]);
+        assert_eq!(
+            out.take(),
+            vec![Action::Send {
+                to: n(3),
+                msg: Release { epoch: Epoch(1), fence: Fence::new(1, 1) }
+            }]
+        );
     }
 
     #[test]
@@ -620,5 +655,48 @@ mod tests {
         );
         assert!(out.is_empty());
         assert_eq!(client.cs_state(), CsState::Wanting);
+    }
+
+    #[test]
+    fn a_waiting_report_older_than_its_grant_does_not_grant_twice() {
+        let mut c = serving_coordinator(1);
+        let mut out = Out::new();
+        // The request, then the report sent before its grant arrived.
+        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
+        assert_eq!(out.take().len(), 1, "one grant");
+        let report = StateReport { epoch: Epoch(1), state: Report::Waiting(stamp(6, 2)) };
+        c.handle_message(T, n(2), report, &mut out);
+        assert!(out.is_empty(), "no second grant");
+        c.handle_request(T, &mut out);
+        assert!(out.is_empty(), "node 2 still holds");
+    }
+
+    #[test]
+    fn a_release_of_another_grant_frees_nothing() {
+        let mut c = serving_coordinator(1);
+        let mut out = Out::new();
+        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
+        out.take();
+        c.handle_request(T, &mut out);
+        let wrong = Release { epoch: Epoch(1), fence: Fence::new(1, 7) };
+        c.handle_message(T, n(2), wrong, &mut out);
+        assert!(out.is_empty(), "node 2's grant (1, 1) still holds");
+        c.handle_message(T, n(2), Release { epoch: Epoch(1), fence: Fence::new(1, 1) }, &mut out);
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 2) }]);
+    }
+
+    #[test]
+    fn an_older_coordinator_announcement_does_not_turn_the_view_back() {
+        let mut client = node(1, 3, 1);
+        let mut out = Out::new();
+        // A newer coordinator's query arrives before the older election result.
+        client.handle_message(T, n(3), StateQuery { epoch: Epoch(5) }, &mut out);
+        out.take();
+        client.handle_coordinator(T, n(3), Epoch(4), &mut out);
+        client.handle_request(T, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::Send { to: n(3), msg: Request { epoch: Epoch(5), stamp: stamp(1, 1) } }]
+        );
     }
 }

@@ -1,0 +1,530 @@
+//! # `ring` — an election that travels the ring
+//!
+//! **Source.** The ring algorithm of seed 003 (Tanenbaum's textbook): the
+//! nodes form a logical ring by id; a node that notices the coordinator is
+//! gone sends an ELECTION message holding its own id to its successor,
+//! skipping successors that are down; each node adds its id and passes it
+//! on. When the message is back at its starter it becomes a COORDINATOR
+//! message naming the highest id collected and goes round once more, so
+//! that everyone learns the coordinator and the members of the ring.
+//!
+//! **Assumptions.** Reliable FIFO links while both ends are up; crash-stop
+//! failures reported by the failure detector (it tells a node which
+//! successors to skip).
+//!
+//! **Messages per election.** 2N with one starter (N ELECTION hops, N
+//! COORDINATOR hops); each further simultaneous starter adds 2N.
+//!
+//! **Epochs.** The ELECTION message carries the highest epoch any node it
+//! passed has seen; the starter picks the next round, with the winner's id
+//! in the low bits. Simultaneous starters collect the same ids and the same
+//! highest round, so they pick the same epoch: one answer, however many
+//! messages circulate. A COORDINATOR of an older epoch than the one a node
+//! follows is dropped.
+//!
+//! **State walk.** Idle (following a coordinator, or none) → on the
+//! coordinator's failure, on joining, or on hearing of a newer epoch than
+//! its own, a node *starts*: it sends ELECTION to its first live successor
+//! and arms a timer. Any node receiving ELECTION adds itself and passes it
+//! on. Back at the starter it becomes COORDINATOR, which every node adopts
+//! (if newer) and passes on until it reaches its starter again.
+//!
+//! **Confirming, not re-electing.** An election also records the term of
+//! any sitting coordinator it passes. If that coordinator is still the
+//! highest live id and its term is the newest seen, the election confirms
+//! the term instead of opening a new one, so a node that merely catches up
+//! (it heard of a newer term in a heartbeat, and waited one failure timeout
+//! for the announcement in vain) causes no change of epoch.
+//!
+//! **Lost messages.** A node remembers what it last passed on and to whom;
+//! if that successor is reported down before the message could have gone
+//! round, it passes it to the next live successor instead. An ELECTION that
+//! comes back to a node other than its starter means the starter died: it
+//! is dropped, and the node starts an election of its own. A starter whose
+//! message has not come back when its timer fires starts again.
+
+use crate::algorithm::{AlgoConfig, ElectionAlgorithm};
+use crate::outbox::{Message, Outbox, Time, TimerId};
+use crate::types::{Epoch, NodeId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// The messages of [`Ring`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RingMsg {
+    /// Collecting the live ids.
+    Election {
+        /// The node that started this election.
+        starter: NodeId,
+        /// The ids it has passed, in ring order.
+        ids: Vec<NodeId>,
+        /// The highest epoch seen by any node it passed.
+        seen: Epoch,
+        /// The term of a sitting coordinator it passed, if any.
+        incumbent: Option<Epoch>,
+    },
+    /// Announcing the result.
+    Coordinator {
+        /// The node whose ELECTION came back and turned into this.
+        starter: NodeId,
+        /// The new coordinator: the highest id collected.
+        leader: NodeId,
+        /// Its epoch.
+        epoch: Epoch,
+        /// The members of the ring, as collected.
+        members: Vec<NodeId>,
+    },
+}
+
+impl Message for RingMsg {
+    fn kind(&self) -> &'static str {
+        match self {
+            RingMsg::Election { .. } => "election",
+            RingMsg::Coordinator { .. } => "coordinator",
+        }
+    }
+}
+
+/// The starter's own election has not come back in time.
+const RETURN: TimerId = TimerId(1);
+/// A peer follows a newer term: wait for its announcement before electing.
+const CATCH_UP: TimerId = TimerId(2);
+
+/// The ring election; see the module documentation.
+#[derive(Debug)]
+pub struct Ring {
+    id: NodeId,
+    members: Vec<NodeId>,
+    alive: BTreeSet<NodeId>,
+    /// The highest epoch seen anywhere.
+    seen: Epoch,
+    /// Whom this node follows, and for which epoch.
+    current: Option<(NodeId, Epoch)>,
+    /// Whether the node has joined; before that it starts no election.
+    started: bool,
+    /// Whether this node's own election is circulating.
+    electing: bool,
+    /// Whether the catch-up timer is armed.
+    catching_up: bool,
+    /// The last message passed on, and to whom, until it can no longer be
+    /// lost to that successor's crash.
+    passed: Option<(NodeId, RingMsg)>,
+    /// How long a starter waits for its election to come back.
+    timeout: Duration,
+}
+
+impl Ring {
+    /// A node with nobody known to be up yet.
+    pub fn new(cfg: &AlgoConfig) -> Self {
+        Ring {
+            id: cfg.id,
+            members: cfg.members.clone(),
+            alive: BTreeSet::new(),
+            seen: Epoch(0),
+            current: None,
+            started: false,
+            electing: false,
+            catching_up: false,
+            passed: None,
+            // One failure timeout per hop round the ring and back.
+            timeout: cfg.timing.failure_timeout * (2 * cfg.members.len() as u32 + 1),
+        }
+    }
+
+    /// The first live node after this one in ring order (this node itself
+    /// when it is alone).
+    fn successor(&self) -> NodeId {
+        let after = self.members.iter().copied().filter(|&m| m > self.id);
+        let before = self.members.iter().copied().filter(|&m| m < self.id);
+        after.chain(before).find(|m| self.alive.contains(m)).unwrap_or(self.id)
+    }
+
+    /// Passes `msg` to the successor, or handles it here when alone.
+    fn pass(&mut self, now: Time, msg: RingMsg, out: &mut Outbox<RingMsg>) {
+        let next = self.successor();
+        if next == self.id {
+            self.passed = None;
+            self.receive(now, msg, out);
+        } else {
+            self.passed = Some((next, msg.clone()));
+            out.send(next, msg);
+        }
+    }
+
+    /// This node's term, if it is the sitting coordinator.
+    fn own_term(&self) -> Option<Epoch> {
+        self.current.filter(|(leader, _)| *leader == self.id).map(|(_, e)| e)
+    }
+
+    fn start(&mut self, now: Time, out: &mut Outbox<RingMsg>) {
+        if !self.started {
+            return;
+        }
+        self.electing = true;
+        out.set_timer(RETURN, now + self.timeout);
+        let msg = RingMsg::Election {
+            starter: self.id,
+            ids: vec![self.id],
+            seen: self.seen,
+            incumbent: self.own_term(),
+        };
+        self.pass(now, msg, out);
+    }
+
+    fn follow(&mut self, leader: NodeId, epoch: Epoch, out: &mut Outbox<RingMsg>) {
+        if self.current.is_none_or(|(_, current)| epoch > current) {
+            if std::mem::take(&mut self.catching_up) {
+                out.cancel_timer(CATCH_UP);
+            }
+            self.current = Some((leader, epoch));
+            out.coordinator(leader, epoch);
+        }
+    }
+
+    fn receive(&mut self, now: Time, msg: RingMsg, out: &mut Outbox<RingMsg>) {
+        match msg {
+            RingMsg::Election { starter, mut ids, seen, incumbent } => {
+                self.seen = self.seen.max(seen);
+                if starter == self.id {
+                    // Home: the ids collected are the live ring.
+                    self.electing = false;
+                    out.cancel_timer(RETURN);
+                    let leader = ids.iter().copied().max().unwrap_or(self.id);
+                    // A sitting coordinator that is still the highest live
+                    // node, in the newest term anyone has seen, is confirmed
+                    // rather than re-elected (a restarted one sits on no
+                    // term, so it gets a fresh epoch).
+                    let epoch = match incumbent {
+                        Some(term) if term.leader() == leader && term == self.seen => term,
+                        _ => self.seen.next_for(leader),
+                    };
+                    self.seen = epoch;
+                    self.follow(leader, epoch, out);
+                    let announce = RingMsg::Coordinator { starter, leader, epoch, members: ids };
+                    self.pass(now, announce, out);
+                } else if ids.contains(&self.id) {
+                    // Round twice without its starter: the starter died.
+                    self.start(now, out);
+                } else {
+                    ids.push(self.id);
+                    let seen = self.seen;
+                    let incumbent = incumbent.max(self.own_term());
+                    self.pass(now, RingMsg::Election { starter, ids, seen, incumbent }, out);
+                }
+            }
+            RingMsg::Coordinator { starter, leader, epoch, members } => {
+                if epoch.leader() != leader {
+                    return; // an epoch names its winner; this one is forged
+                }
+                self.seen = self.seen.max(epoch);
+                if self.current.is_some_and(|(_, current)| epoch < current) {
+                    return; // an older result
+                }
+                self.follow(leader, epoch, out);
+                if starter == self.id {
+                    self.passed = None; // round complete
+                } else {
+                    let announce = RingMsg::Coordinator { starter, leader, epoch, members };
+                    self.pass(now, announce, out);
+                }
+            }
+        }
+    }
+}
+
+impl ElectionAlgorithm for Ring {
+    type Msg = RingMsg;
+
+    fn handle_start(&mut self, now: Time, out: &mut Outbox<RingMsg>) {
+        self.started = true;
+        self.start(now, out);
+    }
+
+    fn handle_message(
+        &mut self,
+        now: Time,
+        _from: NodeId,
+        msg: RingMsg,
+        out: &mut Outbox<RingMsg>,
+    ) {
+        self.receive(now, msg, out);
+    }
+
+    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<RingMsg>) {
+        match timer {
+            RETURN if self.electing => self.start(now, out),
+            CATCH_UP => {
+                self.catching_up = false;
+                let behind = self.current.is_none_or(|(_, current)| current < self.seen);
+                if behind && !self.electing {
+                    self.start(now, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, _out: &mut Outbox<RingMsg>) {
+        self.alive.insert(peer);
+    }
+
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Outbox<RingMsg>) {
+        self.alive.remove(&peer);
+        // What was passed to it may be lost: pass it to the next one.
+        if let Some((to, msg)) = self.passed.take() {
+            if to == peer {
+                self.pass(now, msg, out);
+            } else {
+                self.passed = Some((to, msg));
+            }
+        }
+        if self.current.is_some_and(|(leader, _)| leader == peer) && !self.electing {
+            self.start(now, out);
+        }
+    }
+
+    fn handle_epoch_hint(
+        &mut self,
+        now: Time,
+        _from: NodeId,
+        epoch: Epoch,
+        _coordinator: Option<NodeId>,
+        out: &mut Outbox<RingMsg>,
+    ) {
+        self.seen = self.seen.max(epoch);
+        // A peer follows a newer term. Its announcement is probably on the
+        // way round: give it a failure timeout before electing, or every
+        // node the announcement has yet to reach would start an election.
+        let behind = self.current.is_none_or(|(_, current)| current < epoch);
+        if behind && !self.electing && !self.catching_up && self.started {
+            self.catching_up = true;
+            out.set_timer(CATCH_UP, now + self.timeout / (2 * self.members.len() as u32 + 1));
+        }
+    }
+
+    fn coordinator(&self) -> Option<NodeId> {
+        self.current.map(|(leader, _)| leader)
+    }
+
+    fn epoch(&self) -> Epoch {
+        self.current.map_or(self.seen, |(_, e)| e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RingMsg::*;
+    use super::*;
+    use crate::outbox::Action;
+
+    type Out = Outbox<RingMsg>;
+    const T: Duration = Duration::ZERO;
+
+    fn n(id: u32) -> NodeId {
+        NodeId(id)
+    }
+
+    fn ids(v: &[u32]) -> Vec<NodeId> {
+        v.iter().map(|&i| n(i)).collect()
+    }
+
+    fn node(id: u32, members: u32, up: &[u32]) -> Ring {
+        let mut r = Ring::new(&AlgoConfig::for_test(id, members));
+        let mut out = Out::new();
+        for &p in up {
+            r.handle_peer_up(T, n(p), &mut out);
+        }
+        r.started = true;
+        r
+    }
+
+    fn sends(out: &mut Out) -> Vec<(NodeId, RingMsg)> {
+        out.take()
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Send { to, msg } => Some((to, msg)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Passes a message round the ring by hand, returning what each node
+    /// did, until nobody sends anything.
+    fn circulate(nodes: &mut [Ring], first: (NodeId, RingMsg)) -> Vec<Action<RingMsg>> {
+        let mut coordinator_actions = Vec::new();
+        let mut next = vec![first];
+        while let Some((to, msg)) = next.pop() {
+            let node = nodes.iter_mut().find(|r| r.id == to).unwrap();
+            let mut out = Out::new();
+            node.handle_message(T, n(0), msg, &mut out);
+            for a in out.take() {
+                match a {
+                    Action::Send { to, msg } => next.push((to, msg)),
+                    a @ Action::Coordinator { .. } => coordinator_actions.push(a),
+                    _ => {}
+                }
+            }
+        }
+        coordinator_actions
+    }
+
+    #[test]
+    fn election_skips_dead_successors_and_collects_the_live_ids() {
+        // 2 starts; 3 is down, so 4 is its successor.
+        let mut r = node(2, 5, &[1, 4, 5]);
+        let mut out = Out::new();
+        r.start(T, &mut out);
+        assert_eq!(
+            sends(&mut out),
+            vec![(
+                n(4),
+                Election { starter: n(2), ids: ids(&[2]), seen: Epoch(0), incumbent: None }
+            )]
+        );
+        // Node 4 adds itself and passes to 5, which passes to 1 (wrapping).
+        let mut r4 = node(4, 5, &[1, 2, 5]);
+        r4.handle_message(
+            T,
+            n(2),
+            Election { starter: n(2), ids: ids(&[2]), seen: Epoch(0), incumbent: None },
+            &mut out,
+        );
+        assert_eq!(
+            sends(&mut out),
+            vec![(
+                n(5),
+                Election { starter: n(2), ids: ids(&[2, 4]), seen: Epoch(0), incumbent: None }
+            )]
+        );
+    }
+
+    #[test]
+    fn back_home_the_election_becomes_a_coordinator_announcement() {
+        let mut r = node(2, 5, &[1, 4, 5]);
+        let mut out = Out::new();
+        r.start(T, &mut out);
+        out.take();
+        let back = Election {
+            starter: n(2),
+            ids: ids(&[2, 4, 5, 1]),
+            seen: Epoch::new(3, n(5)),
+            incumbent: None,
+        };
+        r.handle_message(T, n(1), back, &mut out);
+        let epoch = Epoch::new(4, n(5));
+        assert_eq!(
+            out.take(),
+            vec![
+                Action::CancelTimer { timer: RETURN },
+                Action::Coordinator { leader: n(5), epoch },
+                Action::Send {
+                    to: n(4),
+                    msg: Coordinator {
+                        starter: n(2),
+                        leader: n(5),
+                        epoch,
+                        members: ids(&[2, 4, 5, 1])
+                    }
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn two_simultaneous_starters_end_in_one_answer() {
+        let mut nodes: Vec<Ring> = (1..=4).map(|i| node(i, 4, &[1, 2, 3, 4])).collect();
+        let mut out = Out::new();
+        nodes[1].start(T, &mut out); // node 2
+        let from2 = sends(&mut out).remove(0);
+        nodes[3].start(T, &mut out); // node 4
+        let from4 = sends(&mut out).remove(0);
+        // Node 2's round completes first; node 4's message, started before
+        // it, picks up the epoch it left behind and settles one round later.
+        let mut results = circulate(&mut nodes, from2);
+        results.extend(circulate(&mut nodes, from4));
+        assert!(results
+            .iter()
+            .all(|a| matches!(a, Action::Coordinator { leader, .. } if *leader == n(4))));
+        let settled = nodes[0].current;
+        assert_eq!(settled.map(|(leader, _)| leader), Some(n(4)));
+        assert!(nodes.iter().all(|r| r.current == settled), "one answer everywhere");
+    }
+
+    #[test]
+    fn a_message_passed_to_a_node_that_dies_goes_to_the_next() {
+        let mut r = node(1, 4, &[2, 3, 4]);
+        let mut out = Out::new();
+        r.start(T, &mut out);
+        out.take();
+        r.handle_peer_down(T, n(2), &mut out);
+        assert_eq!(
+            sends(&mut out),
+            vec![(
+                n(3),
+                Election { starter: n(1), ids: ids(&[1]), seen: Epoch(0), incumbent: None }
+            )]
+        );
+    }
+
+    #[test]
+    fn an_election_whose_starter_died_is_replaced() {
+        let mut r = node(3, 4, &[1, 2, 4]);
+        let mut out = Out::new();
+        let orphan =
+            Election { starter: n(1), ids: ids(&[1, 3, 4]), seen: Epoch(0), incumbent: None };
+        r.handle_message(T, n(2), orphan, &mut out);
+        assert_eq!(
+            sends(&mut out),
+            vec![(
+                n(4),
+                Election { starter: n(3), ids: ids(&[3]), seen: Epoch(0), incumbent: None }
+            )]
+        );
+    }
+
+    #[test]
+    fn a_lone_node_elects_itself() {
+        let mut r = node(1, 3, &[]);
+        let mut out = Out::new();
+        r.handle_start(T, &mut out);
+        assert!(out
+            .take()
+            .contains(&Action::Coordinator { leader: n(1), epoch: Epoch::new(1, n(1)) }));
+    }
+
+    #[test]
+    fn an_older_announcement_is_dropped() {
+        let mut r = node(2, 4, &[1, 3, 4]);
+        let mut out = Out::new();
+        r.current = Some((n(4), Epoch::new(5, n(4))));
+        let old = Coordinator {
+            starter: n(1),
+            leader: n(3),
+            epoch: Epoch::new(4, n(3)),
+            members: ids(&[1, 3]),
+        };
+        r.handle_message(T, n(1), old, &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_sitting_highest_coordinator_is_confirmed_not_re_elected() {
+        let term = Epoch::new(7, n(4));
+        let mut r = node(2, 4, &[1, 3, 4]);
+        r.current = Some((n(4), term));
+        r.seen = term;
+        let mut out = Out::new();
+        r.start(T, &mut out);
+        out.take();
+        // Node 4, the sitting coordinator, recorded its term on the way.
+        let back =
+            Election { starter: n(2), ids: ids(&[2, 3, 4, 1]), seen: term, incumbent: Some(term) };
+        r.handle_message(T, n(1), back, &mut out);
+        let announced = sends(&mut out);
+        assert!(
+            matches!(&announced[0].1, Coordinator { epoch, .. } if *epoch == term),
+            "{announced:?}"
+        );
+    }
+}
