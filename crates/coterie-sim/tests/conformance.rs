@@ -73,6 +73,17 @@ fn every_pair_survives_crashes_and_restarts() {
 }
 
 #[test]
+fn every_pair_at_every_size_survives_crashes() {
+    for nodes in [3, 7, 9, 13] {
+        every_pair(|base| {
+            let cfg = SimConfig { nodes, crashes: 3, requests: 5, ..base };
+            let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+            assert_clean(&cfg, &summary);
+        });
+    }
+}
+
+#[test]
 fn counting_semaphores_admit_k_holders_and_no_more() {
     for m in MUTEXES.iter().filter(|m| m.counting) {
         for e in ELECTIONS {

@@ -27,7 +27,8 @@
 //! its own, a node *starts*: it sends ELECTION to its first live successor
 //! and arms a timer. Any node receiving ELECTION adds itself and passes it
 //! on. Back at the starter it becomes COORDINATOR, which every node adopts
-//! (if newer) and passes on until it reaches its starter again.
+//! (if newer) and passes on, once round: it ends at its starter, or at
+//! the first node it already passed when the starter has died.
 //!
 //! **Confirming, not re-electing.** An election also records the term of
 //! any sitting coordinator it passes. If that coordinator is still the
@@ -74,6 +75,10 @@ pub enum RingMsg {
         epoch: Epoch,
         /// The members of the ring, as collected.
         members: Vec<NodeId>,
+        /// The nodes this announcement has passed: it goes round once,
+        /// ending at its starter or at the first node it passed already
+        /// (when the starter has died).
+        visited: Vec<NodeId>,
     },
 }
 
@@ -127,8 +132,9 @@ impl Ring {
             electing: false,
             catching_up: false,
             passed: None,
-            // One failure timeout per hop round the ring and back.
-            timeout: cfg.timing.failure_timeout * (2 * cfg.members.len() as u32 + 1),
+            // A safety net for a message lost in a way the failure detector
+            // did not report: a round takes a few message delays.
+            timeout: cfg.timing.failure_timeout * 4,
         }
     }
 
@@ -201,7 +207,9 @@ impl Ring {
                     };
                     self.seen = epoch;
                     self.follow(leader, epoch, out);
-                    let announce = RingMsg::Coordinator { starter, leader, epoch, members: ids };
+                    let visited = vec![self.id];
+                    let announce =
+                        RingMsg::Coordinator { starter, leader, epoch, members: ids, visited };
                     self.pass(now, announce, out);
                 } else if ids.contains(&self.id) {
                     // Round twice without its starter: the starter died.
@@ -213,7 +221,7 @@ impl Ring {
                     self.pass(now, RingMsg::Election { starter, ids, seen, incumbent }, out);
                 }
             }
-            RingMsg::Coordinator { starter, leader, epoch, members } => {
+            RingMsg::Coordinator { starter, leader, epoch, members, mut visited } => {
                 if epoch.leader() != leader {
                     return; // an epoch names its winner; this one is forged
                 }
@@ -222,12 +230,13 @@ impl Ring {
                     return; // an older result
                 }
                 self.follow(leader, epoch, out);
-                if starter == self.id {
-                    self.passed = None; // round complete
-                } else {
-                    let announce = RingMsg::Coordinator { starter, leader, epoch, members };
-                    self.pass(now, announce, out);
+                if starter == self.id || visited.contains(&self.id) {
+                    self.passed = None; // once round: done
+                    return;
                 }
+                visited.push(self.id);
+                let announce = RingMsg::Coordinator { starter, leader, epoch, members, visited };
+                self.pass(now, announce, out);
             }
         }
     }
@@ -299,7 +308,7 @@ impl ElectionAlgorithm for Ring {
         let behind = self.current.is_none_or(|(_, current)| current < epoch);
         if behind && !self.electing && !self.catching_up && self.started {
             self.catching_up = true;
-            out.set_timer(CATCH_UP, now + self.timeout / (2 * self.members.len() as u32 + 1));
+            out.set_timer(CATCH_UP, now + self.timeout / 4);
         }
     }
 
@@ -424,7 +433,8 @@ mod tests {
                         starter: n(2),
                         leader: n(5),
                         epoch,
-                        members: ids(&[2, 4, 5, 1])
+                        members: ids(&[2, 4, 5, 1]),
+                        visited: ids(&[2]),
                     }
                 },
             ]
@@ -503,6 +513,7 @@ mod tests {
             leader: n(3),
             epoch: Epoch::new(4, n(3)),
             members: ids(&[1, 3]),
+            visited: ids(&[1]),
         };
         r.handle_message(T, n(1), old, &mut out);
         assert!(out.is_empty());
@@ -526,5 +537,25 @@ mod tests {
             matches!(&announced[0].1, Coordinator { epoch, .. } if *epoch == term),
             "{announced:?}"
         );
+    }
+
+    #[test]
+    fn an_announcement_whose_starter_died_stops_after_one_round() {
+        // Node 2 started, then died; its announcement reaches a lone node 1.
+        let mut r = node(1, 3, &[]);
+        let mut out = Out::new();
+        let epoch = Epoch::new(1, n(3));
+        let members = ids(&[2, 3, 1]);
+        let orphan = Coordinator {
+            starter: n(2),
+            leader: n(3),
+            epoch,
+            members: members.clone(),
+            visited: ids(&[2, 3]),
+        };
+        r.handle_message(T, n(3), orphan, &mut out);
+        // Alone, node 1 passes it to itself, sees it has been here, and stops.
+        assert_eq!(out.take(), vec![Action::Coordinator { leader: n(3), epoch }]);
+        assert!(r.passed.is_none());
     }
 }
