@@ -120,6 +120,13 @@ pub struct RunReport {
     pub violations: Vec<Violation>,
     /// One line per event, when tracing.
     pub trace: Vec<String>,
+    /// Grants made while a node that had asked earlier was still waiting.
+    pub out_of_order: u64,
+    /// Synchronisation delays: from a release to the next grant, when
+    /// someone was waiting at the release (µs).
+    pub sync_delays_us: Vec<u64>,
+    /// Simulated time from the workload's start to its last release (µs).
+    pub workload_us: u64,
 }
 
 impl RunReport {
@@ -215,6 +222,10 @@ pub struct Simulation {
     holders: BTreeMap<NodeId, Fence>,
     /// Every fence granted so far.
     fences: BTreeSet<Fence>,
+    /// When each waiting client asked.
+    asked: BTreeMap<NodeId, Time>,
+    /// A release with someone waiting, not yet followed by a grant.
+    release_pending: Option<Time>,
     /// When the workload began; messages are counted from then on.
     workload_start: Time,
     last_fault: Time,
@@ -243,6 +254,8 @@ impl Simulation {
             link_tail: BTreeMap::new(),
             holders: BTreeMap::new(),
             fences: BTreeSet::new(),
+            asked: BTreeMap::new(),
+            release_pending: None,
             workload_start: cfg.timing.failure_timeout * 3,
             last_fault: Time::ZERO,
             sequential: None,
@@ -423,6 +436,14 @@ impl Simulation {
     fn on_grant(&mut self, node: NodeId, fence: Fence) {
         self.trace(|| format!("{node} ENTERS with fence {fence}"));
         self.report.entries += 1;
+        if let Some(mine) = self.asked.remove(&node) {
+            if self.asked.values().any(|&other| other < mine) {
+                self.report.out_of_order += 1;
+            }
+        }
+        if let Some(released) = self.release_pending.take() {
+            self.report.sync_delays_us.push((self.now - released).as_micros() as u64);
+        }
         if self.nodes[&node].engine.as_ref().and_then(Engine::coordinator) == Some(node) {
             self.report.coordinator_entries += 1;
         }
@@ -511,6 +532,7 @@ impl Simulation {
                 }
                 let now = self.now;
                 self.nodes.get_mut(&node).expect("known").client = ClientState::Waiting;
+                self.asked.insert(node, now);
                 self.trace(|| format!("{node} requests"));
                 self.engine(node).request(now);
                 self.after_input(node);
@@ -521,6 +543,11 @@ impl Simulation {
                 }
                 let now = self.now;
                 self.holders.remove(&node);
+                if !self.asked.is_empty() {
+                    self.release_pending = Some(now);
+                }
+                self.report.workload_us =
+                    now.saturating_sub(self.workload_start).as_micros() as u64;
                 self.trace(|| format!("{node} releases"));
                 self.engine(node).release(now);
                 self.after_input(node);
@@ -610,6 +637,7 @@ impl Simulation {
         n.engine = None;
         n.wake_at = None;
         self.holders.remove(&node);
+        self.asked.remove(&node);
         if !silent {
             // Every peer's connection closes once what was in flight lands.
             let peers: Vec<(NodeId, u32)> = self
@@ -663,6 +691,7 @@ impl Simulation {
         }
         self.final_checks();
         self.report.end_us = self.now.as_micros() as u64;
+
         self.report
     }
 

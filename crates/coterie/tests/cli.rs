@@ -287,3 +287,30 @@ fn demo_succeeds_for_every_mutual_exclusion_algorithm() {
         assert_eq!(report["violations"], 0, "{} --count 2", m.name);
     }
 }
+
+#[test]
+fn bench_reports_every_algorithm_against_theory() {
+    let out = coterie(&["bench", "--nodes", "3,5", "--seeds", "2", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows.len(), 2 * coterie_core::registry::MUTEXES.len());
+    for row in &rows {
+        for field in [
+            "mutex",
+            "nodes",
+            "light_messages_per_entry",
+            "heavy_messages_per_entry",
+            "sync_delay",
+            "out_of_order",
+        ] {
+            assert!(!row[field].is_null(), "{field} missing in {row}");
+        }
+        let n = row["nodes"].as_f64().unwrap();
+        if row["mutex"] == "ricart-agrawala" {
+            assert_eq!(row["light_messages_per_entry"].as_f64(), Some(2.0 * (n - 1.0)));
+        }
+        if row["mutex"] == "lamport" {
+            assert_eq!(row["light_messages_per_entry"].as_f64(), Some(3.0 * (n - 1.0)));
+        }
+    }
+}
