@@ -37,6 +37,10 @@
 //! (it heard of a newer term in a heartbeat, and waited one failure timeout
 //! for the announcement in vain) causes no change of epoch.
 //!
+//! **Missed nodes.** Nodes that have just restarted may not yet know a
+//! peer is up and pass an election round it. A node announced a coordinator
+//! lower than itself therefore elects again, and the highest live id wins.
+//!
 //! **Lost messages.** A node remembers what it last passed on and to whom;
 //! if that successor is reported down before the message could have gone
 //! round, it passes it to the next live successor instead. An ELECTION that
@@ -232,11 +236,17 @@ impl Ring {
                 self.follow(leader, epoch, out);
                 if starter == self.id || visited.contains(&self.id) {
                     self.passed = None; // once round: done
-                    return;
+                } else {
+                    visited.push(self.id);
+                    let announce =
+                        RingMsg::Coordinator { starter, leader, epoch, members, visited };
+                    self.pass(now, announce, out);
                 }
-                visited.push(self.id);
-                let announce = RingMsg::Coordinator { starter, leader, epoch, members, visited };
-                self.pass(now, announce, out);
+                // An election that missed this node (its peers did not see
+                // it yet) named a lower one: elect again, this node included.
+                if leader < self.id && !self.electing {
+                    self.start(now, out);
+                }
             }
         }
     }
@@ -557,5 +567,25 @@ mod tests {
         // Alone, node 1 passes it to itself, sees it has been here, and stops.
         assert_eq!(out.take(), vec![Action::Coordinator { leader: n(3), epoch }]);
         assert!(r.passed.is_none());
+    }
+
+    #[test]
+    fn a_higher_node_announced_a_lower_coordinator_elects_again() {
+        let mut r = node(3, 3, &[1, 2]);
+        let mut out = Out::new();
+        let epoch = Epoch::new(2, n(2));
+        let announce = Coordinator {
+            starter: n(1),
+            leader: n(2),
+            epoch,
+            members: ids(&[1, 2]),
+            visited: ids(&[1, 2]),
+        };
+        r.handle_message(T, n(2), announce, &mut out);
+        let sent = sends(&mut out);
+        assert!(
+            sent.iter().any(|(_, m)| matches!(m, Election { starter, .. } if *starter == n(3))),
+            "{sent:?}"
+        );
     }
 }
