@@ -118,6 +118,13 @@ impl Cluster {
         Ok(())
     }
 
+    /// The first node whose process has exited, if any.
+    fn exited(&mut self) -> Option<u32> {
+        self.children.iter_mut().enumerate().find_map(|(i, c)| {
+            c.as_mut().and_then(|child| child.try_wait().ok().flatten()).map(|_| i as u32 + 1)
+        })
+    }
+
     /// Sends `signal` to node `id`'s process (SIGSTOP, SIGCONT).
     fn signal(&self, id: u32, signal: i32) {
         if let Some(pid) = self.children[id as usize - 1].as_ref().and_then(Child::id) {
@@ -233,24 +240,8 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
 
 async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
     let n = args.nodes as usize;
-    let ports = free_ports(2 * n + 1)?;
     let dir = std::env::temp_dir().join(format!("coterie-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let witness_addr = format!("127.0.0.1:{}", ports[2 * n]);
-    let mut toml = format!(
-        "[cluster]\nname = \"demo\"\nmutex = \"{}\"\nelection = \"{}\"\ncount = {}\n\n[timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n\n[witness]\naddr = \"{witness_addr}\"\n",
-        args.mutex, args.election, args.count
-    );
-    let mut nodes = Vec::new();
-    for i in 0..n {
-        let (peer, client) =
-            (format!("127.0.0.1:{}", ports[2 * i]), format!("127.0.0.1:{}", ports[2 * i + 1]));
-        write!(toml, "\n[[node]]\nid = {}\npeer = \"{peer}\"\nclient = \"{client}\"\n", i + 1)?;
-        nodes.push(NodeAddr { id: Some(i as u32 + 1), addr: client });
-    }
-    let config = dir.join("cluster.toml");
-    std::fs::write(&config, &toml)?;
-
     let quiet = args.json;
     let started = Instant::now();
     let mut timeline = Vec::new();
@@ -263,29 +254,19 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         timeline.push(Event { t_ms, event: text });
     };
 
+    let (mut cluster, listener, witness_addr) = launch(&args, log_format, &dir).await?;
+    let nodes = cluster.nodes.clone();
     // The witness runs in this process, on a real socket.
-    let listener = tokio::net::TcpListener::bind(&witness_addr).await?;
     let (stop_witness, witness_stopped) = tokio::sync::oneshot::channel::<()>();
     let witness_task = tokio::spawn(witness::serve(listener, args.count as u32, async {
         let _ = witness_stopped.await;
     }));
-
-    let mut cluster = Cluster {
-        dir: dir.clone(),
-        config,
-        nodes: nodes.clone(),
-        children: (0..n).map(|_| None).collect(),
-        log_format: log_format.to_string(),
-    };
     if !quiet {
         println!(
             "coterie demo: {} nodes running {} + {} on 127.0.0.1, witness {witness_addr}",
             n, args.mutex, args.election
         );
         println!("logs: {}\n", dir.display());
-    }
-    for id in 1..=args.nodes {
-        cluster.start(id)?;
     }
     let result = run_timeline(
         &args,
@@ -339,6 +320,69 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         );
     }
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Picks free ports, writes the configuration, binds the witness and
+/// starts every node. Ports are found by binding and releasing them, so
+/// another process may take one in between; a node that exits at start-up
+/// (its port taken) makes this try again with fresh ports.
+async fn launch(
+    args: &Args,
+    log_format: &str,
+    dir: &std::path::Path,
+) -> Result<(Cluster, tokio::net::TcpListener, String)> {
+    let n = args.nodes as usize;
+    let mut last_error = None;
+    for _attempt in 0..5 {
+        let ports = free_ports(2 * n + 1)?;
+        let witness_addr = format!("127.0.0.1:{}", ports[2 * n]);
+        let Ok(listener) = tokio::net::TcpListener::bind(&witness_addr).await else { continue };
+        let mut toml = format!(
+            "[cluster]\nname = \"demo\"\nmutex = \"{}\"\nelection = \"{}\"\ncount = {}\n\n[timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n\n[witness]\naddr = \"{witness_addr}\"\n",
+            args.mutex, args.election, args.count
+        );
+        let mut nodes = Vec::new();
+        for i in 0..n {
+            let (peer, client) =
+                (format!("127.0.0.1:{}", ports[2 * i]), format!("127.0.0.1:{}", ports[2 * i + 1]));
+            write!(toml, "\n[[node]]\nid = {}\npeer = \"{peer}\"\nclient = \"{client}\"\n", i + 1)?;
+            nodes.push(NodeAddr { id: Some(i as u32 + 1), addr: client });
+        }
+        let config = dir.join("cluster.toml");
+        std::fs::write(&config, &toml)?;
+        let mut cluster = Cluster {
+            dir: dir.to_path_buf(),
+            config,
+            nodes,
+            children: (0..n).map(|_| None).collect(),
+            log_format: log_format.to_string(),
+        };
+        for id in 1..=args.nodes {
+            cluster.start(id)?;
+        }
+        // Every node up and listening, or one gone (its port taken).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(id) = cluster.exited() {
+                last_error = Some(format!(
+                    "node {id} exited at start-up (see {}/node{id}.log)",
+                    dir.display()
+                ));
+                cluster.stop_all().await;
+                break;
+            }
+            let views = cluster.views(None).await;
+            if views.iter().all(|(_, v)| v.is_ok()) {
+                return Ok((cluster, listener, witness_addr));
+            }
+            if Instant::now() > deadline {
+                cluster.stop_all().await;
+                bail!("the nodes did not start within 10 s (logs in {})", dir.display());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    bail!("could not start the cluster: {}", last_error.unwrap_or_else(|| "no free ports".into()))
 }
 
 async fn run_timeline(
