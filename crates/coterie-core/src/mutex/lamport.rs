@@ -35,6 +35,7 @@
 //! **Fences.** The request's stamp, timestamp in the high bits and node id
 //! in the low bits: entries follow stamp order, so fences grow.
 
+use super::ask::Ask;
 use crate::algorithm::{AlgoConfig, MutexAlgorithm};
 use crate::outbox::{Message, Outbox, Time};
 use crate::types::{CsState, Fence, LamportClock, NodeId, Stamp};
@@ -76,27 +77,13 @@ impl Message for LamportMsg {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum State {
-    Idle,
-    /// Waiting for a later-stamped message from each of `awaiting` and for
-    /// the request to reach the head of the queue.
-    Wanting {
-        stamp: Stamp,
-        awaiting: BTreeSet<NodeId>,
-    },
-    Held {
-        stamp: Stamp,
-    },
-}
-
 /// Lamport's algorithm; see the module documentation.
 #[derive(Debug)]
 pub struct Lamport {
     id: NodeId,
     alive: BTreeSet<NodeId>,
     clock: LamportClock,
-    state: State,
+    state: Ask,
     /// Every request known, this node's own included, in stamp order.
     queue: BTreeSet<Stamp>,
     /// Replies held back while holding (requests stamped below this node's
@@ -111,7 +98,7 @@ impl Lamport {
             id: cfg.id,
             alive: BTreeSet::new(),
             clock: LamportClock::default(),
-            state: State::Idle,
+            state: Ask::Idle,
             queue: BTreeSet::new(),
             deferred: BTreeMap::new(),
         }
@@ -122,14 +109,14 @@ impl Lamport {
         let stamp = Stamp { ts: self.clock.tick(), node: self.id };
         self.queue.insert(stamp);
         out.broadcast(self.alive.iter().copied(), LamportMsg::Request { stamp });
-        self.state = State::Wanting { stamp, awaiting: self.alive.clone() };
+        self.state = Ask::Wanting { stamp, awaiting: self.alive.clone() };
         self.try_enter(out);
     }
 
     /// A message stamped `ts` arrived from `from`: it no longer blocks
     /// condition (2) if it is later than this node's request.
     fn heard(&mut self, from: NodeId, ts: u64) {
-        if let State::Wanting { stamp, awaiting } = &mut self.state {
+        if let Ask::Wanting { stamp, awaiting } = &mut self.state {
             if (Stamp { ts, node: from }) > *stamp {
                 awaiting.remove(&from);
             }
@@ -137,10 +124,10 @@ impl Lamport {
     }
 
     fn try_enter(&mut self, out: &mut Outbox<LamportMsg>) {
-        if let State::Wanting { stamp, awaiting } = &self.state {
+        if let Ask::Wanting { stamp, awaiting } = &self.state {
             if awaiting.is_empty() && self.queue.first() == Some(stamp) {
                 let stamp = *stamp;
-                self.state = State::Held { stamp };
+                self.state = Ask::Held { stamp };
                 out.grant(Fence::new(stamp.ts, u64::from(stamp.node.0)));
             }
         }
@@ -156,14 +143,14 @@ impl MutexAlgorithm for Lamport {
     type Msg = LamportMsg;
 
     fn handle_request(&mut self, _now: Time, out: &mut Outbox<LamportMsg>) {
-        if self.state == State::Idle {
+        if self.state == Ask::Idle {
             self.ask(out);
         }
     }
 
     fn handle_release(&mut self, _now: Time, out: &mut Outbox<LamportMsg>) {
-        let State::Held { stamp } = self.state else { return };
-        self.state = State::Idle;
+        let Ask::Held { stamp } = self.state else { return };
+        self.state = Ask::Idle;
         self.queue.remove(&stamp);
         let clock = self.clock.tick();
         out.broadcast(self.alive.iter().copied(), LamportMsg::Release { stamp, clock });
@@ -192,7 +179,7 @@ impl MutexAlgorithm for Lamport {
                 match self.state {
                     // Only a node that missed this one's request can stamp
                     // below it once it holds: answer when leaving.
-                    State::Held { stamp: mine } if stamp < mine => {
+                    Ask::Held { stamp: mine } if stamp < mine => {
                         self.deferred.insert(from, stamp);
                     }
                     _ => self.reply(from, None, out),
@@ -200,7 +187,7 @@ impl MutexAlgorithm for Lamport {
             }
             LamportMsg::Reply { clock, after } => {
                 self.clock.observe(clock);
-                if let State::Wanting { stamp, .. } = &self.state {
+                if let Ask::Wanting { stamp, .. } = &self.state {
                     if after.is_some_and(|entered| entered > *stamp) {
                         // Overtaken by a larger stamp that never saw this
                         // request: withdraw it and ask again, later.
@@ -230,12 +217,12 @@ impl MutexAlgorithm for Lamport {
     fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<LamportMsg>) {
         self.alive.insert(peer);
         match &mut self.state {
-            State::Wanting { stamp, awaiting } => {
+            Ask::Wanting { stamp, awaiting } => {
                 awaiting.insert(peer);
                 out.send(peer, LamportMsg::Request { stamp: *stamp });
             }
-            State::Held { stamp } => out.send(peer, LamportMsg::Request { stamp: *stamp }),
-            State::Idle => {}
+            Ask::Held { stamp } => out.send(peer, LamportMsg::Request { stamp: *stamp }),
+            Ask::Idle => {}
         }
     }
 
@@ -243,18 +230,12 @@ impl MutexAlgorithm for Lamport {
         self.alive.remove(&peer);
         self.queue.retain(|s| s.node != peer);
         self.deferred.remove(&peer);
-        if let State::Wanting { awaiting, .. } = &mut self.state {
-            awaiting.remove(&peer);
-        }
+        self.state.heard_from(peer);
         self.try_enter(out);
     }
 
     fn cs_state(&self) -> CsState {
-        match self.state {
-            State::Idle => CsState::Idle,
-            State::Wanting { .. } => CsState::Wanting,
-            State::Held { .. } => CsState::Held,
-        }
+        self.state.cs_state()
     }
 
     fn watermark(&self) -> u64 {

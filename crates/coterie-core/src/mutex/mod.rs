@@ -1,5 +1,6 @@
 //! Mutual-exclusion algorithms, one per file.
 
+mod ask;
 pub mod centralized;
 pub mod lamport;
 pub mod raymond_k;

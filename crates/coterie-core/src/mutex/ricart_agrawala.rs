@@ -37,6 +37,7 @@
 //! again, so stamp order and entry order stay one. Every REPLY names the
 //! request it answers, so a reply to an abandoned request never counts.
 
+use super::ask::Ask;
 use crate::algorithm::{AlgoConfig, MutexAlgorithm};
 use crate::outbox::{Message, Outbox, Time};
 use crate::types::{CsState, Fence, LamportClock, NodeId, Stamp};
@@ -72,19 +73,6 @@ impl Message for RaMsg {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum State {
-    Idle,
-    /// Waiting for a reply from each of `awaiting`.
-    Wanting {
-        stamp: Stamp,
-        awaiting: BTreeSet<NodeId>,
-    },
-    Held {
-        stamp: Stamp,
-    },
-}
-
 /// The Ricart–Agrawala algorithm; see the module documentation.
 #[derive(Debug)]
 pub struct RicartAgrawala {
@@ -94,7 +82,7 @@ pub struct RicartAgrawala {
     capacity: usize,
     alive: BTreeSet<NodeId>,
     clock: LamportClock,
-    state: State,
+    state: Ask,
     /// Requests this node has not answered yet, by requester.
     deferred: BTreeMap<NodeId, Stamp>,
 }
@@ -107,7 +95,7 @@ impl RicartAgrawala {
             capacity: 1,
             alive: BTreeSet::new(),
             clock: LamportClock::default(),
-            state: State::Idle,
+            state: Ask::Idle,
             deferred: BTreeMap::new(),
         }
     }
@@ -121,10 +109,10 @@ impl RicartAgrawala {
     /// Enters once at most `capacity - 1` replies are outstanding (none,
     /// for a mutex).
     fn try_enter(&mut self, out: &mut Outbox<RaMsg>) {
-        if let State::Wanting { stamp, awaiting } = &self.state {
+        if let Ask::Wanting { stamp, awaiting } = &self.state {
             if awaiting.len() < self.capacity {
                 let stamp = *stamp;
-                self.state = State::Held { stamp };
+                self.state = Ask::Held { stamp };
                 out.grant(Fence::new(stamp.ts, u64::from(stamp.node.0)));
             }
         }
@@ -139,7 +127,7 @@ impl RicartAgrawala {
     fn ask(&mut self, out: &mut Outbox<RaMsg>) {
         let stamp = Stamp { ts: self.clock.tick(), node: self.id };
         out.broadcast(self.alive.iter().copied(), RaMsg::Request { stamp });
-        self.state = State::Wanting { stamp, awaiting: self.alive.clone() };
+        self.state = Ask::Wanting { stamp, awaiting: self.alive.clone() };
         // Deferred requests that now come first are answered.
         let first: Vec<(NodeId, Stamp)> =
             self.deferred.iter().filter(|(_, s)| **s < stamp).map(|(&n, &s)| (n, s)).collect();
@@ -155,17 +143,17 @@ impl MutexAlgorithm for RicartAgrawala {
     type Msg = RaMsg;
 
     fn handle_request(&mut self, _now: Time, out: &mut Outbox<RaMsg>) {
-        if self.state != State::Idle {
+        if self.state != Ask::Idle {
             return;
         }
         self.ask(out);
     }
 
     fn handle_release(&mut self, _now: Time, out: &mut Outbox<RaMsg>) {
-        let State::Held { stamp } = self.state else {
+        let Ask::Held { stamp } = self.state else {
             return;
         };
-        self.state = State::Idle;
+        self.state = Ask::Idle;
         for (peer, theirs) in std::mem::take(&mut self.deferred) {
             self.reply(peer, theirs, Some(stamp), out);
         }
@@ -179,9 +167,9 @@ impl MutexAlgorithm for RicartAgrawala {
                     return; // a stamp always names its sender
                 }
                 let defer = match &self.state {
-                    State::Idle => false,
-                    State::Held { .. } => true,
-                    State::Wanting { stamp: mine, .. } => *mine < stamp,
+                    Ask::Idle => false,
+                    Ask::Held { .. } => true,
+                    Ask::Wanting { stamp: mine, .. } => *mine < stamp,
                 };
                 if defer {
                     self.deferred.insert(from, stamp);
@@ -191,7 +179,7 @@ impl MutexAlgorithm for RicartAgrawala {
             }
             RaMsg::Reply { to, clock, after } => {
                 self.clock.observe(clock);
-                let State::Wanting { stamp, awaiting } = &mut self.state else {
+                let Ask::Wanting { stamp, awaiting } = &mut self.state else {
                     return;
                 };
                 if to != *stamp {
@@ -211,7 +199,7 @@ impl MutexAlgorithm for RicartAgrawala {
 
     fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<RaMsg>) {
         self.alive.insert(peer);
-        if let State::Wanting { stamp, awaiting } = &mut self.state {
+        if let Ask::Wanting { stamp, awaiting } = &mut self.state {
             awaiting.insert(peer);
             out.send(peer, RaMsg::Request { stamp: *stamp });
         }
@@ -220,18 +208,12 @@ impl MutexAlgorithm for RicartAgrawala {
     fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<RaMsg>) {
         self.alive.remove(&peer);
         self.deferred.remove(&peer);
-        if let State::Wanting { awaiting, .. } = &mut self.state {
-            awaiting.remove(&peer);
-        }
+        self.state.heard_from(peer);
         self.try_enter(out);
     }
 
     fn cs_state(&self) -> CsState {
-        match self.state {
-            State::Idle => CsState::Idle,
-            State::Wanting { .. } => CsState::Wanting,
-            State::Held { .. } => CsState::Held,
-        }
+        self.state.cs_state()
     }
 
     fn watermark(&self) -> u64 {
