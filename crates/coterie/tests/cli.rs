@@ -23,6 +23,8 @@ fn free_ports(n: usize) -> Vec<u16> {
 /// A cluster of `n` node processes started with `coterie up`.
 struct Up {
     child: Child,
+    /// `up`'s standard input, for its control commands.
+    control: Option<std::process::ChildStdin>,
     config: PathBuf,
     _dir: TempDir,
 }
@@ -41,13 +43,14 @@ impl Up {
     /// the cluster never settles, and it is started again on fresh ports.
     fn start(n: u32, name: &str) -> Up {
         for attempt in 0..3 {
-            let up = Up::launch(n, &format!("{name}-{attempt}"));
+            let mut up = Up::launch(n, &format!("{name}-{attempt}"));
             let settled = up.try_wait_for(Duration::from_secs(10), |rows| {
                 agreed(rows).is_some_and(|(c, n_up)| c == n && n_up == n as usize)
             });
             if settled.is_some() {
                 return up;
             }
+            up.control = None;
         }
         panic!("a {n}-node cluster never settled in three attempts");
     }
@@ -71,14 +74,23 @@ impl Up {
         let config = dir.join("cluster.toml");
         std::fs::File::create(&config).unwrap().write_all(toml.as_bytes()).unwrap();
         let log = std::fs::File::create(dir.join("up.log")).unwrap();
-        let child = Command::new(BIN)
+        let mut child = Command::new(BIN)
             .args(["up", "--config"])
             .arg(&config)
             .stderr(log)
             .stdout(Stdio::null())
+            .stdin(Stdio::piped())
             .spawn()
             .unwrap();
-        Up { child, config, _dir: TempDir(dir) }
+        let control = child.stdin.take();
+        Up { child, control, config, _dir: TempDir(dir) }
+    }
+
+    /// Types a control command into `up`.
+    fn control(&mut self, line: &str) {
+        let stdin = self.control.as_mut().expect("up's stdin");
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
     }
 
     fn config(&self) -> &str {
@@ -126,6 +138,7 @@ impl Up {
 
 impl Drop for Up {
     fn drop(&mut self) {
+        self.control = None; // EOF on up's stdin
         unsafe_kill(self.child.id(), 15);
         let _ = self.child.wait();
     }
@@ -334,4 +347,14 @@ fn bench_reports_every_algorithm_against_theory() {
             assert_eq!(row["light_messages_per_entry"].as_f64(), Some(3.0 * (n - 1.0)));
         }
     }
+}
+
+#[test]
+fn up_kills_and_restarts_its_nodes_on_command() {
+    let mut up = Up::start(3, "control");
+    up.control("kill 3");
+    let rows = up.wait_for(|rows| agreed(rows).is_some_and(|(c, n)| c == 2 && n == 2));
+    assert_eq!(rows.iter().find(|r| r["id"] == 3).unwrap()["reachable"], false);
+    up.control("start 3");
+    up.wait_for(|rows| agreed(rows).is_some_and(|(c, n)| c == 3 && n == 3));
 }
