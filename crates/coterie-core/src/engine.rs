@@ -101,8 +101,6 @@ pub struct Counters {
     pub received: BTreeMap<String, u64>,
     /// Mutex-layer messages sent.
     pub mutex_sent: u64,
-    /// Election-layer messages sent.
-    pub election_sent: u64,
 }
 
 impl Counters {
@@ -535,10 +533,7 @@ impl Engine {
             match action {
                 Action::Send { to, msg: Encoded { kind, bytes } } => {
                     let envelope = match layer {
-                        Layer::Election => {
-                            self.counters.election_sent += 1;
-                            Envelope::Election(bytes)
-                        }
+                        Layer::Election => Envelope::Election(bytes),
                         Layer::Mutex => {
                             self.counters.mutex_sent += 1;
                             Envelope::Mutex(bytes)

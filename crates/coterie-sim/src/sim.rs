@@ -129,17 +129,6 @@ pub struct RunReport {
     pub workload_us: u64,
 }
 
-impl RunReport {
-    /// Mutex messages per entry over the workload.
-    pub fn messages_per_entry(&self) -> f64 {
-        if self.entries == 0 {
-            0.0
-        } else {
-            self.mutex_messages as f64 / self.entries as f64
-        }
-    }
-}
-
 #[derive(Clone, Debug)]
 enum Event {
     /// A message reaches `to`, unless `to` restarted since it was sent.

@@ -121,6 +121,9 @@ pub struct Ring {
     passed: Option<(NodeId, RingMsg)>,
     /// How long a starter waits for its election to come back.
     timeout: Duration,
+    /// How long a node that heard of a newer term waits for its
+    /// announcement before electing.
+    catch_up: Duration,
 }
 
 impl Ring {
@@ -139,6 +142,7 @@ impl Ring {
             // A safety net for a message lost in a way the failure detector
             // did not report: a round takes a few message delays.
             timeout: cfg.timing.failure_timeout * 4,
+            catch_up: cfg.timing.failure_timeout,
         }
     }
 
@@ -318,7 +322,7 @@ impl ElectionAlgorithm for Ring {
         let behind = self.current.is_none_or(|(_, current)| current < epoch);
         if behind && !self.electing && !self.catching_up && self.started {
             self.catching_up = true;
-            out.set_timer(CATCH_UP, now + self.timeout / 4);
+            out.set_timer(CATCH_UP, now + self.catch_up);
         }
     }
 
