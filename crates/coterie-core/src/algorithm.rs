@@ -6,7 +6,7 @@
 //! the simulator or the tokio node) performs what the outbox asks.
 
 use crate::outbox::{Message, Outbox, Time, TimerId};
-use crate::types::{CsState, Epoch, NodeId};
+use crate::types::{CsState, Epoch, NodeId, Stamp};
 use std::time::Duration;
 
 /// Heartbeat and failure-detection periods, shared by every layer.
@@ -112,6 +112,13 @@ pub trait MutexAlgorithm: Send + 'static {
 
     /// Where this node stands with respect to the critical section.
     fn cs_state(&self) -> CsState;
+
+    /// The timestamp of this node's current request, while it wants or
+    /// holds the critical section, for algorithms that order requests by
+    /// timestamp. The simulator uses it to check fairness.
+    fn request_stamp(&self) -> Option<Stamp> {
+        None
+    }
 
     /// A monotone value that heartbeats carry to every peer (a Lamport
     /// clock, typically) so that a node that just joined catches up before

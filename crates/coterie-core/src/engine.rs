@@ -27,7 +27,7 @@ use crate::algorithm::AlgoConfig;
 use crate::detector::{FailureDetector, Verdict};
 use crate::outbox::{Action, Time, TimerId};
 use crate::registry::{self, Actions, DynElection, DynMutex, Encoded, UnknownAlgorithm};
-use crate::types::{CsState, Epoch, Fence, NodeId};
+use crate::types::{CsState, Epoch, Fence, NodeId, Stamp};
 use crate::wire::{Envelope, Heartbeat, WireError};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -248,6 +248,12 @@ impl Engine {
     /// The epoch of that coordinator.
     pub fn epoch(&self) -> Epoch {
         self.election.epoch()
+    }
+
+    /// The timestamp of the mutex layer's current request, if it orders
+    /// requests by timestamp.
+    pub fn request_stamp(&self) -> Option<Stamp> {
+        self.mutex.request_stamp()
     }
 
     /// Where this node stands with respect to the critical section.

@@ -13,7 +13,7 @@ use crate::mutex::{
     ricart_agrawala::RicartAgrawala,
 };
 use crate::outbox::{Action, Message, Outbox, Time, TimerId};
-use crate::types::{CsState, Epoch, NodeId};
+use crate::types::{CsState, Epoch, NodeId, Stamp};
 use crate::wire::{self, WireError};
 use std::marker::PhantomData;
 
@@ -30,6 +30,13 @@ pub struct MutexInfo {
     /// failures) in a cluster of `n`, when the requester is (`true`) or is
     /// not the coordinator: the inclusive range theory allows.
     pub light_load: fn(n: u64, requester_is_coordinator: bool) -> (u64, u64),
+    /// Messages per entry, averaged over a run, when every node always
+    /// wants the critical section (no failures, capacity 1): the inclusive
+    /// range theory allows in a cluster of `n`.
+    pub heavy_load: fn(n: u64) -> (f64, f64),
+    /// Whether entries follow request-timestamp order (no grant while an
+    /// older request waits), which the simulator checks when nothing fails.
+    pub fair: bool,
     /// Builds an instance.
     pub build: fn(&AlgoConfig) -> Box<dyn DynMutex>,
 }
@@ -52,6 +59,9 @@ pub const MUTEXES: &[MutexInfo] = &[
         summary: "coordinator with a FIFO queue; count > 1 makes it a counting semaphore",
         counting: true,
         light_load: |_, local| if local { (0, 0) } else { (3, 3) },
+        // The coordinator's own entries are free; everyone enters as often.
+        heavy_load: |n| (3.0 * (n - 1) as f64 / n as f64, 3.0),
+        fair: false,
         build: |cfg| erase_mutex(Centralized::new(cfg)),
     },
     MutexInfo {
@@ -59,6 +69,8 @@ pub const MUTEXES: &[MutexInfo] = &[
         summary: "a request queue replicated on every node: REQUEST, REPLY, RELEASE",
         counting: false,
         light_load: |n, _| (3 * (n - 1), 3 * (n - 1)),
+        heavy_load: |n| (3.0 * (n - 1) as f64, 3.0 * (n - 1) as f64),
+        fair: true,
         build: |cfg| erase_mutex(Lamport::new(cfg)),
     },
     MutexInfo {
@@ -66,6 +78,8 @@ pub const MUTEXES: &[MutexInfo] = &[
         summary: "timestamped requests to everyone, replies deferred by the earlier requester",
         counting: false,
         light_load: |n, _| (2 * (n - 1), 2 * (n - 1)),
+        heavy_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),
+        fair: true,
         build: |cfg| erase_mutex(RicartAgrawala::new(cfg)),
     },
     MutexInfo {
@@ -73,6 +87,8 @@ pub const MUTEXES: &[MutexInfo] = &[
         summary: "Ricart-Agrawala for k holders: enter with at most k-1 replies outstanding",
         counting: true,
         light_load: |n, _| (2 * (n - 1), 2 * (n - 1)),
+        heavy_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),
+        fair: true,
         build: |cfg| erase_mutex(RaymondK::with_capacity(cfg)),
     },
 ];
@@ -157,6 +173,8 @@ pub trait DynMutex: Send {
     fn handle_coordinator(&mut self, now: Time, leader: NodeId, epoch: Epoch, out: &mut Actions);
     /// See [`MutexAlgorithm::cs_state`].
     fn cs_state(&self) -> CsState;
+    /// See [`MutexAlgorithm::request_stamp`].
+    fn request_stamp(&self) -> Option<Stamp>;
     /// See [`MutexAlgorithm::watermark`].
     fn watermark(&self) -> u64;
     /// See [`MutexAlgorithm::observe_watermark`].
@@ -283,6 +301,9 @@ impl<A: MutexAlgorithm> DynMutex for Erased<A, A::Msg> {
     }
     fn cs_state(&self) -> CsState {
         self.alg.cs_state()
+    }
+    fn request_stamp(&self) -> Option<Stamp> {
+        self.alg.request_stamp()
     }
     fn watermark(&self) -> u64 {
         self.alg.watermark()

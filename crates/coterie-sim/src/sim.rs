@@ -120,7 +120,9 @@ pub struct RunReport {
     pub violations: Vec<Violation>,
     /// One line per event, when tracing.
     pub trace: Vec<String>,
-    /// Grants made while a node that had asked earlier was still waiting.
+    /// Grants made while a node that asked earlier was still waiting:
+    /// earlier by request timestamp for algorithms that stamp requests
+    /// (see `MutexAlgorithm::request_stamp`), by time of asking otherwise.
     pub out_of_order: u64,
     /// Synchronisation delays: from a release to the next grant, when
     /// someone was waiting at the release (µs).
@@ -137,6 +139,8 @@ enum Event {
         to: NodeId,
         incarnation: u32,
         bytes: Vec<u8>,
+        /// Whether it is a mutex-layer message (counted while in flight).
+        mutex: bool,
     },
     /// `observer`'s connection to `peer` closed and a redial was refused.
     LinkDown {
@@ -223,6 +227,8 @@ pub struct Simulation {
     sequential: Option<(NodeId, u64, bool)>,
     sequential_left: u32,
     mutex_sent_total: u64,
+    /// Mutex messages sent and not yet delivered (or dropped).
+    mutex_in_flight: u64,
     report: RunReport,
 }
 
@@ -250,6 +256,7 @@ impl Simulation {
             sequential: None,
             sequential_left: cfg.requests,
             mutex_sent_total: 0,
+            mutex_in_flight: 0,
             report: RunReport { seed: cfg.seed, ..RunReport::default() },
             cfg,
         };
@@ -385,8 +392,10 @@ impl Simulation {
                 if self.now >= self.workload_start {
                     *self.report.messages_by_kind.entry(kind.to_string()).or_default() += 1;
                 }
-                if matches!(envelope, Envelope::Mutex(_)) {
+                let mutex = matches!(envelope, Envelope::Mutex(_));
+                if mutex {
                     self.mutex_sent_total += 1;
+                    self.mutex_in_flight += 1;
                     if self.now >= self.workload_start {
                         self.report.mutex_messages += 1;
                     }
@@ -404,7 +413,7 @@ impl Simulation {
                 self.link_tail.insert((node, to), at);
                 let incarnation = self.nodes[&to].incarnation;
                 let bytes = wire::encode(&envelope);
-                self.push(at, Event::Deliver { from: node, to, incarnation, bytes });
+                self.push(at, Event::Deliver { from: node, to, incarnation, bytes, mutex });
             }
             Output::Granted { fence } => self.on_grant(node, fence),
             Output::Coordinator { leader, epoch } => {
@@ -422,11 +431,23 @@ impl Simulation {
         }
     }
 
+    /// Whether `node`, which asked at `asked_at`, entered ahead of a
+    /// waiting node that asked before it: by request timestamp when the
+    /// algorithm orders requests by timestamp, by the time of asking
+    /// otherwise.
+    fn overtook_someone(&self, node: NodeId, asked_at: Time) -> bool {
+        let stamp = |id: &NodeId| self.nodes[id].engine.as_ref().and_then(Engine::request_stamp);
+        match stamp(&node) {
+            Some(mine) => self.asked.keys().filter_map(stamp).any(|other| other < mine),
+            None => self.asked.values().any(|&other| other < asked_at),
+        }
+    }
+
     fn on_grant(&mut self, node: NodeId, fence: Fence) {
         self.trace(|| format!("{node} ENTERS with fence {fence}"));
         self.report.entries += 1;
         if let Some(mine) = self.asked.remove(&node) {
-            if self.asked.values().any(|&other| other < mine) {
+            if self.overtook_someone(node, mine) {
                 self.report.out_of_order += 1;
             }
         }
@@ -483,7 +504,10 @@ impl Simulation {
 
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Deliver { from, to, incarnation, bytes } => {
+            Event::Deliver { from, to, incarnation, bytes, mutex } => {
+                if mutex {
+                    self.mutex_in_flight -= 1;
+                }
                 if !self.live(to, incarnation) {
                     return;
                 }
@@ -596,6 +620,13 @@ impl Simulation {
     }
 
     fn next_sequential(&mut self) {
+        if self.mutex_in_flight > 0 && self.sequential.is_some() {
+            // The entry's messages are still moving (a token finishing its
+            // lap, say): count them all before the next request.
+            let wait = self.cfg.delay.1 + STEP;
+            self.push(self.now + wait, Event::NextSequential);
+            return;
+        }
         if let Some((node, before, local)) = self.sequential.take() {
             let cost = self.mutex_sent_total - before;
             self.trace(|| format!("{node}'s entry cost {cost} mutex messages"));

@@ -37,6 +37,9 @@ pub struct Summary {
     pub coordinator_entries: u64,
     /// Crashes injected, over all runs.
     pub crashes: u64,
+    /// Grants that overtook an older waiting request, over all runs (see
+    /// `RunReport::out_of_order`).
+    pub out_of_order: u64,
     /// Messages sent during workloads, by kind, over all runs.
     pub messages_by_kind: BTreeMap<String, u64>,
     /// Each failing seed (the first 50).
@@ -60,6 +63,7 @@ pub fn run_seeds(
         entries: 0,
         coordinator_entries: 0,
         crashes: 0,
+        out_of_order: 0,
         messages_by_kind: BTreeMap::new(),
         failures: Vec::new(),
     };
@@ -69,6 +73,7 @@ pub fn run_seeds(
         summary.entries += report.entries;
         summary.coordinator_entries += report.coordinator_entries;
         summary.crashes += u64::from(report.crashes);
+        summary.out_of_order += report.out_of_order;
         mutex_messages += report.mutex_messages;
         for (kind, n) in &report.messages_by_kind {
             *summary.messages_by_kind.entry(kind.clone()).or_default() += n;

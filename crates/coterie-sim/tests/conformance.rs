@@ -7,6 +7,7 @@
 use coterie_core::registry::{ELECTIONS, MUTEXES};
 use coterie_sim::sim::{self, Load, SimConfig};
 use coterie_sim::{run_seeds, Summary};
+use std::time::Duration;
 
 /// Seeds per algorithm pair and fault setting.
 const SEEDS: u64 = 1000;
@@ -118,6 +119,48 @@ fn light_load_message_counts_match_theory() {
                     );
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn heavy_load_message_counts_match_theory() {
+    for m in MUTEXES {
+        for n in [3, 5, 7] {
+            let cfg = SimConfig {
+                nodes: n,
+                requests: 20,
+                think: (Duration::ZERO, Duration::ZERO),
+                ..SimConfig::new(m.name, ELECTIONS[0].name)
+            };
+            for seed in 0..10 {
+                let report = sim::run(SimConfig { seed, ..cfg.clone() }).unwrap();
+                assert!(report.violations.is_empty(), "{:?}", report.violations);
+                let per_entry = report.mutex_messages as f64 / report.entries as f64;
+                let (lo, hi) = (m.heavy_load)(u64::from(n));
+                assert!(
+                    per_entry >= lo - 1e-9 && per_entry <= hi + 1e-9,
+                    "{} n={n} seed {seed}: {per_entry:.2} messages per entry under contention, \
+                     theory {lo:.2}..={hi:.2}",
+                    m.name
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn fair_algorithms_grant_in_timestamp_order() {
+    for m in MUTEXES.iter().filter(|m| m.fair) {
+        for nodes in [3, 5, 9] {
+            let cfg = SimConfig { nodes, ..SimConfig::new(m.name, ELECTIONS[0].name) };
+            let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+            assert_clean(&cfg, &summary);
+            assert_eq!(
+                summary.out_of_order, 0,
+                "{} n={nodes}: {} grants overtook an older request",
+                m.name, summary.out_of_order
+            );
         }
     }
 }

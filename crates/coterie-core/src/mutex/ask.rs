@@ -27,6 +27,14 @@ impl Ask {
         }
     }
 
+    /// The stamp of the request under way, if any.
+    pub(crate) fn stamp(&self) -> Option<Stamp> {
+        match self {
+            Ask::Idle => None,
+            Ask::Wanting { stamp, .. } | Ask::Held { stamp } => Some(*stamp),
+        }
+    }
+
     /// `peer` no longer needs to be heard from (it answered, or is down).
     pub(crate) fn heard_from(&mut self, peer: NodeId) {
         if let Ask::Wanting { awaiting, .. } = self {

@@ -238,6 +238,10 @@ impl MutexAlgorithm for Lamport {
         self.state.cs_state()
     }
 
+    fn request_stamp(&self) -> Option<Stamp> {
+        self.state.stamp()
+    }
+
     fn watermark(&self) -> u64 {
         self.clock.now()
     }

@@ -216,6 +216,10 @@ impl MutexAlgorithm for RicartAgrawala {
         self.state.cs_state()
     }
 
+    fn request_stamp(&self) -> Option<Stamp> {
+        self.state.stamp()
+    }
+
     fn watermark(&self) -> u64 {
         self.clock.now()
     }
