@@ -4,7 +4,7 @@
 //! with no new test code. A failure prints the seed, the command that
 //! replays it, and the end of its trace.
 
-use coterie_core::registry::{ELECTIONS, MUTEXES};
+use coterie_core::registry::{MutexInfo, ELECTIONS, MUTEXES};
 use coterie_sim::sim::{self, Load, SimConfig};
 use coterie_sim::{run_seeds, Summary};
 use std::time::Duration;
@@ -46,8 +46,16 @@ fn assert_clean(cfg: &SimConfig, summary: &Summary) {
     assert!(summary.entries > 0, "{}/{}: no entry at all", cfg.mutex, cfg.election);
 }
 
+/// The mutual-exclusion algorithms under test: all of them, or the
+/// comma-separated names in `CONFORMANCE_MUTEX` while working on a few.
+fn mutexes() -> Vec<&'static MutexInfo> {
+    let only = std::env::var("CONFORMANCE_MUTEX").unwrap_or_default();
+    let only: Vec<&str> = only.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    MUTEXES.iter().filter(|m| only.is_empty() || only.contains(&m.name)).collect()
+}
+
 fn every_pair(mut f: impl FnMut(SimConfig)) {
-    for m in MUTEXES {
+    for m in mutexes() {
         for e in ELECTIONS {
             f(SimConfig::new(m.name, e.name));
         }
@@ -86,7 +94,7 @@ fn every_pair_at_every_size_survives_crashes() {
 
 #[test]
 fn counting_semaphores_admit_k_holders_and_no_more() {
-    for m in MUTEXES.iter().filter(|m| m.counting) {
+    for m in mutexes().into_iter().filter(|m| m.counting) {
         for e in ELECTIONS {
             let cfg = SimConfig { capacity: 2, crashes: 1, ..SimConfig::new(m.name, e.name) };
             let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
@@ -97,7 +105,7 @@ fn counting_semaphores_admit_k_holders_and_no_more() {
 
 #[test]
 fn light_load_message_counts_match_theory() {
-    for m in MUTEXES {
+    for m in mutexes() {
         for n in [3, 5, 7] {
             let cfg = SimConfig {
                 nodes: n,
@@ -125,7 +133,7 @@ fn light_load_message_counts_match_theory() {
 
 #[test]
 fn heavy_load_message_counts_match_theory() {
-    for m in MUTEXES {
+    for m in mutexes() {
         for n in [3, 5, 7] {
             let cfg = SimConfig {
                 nodes: n,
@@ -151,7 +159,7 @@ fn heavy_load_message_counts_match_theory() {
 
 #[test]
 fn fair_algorithms_grant_in_timestamp_order() {
-    for m in MUTEXES.iter().filter(|m| m.fair) {
+    for m in mutexes().into_iter().filter(|m| m.fair) {
         for nodes in [3, 5, 9] {
             let cfg = SimConfig { nodes, ..SimConfig::new(m.name, ELECTIONS[0].name) };
             let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
