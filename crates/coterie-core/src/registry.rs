@@ -10,7 +10,7 @@ use crate::algorithm::{AlgoConfig, ElectionAlgorithm, MutexAlgorithm};
 use crate::election::{bully::Bully, ring::Ring};
 use crate::mutex::{
     centralized::Centralized, lamport::Lamport, raymond_k::RaymondK,
-    ricart_agrawala::RicartAgrawala,
+    ricart_agrawala::RicartAgrawala, token_ring::TokenRing,
 };
 use crate::outbox::{Action, Message, Outbox, Time, TimerId};
 use crate::types::{CsState, Epoch, NodeId, Stamp};
@@ -90,6 +90,17 @@ pub const MUTEXES: &[MutexInfo] = &[
         heavy_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),
         fair: true,
         build: |cfg| erase_mutex(RaymondK::with_capacity(cfg)),
+    },
+    MutexInfo {
+        name: "token-ring",
+        summary:
+            "one token round the ring of live nodes; parks after an idle lap, regenerated when lost",
+        counting: false,
+        // WANT to the parker, the token straight back, then an idle lap.
+        light_load: |n, _| (n, n + 2),
+        heavy_load: |_| (1.0, 2.0),
+        fair: false,
+        build: |cfg| erase_mutex(TokenRing::new(cfg)),
     },
 ];
 

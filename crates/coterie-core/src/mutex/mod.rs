@@ -5,3 +5,4 @@ pub mod centralized;
 pub mod lamport;
 pub mod raymond_k;
 pub mod ricart_agrawala;
+pub mod token_ring;

@@ -1,0 +1,714 @@
+//! # `token-ring` — one token, passed round a logical ring
+//!
+//! **Source.** The token-ring algorithm of seeds 001 and 002: the live nodes
+//! form a ring in id order, a single token travels round it, and only the
+//! node holding the token may enter. Seed 001's exercise 3 supplies the
+//! repair: a regenerated token carries a higher sequence number (here, a
+//! *generation*) and a token of an older generation is discarded.
+//!
+//! **Assumptions.** Reliable FIFO links while both ends are up; crash-stop
+//! failures reported by the failure detector; an elected coordinator (the
+//! election layer provides one) to regenerate a lost token. No partitions:
+//! a holder wrongly suspected would see its token regenerated elsewhere.
+//!
+//! **Messages per entry.** Under contention the token goes straight from
+//! one wanting node to the next: 1 message per entry, whoever is next on
+//! the ring. An idle ring does not spin: a token that completes a lap in
+//! which nobody entered *parks* where the lap began, and every node saw
+//! where that is as the lap went by. A node that wants the critical section
+//! then sends one WANT to the parker, which sends the token straight to
+//! it; after the entry the token makes one more lap and parks at the last
+//! holder. So an isolated entry costs N + 2 messages (N when the requester
+//! itself parks the token): the textbook's "1 .. N" counts only the hops
+//! toward the requester, and pays for it with a token that never stops.
+//!
+//! **State walk.** A node is *idle*, *wanting* or *holding*, and
+//! separately may have the token *parked* with it. Receiving the token:
+//! a wanting node enters (the token's entry counter goes up; it becomes
+//! the new start of the idle lap); an idle node passes it on to its
+//! successor among the live nodes, unless the idle lap started with itself,
+//! in which case it parks it. Leaving, the holder passes the token on.
+//!
+//! **Losing and regenerating the token.** Only the coordinator makes a
+//! token, and only after a *probe round*: it picks a generation higher than
+//! any it has seen (a ballot: a counter and its own id, so two coordinators
+//! never pick the same one) and asks every live node to promise to discard
+//! tokens of older generations. A node holding the token answers that it
+//! has it and relabels it with the new generation; otherwise it answers
+//! no. If nobody has it once every live node has answered, any token still
+//! in flight is one every node will discard on arrival, and the coordinator
+//! makes a fresh one and sends it round the ring. The coordinator runs a
+//! round when it takes office, when a node goes down (it may have had the
+//! token, or had it in flight to it), and when a node that has waited far
+//! longer than a lap asks (MISSING).
+//!
+//! **Newcomers.** A node that (re)starts knows no generation, so it cannot
+//! tell a stale token from the live one. It keeps any token that reaches
+//! it in quarantine, unused, until the coordinator tells it the current
+//! generation (or probes it); then it uses the token if it is current and
+//! drops it otherwise.
+//!
+//! **Fences.** The token carries its generation and the number of entries
+//! made with it; a grant's fence is (generation, entries). Entries within a
+//! generation count up, and a new generation is higher than every earlier
+//! one, so fences rise with every grant, also across regenerations.
+
+use crate::algorithm::{AlgoConfig, MutexAlgorithm};
+use crate::outbox::{Message, Outbox, Time, TimerId};
+use crate::types::{CsState, Epoch, Fence, NodeId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// The token. Its generation is a ballot ([`Epoch`]): a round counter in
+/// the high bits and the id of the coordinator that made it in the low ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Token {
+    /// The generation; tokens of older generations are discarded.
+    pub generation: Epoch,
+    /// Critical-section entries made with this token so far.
+    pub entries: u64,
+    /// Where the current run of idle hops began: the token parks when it
+    /// gets back there with nobody having entered.
+    pub idle_since: NodeId,
+}
+
+/// The messages of [`TokenRing`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TokenMsg {
+    /// The token itself.
+    Token(Token),
+    /// `wanter` wants the critical section; sent to the node believed to
+    /// park the token, and forwarded along fresher beliefs (`hops` so far).
+    Want {
+        /// The node that wants to enter.
+        wanter: NodeId,
+        /// Times the request was forwarded.
+        hops: u32,
+    },
+    /// The coordinator's probe: discard tokens older than `generation`,
+    /// and say whether you have the token.
+    Probe {
+        /// The generation being set up.
+        generation: Epoch,
+    },
+    /// The answer to a [`TokenMsg::Probe`].
+    ProbeAck {
+        /// The generation probed.
+        generation: Epoch,
+        /// The answering node has the token (now of `generation`).
+        has_token: bool,
+        /// The highest generation the node knows; above `generation` when
+        /// the probe came too late.
+        known: Epoch,
+    },
+    /// The coordinator tells a newcomer the current generation.
+    Generation {
+        /// The current generation.
+        generation: Epoch,
+    },
+    /// A waiter has not seen the token for far longer than a lap.
+    Missing,
+}
+
+impl Message for TokenMsg {
+    fn kind(&self) -> &'static str {
+        match self {
+            TokenMsg::Token(_) => "token",
+            TokenMsg::Want { .. } => "want",
+            TokenMsg::Probe { .. } => "probe",
+            TokenMsg::ProbeAck { .. } => "probe-ack",
+            TokenMsg::Generation { .. } => "generation",
+            TokenMsg::Missing => "missing",
+        }
+    }
+}
+
+/// The coordinator's probe round in progress.
+#[derive(Debug)]
+struct Round {
+    generation: Epoch,
+    awaiting: BTreeSet<NodeId>,
+    found: bool,
+}
+
+/// The patience timer of a waiting node.
+const PATIENCE: TimerId = TimerId(1);
+
+/// The token-ring algorithm; see the module documentation.
+#[derive(Debug)]
+pub struct TokenRing {
+    id: NodeId,
+    failure_timeout: Duration,
+    alive: BTreeSet<NodeId>,
+    coordinator: Option<NodeId>,
+    state: CsState,
+    /// The token, while this node holds the critical section or parks it.
+    token: Option<Token>,
+    /// A token that arrived before this node knew the current generation.
+    quarantine: Option<Token>,
+    /// The oldest generation this node accepts; `None` until it is told.
+    generation: Option<Epoch>,
+    /// The highest generation seen anywhere, to pick a higher one.
+    highest: Epoch,
+    /// Where the token is believed to park.
+    parker: Option<NodeId>,
+    /// Coordinator only: the probe round in progress.
+    round: Option<Round>,
+    /// Coordinator only: the generation its last round settled on.
+    settled: Option<Epoch>,
+}
+
+impl TokenRing {
+    /// A node with nobody known to be up yet.
+    pub fn new(cfg: &AlgoConfig) -> Self {
+        TokenRing {
+            id: cfg.id,
+            failure_timeout: cfg.timing.failure_timeout,
+            alive: BTreeSet::new(),
+            coordinator: None,
+            state: CsState::Idle,
+            token: None,
+            quarantine: None,
+            generation: None,
+            highest: Epoch::default(),
+            parker: None,
+            round: None,
+            settled: None,
+        }
+    }
+
+    /// The next live node after this one in id order, wrapping round.
+    fn successor(&self) -> Option<NodeId> {
+        let after = self.alive.range(self.id..).find(|&&p| p != self.id);
+        after.or_else(|| self.alive.iter().next()).copied()
+    }
+
+    fn is_coordinator(&self) -> bool {
+        self.coordinator == Some(self.id)
+    }
+
+    /// How long a waiter waits before suspecting the token is lost: a lap
+    /// of failure timeouts, far longer than a lap normally takes.
+    fn patience(&self) -> Duration {
+        self.failure_timeout * (self.alive.len() as u32 + 2)
+    }
+
+    /// Learns that generations older than `generation` are dead.
+    fn learn(&mut self, generation: Epoch) {
+        self.highest = self.highest.max(generation);
+        if self.generation.is_none_or(|g| generation > g) {
+            self.generation = Some(generation);
+        }
+    }
+
+    /// A token arrived (or was released from quarantine).
+    fn receive(&mut self, now: Time, token: Token, out: &mut Outbox<TokenMsg>) {
+        self.highest = self.highest.max(token.generation);
+        let Some(current) = self.generation else {
+            // Cannot tell yet whether it is stale: keep it, unused.
+            if self.quarantine.is_none_or(|q| q.generation < token.generation) {
+                self.quarantine = Some(token);
+            }
+            return;
+        };
+        if token.generation < current {
+            return; // a token of a dead generation
+        }
+        self.generation = Some(token.generation);
+        if let Some(mine) = self.token {
+            // Two live tokens cannot exist; keep the newer, defensively.
+            if mine.generation >= token.generation {
+                return;
+            }
+        }
+        self.token = None;
+        self.hold_or_pass(now, token, out);
+    }
+
+    /// Enters with `token` if this node wants to, otherwise passes it on
+    /// (or parks it after an idle lap).
+    fn hold_or_pass(&mut self, _now: Time, mut token: Token, out: &mut Outbox<TokenMsg>) {
+        if self.state == CsState::Wanting {
+            token.entries += 1;
+            token.idle_since = self.id;
+            self.state = CsState::Held;
+            self.token = Some(token);
+            out.cancel_timer(PATIENCE);
+            out.grant(Fence::new(token.generation.0, token.entries));
+            return;
+        }
+        if token.idle_since != self.id && !self.alive.contains(&token.idle_since) {
+            token.idle_since = self.id; // the lap's start is gone: start anew
+        }
+        match self.successor() {
+            Some(next) if token.idle_since != self.id => {
+                self.parker = Some(token.idle_since);
+                out.send(next, TokenMsg::Token(token));
+            }
+            _ => self.park(token),
+        }
+    }
+
+    fn park(&mut self, token: Token) {
+        self.token = Some(token);
+        self.parker = Some(self.id);
+    }
+
+    /// Sends the token on a lap that starts here.
+    fn lap(&mut self, mut token: Token, out: &mut Outbox<TokenMsg>) {
+        token.idle_since = self.id;
+        match self.successor() {
+            Some(next) => {
+                self.parker = Some(self.id);
+                out.send(next, TokenMsg::Token(token));
+            }
+            None => self.park(token),
+        }
+    }
+
+    /// A parked token goes straight to `wanter`.
+    fn unpark_to(&mut self, wanter: NodeId, out: &mut Outbox<TokenMsg>) -> bool {
+        if self.state != CsState::Idle || wanter == self.id || !self.alive.contains(&wanter) {
+            return false;
+        }
+        let Some(token) = self.token.take() else {
+            return false;
+        };
+        self.parker = Some(wanter);
+        out.send(wanter, TokenMsg::Token(token));
+        true
+    }
+
+    /// Coordinator: starts a probe round for a new generation.
+    fn start_round(&mut self, now: Time, out: &mut Outbox<TokenMsg>) {
+        let generation = self.highest.next_for(self.id);
+        self.learn(generation);
+        let mut found = false;
+        if let Some(q) = self.quarantine.take() {
+            self.token = self.token.or(Some(q));
+        }
+        if let Some(t) = &mut self.token {
+            t.generation = generation;
+            found = true;
+        }
+        out.broadcast(self.alive.iter().copied(), TokenMsg::Probe { generation });
+        self.round = Some(Round { generation, awaiting: self.alive.clone(), found });
+        self.after_probe(now, out);
+        self.finish_round(now, out);
+    }
+
+    /// A probe found the token here, outside the critical section: use it,
+    /// or send it round the ring. A probe means something went wrong, and
+    /// the nodes that wait may no longer know where the token parks.
+    fn after_probe(&mut self, now: Time, out: &mut Outbox<TokenMsg>) {
+        if self.state == CsState::Held {
+            return;
+        }
+        if let Some(token) = self.token.take() {
+            if self.state == CsState::Wanting {
+                self.hold_or_pass(now, token, out);
+            } else {
+                self.lap(token, out);
+            }
+        }
+    }
+
+    /// Coordinator: settles the round once every live node has answered.
+    fn finish_round(&mut self, now: Time, out: &mut Outbox<TokenMsg>) {
+        let Some(round) = &self.round else {
+            return;
+        };
+        if !round.awaiting.is_empty() {
+            return;
+        }
+        let Round { generation, found, .. } = self.round.take().expect("checked");
+        if self.highest > generation {
+            // Some node had seen a newer generation: try above it.
+            return self.start_round(now, out);
+        }
+        self.settled = Some(generation);
+        if !found && self.token.is_none() {
+            let token = Token { generation, entries: 0, idle_since: self.id };
+            if self.state == CsState::Wanting {
+                self.hold_or_pass(now, token, out);
+            } else {
+                self.lap(token, out); // round the ring, past every waiter
+            }
+        }
+    }
+}
+
+impl MutexAlgorithm for TokenRing {
+    type Msg = TokenMsg;
+
+    fn handle_request(&mut self, now: Time, out: &mut Outbox<TokenMsg>) {
+        if self.state != CsState::Idle {
+            return;
+        }
+        self.state = CsState::Wanting;
+        if let Some(token) = self.token.take() {
+            return self.hold_or_pass(now, token, out);
+        }
+        if let Some(parker) = self.parker.filter(|&p| p != self.id && self.alive.contains(&p)) {
+            out.send(parker, TokenMsg::Want { wanter: self.id, hops: 0 });
+        }
+        out.set_timer(PATIENCE, now + self.patience());
+    }
+
+    fn handle_release(&mut self, _now: Time, out: &mut Outbox<TokenMsg>) {
+        if self.state != CsState::Held {
+            return;
+        }
+        self.state = CsState::Idle;
+        if let Some(token) = self.token.take() {
+            self.lap(token, out);
+        }
+    }
+
+    fn handle_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        msg: TokenMsg,
+        out: &mut Outbox<TokenMsg>,
+    ) {
+        match msg {
+            TokenMsg::Token(token) => self.receive(now, token, out),
+            TokenMsg::Want { wanter, hops } => {
+                if self.unpark_to(wanter, out) {
+                    return;
+                }
+                // Not parked here: pass the request on to a fresher belief.
+                // Without one, the token is circulating and will pass the
+                // wanter anyway.
+                let next = self.parker.filter(|&p| p != self.id && p != wanter && p != from);
+                if let Some(p) = next.filter(|_| (hops as usize) < self.alive.len()) {
+                    out.send(p, TokenMsg::Want { wanter, hops: hops + 1 });
+                }
+            }
+            TokenMsg::Probe { generation } => {
+                self.highest = self.highest.max(generation);
+                if self.generation.is_some_and(|g| generation < g) {
+                    let known = self.highest;
+                    out.send(from, TokenMsg::ProbeAck { generation, has_token: false, known });
+                    return;
+                }
+                self.learn(generation);
+                if let Some(q) = self.quarantine.take() {
+                    self.token = self.token.or(Some(q));
+                }
+                let has_token = match &mut self.token {
+                    Some(t) => {
+                        t.generation = generation;
+                        true
+                    }
+                    None => false,
+                };
+                out.send(from, TokenMsg::ProbeAck { generation, has_token, known: generation });
+                self.after_probe(now, out);
+            }
+            TokenMsg::ProbeAck { generation, has_token, known } => {
+                self.highest = self.highest.max(known);
+                let Some(round) = &mut self.round else {
+                    return;
+                };
+                if round.generation != generation {
+                    return; // an answer to an abandoned round
+                }
+                round.awaiting.remove(&from);
+                round.found |= has_token;
+                self.finish_round(now, out);
+            }
+            TokenMsg::Generation { generation } => {
+                self.learn(generation);
+                if let Some(q) = self.quarantine.take() {
+                    self.receive(now, q, out);
+                }
+            }
+            TokenMsg::Missing => {
+                if self.unpark_to(from, out) || !self.is_coordinator() || self.round.is_some() {
+                    return;
+                }
+                self.start_round(now, out);
+            }
+        }
+    }
+
+    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<TokenMsg>) {
+        if timer != PATIENCE || self.state != CsState::Wanting {
+            return;
+        }
+        // The token has not come by for far longer than a lap.
+        if let Some(parker) = self.parker.filter(|&p| p != self.id && self.alive.contains(&p)) {
+            out.send(parker, TokenMsg::Want { wanter: self.id, hops: 0 });
+        }
+        match self.coordinator {
+            Some(c) if c == self.id => {
+                if self.round.is_none() {
+                    self.start_round(now, out);
+                }
+            }
+            Some(c) if self.alive.contains(&c) => out.send(c, TokenMsg::Missing),
+            _ => {}
+        }
+        out.set_timer(PATIENCE, now + self.patience());
+    }
+
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<TokenMsg>) {
+        self.alive.insert(peer);
+        if !self.is_coordinator() {
+            return;
+        }
+        if let Some(round) = &mut self.round {
+            round.awaiting.insert(peer);
+            out.send(peer, TokenMsg::Probe { generation: round.generation });
+        } else if let Some(generation) = self.settled {
+            out.send(peer, TokenMsg::Generation { generation });
+        }
+    }
+
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Outbox<TokenMsg>) {
+        self.alive.remove(&peer);
+        if self.parker == Some(peer) {
+            self.parker = None;
+        }
+        if self.is_coordinator() {
+            // It may have had the token, or had it in flight to it.
+            self.start_round(now, out);
+        }
+    }
+
+    fn handle_coordinator(
+        &mut self,
+        now: Time,
+        leader: NodeId,
+        _epoch: Epoch,
+        out: &mut Outbox<TokenMsg>,
+    ) {
+        self.coordinator = Some(leader);
+        if leader == self.id {
+            self.start_round(now, out);
+        } else {
+            self.round = None;
+            self.settled = None;
+        }
+    }
+
+    fn cs_state(&self) -> CsState {
+        self.state
+    }
+
+    fn watermark(&self) -> u64 {
+        self.highest.0
+    }
+
+    fn observe_watermark(&mut self, watermark: u64) {
+        self.highest = self.highest.max(Epoch(watermark));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::Action;
+
+    const T: Time = Duration::ZERO;
+    type Out = Outbox<TokenMsg>;
+
+    fn n(id: u32) -> NodeId {
+        NodeId(id)
+    }
+
+    /// Node `id` of `1..=members`, every peer up, `coordinator` in office.
+    fn node(id: u32, members: u32, coordinator: u32) -> (TokenRing, Out) {
+        let cfg = AlgoConfig::for_test(id, members);
+        let mut t = TokenRing::new(&cfg);
+        let mut out = Out::new();
+        for p in cfg.peers() {
+            t.handle_peer_up(T, p, &mut out);
+        }
+        t.handle_coordinator(T, n(coordinator), Epoch::default(), &mut out);
+        (t, out)
+    }
+
+    fn generation(round: u64, by: u32) -> Epoch {
+        Epoch::new(round, n(by))
+    }
+
+    fn token(round: u64, entries: u64, idle_since: u32) -> Token {
+        Token { generation: generation(round, 3), entries, idle_since: n(idle_since) }
+    }
+
+    fn send(to: u32, msg: TokenMsg) -> Action<TokenMsg> {
+        Action::Send { to: n(to), msg }
+    }
+
+    fn sends(actions: Vec<Action<TokenMsg>>) -> Vec<Action<TokenMsg>> {
+        actions.into_iter().filter(|a| matches!(a, Action::Send { .. })).collect()
+    }
+
+    /// A follower that has learned generation 1 (made by node 3).
+    fn follower(id: u32) -> TokenRing {
+        let (mut t, mut out) = node(id, 3, 3);
+        t.handle_message(T, n(3), TokenMsg::Generation { generation: generation(1, 3) }, &mut out);
+        t
+    }
+
+    #[test]
+    fn coordinator_probes_then_makes_the_token_and_parks_it_after_a_lap() {
+        let (mut c, mut out) = node(3, 3, 3);
+        let g = generation(1, 3);
+        let probe = TokenMsg::Probe { generation: g };
+        assert_eq!(out.take(), vec![send(1, probe.clone()), send(2, probe)]);
+        let no = TokenMsg::ProbeAck { generation: g, has_token: false, known: g };
+        c.handle_message(T, n(1), no.clone(), &mut out);
+        assert!(out.is_empty(), "still waiting for node 2");
+        c.handle_message(T, n(2), no, &mut out);
+        // Nobody has it: a fresh token goes round the ring from here.
+        assert_eq!(out.take(), vec![send(1, TokenMsg::Token(token(1, 0, 3)))]);
+        // The lap comes back with nobody having entered: it parks.
+        c.handle_message(T, n(2), TokenMsg::Token(token(1, 0, 3)), &mut out);
+        assert!(out.is_empty());
+        c.handle_request(T, &mut out);
+        let grant = Action::Grant { fence: Fence::new(g.0, 1) };
+        assert_eq!(out.take(), vec![Action::CancelTimer { timer: PATIENCE }, grant]);
+    }
+
+    #[test]
+    fn an_idle_node_passes_the_token_and_remembers_where_it_will_park() {
+        let mut t = follower(1);
+        let mut out = Out::new();
+        t.handle_message(T, n(3), TokenMsg::Token(token(1, 4, 3)), &mut out);
+        assert_eq!(out.take(), vec![send(2, TokenMsg::Token(token(1, 4, 3)))]);
+        // Wanting now: one WANT to the parker, and a patience timer.
+        t.handle_request(T, &mut out);
+        let actions = out.take();
+        assert_eq!(sends(actions.clone()), vec![send(3, TokenMsg::Want { wanter: n(1), hops: 0 })]);
+        assert!(matches!(actions[1], Action::SetTimer { timer: PATIENCE, .. }));
+    }
+
+    #[test]
+    fn a_wanting_node_enters_with_the_next_fence_and_laps_on_release() {
+        let mut t = follower(2);
+        let mut out = Out::new();
+        t.handle_request(T, &mut out);
+        out.take();
+        t.handle_message(T, n(1), TokenMsg::Token(token(1, 4, 3)), &mut out);
+        let fence = Fence::new(generation(1, 3).0, 5);
+        assert_eq!(
+            out.take(),
+            vec![Action::CancelTimer { timer: PATIENCE }, Action::Grant { fence }]
+        );
+        t.handle_release(T, &mut out);
+        assert_eq!(out.take(), vec![send(3, TokenMsg::Token(token(1, 5, 2)))]);
+    }
+
+    #[test]
+    fn a_parker_sends_the_token_straight_to_a_wanter() {
+        let mut t = follower(2);
+        let mut out = Out::new();
+        t.handle_message(T, n(1), TokenMsg::Token(token(1, 4, 2)), &mut out);
+        assert!(out.is_empty(), "idle lap done: parked");
+        t.handle_message(T, n(1), TokenMsg::Want { wanter: n(1), hops: 0 }, &mut out);
+        assert_eq!(out.take(), vec![send(1, TokenMsg::Token(token(1, 4, 2)))]);
+    }
+
+    #[test]
+    fn a_token_of_a_dead_generation_is_discarded() {
+        let mut t = follower(1);
+        let mut out = Out::new();
+        let g2 = generation(2, 3);
+        t.handle_message(T, n(3), TokenMsg::Probe { generation: g2 }, &mut out);
+        let no = TokenMsg::ProbeAck { generation: g2, has_token: false, known: g2 };
+        assert_eq!(out.take(), vec![send(3, no)]);
+        t.handle_request(T, &mut out);
+        out.take();
+        t.handle_message(T, n(3), TokenMsg::Token(token(1, 4, 3)), &mut out);
+        assert!(out.is_empty(), "a generation-1 token must not be used");
+        assert_eq!(t.cs_state(), CsState::Wanting);
+    }
+
+    #[test]
+    fn a_late_probe_is_told_of_the_newer_generation() {
+        let mut t = follower(1);
+        let mut out = Out::new();
+        let g0 = generation(0, 2);
+        t.handle_message(T, n(2), TokenMsg::Probe { generation: g0 }, &mut out);
+        let known = generation(1, 3);
+        assert_eq!(
+            out.take(),
+            vec![send(2, TokenMsg::ProbeAck { generation: g0, has_token: false, known })]
+        );
+    }
+
+    #[test]
+    fn the_holder_relabels_the_token_when_probed() {
+        let mut t = follower(1);
+        let mut out = Out::new();
+        t.handle_request(T, &mut out);
+        t.handle_message(T, n(3), TokenMsg::Token(token(1, 4, 3)), &mut out);
+        out.take();
+        let g2 = generation(2, 3);
+        t.handle_message(T, n(3), TokenMsg::Probe { generation: g2 }, &mut out);
+        let yes = TokenMsg::ProbeAck { generation: g2, has_token: true, known: g2 };
+        assert_eq!(out.take(), vec![send(3, yes)]);
+        t.handle_release(T, &mut out);
+        let relabelled = Token { generation: g2, entries: 5, idle_since: n(1) };
+        assert_eq!(out.take(), vec![send(2, TokenMsg::Token(relabelled))]);
+    }
+
+    #[test]
+    fn a_newcomer_keeps_a_token_unused_until_it_knows_the_generation() {
+        let (mut t, mut out) = node(1, 3, 3);
+        t.handle_request(T, &mut out);
+        out.take();
+        t.handle_message(T, n(3), TokenMsg::Token(token(1, 4, 3)), &mut out);
+        assert!(out.is_empty(), "quarantined");
+        // Told generation 2: the quarantined token is stale and dropped.
+        t.handle_message(T, n(3), TokenMsg::Generation { generation: generation(2, 3) }, &mut out);
+        assert!(out.is_empty());
+        assert_eq!(t.cs_state(), CsState::Wanting);
+        // A current token is used.
+        t.handle_message(
+            T,
+            n(2),
+            TokenMsg::Token(Token { generation: generation(2, 3), ..token(1, 4, 3) }),
+            &mut out,
+        );
+        assert!(out.take().iter().any(|a| matches!(a, Action::Grant { .. })));
+    }
+
+    #[test]
+    fn a_lost_token_is_regenerated_in_a_higher_generation() {
+        let (mut c, mut out) = node(3, 3, 3);
+        let g1 = generation(1, 3);
+        for p in [1, 2] {
+            let no = TokenMsg::ProbeAck { generation: g1, has_token: false, known: g1 };
+            c.handle_message(T, n(p), no, &mut out);
+        }
+        out.take();
+        // Node 1 crashes; it may have had the token: probe again.
+        c.handle_peer_down(T, n(1), &mut out);
+        let g2 = generation(2, 3);
+        assert_eq!(out.take(), vec![send(2, TokenMsg::Probe { generation: g2 })]);
+        c.handle_request(T, &mut out);
+        out.take();
+        let no = TokenMsg::ProbeAck { generation: g2, has_token: false, known: g2 };
+        c.handle_message(T, n(2), no, &mut out);
+        let fence = Fence::new(g2.0, 1);
+        assert_eq!(
+            out.take(),
+            vec![Action::CancelTimer { timer: PATIENCE }, Action::Grant { fence }]
+        );
+        assert!(fence > Fence::new(g1.0, 1_000));
+    }
+
+    #[test]
+    fn a_lone_node_enters_at_once() {
+        let (mut t, mut out) = node(1, 1, 1);
+        t.handle_request(T, &mut out);
+        let grant = Action::Grant { fence: Fence::new(generation(1, 1).0, 1) };
+        assert_eq!(out.take(), vec![Action::CancelTimer { timer: PATIENCE }, grant]);
+    }
+}
