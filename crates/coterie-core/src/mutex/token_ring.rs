@@ -444,11 +444,8 @@ impl MutexAlgorithm for TokenRing {
             out.send(parker, TokenMsg::Want { wanter: self.id, hops: 0 });
         }
         match self.coordinator {
-            Some(c) if c == self.id => {
-                if self.round.is_none() {
-                    self.start_round(now, out);
-                }
-            }
+            Some(c) if c == self.id && self.round.is_none() => self.start_round(now, out),
+            Some(c) if c == self.id => {}
             Some(c) if self.alive.contains(&c) => out.send(c, TokenMsg::Missing),
             _ => {}
         }
