@@ -40,6 +40,12 @@ pub struct AlgoConfig {
     /// id). Heartbeats carry it, so peers notice a restart even when it was
     /// quicker than the failure timeout.
     pub incarnation: u64,
+    /// Where this node's `now` starts on a clock the whole cluster shares:
+    /// wall-clock time since [`CLUSTER_ERA`](crate::CLUSTER_ERA) on a real
+    /// cluster, zero in the simulator (whose nodes share simulated time).
+    /// Algorithms that want timestamps to track real time across a loss of
+    /// state use it; none may rely on it for safety.
+    pub wall_origin: Duration,
 }
 
 impl AlgoConfig {
@@ -51,7 +57,14 @@ impl AlgoConfig {
             capacity: 1,
             timing: Timing::default(),
             incarnation: 0,
+            wall_origin: Duration::ZERO,
         }
+    }
+
+    /// `now` on the cluster's shared clock (see
+    /// [`wall_origin`](Self::wall_origin)).
+    pub fn wall(&self, now: Time) -> Duration {
+        self.wall_origin + now
     }
 
     /// Every member but this node.

@@ -27,6 +27,11 @@ pub mod registry;
 pub mod types;
 pub mod wire;
 
+/// The start of the cluster's shared clock, 2020-01-01T00:00:00Z, as time
+/// since the Unix epoch: milliseconds on that clock fit the 40-bit major
+/// part of a [`Fence`] until 2054.
+pub const CLUSTER_ERA: std::time::Duration = std::time::Duration::from_secs(1_577_836_800);
+
 pub use algorithm::{AlgoConfig, ElectionAlgorithm, MutexAlgorithm, Timing};
 pub use engine::{Engine, EngineError, Output, Status};
 pub use outbox::{Action, Message, Outbox, Time, TimerId};

@@ -8,9 +8,16 @@
 
 use crate::algorithm::{AlgoConfig, ElectionAlgorithm, MutexAlgorithm};
 use crate::election::{bully::Bully, ring::Ring};
+use crate::mutex::bakery::Bakery;
+use crate::mutex::lodha_kshemkalyani::LodhaKshemkalyani;
 use crate::mutex::{
-    centralized::Centralized, lamport::Lamport, raymond_k::RaymondK,
-    ricart_agrawala::RicartAgrawala, token_ring::TokenRing,
+    centralized::Centralized,
+    lamport::Lamport,
+    maekawa::{self, Maekawa},
+    raymond_k::RaymondK,
+    ricart_agrawala::RicartAgrawala,
+    token_ring::TokenRing,
+    tree_quorum::{self, TreeQuorum},
 };
 use crate::outbox::{Action, Message, Outbox, Time, TimerId};
 use crate::types::{CsState, Epoch, NodeId, Stamp};
@@ -65,6 +72,17 @@ pub const MUTEXES: &[MutexInfo] = &[
         build: |cfg| erase_mutex(Centralized::new(cfg)),
     },
     MutexInfo {
+        name: "bakery",
+        summary: "Lamport's bakery: take a ticket above every number read; the smallest enters",
+        counting: false,
+        // A doorway READ and VALUE, then a check READ and VALUE, per peer;
+        // a check VALUE is held until the reader may pass, never polled.
+        light_load: |n, _| (4 * (n - 1), 4 * (n - 1)),
+        heavy_load: |n| (4.0 * (n - 1) as f64, 4.0 * (n - 1) as f64),
+        fair: true,
+        build: |cfg| erase_mutex(Bakery::new(cfg)),
+    },
+    MutexInfo {
         name: "lamport",
         summary: "a request queue replicated on every node: REQUEST, REPLY, RELEASE",
         counting: false,
@@ -92,6 +110,17 @@ pub const MUTEXES: &[MutexInfo] = &[
         build: |cfg| erase_mutex(RaymondK::with_capacity(cfg)),
     },
     MutexInfo {
+        name: "lodha-kshemkalyani",
+        summary: "local request queues: concurrent requests answer each other, FLUSH hands over",
+        counting: false,
+        light_load: |n, _| (2 * (n - 1), 2 * (n - 1)),
+        // Every entry sends a REQUEST to each peer; REPLYs and at most one
+        // FLUSH add up to N-1 more, fewer the more requests are concurrent.
+        heavy_load: |n| ((n - 1) as f64, 2.0 * (n - 1) as f64),
+        fair: true,
+        build: |cfg| erase_mutex(LodhaKshemkalyani::new(cfg)),
+    },
+    MutexInfo {
         name: "token-ring",
         summary:
             "one token round the ring of live nodes; parks after an idle lap, regenerated when lost",
@@ -101,6 +130,24 @@ pub const MUTEXES: &[MutexInfo] = &[
         heavy_load: |_| (1.0, 2.0),
         fair: false,
         build: |cfg| erase_mutex(TokenRing::new(cfg)),
+    },
+    MutexInfo {
+        name: "maekawa",
+        summary: "permission from a request set of about sqrt(N) (projective plane or grid), with FAILED/INQUIRE/YIELD",
+        counting: false,
+        light_load: |n, _| maekawa::light_load(n),
+        heavy_load: maekawa::heavy_load,
+        fair: false,
+        build: |cfg| erase_mutex(Maekawa::new(cfg)),
+    },
+    MutexInfo {
+        name: "tree-quorum",
+        summary: "Agarwal-El Abbadi: permission from a root-to-leaf path, failed nodes replaced by both subtrees",
+        counting: false,
+        light_load: |n, _| tree_quorum::light_load(n),
+        heavy_load: tree_quorum::heavy_load,
+        fair: false,
+        build: |cfg| erase_mutex(TreeQuorum::new(cfg)),
     },
 ];
 

@@ -206,13 +206,14 @@ impl Config {
     }
 
     /// What node `id`'s algorithms are built from.
-    pub fn algo_config(&self, id: u32, incarnation: u64) -> AlgoConfig {
+    pub fn algo_config(&self, id: u32, incarnation: u64, wall_origin: Duration) -> AlgoConfig {
         AlgoConfig {
             id: NodeId(id),
             members: self.nodes.iter().map(|n| NodeId(n.id)).collect(),
             capacity: self.cluster.count,
             timing: self.timing(),
             incarnation,
+            wall_origin,
         }
     }
 }
@@ -248,7 +249,7 @@ mod tests {
         let cfg = parse(GOOD).unwrap();
         assert_eq!(cfg.nodes[0].id, 1);
         assert_eq!(cfg.timing().failure_timeout, Duration::from_millis(100));
-        assert_eq!(cfg.algo_config(1, 0).members, vec![NodeId(1), NodeId(2)]);
+        assert_eq!(cfg.algo_config(1, 0, Duration::ZERO).members, vec![NodeId(1), NodeId(2)]);
     }
 
     #[test]

@@ -234,12 +234,13 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), NodeError> {
     cfg.node(id).ok_or(NodeError::UnknownNode(id))?;
-    let incarnation = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+    let wall = std::time::SystemTime::now();
+    let incarnation = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let since_unix = wall.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let wall_origin = since_unix.saturating_sub(coterie_core::CLUSTER_ERA);
     let started = Instant::now();
     let engine = Engine::new(
-        cfg.algo_config(id, incarnation),
+        cfg.algo_config(id, incarnation, wall_origin),
         &cfg.cluster.mutex,
         &cfg.cluster.election,
         Duration::ZERO,

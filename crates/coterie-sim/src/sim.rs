@@ -293,6 +293,7 @@ impl Simulation {
             capacity: self.cfg.capacity,
             timing: self.cfg.timing,
             incarnation: u64::from(self.nodes.get(&id).map_or(0, |n| n.incarnation)),
+            wall_origin: Duration::ZERO,
         }
     }
 
@@ -658,6 +659,12 @@ impl Simulation {
         n.wake_at = None;
         self.holders.remove(&node);
         self.asked.remove(&node);
+        if self.sequential.is_some_and(|(requester, _, _)| requester == node) {
+            // The entry under way died with its node: on to the next one,
+            // without charging this one's messages to anybody.
+            self.sequential = None;
+            self.push(self.now, Event::NextSequential);
+        }
         if !silent {
             // Every peer's connection closes once what was in flight lands.
             let peers: Vec<(NodeId, u32)> = self

@@ -1,8 +1,13 @@
 //! Mutual-exclusion algorithms, one per file.
 
 mod ask;
+pub mod bakery;
 pub mod centralized;
 pub mod lamport;
+pub mod lodha_kshemkalyani;
+pub mod maekawa;
+mod quorum;
 pub mod raymond_k;
 pub mod ricart_agrawala;
 pub mod token_ring;
+pub mod tree_quorum;

@@ -18,9 +18,9 @@ use std::time::Duration;
 /// Columns: messages per entry at light and heavy load; synchronisation
 /// delay (from a release to the next grant while someone waits) in mean
 /// one-way message delays; entries per simulated second under heavy load;
-/// grants made while a node that asked earlier, in simulated real time,
-/// still waited (out of order; timestamp-ordered algorithms serve by
-/// Lamport time, and requests reach a coordinator after varying delays).
+/// grants made while a request that came earlier still waited (out of
+/// order): earlier by timestamp for the algorithms that stamp requests,
+/// by the time of asking for the others.
 #[derive(clap::Args)]
 pub struct Args {
     /// Algorithms to compare, comma-separated (default: all).
@@ -38,6 +38,10 @@ pub struct Args {
     /// Print a JSON array of rows.
     #[arg(long)]
     json: bool,
+    /// Also write an SVG plot of messages per entry (light load) against
+    /// N, one line per algorithm, to this file.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<std::path::PathBuf>,
 }
 
 /// One row of the table.
@@ -140,6 +144,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
             args.seeds
         );
     }
+    if let Some(path) = &args.svg {
+        std::fs::write(path, plot(&rows))
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        if !args.json {
+            println!("plot written to {}", path.display());
+        }
+    }
     let violations: u64 = rows.iter().map(|r| r.violations).sum();
     if violations > 0 {
         eprintln!(
@@ -148,4 +159,93 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// An SVG line chart of light-load messages per entry against N, one line
+/// (and legend entry) per algorithm.
+fn plot(rows: &[Row]) -> String {
+    const COLOURS: [&str; 10] = [
+        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+        "#bcbd22", "#17becf",
+    ];
+    let (w, h, left, right, top, bottom) = (760.0, 460.0, 60.0, 200.0, 30.0, 50.0);
+    let max_n = rows.iter().map(|r| r.nodes).max().unwrap_or(2) as f64;
+    let min_n = rows.iter().map(|r| r.nodes).min().unwrap_or(2) as f64;
+    let max_y = rows.iter().map(|r| r.light_messages_per_entry).fold(1.0, f64::max);
+    let max_y = (max_y / 10.0).ceil() * 10.0;
+    let span_n = (max_n - min_n).max(1.0);
+    let x = |n: f64| left + (n - min_n) / span_n * (w - left - right);
+    let y = |v: f64| h - bottom - v / max_y * (h - top - bottom);
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{}\" y=\"18\" text-anchor=\"middle\">messages per entry at light load \
+         (coterie bench)</text>\n",
+        (w - right + left) / 2.0
+    );
+    // Axes, with a tick at every measured N and five on the y axis.
+    svg += &format!(
+        "<line x1=\"{left}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"black\"/>\n\
+         <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{0}\" stroke=\"black\"/>\n",
+        h - bottom,
+        w - right
+    );
+    let mut ns: Vec<u32> = rows.iter().map(|r| r.nodes).collect();
+    ns.sort_unstable();
+    ns.dedup();
+    for n in ns {
+        svg += &format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{n}</text>\n",
+            x(f64::from(n)),
+            h - bottom + 18.0
+        );
+    }
+    for i in 0..=5 {
+        let v = max_y * f64::from(i) / 5.0;
+        svg += &format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.0}</text>\n\
+             <line x1=\"{left}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#ddd\"/>\n",
+            left - 6.0,
+            y(v),
+            w - right
+        );
+    }
+    svg += &format!(
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">N (nodes)</text>\n",
+        (w - right + left) / 2.0,
+        h - 12.0
+    );
+    let mut names: Vec<&str> = Vec::new();
+    for r in rows {
+        if !names.contains(&r.mutex.as_str()) {
+            names.push(&r.mutex);
+        }
+    }
+    for (i, name) in names.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        let points: Vec<String> = rows
+            .iter()
+            .filter(|r| r.mutex == *name)
+            .map(|r| format!("{:.1},{:.1}", x(f64::from(r.nodes)), y(r.light_messages_per_entry)))
+            .collect();
+        svg += &format!(
+            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>\n",
+            points.join(" ")
+        );
+        for p in &points {
+            let (px, py) = p.split_once(',').unwrap_or(("0", "0"));
+            svg += &format!("<circle cx=\"{px}\" cy=\"{py}\" r=\"3\" fill=\"{colour}\"/>\n");
+        }
+        let ly = top + 10.0 + 18.0 * i as f64;
+        svg += &format!(
+            "<line x1=\"{0}\" y1=\"{ly}\" x2=\"{1}\" y2=\"{ly}\" stroke=\"{colour}\" \
+             stroke-width=\"2\"/><text x=\"{2}\" y=\"{3}\">{name}</text>\n",
+            w - right + 15.0,
+            w - right + 35.0,
+            w - right + 40.0,
+            ly + 4.0
+        );
+    }
+    svg + "</svg>\n"
 }

@@ -1,0 +1,847 @@
+//! Quorum locking: the machinery `maekawa` and `tree-quorum` share. Not an
+//! algorithm by itself: an algorithm is this machinery plus a
+//! [`QuorumRule`] saying whose permission a node needs.
+//!
+//! **Roles.** Every node plays two parts. As a *requester* it asks every
+//! member of its quorum for permission and enters once all have given it.
+//! As an *arbiter* it gives its permission to one request at a time, and
+//! queues the rest in timestamp order. Because any two quorums share a
+//! member, and that member has granted only one of them, two nodes are
+//! never inside together. A node is usually a member of its own quorum; it
+//! asks itself without a message.
+//!
+//! **Deadlock.** Grants in different orders at different arbiters could
+//! leave a cycle of requesters each holding what the next one needs.
+//! Maekawa's cure is implemented: an arbiter holding its grant for a
+//! younger request than one that arrives INQUIREs of the holder; an arbiter
+//! that queues a request behind an older one says FAILED; a requester that
+//! knows it cannot get everything yet (it has a FAILED, or has already
+//! yielded) YIELDs the permission it was inquired about, and the oldest
+//! request in the cluster always makes progress. This relies on FIFO
+//! links.
+//!
+//! **Fences.** Entries do not follow timestamp order here (a younger
+//! request can lock everything before an older one arrives), so a stamp is
+//! not a fence by itself. Each arbiter remembers `high`, the largest stamp
+//! among the grants it made that could have been used to enter (released,
+//! or whose holder crashed; not the ones yielded back), and sends it with
+//! every grant. A requester enters only if its stamp is above every `high`
+//! it was sent; otherwise it takes a fresh stamp above them and tells
+//! every member (RESTAMP) as it enters. Two entries share an arbiter,
+//! which granted the earlier one first and sent the later one a `high` at
+//! least the earlier one's (final) stamp: so the stamp, used as the fence,
+//! rises with every entry, also when a holder crashes inside (its arbiters
+//! count its stamp as used). The RESTAMP is not waited for: links are FIFO
+//! and a message sent before a crash still arrives (the kernel flushes a
+//! dead process's sockets), so an arbiter learns the final stamp before it
+//! learns of a release or a crash. At light load a RESTAMP is needed when
+//! the requester's clock lags the previous entrant's, which heartbeats
+//! (carrying the clock) make rare when entries are far apart.
+//!
+//! **Crashes.** An arbiter whose holder is reported down frees its
+//! permission. A requester whose quorum member goes down drops that
+//! member's permission, and asks the rule for a new quorum when the rule
+//! can replace failed members (tree quorums); otherwise (Maekawa) it waits
+//! for the member to return. A restarted arbiter has forgotten whom it
+//! granted: it grants nothing until it has joined and every live peer has
+//! sent it a RECOVER saying whether it holds (or waits for) that arbiter's
+//! permission; its `high` restarts at its Lamport clock, which has by then
+//! caught up with every peer's.
+
+use crate::algorithm::AlgoConfig;
+use crate::outbox::{Message, Outbox, Time};
+use crate::types::{CsState, Epoch, Fence, LamportClock, NodeId, Stamp};
+use crate::MutexAlgorithm;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, VecDeque};
+use std::fmt::Debug;
+
+/// Whose permission a node needs: the one thing that differs between the
+/// quorum algorithms.
+pub trait QuorumRule: Debug + Send + 'static {
+    /// Whether the rule can route round a failed member. If not, a
+    /// requester waits for a failed member of its quorum to come back.
+    const REPLACES_FAILED: bool;
+
+    /// The rule for `cfg.id` in the cluster `cfg.members`.
+    fn new(cfg: &AlgoConfig) -> Self;
+
+    /// The quorum this node asks, given the nodes up (this one included),
+    /// or `None` if no quorum can be formed from them.
+    fn quorum(&self, up: &BTreeSet<NodeId>) -> Option<BTreeSet<NodeId>>;
+}
+
+/// The messages of [`QuorumLock`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum QuorumMsg {
+    /// Requester to arbiter: may I? (A new stamp from the same requester
+    /// replaces its earlier request.)
+    Request {
+        /// The request's stamp.
+        stamp: Stamp,
+    },
+    /// Arbiter to requester: you have my permission.
+    Grant {
+        /// The request granted.
+        to: Stamp,
+        /// The largest stamp among this arbiter's earlier grants that could
+        /// have been used to enter.
+        high: Option<Stamp>,
+    },
+    /// Arbiter to requester: an older request is ahead of yours here.
+    Failed {
+        /// The request refused for now.
+        to: Stamp,
+    },
+    /// Arbiter to the holder of its permission: an older request waits;
+    /// can you give my permission back?
+    Inquire {
+        /// The request the permission was granted to.
+        to: Stamp,
+    },
+    /// Requester to arbiter: your permission back; keep my request queued.
+    Yield {
+        /// The request yielding.
+        stamp: Stamp,
+    },
+    /// Requester to arbiter: I hold your permission and enter under this
+    /// larger stamp (the one to count as used).
+    Restamp {
+        /// The stamp the permission was granted to.
+        old: Stamp,
+        /// The stamp entered under.
+        new: Stamp,
+    },
+    /// Requester to arbiter: done with your permission.
+    Release {
+        /// The request that entered.
+        stamp: Stamp,
+    },
+    /// Requester to arbiter: forget my request (not used to enter; the
+    /// requester chose another quorum).
+    Cancel {
+        /// The request withdrawn.
+        stamp: Stamp,
+    },
+    /// To an arbiter that (re)started: what the sender has of it.
+    Recover {
+        /// The sender holds this arbiter's permission for this request.
+        holding: Option<Stamp>,
+        /// The sender waits for this arbiter's permission for this request.
+        waiting: Option<Stamp>,
+    },
+}
+
+impl Message for QuorumMsg {
+    fn kind(&self) -> &'static str {
+        match self {
+            QuorumMsg::Request { .. } => "request",
+            QuorumMsg::Grant { .. } => "grant",
+            QuorumMsg::Failed { .. } => "failed",
+            QuorumMsg::Inquire { .. } => "inquire",
+            QuorumMsg::Yield { .. } => "yield",
+            QuorumMsg::Restamp { .. } => "restamp",
+            QuorumMsg::Release { .. } => "release",
+            QuorumMsg::Cancel { .. } => "cancel",
+            QuorumMsg::Recover { .. } => "recover",
+        }
+    }
+}
+
+/// A request under way.
+#[derive(Debug)]
+struct Want {
+    stamp: Stamp,
+    /// The members asked; `None` while no quorum can be formed.
+    quorum: Option<BTreeSet<NodeId>>,
+    granted: BTreeSet<NodeId>,
+    /// Members that said FAILED, or that this node yielded to, since their
+    /// last grant: proof that the request cannot complete yet.
+    blocked: BTreeSet<NodeId>,
+    /// Members that inquired while nothing proved the request blocked.
+    inquired: BTreeSet<NodeId>,
+    /// The largest `high` any grant carried.
+    high: Option<Stamp>,
+}
+
+#[derive(Debug)]
+enum Requester {
+    Idle,
+    Wanting(Want),
+    Held { stamp: Stamp, quorum: BTreeSet<NodeId> },
+}
+
+/// The arbiter's side of one node.
+#[derive(Debug, Default)]
+struct Arbiter {
+    /// The request holding this arbiter's permission.
+    lock: Option<Stamp>,
+    /// Requests waiting, oldest first.
+    queue: BTreeSet<Stamp>,
+    /// An INQUIRE is out for the current grant.
+    inquired: bool,
+    /// Queued requests already told FAILED (or that yielded).
+    failed: BTreeSet<Stamp>,
+    /// The largest stamp among grants that may have been used to enter.
+    high: Option<Stamp>,
+    /// Whether it may grant: it has joined and heard every live peer's
+    /// RECOVER.
+    ready: bool,
+    /// Peers whose RECOVER this run of the arbiter has had.
+    reported: BTreeSet<NodeId>,
+}
+
+/// A quorum-locking mutual-exclusion algorithm; see the module
+/// documentation and [`QuorumRule`].
+#[derive(Debug)]
+pub struct QuorumLock<R> {
+    id: NodeId,
+    /// Where `now` starts on the cluster's shared clock.
+    wall_origin: std::time::Duration,
+    rule: R,
+    clock: LamportClock,
+    /// Peers up (this node not included).
+    alive: BTreeSet<NodeId>,
+    joined: bool,
+    me: Requester,
+    arbiter: Arbiter,
+    /// Messages to this node itself, handled without the network.
+    local: VecDeque<QuorumMsg>,
+}
+
+impl<R: QuorumRule> QuorumLock<R> {
+    /// A node with nobody known to be up yet.
+    pub fn new(cfg: &AlgoConfig) -> Self {
+        QuorumLock {
+            id: cfg.id,
+            wall_origin: cfg.wall_origin,
+            rule: R::new(cfg),
+            clock: LamportClock::default(),
+            alive: BTreeSet::new(),
+            joined: false,
+            me: Requester::Idle,
+            arbiter: Arbiter::default(),
+            local: VecDeque::new(),
+        }
+    }
+
+    /// A new stamp: a Lamport timestamp that is also at least the shared
+    /// clock's milliseconds (a hybrid logical clock), so that stamps keep
+    /// rising across a crash of every node that knew the last one.
+    fn next_stamp(&mut self, now: Time) -> Stamp {
+        self.clock.observe((self.wall_origin + now).as_millis() as u64);
+        Stamp { ts: self.clock.tick(), node: self.id }
+    }
+
+    fn up(&self) -> BTreeSet<NodeId> {
+        let mut up = self.alive.clone();
+        up.insert(self.id);
+        up
+    }
+
+    fn send(&mut self, to: NodeId, msg: QuorumMsg, out: &mut Outbox<QuorumMsg>) {
+        if to == self.id {
+            self.local.push_back(msg);
+        } else {
+            out.send(to, msg);
+        }
+    }
+
+    /// Handles what this node sent itself.
+    fn drain_local(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
+        while let Some(msg) = self.local.pop_front() {
+            self.on_message(now, self.id, msg, out);
+        }
+    }
+
+    // ---- requester ------------------------------------------------------
+
+    /// Stamps a fresh request and asks a quorum. A request already under
+    /// way is replaced: arbiters asked again replace it, the others are
+    /// told to forget it.
+    fn ask(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
+        let old = match &self.me {
+            Requester::Wanting(w) => Some((w.stamp, w.quorum.clone().unwrap_or_default())),
+            _ => None,
+        };
+        let stamp = self.next_stamp(now);
+        let quorum = self.rule.quorum(&self.up());
+        if let Some((old_stamp, old_quorum)) = old {
+            self.cancel_outside(old_stamp, &old_quorum, quorum.as_ref(), out);
+        }
+        for &a in quorum.iter().flatten() {
+            self.send(a, QuorumMsg::Request { stamp }, out);
+        }
+        self.me = Requester::Wanting(Want {
+            stamp,
+            quorum,
+            granted: BTreeSet::new(),
+            blocked: BTreeSet::new(),
+            inquired: BTreeSet::new(),
+            high: None,
+        });
+    }
+
+    /// Tells the members of `old` that are not in `new` to drop the
+    /// request `stamp`.
+    fn cancel_outside(
+        &mut self,
+        stamp: Stamp,
+        old: &BTreeSet<NodeId>,
+        new: Option<&BTreeSet<NodeId>>,
+        out: &mut Outbox<QuorumMsg>,
+    ) {
+        for &a in old {
+            if new.is_none_or(|q| !q.contains(&a)) && (a == self.id || self.alive.contains(&a)) {
+                self.send(a, QuorumMsg::Cancel { stamp }, out);
+            }
+        }
+    }
+
+    fn stamp(&self) -> Option<Stamp> {
+        match &self.me {
+            Requester::Idle => None,
+            Requester::Wanting(w) => Some(w.stamp),
+            Requester::Held { stamp, .. } => Some(*stamp),
+        }
+    }
+
+    /// Picks a new quorum for the request under way (a member failed, or
+    /// a node came up while none could be formed). The request is made
+    /// afresh, under a new stamp: a GRANT still in flight from a member
+    /// told to cancel must not count for the new round.
+    fn requorum(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
+        let Requester::Wanting(w) = &self.me else {
+            return;
+        };
+        if self.rule.quorum(&self.up()) != w.quorum {
+            self.ask(now, out);
+        }
+    }
+
+    /// Enters once every member has granted, if the stamp is above every
+    /// `high` seen; takes a fresh stamp otherwise.
+    fn try_enter(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
+        let Requester::Wanting(w) = &self.me else {
+            return;
+        };
+        let Some(quorum) = &w.quorum else {
+            return;
+        };
+        if !quorum.is_subset(&w.granted) {
+            return;
+        }
+        let (mut stamp, quorum) = (w.stamp, quorum.clone());
+        if let Some(high) = w.high.filter(|&h| h >= stamp) {
+            // An entry with a larger stamp already went through one of
+            // these arbiters: enter under a larger stamp, and tell every
+            // member first, so that it counts the right one as used.
+            self.clock.observe(high.ts);
+            let old = stamp;
+            stamp = self.next_stamp(now);
+            for &a in &quorum {
+                self.send(a, QuorumMsg::Restamp { old, new: stamp }, out);
+            }
+        }
+        self.me = Requester::Held { stamp, quorum };
+        out.grant(Fence::new(stamp.ts, u64::from(stamp.node.0)));
+    }
+
+    /// Gives back every permission an arbiter inquired about, once the
+    /// request is known to be blocked.
+    fn yield_inquired(&mut self, out: &mut Outbox<QuorumMsg>) {
+        let Requester::Wanting(w) = &mut self.me else {
+            return;
+        };
+        if w.blocked.is_empty() {
+            return;
+        }
+        let stamp = w.stamp;
+        let give: Vec<NodeId> =
+            std::mem::take(&mut w.inquired).into_iter().filter(|a| w.granted.remove(a)).collect();
+        w.blocked.extend(give.iter().copied());
+        for a in give {
+            self.send(a, QuorumMsg::Yield { stamp }, out);
+        }
+    }
+
+    fn on_requester_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        msg: QuorumMsg,
+        out: &mut Outbox<QuorumMsg>,
+    ) {
+        if let QuorumMsg::Grant { to, .. } | QuorumMsg::Inquire { to } = msg {
+            if to.node == self.id && Some(to) != self.stamp() {
+                // The permission is held for a request this node gave up
+                // (it restamped, or chose another quorum while the arbiter
+                // looked down): hand it back, or it stays locked for good.
+                return self.send(from, QuorumMsg::Cancel { stamp: to }, out);
+            }
+        }
+        let Requester::Wanting(w) = &mut self.me else {
+            return; // holding (INQUIREs are answered by the release) or idle
+        };
+        match msg {
+            QuorumMsg::Grant { to, high } if to == w.stamp => {
+                if let Some(h) = high {
+                    self.clock.observe(h.ts);
+                }
+                w.granted.insert(from);
+                w.blocked.remove(&from);
+                w.inquired.remove(&from);
+                w.high = w.high.max(high);
+                self.try_enter(now, out);
+            }
+            QuorumMsg::Failed { to } if to == w.stamp => {
+                w.blocked.insert(from);
+                self.yield_inquired(out);
+            }
+            QuorumMsg::Inquire { to } if to == w.stamp && w.granted.contains(&from) => {
+                w.inquired.insert(from);
+                self.yield_inquired(out);
+            }
+            _ => {} // about a request this node no longer makes
+        }
+    }
+
+    // ---- arbiter --------------------------------------------------------
+
+    /// Grants to the oldest waiting request if the permission is free, then
+    /// sends whatever INQUIRE and FAILED the queue now calls for.
+    fn arbitrate(&mut self, out: &mut Outbox<QuorumMsg>) {
+        if !self.arbiter.ready {
+            return;
+        }
+        if self.arbiter.lock.is_none() {
+            if let Some(next) = self.arbiter.queue.pop_first() {
+                self.arbiter.lock = Some(next);
+                self.arbiter.inquired = false;
+                self.arbiter.failed.remove(&next);
+                let high = self.arbiter.high;
+                self.send(next.node, QuorumMsg::Grant { to: next, high }, out);
+            }
+        }
+        let Some(lock) = self.arbiter.lock else {
+            return;
+        };
+        let top = self.arbiter.queue.first().copied();
+        if top.is_some_and(|t| t < lock) && !self.arbiter.inquired {
+            self.arbiter.inquired = true;
+            self.send(lock.node, QuorumMsg::Inquire { to: lock }, out);
+        }
+        // Every queued request but an older-than-the-holder head is behind
+        // an older one: it must know, so it can yield elsewhere.
+        let behind: Vec<Stamp> = self
+            .arbiter
+            .queue
+            .iter()
+            .copied()
+            .filter(|&s| !(Some(s) == top && s < lock))
+            .filter(|s| !self.arbiter.failed.contains(s))
+            .collect();
+        for s in behind {
+            self.arbiter.failed.insert(s);
+            self.send(s.node, QuorumMsg::Failed { to: s }, out);
+        }
+    }
+
+    /// Forgets every request of `node` (it is down, or replaced them).
+    fn forget_requests_of(&mut self, node: NodeId) {
+        self.arbiter.queue.retain(|s| s.node != node);
+        self.arbiter.failed.retain(|s| s.node != node);
+    }
+
+    /// Frees the permission held by `stamp`; `used` when it may have been
+    /// used to enter.
+    fn free(&mut self, stamp: Stamp, used: bool) -> bool {
+        if self.arbiter.lock != Some(stamp) {
+            return false;
+        }
+        self.arbiter.lock = None;
+        if used {
+            self.arbiter.high = self.arbiter.high.max(Some(stamp));
+        }
+        true
+    }
+
+    fn on_arbiter_message(&mut self, from: NodeId, msg: QuorumMsg, out: &mut Outbox<QuorumMsg>) {
+        match msg {
+            QuorumMsg::Request { stamp } => {
+                if stamp.node != from {
+                    return; // a stamp always names its sender
+                }
+                self.forget_requests_of(from);
+                match self.arbiter.lock {
+                    Some(held) if held.node == from => {
+                        // The holder restamped: it keeps the permission.
+                        self.arbiter.lock = Some(stamp);
+                        self.arbiter.inquired = false;
+                        if self.arbiter.ready {
+                            let high = self.arbiter.high;
+                            self.send(from, QuorumMsg::Grant { to: stamp, high }, out);
+                        }
+                    }
+                    _ => {
+                        self.arbiter.queue.insert(stamp);
+                    }
+                }
+            }
+            QuorumMsg::Yield { stamp } => {
+                if self.free(stamp, false) {
+                    self.arbiter.queue.insert(stamp);
+                    self.arbiter.failed.insert(stamp);
+                }
+            }
+            QuorumMsg::Release { stamp } => {
+                if !self.free(stamp, true) {
+                    self.arbiter.queue.remove(&stamp);
+                }
+            }
+            QuorumMsg::Restamp { old, new } => {
+                if old.node == from && new.node == from && self.arbiter.lock == Some(old) {
+                    self.arbiter.lock = Some(new);
+                }
+            }
+            QuorumMsg::Cancel { stamp } => {
+                self.free(stamp, false);
+                self.arbiter.queue.remove(&stamp);
+                self.arbiter.failed.remove(&stamp);
+            }
+            QuorumMsg::Recover { holding, waiting } => {
+                self.arbiter.reported.insert(from);
+                if let Some(s) = holding.filter(|s| s.node == from) {
+                    if self.arbiter.lock.is_none() {
+                        self.arbiter.lock = Some(s);
+                    }
+                }
+                if let Some(s) = waiting.filter(|s| s.node == from) {
+                    if self.arbiter.lock != Some(s) {
+                        self.arbiter.queue.insert(s);
+                    }
+                }
+                self.check_ready();
+            }
+            _ => return,
+        }
+        self.arbitrate(out);
+    }
+
+    /// The arbiter may grant once it has joined and every live peer has
+    /// said what it holds.
+    fn check_ready(&mut self) {
+        if self.arbiter.ready || !self.joined || !self.alive.is_subset(&self.arbiter.reported) {
+            return;
+        }
+        self.arbiter.ready = true;
+        // Nothing granted before this run is remembered except through
+        // RECOVER; every stamp in use is at most the clock, which has seen
+        // every peer's watermark.
+        let floor = Stamp { ts: self.clock.now(), node: NodeId(u32::MAX) };
+        self.arbiter.high = self.arbiter.high.max(Some(floor));
+    }
+
+    fn on_message(&mut self, now: Time, from: NodeId, msg: QuorumMsg, out: &mut Outbox<QuorumMsg>) {
+        match &msg {
+            QuorumMsg::Request { stamp }
+            | QuorumMsg::Yield { stamp }
+            | QuorumMsg::Release { stamp }
+            | QuorumMsg::Cancel { stamp } => self.clock.observe(stamp.ts),
+            QuorumMsg::Grant { to, .. } | QuorumMsg::Failed { to } | QuorumMsg::Inquire { to } => {
+                self.clock.observe(to.ts)
+            }
+            QuorumMsg::Restamp { new, .. } => self.clock.observe(new.ts),
+            QuorumMsg::Recover { holding, waiting } => {
+                for s in holding.iter().chain(waiting) {
+                    self.clock.observe(s.ts);
+                }
+            }
+        }
+        match msg {
+            QuorumMsg::Grant { .. } | QuorumMsg::Failed { .. } | QuorumMsg::Inquire { .. } => {
+                self.on_requester_message(now, from, msg, out)
+            }
+            _ => self.on_arbiter_message(from, msg, out),
+        }
+    }
+}
+
+impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
+    type Msg = QuorumMsg;
+
+    fn handle_request(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
+        if matches!(self.me, Requester::Idle) {
+            self.ask(now, out);
+            self.drain_local(now, out);
+        }
+    }
+
+    fn handle_release(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
+        let Requester::Held { stamp, quorum } = std::mem::replace(&mut self.me, Requester::Idle)
+        else {
+            return;
+        };
+        for a in quorum {
+            if a == self.id || self.alive.contains(&a) {
+                self.send(a, QuorumMsg::Release { stamp }, out);
+            }
+        }
+        self.drain_local(now, out);
+    }
+
+    fn handle_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        msg: QuorumMsg,
+        out: &mut Outbox<QuorumMsg>,
+    ) {
+        if from == self.id {
+            return; // only this node's own queue may speak for it
+        }
+        self.on_message(now, from, msg, out);
+        self.drain_local(now, out);
+    }
+
+    fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Outbox<QuorumMsg>) {
+        self.alive.insert(peer);
+        // Whatever the peer's arbiter knew of this node may be gone (it may
+        // have restarted): say what this node holds of it, or waits for.
+        let (holding, waiting) = match &self.me {
+            Requester::Held { stamp, quorum } if quorum.contains(&peer) => (Some(*stamp), None),
+            Requester::Wanting(w) if w.quorum.as_ref().is_some_and(|q| q.contains(&peer)) => {
+                (None, Some(w.stamp))
+            }
+            _ => (None, None),
+        };
+        if let Requester::Wanting(w) = &mut self.me {
+            w.granted.remove(&peer);
+            w.blocked.remove(&peer);
+            w.inquired.remove(&peer);
+        }
+        out.send(peer, QuorumMsg::Recover { holding, waiting });
+        if matches!(&self.me, Requester::Wanting(w) if w.quorum.is_none()) {
+            self.requorum(now, out);
+        }
+        self.check_ready();
+        self.arbitrate(out);
+        self.drain_local(now, out);
+    }
+
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Outbox<QuorumMsg>) {
+        self.alive.remove(&peer);
+        self.arbiter.reported.remove(&peer);
+        // As arbiter: its permission comes back; count it as used.
+        if let Some(lock) = self.arbiter.lock.filter(|l| l.node == peer) {
+            self.free(lock, true);
+        }
+        self.forget_requests_of(peer);
+        // As requester: its permission is gone with it.
+        if let Requester::Wanting(w) = &mut self.me {
+            w.granted.remove(&peer);
+            w.blocked.remove(&peer);
+            w.inquired.remove(&peer);
+            let member = w.quorum.as_ref().is_some_and(|q| q.contains(&peer));
+            if member && R::REPLACES_FAILED {
+                self.requorum(now, out);
+            }
+        }
+        self.check_ready();
+        self.arbitrate(out);
+        self.drain_local(now, out);
+    }
+
+    fn handle_coordinator(
+        &mut self,
+        now: Time,
+        _leader: NodeId,
+        _epoch: Epoch,
+        out: &mut Outbox<QuorumMsg>,
+    ) {
+        // The engine reports a coordinator only once the node has joined:
+        // it has heard from every live peer.
+        self.joined = true;
+        self.check_ready();
+        self.arbitrate(out);
+        self.drain_local(now, out);
+    }
+
+    fn cs_state(&self) -> CsState {
+        match self.me {
+            Requester::Idle => CsState::Idle,
+            Requester::Wanting(_) => CsState::Wanting,
+            Requester::Held { .. } => CsState::Held,
+        }
+    }
+
+    fn request_stamp(&self) -> Option<Stamp> {
+        self.stamp()
+    }
+
+    fn watermark(&self) -> u64 {
+        self.clock.now()
+    }
+
+    fn observe_watermark(&mut self, watermark: u64) {
+        self.clock.observe(watermark);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mutex::maekawa::Maekawa;
+    use crate::outbox::Action;
+    use std::time::Duration;
+
+    const T: Time = Duration::ZERO;
+    type Out = Outbox<QuorumMsg>;
+
+    fn n(id: u32) -> NodeId {
+        NodeId(id)
+    }
+
+    fn stamp(ts: u64, id: u32) -> Stamp {
+        Stamp { ts, node: n(id) }
+    }
+
+    fn send(to: u32, msg: QuorumMsg) -> Action<QuorumMsg> {
+        Action::Send { to: n(to), msg }
+    }
+
+    /// The arbiter's starting `high`: nothing granted before this run.
+    const FLOOR: Option<Stamp> = Some(Stamp { ts: 0, node: NodeId(u32::MAX) });
+
+    /// Node `id` of a three-node Maekawa cluster (grid sets: n1 asks
+    /// {1, 2, 3}, n2 asks {1, 2}, n3 asks {1, 3}), joined, with every peer's
+    /// RECOVER in hand.
+    fn node(id: u32) -> Maekawa {
+        let cfg = AlgoConfig::for_test(id, 3);
+        let mut m = Maekawa::new(&cfg);
+        let mut out = Out::new();
+        for p in cfg.peers() {
+            m.handle_peer_up(T, p, &mut out);
+            m.handle_message(T, p, QuorumMsg::Recover { holding: None, waiting: None }, &mut out);
+        }
+        m.handle_coordinator(T, n(3), Epoch::default(), &mut out);
+        m
+    }
+
+    #[test]
+    fn an_uncontended_entry_asks_the_other_members_only() {
+        let mut m = node(2);
+        let mut out = Out::new();
+        m.handle_request(T, &mut out);
+        // Its own permission is taken without a message.
+        assert_eq!(out.take(), vec![send(1, QuorumMsg::Request { stamp: stamp(1, 2) })]);
+        m.handle_message(T, n(1), QuorumMsg::Grant { to: stamp(1, 2), high: FLOOR }, &mut out);
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 2) }]);
+        m.handle_release(T, &mut out);
+        assert_eq!(out.take(), vec![send(1, QuorumMsg::Release { stamp: stamp(1, 2) })]);
+    }
+
+    #[test]
+    fn an_arbiter_inquires_for_an_older_request_and_regrants_after_a_yield() {
+        let mut a = node(1);
+        let mut out = Out::new();
+        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2) }, &mut out);
+        assert_eq!(out.take(), vec![send(2, QuorumMsg::Grant { to: stamp(5, 2), high: FLOOR })]);
+        // An older request: ask the holder whether it can give way.
+        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(3, 3) }, &mut out);
+        assert_eq!(out.take(), vec![send(2, QuorumMsg::Inquire { to: stamp(5, 2) })]);
+        // It yields: the older request gets the permission, and the high
+        // mark does not move (a yielded grant was never used).
+        a.handle_message(T, n(2), QuorumMsg::Yield { stamp: stamp(5, 2) }, &mut out);
+        assert_eq!(out.take(), vec![send(3, QuorumMsg::Grant { to: stamp(3, 3), high: FLOOR })]);
+        // Its release counts as used, and the yielder is next.
+        a.handle_message(T, n(3), QuorumMsg::Release { stamp: stamp(3, 3) }, &mut out);
+        let high = Some(stamp(3, 3));
+        assert_eq!(out.take(), vec![send(2, QuorumMsg::Grant { to: stamp(5, 2), high })]);
+    }
+
+    #[test]
+    fn a_younger_request_behind_the_holder_is_told_failed() {
+        let mut a = node(1);
+        let mut out = Out::new();
+        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2) }, &mut out);
+        out.take();
+        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(8, 3) }, &mut out);
+        assert_eq!(out.take(), vec![send(3, QuorumMsg::Failed { to: stamp(8, 3) })]);
+    }
+
+    #[test]
+    fn a_requester_yields_what_was_inquired_once_it_knows_it_is_blocked() {
+        let mut m = node(1);
+        let mut out = Out::new();
+        m.handle_request(T, &mut out);
+        let s = stamp(1, 1);
+        let ask = QuorumMsg::Request { stamp: s };
+        assert_eq!(out.take(), vec![send(2, ask.clone()), send(3, ask)]);
+        m.handle_message(T, n(2), QuorumMsg::Grant { to: s, high: FLOOR }, &mut out);
+        m.handle_message(T, n(2), QuorumMsg::Inquire { to: s }, &mut out);
+        assert!(out.is_empty(), "nothing says it is blocked yet: keep the permission");
+        m.handle_message(T, n(3), QuorumMsg::Failed { to: s }, &mut out);
+        assert_eq!(out.take(), vec![send(2, QuorumMsg::Yield { stamp: s })]);
+        assert_eq!(m.cs_state(), CsState::Wanting);
+    }
+
+    #[test]
+    fn a_stamp_below_a_used_one_enters_under_a_new_stamp_and_says_so() {
+        let mut m = node(2);
+        let mut out = Out::new();
+        m.handle_request(T, &mut out);
+        out.take();
+        // Node 3 entered with stamp 9 through node 1 already.
+        let high = Some(stamp(9, 3));
+        m.handle_message(T, n(1), QuorumMsg::Grant { to: stamp(1, 2), high }, &mut out);
+        let restamp = QuorumMsg::Restamp { old: stamp(1, 2), new: stamp(10, 2) };
+        assert_eq!(out.take(), vec![send(1, restamp), Action::Grant { fence: Fence::new(10, 2) }]);
+        m.handle_release(T, &mut out);
+        assert_eq!(out.take(), vec![send(1, QuorumMsg::Release { stamp: stamp(10, 2) })]);
+    }
+
+    #[test]
+    fn a_grant_for_an_abandoned_request_is_handed_back() {
+        let mut m = node(2);
+        let mut out = Out::new();
+        m.handle_message(T, n(1), QuorumMsg::Grant { to: stamp(7, 2), high: FLOOR }, &mut out);
+        assert_eq!(out.take(), vec![send(1, QuorumMsg::Cancel { stamp: stamp(7, 2) })]);
+    }
+
+    #[test]
+    fn a_crashed_holder_frees_the_permission_and_counts_as_used() {
+        let mut a = node(1);
+        let mut out = Out::new();
+        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2) }, &mut out);
+        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(8, 3) }, &mut out);
+        out.take();
+        a.handle_peer_down(T, n(2), &mut out);
+        let high = Some(stamp(5, 2));
+        assert_eq!(out.take(), vec![send(3, QuorumMsg::Grant { to: stamp(8, 3), high })]);
+    }
+
+    #[test]
+    fn a_restarted_arbiter_grants_nothing_until_every_peer_has_reported() {
+        let cfg = AlgoConfig::for_test(1, 3);
+        let mut a = Maekawa::new(&cfg);
+        let mut out = Out::new();
+        a.handle_peer_up(T, n(2), &mut out);
+        a.handle_peer_up(T, n(3), &mut out);
+        a.handle_coordinator(T, n(3), Epoch::default(), &mut out);
+        out.take();
+        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(4, 3) }, &mut out);
+        assert!(out.is_empty(), "it may have granted before it restarted");
+        // Node 2 still holds what the earlier run granted it.
+        let holding = Some(stamp(2, 2));
+        a.handle_message(T, n(2), QuorumMsg::Recover { holding, waiting: None }, &mut out);
+        let waiting = Some(stamp(4, 3));
+        a.handle_message(T, n(3), QuorumMsg::Recover { holding: None, waiting }, &mut out);
+        assert_eq!(out.take(), vec![send(3, QuorumMsg::Failed { to: stamp(4, 3) })]);
+        a.handle_message(T, n(2), QuorumMsg::Release { stamp: stamp(2, 2) }, &mut out);
+        let Action::Send { msg: QuorumMsg::Grant { to, .. }, .. } = &out.take()[0] else {
+            panic!("the permission goes to node 3 once node 2 is done");
+        };
+        assert_eq!(*to, stamp(4, 3));
+    }
+}
