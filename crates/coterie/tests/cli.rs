@@ -350,6 +350,41 @@ fn bench_reports_every_algorithm_against_theory() {
 }
 
 #[test]
+fn bench_real_runs_real_processes_and_writes_a_plot() {
+    let svg = std::env::temp_dir().join(format!("coterie-bench-{}.svg", std::process::id()));
+    let out = coterie(&[
+        "bench",
+        "--mutex",
+        "token-ring,maekawa",
+        "--nodes",
+        "3",
+        "--seeds",
+        "1",
+        "--real",
+        "--duration",
+        "500ms",
+        "--svg",
+        svg.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        let real = &row["real"];
+        assert!(real["entries"].as_u64().unwrap() > 0, "no entry on the real cluster: {row}");
+        assert_eq!(real["violations"].as_u64(), Some(0), "{row}");
+        assert!(
+            real["latency_p99_ms"].as_f64().unwrap() >= real["latency_p50_ms"].as_f64().unwrap()
+        );
+    }
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(plot.matches("<polyline").count(), 2, "one line per algorithm");
+    assert!(plot.contains("token-ring") && plot.contains("maekawa"));
+    let _ = std::fs::remove_file(svg);
+}
+
+#[test]
 fn up_kills_and_restarts_its_nodes_on_command() {
     let mut up = Up::start(3, "control");
     up.control("kill 3");

@@ -1,7 +1,12 @@
 //! `coterie bench`: every algorithm through the simulator, side by side.
 
-use anyhow::{bail, Result};
+use super::common;
+use super::demo::{self, Shape};
+use super::workload;
+use anyhow::{bail, Context, Result};
 use coterie_core::registry::{self, MUTEXES};
+use coterie_core::Epoch;
+use coterie_node::witness;
 use coterie_sim::sim::{self, Load, SimConfig};
 use serde::Serialize;
 use std::process::ExitCode;
@@ -38,6 +43,17 @@ pub struct Args {
     /// Print a JSON array of rows.
     #[arg(long)]
     json: bool,
+    /// Also run each algorithm on a local cluster of real processes (over
+    /// TCP, with the witness checking every grant) and report throughput
+    /// and latency.
+    #[arg(long)]
+    real: bool,
+    /// With --real: how long clients hammer each cluster.
+    #[arg(long, default_value = "2s", value_parser = common::parse_duration)]
+    duration: Duration,
+    /// With --real: clients per node, each asking again as soon as it leaves.
+    #[arg(long, default_value_t = 1)]
+    clients: usize,
     /// Also write an SVG plot of messages per entry (light load) against
     /// N, one line per algorithm, to this file.
     #[arg(long, value_name = "FILE")]
@@ -55,6 +71,74 @@ struct Row {
     throughput_per_s: f64,
     out_of_order: u64,
     violations: u64,
+    /// With `--real`: the same algorithm on real processes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    real: Option<Real>,
+}
+
+/// A run on a local cluster of real processes.
+#[derive(Serialize)]
+struct Real {
+    throughput_per_s: f64,
+    latency_p50_ms: f64,
+    latency_p99_ms: f64,
+    messages_per_entry: f64,
+    entries: u64,
+    /// Overlaps the witness saw; must be 0.
+    violations: u64,
+    /// Grants the witness refused as stale; 0 with no faults.
+    stale_fences: u64,
+}
+
+/// Starts a cluster of `nodes` real processes running `mutex`, drives
+/// `clients` clients per node for `duration` with no think time, and stops
+/// it again.
+async fn measure_real(
+    mutex: &str,
+    election: &str,
+    nodes: u32,
+    duration: Duration,
+    clients: usize,
+) -> Result<Real> {
+    let dir =
+        std::env::temp_dir().join(format!("coterie-bench-{}-{mutex}-{nodes}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let shape = Shape { nodes, mutex: mutex.to_string(), election: election.to_string(), count: 1 };
+    let (mut cluster, listener, witness_addr) = demo::launch(&shape, "text", &dir).await?;
+    let (stop_witness, witness_stopped) = tokio::sync::oneshot::channel::<()>();
+    let witness_task = tokio::spawn(witness::serve(listener, 1, async {
+        let _ = witness_stopped.await;
+    }));
+    let result = async {
+        cluster.agreement(Epoch(0), Duration::from_secs(15)).await?;
+        workload::drive(workload::Spec {
+            nodes: cluster.nodes.clone(),
+            clients,
+            requests: u64::MAX,
+            hold: Duration::ZERO,
+            think: Duration::ZERO,
+            witness: Some(witness_addr.clone()),
+            deadline: Some(std::time::Instant::now() + duration),
+            progress: false,
+        })
+        .await
+    }
+    .await;
+    cluster.stop_all().await;
+    let _ = stop_witness.send(());
+    let _ = witness_task.await;
+    let r =
+        result.with_context(|| format!("{mutex} on {nodes} nodes (logs in {})", dir.display()))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Real {
+        throughput_per_s: r.throughput_per_s,
+        latency_p50_ms: r.latency_ms.p50,
+        latency_p99_ms: r.latency_ms.p99,
+        messages_per_entry: r.messages_per_entry,
+        entries: r.entries,
+        violations: r.violations,
+        stale_fences: r.stale_fences,
+    })
 }
 
 fn measure(mutex: &str, election: &str, nodes: u32, seeds: u64) -> Result<Row> {
@@ -94,6 +178,7 @@ fn measure(mutex: &str, election: &str, nodes: u32, seeds: u64) -> Result<Row> {
         throughput_per_s: per(heavy_entries * 1_000_000, heavy_us),
         out_of_order,
         violations,
+        real: None,
     })
 }
 
@@ -117,6 +202,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 eprint!("\r  measuring {name} with {n} nodes...          ");
             }
             rows.push(measure(name, &args.election, n, args.seeds)?);
+        }
+    }
+    if args.real {
+        let runtime = common::runtime()?;
+        for row in &mut rows {
+            if !args.json {
+                eprint!("\r  running {} on {} real processes...          ", row.mutex, row.nodes);
+            }
+            let real = runtime.block_on(measure_real(
+                &row.mutex,
+                &args.election,
+                row.nodes,
+                args.duration,
+                args.clients,
+            ))?;
+            row.real = Some(real);
         }
     }
     if args.json {
@@ -143,6 +244,30 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "({} seeds per cell, no faults; SYNC in mean one-way message delays; ENTRIES/S in simulated time)",
             args.seeds
         );
+        if args.real {
+            println!(
+                "\n{:<20} {:>3}  {:>11}  {:>9}  {:>9}  {:>10}  {:>10}",
+                "REAL CLUSTER", "N", "ENTRIES/S", "P50 MS", "P99 MS", "MSGS/ENTRY", "WITNESS"
+            );
+            for r in &rows {
+                let Some(real) = &r.real else { continue };
+                let witness = if real.violations == 0 { "ok" } else { "VIOLATION" };
+                println!(
+                    "{:<20} {:>3}  {:>11.0}  {:>9.3}  {:>9.3}  {:>10.2}  {:>10}",
+                    r.mutex,
+                    r.nodes,
+                    real.throughput_per_s,
+                    real.latency_p50_ms,
+                    real.latency_p99_ms,
+                    real.messages_per_entry,
+                    witness
+                );
+            }
+            println!(
+                "({} client(s) per node for {:?}, no hold, no think; loopback TCP on this machine)",
+                args.clients, args.duration
+            );
+        }
     }
     if let Some(path) = &args.svg {
         std::fs::write(path, plot(&rows))
@@ -151,7 +276,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             println!("plot written to {}", path.display());
         }
     }
-    let violations: u64 = rows.iter().map(|r| r.violations).sum();
+    let violations: u64 =
+        rows.iter().map(|r| r.violations + r.real.as_ref().map_or(0, |real| real.violations)).sum();
     if violations > 0 {
         eprintln!(
             "coterie bench: {violations} runs broke an invariant; run `coterie sim` to see them"

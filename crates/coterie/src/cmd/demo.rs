@@ -89,10 +89,10 @@ struct DemoReport {
     logs: String,
 }
 
-struct Cluster {
+pub(crate) struct Cluster {
     dir: PathBuf,
     config: PathBuf,
-    nodes: Vec<NodeAddr>,
+    pub(crate) nodes: Vec<NodeAddr>,
     children: Vec<Option<Child>>,
     log_format: String,
 }
@@ -135,7 +135,7 @@ impl Cluster {
         }
     }
 
-    async fn stop_all(&mut self) {
+    pub(crate) async fn stop_all(&mut self) {
         for id in 1..=self.children.len() as u32 {
             self.signal(id, libc::SIGCONT); // a stopped child cannot die of SIGTERM
         }
@@ -162,7 +162,7 @@ impl Cluster {
 
     /// Waits until every running node follows the same coordinator, for an
     /// epoch newer than `after`; returns it.
-    async fn agreement(&self, after: Epoch, limit: Duration) -> Result<(u32, Epoch)> {
+    pub(crate) async fn agreement(&self, after: Epoch, limit: Duration) -> Result<(u32, Epoch)> {
         self.agreement_among(None, after, limit).await
     }
 
@@ -254,7 +254,13 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         timeline.push(Event { t_ms, event: text });
     };
 
-    let (mut cluster, listener, witness_addr) = launch(&args, log_format, &dir).await?;
+    let shape = Shape {
+        nodes: args.nodes,
+        mutex: args.mutex.clone(),
+        election: args.election.clone(),
+        count: args.count,
+    };
+    let (mut cluster, listener, witness_addr) = launch(&shape, log_format, &dir).await?;
     let nodes = cluster.nodes.clone();
     // The witness runs in this process, on a real socket.
     let (stop_witness, witness_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -322,15 +328,24 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// What a local cluster runs: its size and algorithms.
+pub(crate) struct Shape {
+    pub nodes: u32,
+    pub mutex: String,
+    pub election: String,
+    pub count: usize,
+}
+
 /// Picks free ports, writes the configuration, binds the witness and
 /// starts every node. Ports are found by binding and releasing them, so
 /// another process may take one in between; a node that exits at start-up
 /// (its port taken) makes this try again with fresh ports.
-async fn launch(
-    args: &Args,
+pub(crate) async fn launch(
+    shape: &Shape,
     log_format: &str,
     dir: &std::path::Path,
 ) -> Result<(Cluster, tokio::net::TcpListener, String)> {
+    let args = shape;
     let n = args.nodes as usize;
     let mut last_error = None;
     for _attempt in 0..5 {
