@@ -2,7 +2,8 @@
 
 use crate::codec::{read_frame, write_frame, FrameError};
 use crate::protocol::{
-    ClientRequest, ClientResponse, WitnessReport, WitnessRequest, WitnessResponse,
+    ClientRequest, ClientResponse, FaultCommand, FaultState, WitnessReport, WitnessRequest,
+    WitnessResponse,
 };
 use coterie_core::Status;
 use serde::{de::DeserializeOwned, Serialize};
@@ -103,6 +104,16 @@ impl Client {
     pub async fn release(&mut self) -> Result<(), ClientError> {
         match self.conn.call(&ClientRequest::Release).await? {
             ClientResponse::Released => Ok(()),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Injects a fault into the node's agent (or clears or shows them);
+    /// returns the faults now in force.
+    pub async fn fault(&mut self, command: FaultCommand) -> Result<FaultState, ClientError> {
+        match self.conn.call(&ClientRequest::Fault(command)).await? {
+            ClientResponse::Faults(state) => Ok(state),
+            ClientResponse::Error(e) => Err(ClientError::Unexpected(e)),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
     }

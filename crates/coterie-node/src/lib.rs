@@ -15,6 +15,7 @@
 pub mod client;
 pub mod codec;
 pub mod config;
+mod faults;
 pub mod node;
 pub mod protocol;
 pub mod witness;

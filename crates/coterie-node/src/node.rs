@@ -19,6 +19,7 @@
 
 use crate::codec::{read_frame, write_frame, FrameError};
 use crate::config::Config;
+use crate::faults::{Fate, Faults};
 use crate::protocol::{ClientRequest, ClientResponse};
 use coterie_core::engine::Output;
 use coterie_core::wire::{self, Hello, PeerFrame, PROTOCOL_VERSION};
@@ -26,6 +27,7 @@ use coterie_core::{CsState, Engine, Fence, NodeId, Status};
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
@@ -105,6 +107,10 @@ struct State {
     logged_epoch: Option<coterie_core::Epoch>,
 }
 
+/// Frames held back for one peer, each with the moment it is due, and how
+/// many are waiting.
+type DelayLane = (mpsc::UnboundedSender<(Instant, Vec<u8>)>, Arc<AtomicUsize>);
+
 /// Everything a node's tasks need, shared through an `Arc`.
 struct Inner {
     id: NodeId,
@@ -112,6 +118,13 @@ struct Inner {
     started: Instant,
     /// Outbound frame queues, one per peer.
     links: BTreeMap<NodeId, mpsc::UnboundedSender<Vec<u8>>>,
+    /// Injected faults (`coterie fault`).
+    faults: Mutex<Faults>,
+    /// Whether the node is paused by a fault; inputs wait while it is.
+    paused: watch::Sender<bool>,
+    /// Per peer: frames held back by an injected delay, in order, and how
+    /// many are waiting (while any are, later frames queue behind them).
+    lanes: BTreeMap<NodeId, DelayLane>,
     /// Poked after every input so the timer task re-reads the deadline.
     deadline_changed: Notify,
     /// Poked when a peer dials us: it is up, so our dialer to it should
@@ -123,6 +136,36 @@ struct Inner {
 impl Inner {
     fn now(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    fn faults(&self) -> MutexGuard<'_, Faults> {
+        self.faults.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Resolves at once unless a fault paused the node; then when resumed.
+    async fn unpaused(&self) {
+        let mut paused = self.paused.subscribe();
+        let _ = paused.wait_for(|p| !*p).await;
+    }
+
+    /// Sends `frame` to `peer` through whatever faults are in force.
+    fn transmit(&self, peer: NodeId, frame: Vec<u8>) {
+        let Some(link) = self.links.get(&peer) else {
+            return;
+        };
+        let (lane, waiting) = &self.lanes[&peer];
+        let fate = self.faults().outgoing(peer);
+        match fate {
+            Fate::Drop => {}
+            Fate::Pass if waiting.load(Ordering::Acquire) == 0 => {
+                let _ = link.send(frame);
+            }
+            Fate::Pass | Fate::Delay(_) => {
+                let delay = if let Fate::Delay(d) = fate { d } else { Duration::ZERO };
+                waiting.fetch_add(1, Ordering::AcqRel);
+                let _ = lane.send((Instant::now() + delay, frame));
+            }
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -149,11 +192,9 @@ impl Inner {
         while let Some(output) = state.engine.poll_output() {
             match output {
                 Output::Send { to, envelope, kind } => {
-                    if let Some(link) = self.links.get(&to) {
-                        let mut frame = Vec::with_capacity(32);
-                        wire::write_frame(&PeerFrame::Message(envelope), &mut frame);
-                        let _ = link.send(frame);
-                    }
+                    let mut frame = Vec::with_capacity(32);
+                    wire::write_frame(&PeerFrame::Message(envelope), &mut frame);
+                    self.transmit(to, frame);
                     if kind != "heartbeat" {
                         debug!(node = id, to = to.0, kind, "send");
                     }
@@ -255,17 +296,28 @@ pub async fn run(
     };
     let mut links = BTreeMap::new();
     let mut outboxes = Vec::new();
+    let mut lanes = BTreeMap::new();
+    let mut lane_tasks = Vec::new();
     for peer in cfg.nodes.iter().filter(|n| n.id != id) {
         let (tx, rx) = mpsc::unbounded_channel();
+        let (lane_tx, lane_rx) = mpsc::unbounded_channel();
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let (link, count) = (tx.clone(), waiting.clone());
+        lane_tasks.push(move |stop| delay_lane(lane_rx, link, count, stop));
+        lanes.insert(NodeId(peer.id), (lane_tx, waiting));
         links.insert(NodeId(peer.id), tx);
         outboxes.push((NodeId(peer.id), peer.peer.clone(), rx));
     }
+    let peers: Vec<NodeId> = links.keys().copied().collect();
     let inner = Arc::new(Inner {
         id: NodeId(id),
         hello,
         started,
         redial: links.keys().map(|&p| (p, Notify::new())).collect(),
         links,
+        faults: Mutex::new(Faults::new(peers, incarnation)),
+        paused: watch::channel(false).0,
+        lanes,
         deadline_changed: Notify::new(),
         state: Mutex::new(State { engine, local: LocalQueue::default(), logged_epoch: None }),
     });
@@ -278,6 +330,9 @@ pub async fn run(
     // The engine queued its first heartbeats when it was built.
     inner.input(|_, _| ());
     tasks.spawn(timer_task(inner.clone(), stop_rx.clone()).instrument(span.clone()));
+    for lane in lane_tasks {
+        tasks.spawn(lane(stop_rx.clone()));
+    }
     for (peer, addr, rx) in outboxes {
         tasks.spawn(
             dial_task(inner.clone(), peer, addr, rx, stop_rx.clone()).instrument(span.clone()),
@@ -315,10 +370,38 @@ async fn timer_task(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
             }
         };
         tokio::select! {
-            _ = sleep => inner.input(|s, now| s.engine.handle_timeout(now)),
+            _ = sleep => {
+                inner.unpaused().await;
+                inner.input(|s, now| s.engine.handle_timeout(now));
+            }
             _ = inner.deadline_changed.notified() => {}
             _ = stopped(&mut stop) => return,
         }
+    }
+}
+
+/// Holds frames to one peer back until they are due (an injected delay),
+/// then hands them to the peer's link in the order they were sent.
+async fn delay_lane(
+    mut frames: mpsc::UnboundedReceiver<(Instant, Vec<u8>)>,
+    link: mpsc::UnboundedSender<Vec<u8>>,
+    waiting: Arc<AtomicUsize>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let (due, frame) = tokio::select! {
+            next = frames.recv() => match next {
+                Some(f) => f,
+                None => return,
+            },
+            _ = stopped(&mut stop) => return,
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
+            _ = stopped(&mut stop) => return,
+        }
+        let _ = link.send(frame);
+        waiting.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -546,6 +629,10 @@ async fn serve_peer(
         };
         match frame {
             Ok(Some(PeerFrame::Message(envelope))) => {
+                if !inner.faults().admits(peer) {
+                    continue; // an injected partition
+                }
+                inner.unpaused().await;
                 if let Err(e) = inner.input(|s, now| s.engine.handle_message(now, peer, envelope)) {
                     warn!(peer = peer.0, "dropped a message: {e}");
                 }
@@ -588,7 +675,11 @@ async fn client_session(
             r = read_frame::<ClientRequest, _>(&mut reader, &mut buf) => r,
             _ = stopped(&mut stop) => break,
         };
+        if matches!(request, Ok(Some(ref r)) if !matches!(r, ClientRequest::Fault(_))) {
+            inner.unpaused().await;
+        }
         let response = match request {
+            Ok(Some(ClientRequest::Fault(command))) => fault(&inner, &command),
             Ok(Some(ClientRequest::Acquire { timeout_ms, try_lock })) => {
                 match acquire(&inner, session, timeout_ms, try_lock, &mut reader).await {
                     Some(r) => r,
@@ -618,6 +709,19 @@ async fn client_session(
     if inner.input(|s, now| leave(s, session, now)) {
         info!(session, "client left while holding: released on its behalf");
     }
+}
+
+/// Carries out a fault command and answers with the faults in force.
+fn fault(inner: &Inner, command: &crate::protocol::FaultCommand) -> ClientResponse {
+    let mut faults = inner.faults();
+    if let Err(e) = faults.apply(command) {
+        return ClientResponse::Error(e);
+    }
+    let state = faults.state();
+    drop(faults);
+    warn!(node = inner.id.0, ?command, ?state, "fault injected");
+    inner.paused.send_replace(state.paused);
+    ClientResponse::Faults(state)
 }
 
 fn status(inner: &Inner) -> Status {

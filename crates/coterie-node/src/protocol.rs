@@ -18,6 +18,56 @@ pub enum ClientRequest {
     Release,
     /// The node's status.
     Status,
+    /// Inject a fault into the node's agent, or clear them (`coterie
+    /// fault`). Answered with the faults now in force.
+    Fault(FaultCommand),
+}
+
+/// A fault the agent injects into its own traffic, for experiments.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FaultCommand {
+    /// Drop every message to and from these peers (all peers if empty):
+    /// a network partition as this node sees it.
+    Partition {
+        /// Peer ids.
+        peers: Vec<u32>,
+    },
+    /// Hold every message to these peers (all if empty) this long first.
+    Delay {
+        /// Peer ids.
+        peers: Vec<u32>,
+        /// The added delay in milliseconds (0 removes it).
+        ms: u64,
+    },
+    /// Drop this share of the messages to these peers (all if empty).
+    Drop {
+        /// Peer ids.
+        peers: Vec<u32>,
+        /// Percent of messages dropped, 0 to 100.
+        percent: u8,
+    },
+    /// Stop handling messages, timers and clients (but this command) until
+    /// resumed, as if the process were stopped.
+    Pause,
+    /// Undo a pause.
+    Resume,
+    /// Clear every fault.
+    Heal,
+    /// Change nothing; report the faults in force.
+    Show,
+}
+
+/// The faults in force at a node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultState {
+    /// Peers cut off, both ways.
+    pub partitioned: Vec<u32>,
+    /// Added delay per peer, in milliseconds.
+    pub delay_ms: Vec<(u32, u64)>,
+    /// Share of messages dropped per peer, in percent.
+    pub drop_percent: Vec<(u32, u8)>,
+    /// Whether the node is paused.
+    pub paused: bool,
 }
 
 /// A node's answer to a client.
@@ -40,6 +90,8 @@ pub enum ClientResponse {
     NotHolding,
     /// The node's status.
     Status(Box<Status>),
+    /// The faults in force, after a [`ClientRequest::Fault`].
+    Faults(FaultState),
     /// The request could not be served.
     Error(String),
 }

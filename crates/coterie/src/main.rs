@@ -43,6 +43,8 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Run the witness that checks safety, or ask one what it saw.
     Witness(cmd::witness::Args),
+    /// Inject faults into running nodes (partition, delay, drop, pause), or heal.
+    Fault(cmd::fault::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -58,6 +60,7 @@ fn main() -> std::process::ExitCode {
         Command::Sim(args) => cmd::sim::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Witness(args) => cmd::witness::run(args, log),
+        Command::Fault(args) => cmd::fault::run(args),
     };
     match result {
         Ok(code) => code,

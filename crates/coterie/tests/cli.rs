@@ -384,6 +384,49 @@ fn bench_real_runs_real_processes_and_writes_a_plot() {
     let _ = std::fs::remove_file(svg);
 }
 
+/// Each reachable node's (id, coordinator).
+fn views(rows: &[Value]) -> Vec<(u64, Option<u64>)> {
+    rows.iter()
+        .filter(|r| r["reachable"] == true)
+        .map(|r| (r["id"].as_u64().unwrap(), r["coordinator"].as_u64()))
+        .collect()
+}
+
+#[test]
+fn fault_partitions_a_node_and_heal_rejoins_it() {
+    let up = Up::start(3, "fault");
+    let fault = |node: &str, args: &[&str]| {
+        let mut all = vec!["fault", "--config", up.config(), "--node", node, "--json"];
+        all.extend_from_slice(args);
+        let out = coterie(&all);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let shown = fault("3", &["partition"]);
+    assert_eq!(shown[0]["faults"]["partitioned"], serde_json::json!([1, 2]));
+    // Split brain, in plain sight: the majority elects n2, and n3, hearing
+    // nobody, keeps itself.
+    up.wait_for(|rows| views(rows) == vec![(1, Some(2)), (2, Some(2)), (3, Some(3))]);
+    let healed = fault("3", &["heal"]);
+    assert_eq!(healed[0]["faults"]["partitioned"], serde_json::json!([]));
+    up.wait_for(|rows| agreed(rows).is_some_and(|(c, n)| c == 3 && n == 3));
+
+    // A paused node still answers `fault`, and its peers see it go.
+    let paused = fault("1", &["pause"]);
+    assert_eq!(paused[0]["faults"]["paused"], true);
+    up.wait_for(|rows| {
+        rows.iter()
+            .filter(|r| r["reachable"] == true && r["id"] != 1)
+            .all(|r| r["alive"].as_array().is_some_and(|a| !a.contains(&Value::from(1))))
+    });
+    fault("1", &["resume"]);
+    up.wait_for(|rows| agreed(rows).is_some_and(|(c, n)| c == 3 && n == 3));
+    // Nonsense is refused, and changes nothing.
+    let out = coterie(&["fault", "--config", up.config(), "--node", "2", "partition", "9"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("not a peer"));
+}
+
 #[test]
 fn up_kills_and_restarts_its_nodes_on_command() {
     let mut up = Up::start(3, "control");

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod common;
 pub mod demo;
+pub mod fault;
 pub mod lock;
 pub mod node;
 pub mod sim;

@@ -1,0 +1,178 @@
+//! Faults a node injects into its own traffic on request (`coterie fault`):
+//! cut peers off both ways, delay or drop what it sends them, or pause.
+//! They act on whole messages above TCP, so connections stay up and the
+//! failure detector sees exactly what a real partition or a slow link
+//! would show it: silence, or late heartbeats.
+
+use crate::protocol::{FaultCommand, FaultState};
+use coterie_core::NodeId;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// What happens to one message to a peer.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Send it now.
+    Pass,
+    /// Send it after this long.
+    Delay(Duration),
+    /// Lose it.
+    Drop,
+}
+
+/// The faults in force at one node.
+#[derive(Debug)]
+pub(crate) struct Faults {
+    peers: Vec<NodeId>,
+    partitioned: BTreeSet<NodeId>,
+    delay: BTreeMap<NodeId, Duration>,
+    drop_percent: BTreeMap<NodeId, u8>,
+    paused: bool,
+    /// Seeded with the node's incarnation: drops are reproducible per run.
+    rng: ChaCha8Rng,
+}
+
+impl Faults {
+    /// No fault, for a node whose peers are `peers`.
+    pub(crate) fn new(peers: Vec<NodeId>, seed: u64) -> Faults {
+        Faults {
+            peers,
+            partitioned: BTreeSet::new(),
+            delay: BTreeMap::new(),
+            drop_percent: BTreeMap::new(),
+            paused: false,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+        }
+    }
+
+    /// Carries out `command`. Peers not in the cluster are an error, and
+    /// change nothing.
+    pub(crate) fn apply(&mut self, command: &FaultCommand) -> Result<(), String> {
+        let targets = |ids: &[u32]| -> Result<Vec<NodeId>, String> {
+            if ids.is_empty() {
+                return Ok(self.peers.clone());
+            }
+            ids.iter()
+                .map(|&id| {
+                    let peer = NodeId(id);
+                    if self.peers.contains(&peer) {
+                        Ok(peer)
+                    } else {
+                        Err(format!("node {id} is not a peer of this node"))
+                    }
+                })
+                .collect()
+        };
+        match command {
+            FaultCommand::Partition { peers } => self.partitioned.extend(targets(peers)?),
+            FaultCommand::Delay { peers, ms } => {
+                for p in targets(peers)? {
+                    if *ms == 0 {
+                        self.delay.remove(&p);
+                    } else {
+                        self.delay.insert(p, Duration::from_millis(*ms));
+                    }
+                }
+            }
+            FaultCommand::Drop { peers, percent } => {
+                if *percent > 100 {
+                    return Err(format!("cannot drop {percent}% of messages"));
+                }
+                for p in targets(peers)? {
+                    if *percent == 0 {
+                        self.drop_percent.remove(&p);
+                    } else {
+                        self.drop_percent.insert(p, *percent);
+                    }
+                }
+            }
+            FaultCommand::Pause => self.paused = true,
+            FaultCommand::Resume => self.paused = false,
+            FaultCommand::Heal => {
+                self.partitioned.clear();
+                self.delay.clear();
+                self.drop_percent.clear();
+                self.paused = false;
+            }
+            FaultCommand::Show => {}
+        }
+        Ok(())
+    }
+
+    /// What becomes of the next message to `peer`.
+    pub(crate) fn outgoing(&mut self, peer: NodeId) -> Fate {
+        if self.partitioned.contains(&peer) {
+            return Fate::Drop;
+        }
+        if let Some(&percent) = self.drop_percent.get(&peer) {
+            if self.rng.random_range(0..100u8) < percent {
+                return Fate::Drop;
+            }
+        }
+        match self.delay.get(&peer) {
+            Some(&d) => Fate::Delay(d),
+            None => Fate::Pass,
+        }
+    }
+
+    /// Whether a message from `peer` is let in.
+    pub(crate) fn admits(&self, peer: NodeId) -> bool {
+        !self.partitioned.contains(&peer)
+    }
+
+    /// The faults in force, for the client.
+    pub(crate) fn state(&self) -> FaultState {
+        FaultState {
+            partitioned: self.partitioned.iter().map(|p| p.0).collect(),
+            delay_ms: self.delay.iter().map(|(p, d)| (p.0, d.as_millis() as u64)).collect(),
+            drop_percent: self.drop_percent.iter().map(|(p, &d)| (p.0, d)).collect(),
+            paused: self.paused,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn faults() -> Faults {
+        Faults::new(vec![NodeId(2), NodeId(3)], 7)
+    }
+
+    #[test]
+    fn a_partition_cuts_both_ways_and_heal_restores() {
+        let mut f = faults();
+        f.apply(&FaultCommand::Partition { peers: vec![3] }).unwrap();
+        assert_eq!(f.outgoing(NodeId(3)), Fate::Drop);
+        assert!(!f.admits(NodeId(3)));
+        assert_eq!(f.outgoing(NodeId(2)), Fate::Pass);
+        f.apply(&FaultCommand::Heal).unwrap();
+        assert_eq!(f.outgoing(NodeId(3)), Fate::Pass);
+        assert!(f.admits(NodeId(3)));
+    }
+
+    #[test]
+    fn delays_and_drops_apply_to_the_peers_named_or_all() {
+        let mut f = faults();
+        f.apply(&FaultCommand::Delay { peers: vec![], ms: 40 }).unwrap();
+        assert_eq!(f.outgoing(NodeId(2)), Fate::Delay(Duration::from_millis(40)));
+        f.apply(&FaultCommand::Drop { peers: vec![2], percent: 100 }).unwrap();
+        assert_eq!(f.outgoing(NodeId(2)), Fate::Drop);
+        f.apply(&FaultCommand::Drop { peers: vec![3], percent: 50 }).unwrap();
+        let dropped = (0..1000).filter(|_| f.outgoing(NodeId(3)) == Fate::Drop).count();
+        assert!((400..600).contains(&dropped), "{dropped} of 1000 dropped at 50%");
+        let state = f.state();
+        assert_eq!(state.delay_ms, vec![(2, 40), (3, 40)]);
+        assert_eq!(state.drop_percent, vec![(2, 100), (3, 50)]);
+    }
+
+    #[test]
+    fn unknown_peers_and_impossible_rates_are_refused_without_effect() {
+        let mut f = faults();
+        assert!(f.apply(&FaultCommand::Partition { peers: vec![2, 9] }).is_err());
+        assert!(f.state().partitioned.is_empty());
+        assert!(f.apply(&FaultCommand::Drop { peers: vec![], percent: 101 }).is_err());
+    }
+}
