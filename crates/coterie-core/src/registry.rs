@@ -163,6 +163,11 @@ pub const ELECTIONS: &[ElectionInfo] = &[
         summary: "ELECTION collects the live ids round the ring; COORDINATOR announces the highest",
         build: |cfg| erase_election(Ring::new(cfg)),
     },
+    ElectionInfo {
+        name: "garcia-molina",
+        summary: "poll the higher nodes, HALT the lower, COORDINATOR, NEW_STATE; the coordinator checks everyone",
+        build: |cfg| erase_election(crate::election::garcia_molina::GarciaMolina::new(cfg)),
+    },
 ];
 
 /// A name that is in neither table.

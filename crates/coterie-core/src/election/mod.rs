@@ -1,4 +1,5 @@
 //! Leader-election algorithms, one per file.
 
 pub mod bully;
+pub mod garcia_molina;
 pub mod ring;
