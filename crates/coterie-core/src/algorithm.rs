@@ -24,6 +24,78 @@ impl Default for Timing {
     }
 }
 
+/// The order in which `ricart-agrawala` and `raymond-k` serve concurrent
+/// requests (seed 002, "Breaking ties"). The value is frozen when a request
+/// goes out and kept until that request is done; the request's stamp, and
+/// through it the node id, breaks ties.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Priority {
+    /// Earliest Lamport timestamp first: the classic algorithm.
+    #[default]
+    Timestamp,
+    /// The node with the fewest entries so far (in this run of it) first.
+    FewestEntries,
+    /// The node served least recently first: the Lamport time of its last
+    /// entry, with a node that never entered ahead of all.
+    LeastRecent,
+}
+
+impl Priority {
+    /// Every priority, in the order `--help` lists them.
+    pub const ALL: [Priority; 3] =
+        [Priority::Timestamp, Priority::FewestEntries, Priority::LeastRecent];
+
+    /// The spelling used in configuration files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Priority::Timestamp => "timestamp",
+            Priority::FewestEntries => "fewest-entries",
+            Priority::LeastRecent => "least-recent",
+        }
+    }
+}
+
+impl std::fmt::Display for Priority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A priority name that is not one of [`Priority::ALL`].
+#[derive(Debug, thiserror::Error)]
+#[error("unknown priority {0:?} (known: timestamp, fewest-entries, least-recent)")]
+pub struct UnknownPriority(pub String);
+
+impl std::str::FromStr for Priority {
+    type Err = UnknownPriority;
+
+    fn from_str(s: &str) -> Result<Priority, UnknownPriority> {
+        Priority::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| UnknownPriority(s.to_string()))
+    }
+}
+
+/// Variants of the mutual-exclusion algorithms that have them. Only
+/// `ricart-agrawala` and `raymond-k` (see [`MutexOptions::USED_BY`]) read
+/// these; the defaults give the classic algorithms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MutexOptions {
+    /// Seed 002's fault-tolerant form: a deferred request is answered at
+    /// once with a negative acknowledgement, a silent peer is probed ("are
+    /// you still there?") and, after a few unanswered probes, given up on
+    /// for the request.
+    pub fault_tolerant: bool,
+    /// The order concurrent requests are served in.
+    pub priority: Priority,
+}
+
+impl MutexOptions {
+    /// The algorithms that honour these options.
+    pub const USED_BY: [&'static str; 2] = ["ricart-agrawala", "raymond-k"];
+}
+
 /// What an algorithm instance is told when it is built.
 #[derive(Clone, Debug)]
 pub struct AlgoConfig {
@@ -46,6 +118,9 @@ pub struct AlgoConfig {
     /// Algorithms that want timestamps to track real time across a loss of
     /// state use it; none may rely on it for safety.
     pub wall_origin: Duration,
+    /// Variants of the mutual-exclusion algorithm (fault tolerance,
+    /// priority), for those that have them.
+    pub mutex_options: MutexOptions,
 }
 
 impl AlgoConfig {
@@ -58,6 +133,7 @@ impl AlgoConfig {
             timing: Timing::default(),
             incarnation: 0,
             wall_origin: Duration::ZERO,
+            mutex_options: MutexOptions::default(),
         }
     }
 

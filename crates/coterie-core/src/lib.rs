@@ -32,7 +32,9 @@ pub mod wire;
 /// part of a [`Fence`] until 2054.
 pub const CLUSTER_ERA: std::time::Duration = std::time::Duration::from_secs(1_577_836_800);
 
-pub use algorithm::{AlgoConfig, ElectionAlgorithm, MutexAlgorithm, Timing};
+pub use algorithm::{
+    AlgoConfig, ElectionAlgorithm, MutexAlgorithm, MutexOptions, Priority, Timing, UnknownPriority,
+};
 pub use engine::{Engine, EngineError, Output, Status};
 pub use outbox::{Action, Message, Outbox, Time, TimerId};
 pub use types::{CsState, Epoch, Fence, LamportClock, NodeId, Stamp};

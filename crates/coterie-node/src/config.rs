@@ -6,6 +6,8 @@
 //! mutex = "ricart-agrawala"
 //! election = "bully"
 //! # count = 1          # holders at once, for algorithms that allow more
+//! # ra_fault_tolerant = false   # ricart-agrawala, raymond-k: NACKs and probes
+//! # priority = "timestamp"      # ... or "fewest-entries", "least-recent"
 //!
 //! [timing]
 //! heartbeat = "50ms"
@@ -21,7 +23,7 @@
 //! ```
 
 use coterie_core::registry;
-use coterie_core::{AlgoConfig, NodeId, Timing};
+use coterie_core::{AlgoConfig, MutexOptions, NodeId, Priority, Timing};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -68,6 +70,29 @@ pub struct ClusterSection {
     /// Holders allowed at once (a counting semaphore when > 1).
     #[serde(default = "one")]
     pub count: usize,
+    /// `ricart-agrawala` and `raymond-k`: the fault-tolerant form (an
+    /// immediate NACK for a deferred reply, probes to silent peers, giving
+    /// up on a peer that never answers).
+    #[serde(default)]
+    pub ra_fault_tolerant: bool,
+    /// `ricart-agrawala` and `raymond-k`: the order concurrent requests are
+    /// served in, `"timestamp"` (the default), `"fewest-entries"` or
+    /// `"least-recent"`.
+    #[serde(default, deserialize_with = "priority_by_name")]
+    pub priority: Priority,
+}
+
+fn priority_by_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Priority, D::Error> {
+    let name = String::deserialize(d)?;
+    name.parse().map_err(serde::de::Error::custom)
+}
+
+impl ClusterSection {
+    /// The mutual-exclusion variants chosen by `ra_fault_tolerant` and
+    /// `priority`.
+    pub fn mutex_options(&self) -> MutexOptions {
+        MutexOptions { fault_tolerant: self.ra_fault_tolerant, priority: self.priority }
+    }
 }
 
 fn one() -> usize {
@@ -185,6 +210,16 @@ impl Config {
                 cfg.cluster.count, cfg.cluster.mutex
             )));
         }
+        let options = cfg.cluster.mutex_options();
+        if options != MutexOptions::default()
+            && !MutexOptions::USED_BY.contains(&cfg.cluster.mutex.as_str())
+        {
+            return Err(invalid(format!(
+                "ra_fault_tolerant and priority apply to {} only, not {}",
+                MutexOptions::USED_BY.join(" and "),
+                cfg.cluster.mutex
+            )));
+        }
         let t = &cfg.timing;
         if t.heartbeat.is_zero() || t.failure_timeout <= t.heartbeat {
             return Err(invalid(format!(
@@ -214,6 +249,7 @@ impl Config {
             timing: self.timing(),
             incarnation,
             wall_origin,
+            mutex_options: self.cluster.mutex_options(),
         }
     }
 }
@@ -253,6 +289,20 @@ mod tests {
     }
 
     #[test]
+    fn ricart_agrawala_options_are_read() {
+        let text = GOOD.replace("mutex = \"centralized\"", "mutex = \"raymond-k\"\ncount = 2");
+        assert_eq!(parse(&text).unwrap().cluster.mutex_options(), MutexOptions::default());
+        let text = text.replace(
+            "count = 2",
+            "count = 2\nra_fault_tolerant = true\npriority = \"least-recent\"",
+        );
+        let cfg = parse(&text).unwrap();
+        let options = cfg.algo_config(1, 0, Duration::ZERO).mutex_options;
+        assert!(options.fault_tolerant);
+        assert_eq!(options.priority, Priority::LeastRecent);
+    }
+
+    #[test]
     fn errors_say_what_is_wrong() {
         let cases = [
             (GOOD.replace("centralized", "paxos"), "unknown mutex algorithm \"paxos\""),
@@ -264,6 +314,24 @@ mod tests {
             (
                 GOOD.replace("mutex = \"centralized\"", "mutex = \"ricart-agrawala\"\ncount = 2"),
                 "admits one holder",
+            ),
+            (
+                GOOD.replace(
+                    "election = \"bully\"",
+                    "election = \"bully\"\npriority = \"fastest\"",
+                ),
+                "unknown priority \"fastest\" (known: timestamp, fewest-entries, least-recent)",
+            ),
+            (
+                GOOD.replace("election = \"bully\"", "election = \"bully\"\nra_fault_tolerant = 1"),
+                "ra_fault_tolerant",
+            ),
+            (
+                GOOD.replace(
+                    "election = \"bully\"",
+                    "election = \"bully\"\nra_fault_tolerant = true",
+                ),
+                "apply to ricart-agrawala and raymond-k only, not centralized",
             ),
         ];
         for (text, expected) in cases {

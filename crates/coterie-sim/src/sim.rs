@@ -3,7 +3,7 @@
 use coterie_core::engine::Output;
 use coterie_core::registry;
 use coterie_core::wire::{self, Envelope};
-use coterie_core::{AlgoConfig, Engine, Epoch, Fence, NodeId, Time, Timing};
+use coterie_core::{AlgoConfig, Engine, Epoch, Fence, MutexOptions, NodeId, Time, Timing};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -33,10 +33,18 @@ pub struct SimConfig {
     pub nodes: u32,
     /// Holders allowed at once.
     pub capacity: usize,
+    /// Variants of the mutual-exclusion algorithm (fault tolerance,
+    /// priority), for those that have them.
+    pub mutex_options: MutexOptions,
     /// The seed every random choice of the run comes from.
     pub seed: u64,
     /// Up to this many crash-and-restart faults during the workload.
     pub crashes: u32,
+    /// This many network partitions during the workload: a random minority
+    /// is cut off from the rest (both ways, connections staying up) for
+    /// one to six failure timeouts, then healed. Algorithms that trust
+    /// timeouts may grant on both sides meanwhile.
+    pub partitions: u32,
     /// The shape of the workload.
     pub load: Load,
     /// Critical-section entries each node's client makes (concurrent load),
@@ -67,8 +75,10 @@ impl SimConfig {
             election: election.to_string(),
             nodes: 5,
             capacity: 1,
+            mutex_options: MutexOptions::default(),
             seed: 1,
             crashes: 0,
+            partitions: 0,
             load: Load::Concurrent,
             requests: 10,
             timing: Timing::default(),
@@ -114,6 +124,8 @@ pub struct RunReport {
     pub elections: Vec<(u64, u32, u32, u64)>,
     /// Crashes injected.
     pub crashes: u32,
+    /// Partitions injected.
+    pub partitions: u32,
     /// Simulated time at the end, in microseconds.
     pub end_us: u64,
     /// Broken invariants, in the order seen.
@@ -172,6 +184,16 @@ enum Event {
     Restart {
         node: NodeId,
     },
+    /// Cut `side` off from every other node, both ways (unless another
+    /// partition is in force).
+    Partition {
+        id: u32,
+        side: BTreeSet<NodeId>,
+    },
+    /// End partition `id`.
+    Heal {
+        id: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,6 +251,8 @@ pub struct Simulation {
     mutex_sent_total: u64,
     /// Mutex messages sent and not yet delivered (or dropped).
     mutex_in_flight: u64,
+    /// The side of the partition in force, if any.
+    cut: Option<(u32, BTreeSet<NodeId>)>,
     report: RunReport,
 }
 
@@ -257,6 +281,7 @@ impl Simulation {
             sequential_left: cfg.requests,
             mutex_sent_total: 0,
             mutex_in_flight: 0,
+            cut: None,
             report: RunReport { seed: cfg.seed, ..RunReport::default() },
             cfg,
         };
@@ -294,6 +319,7 @@ impl Simulation {
             timing: self.cfg.timing,
             incarnation: u64::from(self.nodes.get(&id).map_or(0, |n| n.incarnation)),
             wall_origin: Duration::ZERO,
+            mutex_options: self.cfg.mutex_options,
         }
     }
 
@@ -347,6 +373,18 @@ impl Simulation {
             self.push(at, Event::Crash { node, silent });
             let down_for = self.uniform((ft / 2, ft * 4));
             self.push(at + down_for, Event::Restart { node });
+        }
+        for id in 0..self.cfg.partitions {
+            let at = self.workload_start + self.uniform((Duration::ZERO, window));
+            let minority = self.rng.random_range(1..=(self.cfg.nodes / 2).max(1));
+            let mut ids: Vec<NodeId> = (1..=self.cfg.nodes).map(NodeId).collect();
+            let mut side = BTreeSet::new();
+            for _ in 0..minority {
+                side.insert(ids.swap_remove(self.rng.random_range(0..ids.len())));
+            }
+            self.push(at, Event::Partition { id, side });
+            let lasts = self.uniform((ft, ft * 6));
+            self.push(at + lasts, Event::Heal { id });
         }
     }
 
@@ -494,6 +532,11 @@ impl Simulation {
         self.push(self.now + hold, Event::Release { node, incarnation });
     }
 
+    /// Whether a partition separates `a` from `b` now.
+    fn severed(&self, a: NodeId, b: NodeId) -> bool {
+        self.cut.as_ref().is_some_and(|(_, side)| side.contains(&a) != side.contains(&b))
+    }
+
     fn live(&self, node: NodeId, incarnation: u32) -> bool {
         let n = &self.nodes[&node];
         n.engine.is_some() && n.incarnation == incarnation
@@ -509,7 +552,7 @@ impl Simulation {
                 if mutex {
                     self.mutex_in_flight -= 1;
                 }
-                if !self.live(to, incarnation) {
+                if !self.live(to, incarnation) || self.severed(from, to) {
                     return;
                 }
                 let now = self.now;
@@ -569,6 +612,23 @@ impl Simulation {
             }
             Event::NextSequential => self.next_sequential(),
             Event::Crash { node, silent } => self.crash(node, silent),
+            Event::Partition { id, side } => {
+                if self.cut.is_some() {
+                    return; // one partition at a time
+                }
+                self.last_fault = self.now;
+                self.report.partitions += 1;
+                let names: Vec<String> = side.iter().map(|n| n.to_string()).collect();
+                self.trace(|| format!("PARTITION: {{{}}} cut off from the rest", names.join(", ")));
+                self.cut = Some((id, side));
+            }
+            Event::Heal { id } => {
+                if self.cut.as_ref().is_some_and(|(current, _)| *current == id) {
+                    self.cut = None;
+                    self.last_fault = self.now;
+                    self.trace(|| "HEAL: the partition is over".to_string());
+                }
+            }
             Event::Restart { node } => {
                 if self.nodes[&node].engine.is_some() {
                     return;

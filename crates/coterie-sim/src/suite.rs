@@ -37,6 +37,8 @@ pub struct Summary {
     pub coordinator_entries: u64,
     /// Crashes injected, over all runs.
     pub crashes: u64,
+    /// Partitions injected, over all runs.
+    pub partitions: u64,
     /// Grants that overtook an older waiting request, over all runs (see
     /// `RunReport::out_of_order`).
     pub out_of_order: u64,
@@ -63,6 +65,7 @@ pub fn run_seeds(
         entries: 0,
         coordinator_entries: 0,
         crashes: 0,
+        partitions: 0,
         out_of_order: 0,
         messages_by_kind: BTreeMap::new(),
         failures: Vec::new(),
@@ -73,6 +76,7 @@ pub fn run_seeds(
         summary.entries += report.entries;
         summary.coordinator_entries += report.coordinator_entries;
         summary.crashes += u64::from(report.crashes);
+        summary.partitions += u64::from(report.partitions);
         summary.out_of_order += report.out_of_order;
         mutex_messages += report.mutex_messages;
         for (kind, n) in &report.messages_by_kind {

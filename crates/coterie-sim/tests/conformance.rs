@@ -5,6 +5,7 @@
 //! replays it, and the end of its trace.
 
 use coterie_core::registry::{MutexInfo, ELECTIONS, MUTEXES};
+use coterie_core::{MutexOptions, Priority};
 use coterie_sim::sim::{self, Load, SimConfig};
 use coterie_sim::{run_seeds, Summary};
 use std::time::Duration;
@@ -16,12 +17,22 @@ fn replay_hint(cfg: &SimConfig, seed: u64) -> String {
     let trace = sim::run(SimConfig { seed, trace: true, ..cfg.clone() }).expect("known algorithms");
     let tail: Vec<&String> = trace.trace.iter().rev().take(60).collect();
     let tail: Vec<&str> = tail.into_iter().rev().map(String::as_str).collect();
+    let mut options = String::new();
+    if cfg.mutex_options.fault_tolerant {
+        options.push_str(" --ra-fault-tolerant");
+    }
+    if cfg.mutex_options.priority != Priority::default() {
+        options.push_str(&format!(" --priority {}", cfg.mutex_options.priority));
+    }
     format!(
-        "replay: coterie sim --mutex {} --election {} --nodes {} --crashes {} --seed {} --trace\n{}",
+        "replay: coterie sim --mutex {} --election {} --nodes {} --count {} --crashes {}{} --seed {} \
+         --trace\n{}",
         cfg.mutex,
         cfg.election,
         cfg.nodes,
+        cfg.capacity,
         cfg.crashes,
+        options,
         seed,
         tail.join("\n")
     )
@@ -198,4 +209,144 @@ fn the_checker_catches_two_holders_and_names_the_seed() {
     assert_eq!(first.invariant, "safety");
     let replay = sim::run(SimConfig { seed: first.seed, ..cfg }).unwrap();
     assert_eq!(replay.violations[0].detail, first.detail);
+}
+
+/// The registered algorithms that have the fault-tolerant form and the
+/// dynamic priorities.
+fn with_options() -> Vec<&'static MutexInfo> {
+    mutexes().into_iter().filter(|m| MutexOptions::USED_BY.contains(&m.name)).collect()
+}
+
+/// Every choice of options but the default, which the tests above cover.
+fn every_variant() -> Vec<MutexOptions> {
+    let mut variants = Vec::new();
+    for priority in Priority::ALL {
+        for fault_tolerant in [false, true] {
+            variants.push(MutexOptions { fault_tolerant, priority });
+        }
+    }
+    variants.retain(|o| *o != MutexOptions::default());
+    variants
+}
+
+#[test]
+fn ricart_agrawala_variants_are_safe_and_live_with_and_without_crashes() {
+    for m in with_options() {
+        for mutex_options in every_variant() {
+            for nodes in [3, 5, 7] {
+                for crashes in [0, 2] {
+                    let cfg = SimConfig {
+                        nodes,
+                        crashes,
+                        capacity: if m.counting { 2 } else { 1 },
+                        mutex_options,
+                        ..SimConfig::new(m.name, ELECTIONS[0].name)
+                    };
+                    let summary = run_seeds(&cfg, 0..300, |_, _| {}).unwrap();
+                    assert_clean(&cfg, &summary);
+                    if crashes > 0 {
+                        assert!(
+                            summary.crashes > 300,
+                            "crashes were injected: {}",
+                            summary.crashes
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn ricart_agrawala_variants_cost_2n_minus_2_at_light_load() {
+    // NACKs come only with contention, probes only with long waits, and a
+    // request asks again only after another overtook it: one request at a
+    // time costs what the classic algorithm costs.
+    for m in with_options() {
+        for mutex_options in every_variant() {
+            for n in [3, 5, 7] {
+                let cfg = SimConfig {
+                    nodes: n,
+                    load: Load::Sequential,
+                    requests: 30,
+                    mutex_options,
+                    ..SimConfig::new(m.name, ELECTIONS[0].name)
+                };
+                for seed in 0..10 {
+                    let report = sim::run(SimConfig { seed, ..cfg.clone() }).unwrap();
+                    assert!(report.violations.is_empty(), "{:?}", report.violations);
+                    for &(cost, _) in &report.per_entry {
+                        assert_eq!(
+                            cost,
+                            2 * (u64::from(n) - 1),
+                            "{} {mutex_options:?} n={n} seed {seed}",
+                            m.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn fault_tolerant_ricart_agrawala_still_grants_in_timestamp_order() {
+    for m in with_options().into_iter().filter(|m| m.fair) {
+        for nodes in [3, 5, 9] {
+            let cfg = SimConfig {
+                nodes,
+                mutex_options: MutexOptions { fault_tolerant: true, ..MutexOptions::default() },
+                ..SimConfig::new(m.name, ELECTIONS[0].name)
+            };
+            let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+            assert_clean(&cfg, &summary);
+            assert_eq!(summary.out_of_order, 0, "{} n={nodes}", m.name);
+            assert!(summary.messages_by_kind.get("nack").is_some_and(|&n| n > 0), "contention");
+        }
+    }
+}
+
+/// The algorithms whose safety does not rest on timeouts.
+const QUORUM: [&str; 2] = ["maekawa", "tree-quorum"];
+
+#[test]
+fn quorum_algorithms_stay_safe_under_partitions() {
+    for name in mutexes().into_iter().map(|m| m.name).filter(|n| QUORUM.contains(n)) {
+        for nodes in [3, 5, 7] {
+            for e in ELECTIONS {
+                let cfg = SimConfig { nodes, partitions: 2, ..SimConfig::new(name, e.name) };
+                let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+                assert!(summary.partitions > 0, "no partition was injected");
+                if let Some(f) = summary
+                    .failures
+                    .iter()
+                    .find(|f| f.invariant == "safety" || f.invariant == "fence")
+                {
+                    panic!(
+                        "{name}/{} n={nodes} under partitions: seed {} {}: {}\n{}",
+                        e.name,
+                        f.seed,
+                        f.invariant,
+                        f.detail,
+                        replay_hint(&cfg, f.seed)
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Shown, not hidden: an algorithm that trusts its failure detector grants
+/// on both sides of a partition, and the checker sees it.
+#[test]
+fn timeout_algorithms_grant_on_both_sides_of_a_partition() {
+    for m in mutexes().into_iter().filter(|m| !QUORUM.contains(&m.name)) {
+        let cfg = SimConfig { partitions: 1, ..SimConfig::new(m.name, ELECTIONS[0].name) };
+        let summary = run_seeds(&cfg, 0..50, |_, _| {}).unwrap();
+        assert!(
+            summary.failures.iter().any(|f| f.invariant == "safety"),
+            "{}: 50 partitioned runs and never two holders; is the partition real?",
+            m.name
+        );
+    }
 }

@@ -26,34 +26,40 @@
 //! among the grants it made that could have been used to enter (released,
 //! or whose holder crashed; not the ones yielded back), and sends it with
 //! every grant. A requester enters only if its stamp is above every `high`
-//! it was sent; otherwise it takes a fresh stamp above them and tells
-//! every member (RESTAMP) as it enters. Two entries share an arbiter,
-//! which granted the earlier one first and sent the later one a `high` at
-//! least the earlier one's (final) stamp: so the stamp, used as the fence,
-//! rises with every entry, also when a holder crashes inside (its arbiters
-//! count its stamp as used). The RESTAMP is not waited for: links are FIFO
-//! and a message sent before a crash still arrives (the kernel flushes a
-//! dead process's sockets), so an arbiter learns the final stamp before it
-//! learns of a release or a crash. At light load a RESTAMP is needed when
-//! the requester's clock lags the previous entrant's, which heartbeats
-//! (carrying the clock) make rare when entries are far apart.
+//! it was sent; otherwise it takes a fresh stamp above them, tells every
+//! member (RESTAMP), and enters once each has acknowledged (RESTAMPED).
+//! Two entries share an arbiter, which granted the earlier one first and
+//! sent the later one a `high` at least the earlier one's final stamp: so
+//! the stamp, used as the fence, rises with every entry, also when a
+//! holder crashes inside or its RELEASE is lost (its arbiters count its
+//! stamp as used). A RESTAMP is needed only when the requester's stamp
+//! fell behind an entry that went first; stamps are hybrid logical clocks
+//! (below), so at light load that is rare.
 //!
-//! **Crashes.** An arbiter whose holder is reported down frees its
-//! permission. A requester whose quorum member goes down drops that
-//! member's permission, and asks the rule for a new quorum when the rule
-//! can replace failed members (tree quorums); otherwise (Maekawa) it waits
-//! for the member to return. A restarted arbiter has forgotten whom it
-//! granted: it grants nothing until it has joined and every live peer has
-//! sent it a RECOVER saying whether it holds (or waits for) that arbiter's
-//! permission; its `high` restarts at its Lamport clock, which has by then
-//! caught up with every peer's.
+//! **Crashes and partitions.** Suspicion never frees a permission: an
+//! arbiter whose holder is reported down keeps the permission with it, so
+//! no timeout can ever let two nodes in, and a partition costs liveness,
+//! never safety. Whenever a node comes up in another's view (it restarted,
+//! or a partition healed), the other sends it a RECOVER saying whether it
+//! holds or waits for that node's permission; an arbiter whose holder says
+//! it no longer holds (it restarted with nothing, or released while cut
+//! off) takes the permission back, counted as used. The price: a holder
+//! that crashes and never returns blocks its arbiters' permission for good,
+//! as in Maekawa's original. A requester whose quorum member goes down
+//! drops that member's permission, and asks the rule for a new quorum when
+//! the rule can route round failed members (tree quorums; any quorum will
+//! do, as every arbiter still grants one request at a time); otherwise
+//! (Maekawa) it waits for the member to return. A restarted arbiter has
+//! forgotten whom it granted: it grants nothing until it has joined and
+//! every live peer has sent it its RECOVER; its `high` restarts at its
+//! Lamport clock, which has by then caught up with every peer's.
 
 use crate::algorithm::AlgoConfig;
 use crate::outbox::{Message, Outbox, Time};
 use crate::types::{CsState, Epoch, Fence, LamportClock, NodeId, Stamp};
 use crate::MutexAlgorithm;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Debug;
 
 /// Whose permission a node needs: the one thing that differs between the
@@ -87,6 +93,10 @@ pub enum QuorumMsg {
         /// The largest stamp among this arbiter's earlier grants that could
         /// have been used to enter.
         high: Option<Stamp>,
+        /// Which of this arbiter's grants it is: a copy sent again carries
+        /// the same number, so a requester that gave the grant back can
+        /// tell a stale copy from a new grant.
+        seq: u64,
     },
     /// Arbiter to requester: an older request is ahead of yours here.
     Failed {
@@ -112,6 +122,11 @@ pub enum QuorumMsg {
         /// The stamp entered under.
         new: Stamp,
     },
+    /// Arbiter to requester: your permission now stands under this stamp.
+    Restamped {
+        /// The new stamp.
+        stamp: Stamp,
+    },
     /// Requester to arbiter: done with your permission.
     Release {
         /// The request that entered.
@@ -123,12 +138,17 @@ pub enum QuorumMsg {
         /// The request withdrawn.
         stamp: Stamp,
     },
-    /// To an arbiter that (re)started: what the sender has of it.
+    /// To a node that came up in the sender's view (restarted, or back
+    /// from a partition): what the sender has of its arbiter.
     Recover {
-        /// The sender holds this arbiter's permission for this request.
+        /// The sender holds this arbiter's permission for this request
+        /// (granted, or inside the critical section with it).
         holding: Option<Stamp>,
         /// The sender waits for this arbiter's permission for this request.
         waiting: Option<Stamp>,
+        /// Answer with your own RECOVER: the sender may have forgotten
+        /// your request while you were out of its view.
+        ask: bool,
     },
 }
 
@@ -141,6 +161,7 @@ impl Message for QuorumMsg {
             QuorumMsg::Inquire { .. } => "inquire",
             QuorumMsg::Yield { .. } => "yield",
             QuorumMsg::Restamp { .. } => "restamp",
+            QuorumMsg::Restamped { .. } => "restamped",
             QuorumMsg::Release { .. } => "release",
             QuorumMsg::Cancel { .. } => "cancel",
             QuorumMsg::Recover { .. } => "recover",
@@ -162,6 +183,31 @@ struct Want {
     inquired: BTreeSet<NodeId>,
     /// The largest `high` any grant carried.
     high: Option<Stamp>,
+    /// With every permission in hand but a stamp too small: the members
+    /// still to acknowledge the new stamp (RESTAMPED) before it enters.
+    restamping: Option<BTreeSet<NodeId>>,
+    /// The number of the grant held from each member.
+    seqs: BTreeMap<NodeId, u64>,
+    /// The number of the last grant given back to each member (YIELD).
+    spent: BTreeMap<NodeId, u64>,
+}
+
+impl Want {
+    /// Stops counting on anything `peer` granted or said: it went down, or
+    /// came back having perhaps forgotten it. A RESTAMP under way needs
+    /// every permission in hand, so it is off too: the request goes on
+    /// under its new stamp, and enters once all grant that.
+    fn forget(&mut self, peer: NodeId) {
+        self.granted.remove(&peer);
+        self.blocked.remove(&peer);
+        self.inquired.remove(&peer);
+        // A restarted arbiter numbers its grants afresh.
+        self.seqs.remove(&peer);
+        self.spent.remove(&peer);
+        if self.restamping.is_some() {
+            self.restamping = None;
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -184,6 +230,8 @@ struct Arbiter {
     failed: BTreeSet<Stamp>,
     /// The largest stamp among grants that may have been used to enter.
     high: Option<Stamp>,
+    /// Grants made by this run of the arbiter; the current one's number.
+    grants: u64,
     /// Whether it may grant: it has joined and heard every live peer's
     /// RECOVER.
     ready: bool,
@@ -279,6 +327,9 @@ impl<R: QuorumRule> QuorumLock<R> {
             blocked: BTreeSet::new(),
             inquired: BTreeSet::new(),
             high: None,
+            restamping: None,
+            seqs: BTreeMap::new(),
+            spent: BTreeMap::new(),
         });
     }
 
@@ -295,6 +346,18 @@ impl<R: QuorumRule> QuorumLock<R> {
             if new.is_none_or(|q| !q.contains(&a)) && (a == self.id || self.alive.contains(&a)) {
                 self.send(a, QuorumMsg::Cancel { stamp }, out);
             }
+        }
+    }
+
+    /// What this node has of `arbiter`'s permission: (holding, waiting).
+    fn held_of(&self, arbiter: NodeId) -> (Option<Stamp>, Option<Stamp>) {
+        match &self.me {
+            Requester::Held { stamp, quorum } if quorum.contains(&arbiter) => (Some(*stamp), None),
+            Requester::Wanting(w) if w.granted.contains(&arbiter) => (Some(w.stamp), None),
+            Requester::Wanting(w) if w.quorum.as_ref().is_some_and(|q| q.contains(&arbiter)) => {
+                (None, Some(w.stamp))
+            }
+            _ => (None, None),
         }
     }
 
@@ -331,16 +394,27 @@ impl<R: QuorumRule> QuorumLock<R> {
         if !quorum.is_subset(&w.granted) {
             return;
         }
-        let (mut stamp, quorum) = (w.stamp, quorum.clone());
-        if let Some(high) = w.high.filter(|&h| h >= stamp) {
-            // An entry with a larger stamp already went through one of
-            // these arbiters: enter under a larger stamp, and tell every
-            // member first, so that it counts the right one as used.
-            self.clock.observe(high.ts);
-            let old = stamp;
-            stamp = self.next_stamp(now);
-            for &a in &quorum {
-                self.send(a, QuorumMsg::Restamp { old, new: stamp }, out);
+        let (stamp, quorum) = (w.stamp, quorum.clone());
+        match &w.restamping {
+            Some(waiting) if !waiting.is_empty() => return,
+            Some(_) => {} // every member knows the new stamp
+            None => {
+                if let Some(high) = w.high.filter(|&h| h >= stamp) {
+                    // An entry with a larger stamp already went through one
+                    // of these arbiters: enter under a larger stamp, once
+                    // every member knows it, so that each counts the right
+                    // one as used whatever happens next.
+                    self.clock.observe(high.ts);
+                    let new = self.next_stamp(now);
+                    for &a in &quorum {
+                        self.send(a, QuorumMsg::Restamp { old: stamp, new }, out);
+                    }
+                    if let Requester::Wanting(w) = &mut self.me {
+                        w.stamp = new;
+                        w.restamping = Some(quorum);
+                    }
+                    return;
+                }
             }
         }
         self.me = Requester::Held { stamp, quorum };
@@ -353,13 +427,21 @@ impl<R: QuorumRule> QuorumLock<R> {
         let Requester::Wanting(w) = &mut self.me else {
             return;
         };
-        if w.blocked.is_empty() {
+        if w.blocked.is_empty() || w.restamping.is_some() {
+            // Nothing proves it blocked, or it holds every permission and
+            // is only making its new stamp known: keep the inquiries for
+            // later.
             return;
         }
         let stamp = w.stamp;
         let give: Vec<NodeId> =
             std::mem::take(&mut w.inquired).into_iter().filter(|a| w.granted.remove(a)).collect();
         w.blocked.extend(give.iter().copied());
+        for a in &give {
+            if let Some(&seq) = w.seqs.get(a) {
+                w.spent.insert(*a, seq);
+            }
+        }
         for a in give {
             self.send(a, QuorumMsg::Yield { stamp }, out);
         }
@@ -384,9 +466,22 @@ impl<R: QuorumRule> QuorumLock<R> {
             return; // holding (INQUIREs are answered by the release) or idle
         };
         match msg {
-            QuorumMsg::Grant { to, high } if to == w.stamp => {
+            QuorumMsg::Restamped { stamp } if stamp == w.stamp => {
+                if let Some(waiting) = &mut w.restamping {
+                    waiting.remove(&from);
+                }
+                self.try_enter(now, out);
+            }
+            QuorumMsg::Grant { to, high, seq } if to == w.stamp => {
                 if let Some(h) = high {
                     self.clock.observe(h.ts);
+                }
+                if w.spent.get(&from).is_some_and(|&given_back| seq <= given_back) {
+                    return; // a copy of a grant this node already gave back
+                }
+                w.seqs.insert(from, seq);
+                if let Some(waiting) = &mut w.restamping {
+                    waiting.remove(&from); // it knows the new stamp
                 }
                 w.granted.insert(from);
                 w.blocked.remove(&from);
@@ -419,8 +514,9 @@ impl<R: QuorumRule> QuorumLock<R> {
                 self.arbiter.lock = Some(next);
                 self.arbiter.inquired = false;
                 self.arbiter.failed.remove(&next);
-                let high = self.arbiter.high;
-                self.send(next.node, QuorumMsg::Grant { to: next, high }, out);
+                self.arbiter.grants += 1;
+                let (high, seq) = (self.arbiter.high, self.arbiter.grants);
+                self.send(next.node, QuorumMsg::Grant { to: next, high, seq }, out);
             }
         }
         let Some(lock) = self.arbiter.lock else {
@@ -479,8 +575,9 @@ impl<R: QuorumRule> QuorumLock<R> {
                         self.arbiter.lock = Some(stamp);
                         self.arbiter.inquired = false;
                         if self.arbiter.ready {
-                            let high = self.arbiter.high;
-                            self.send(from, QuorumMsg::Grant { to: stamp, high }, out);
+                            self.arbiter.grants += 1;
+                            let (high, seq) = (self.arbiter.high, self.arbiter.grants);
+                            self.send(from, QuorumMsg::Grant { to: stamp, high, seq }, out);
                         }
                     }
                     _ => {
@@ -503,17 +600,44 @@ impl<R: QuorumRule> QuorumLock<R> {
                 if old.node == from && new.node == from && self.arbiter.lock == Some(old) {
                     self.arbiter.lock = Some(new);
                 }
+                if self.arbiter.lock == Some(new) {
+                    self.send(from, QuorumMsg::Restamped { stamp: new }, out);
+                }
             }
             QuorumMsg::Cancel { stamp } => {
                 self.free(stamp, false);
                 self.arbiter.queue.remove(&stamp);
                 self.arbiter.failed.remove(&stamp);
             }
-            QuorumMsg::Recover { holding, waiting } => {
+            QuorumMsg::Recover { holding, waiting, ask } => {
+                if ask {
+                    let (holding, waiting) = self.held_of(from);
+                    self.send(from, QuorumMsg::Recover { holding, waiting, ask: false }, out);
+                }
                 self.arbiter.reported.insert(from);
+                if let Some(lock) = self.arbiter.lock.filter(|l| l.node == from) {
+                    if waiting == Some(lock) {
+                        // It waits for what it was granted: the GRANT is
+                        // still on its way, or was lost while it was out of
+                        // reach. Another copy is harmless.
+                        if self.arbiter.ready {
+                            let (high, seq) = (self.arbiter.high, self.arbiter.grants);
+                            self.send(from, QuorumMsg::Grant { to: lock, high, seq }, out);
+                        }
+                    } else if holding != Some(lock) {
+                        // It no longer holds what it was granted: it
+                        // restarted, or released while cut off. The
+                        // permission comes back, counted as used.
+                        self.free(lock, true);
+                    }
+                }
                 if let Some(s) = holding.filter(|s| s.node == from) {
                     if self.arbiter.lock.is_none() {
                         self.arbiter.lock = Some(s);
+                    }
+                    if self.arbiter.lock == Some(s) {
+                        // Its RESTAMP may have been lost: confirm the stamp.
+                        self.send(from, QuorumMsg::Restamped { stamp: s }, out);
                     }
                 }
                 if let Some(s) = waiting.filter(|s| s.node == from) {
@@ -552,16 +676,18 @@ impl<R: QuorumRule> QuorumLock<R> {
                 self.clock.observe(to.ts)
             }
             QuorumMsg::Restamp { new, .. } => self.clock.observe(new.ts),
-            QuorumMsg::Recover { holding, waiting } => {
+            QuorumMsg::Restamped { stamp } => self.clock.observe(stamp.ts),
+            QuorumMsg::Recover { holding, waiting, .. } => {
                 for s in holding.iter().chain(waiting) {
                     self.clock.observe(s.ts);
                 }
             }
         }
         match msg {
-            QuorumMsg::Grant { .. } | QuorumMsg::Failed { .. } | QuorumMsg::Inquire { .. } => {
-                self.on_requester_message(now, from, msg, out)
-            }
+            QuorumMsg::Grant { .. }
+            | QuorumMsg::Failed { .. }
+            | QuorumMsg::Inquire { .. }
+            | QuorumMsg::Restamped { .. } => self.on_requester_message(now, from, msg, out),
             _ => self.on_arbiter_message(from, msg, out),
         }
     }
@@ -606,21 +732,21 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
 
     fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Outbox<QuorumMsg>) {
         self.alive.insert(peer);
-        // Whatever the peer's arbiter knew of this node may be gone (it may
-        // have restarted): say what this node holds of it, or waits for.
-        let (holding, waiting) = match &self.me {
-            Requester::Held { stamp, quorum } if quorum.contains(&peer) => (Some(*stamp), None),
-            Requester::Wanting(w) if w.quorum.as_ref().is_some_and(|q| q.contains(&peer)) => {
-                (None, Some(w.stamp))
-            }
-            _ => (None, None),
-        };
-        if let Requester::Wanting(w) = &mut self.me {
-            w.granted.remove(&peer);
-            w.blocked.remove(&peer);
-            w.inquired.remove(&peer);
+        // An INQUIRE or FAILED this arbiter sent the peer may have been lost
+        // while it was out of reach: let `arbitrate` send them again.
+        if self.arbiter.lock.is_some_and(|l| l.node == peer) {
+            self.arbiter.inquired = false;
         }
-        out.send(peer, QuorumMsg::Recover { holding, waiting });
+        self.arbiter.failed.retain(|s| s.node != peer);
+        // Whatever the peer's arbiter knew of this node may be gone (it may
+        // have restarted): a permission it gave while waiting is not
+        // counted on, and the peer is told what this node holds of it, or
+        // waits for, and asked for the same in return.
+        if let Requester::Wanting(w) = &mut self.me {
+            w.forget(peer);
+        }
+        let (holding, waiting) = self.held_of(peer);
+        out.send(peer, QuorumMsg::Recover { holding, waiting, ask: true });
         if matches!(&self.me, Requester::Wanting(w) if w.quorum.is_none()) {
             self.requorum(now, out);
         }
@@ -632,16 +758,14 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
     fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Outbox<QuorumMsg>) {
         self.alive.remove(&peer);
         self.arbiter.reported.remove(&peer);
-        // As arbiter: its permission comes back; count it as used.
-        if let Some(lock) = self.arbiter.lock.filter(|l| l.node == peer) {
-            self.free(lock, true);
-        }
+        // As arbiter: a permission it holds stays with it. Suspicion is not
+        // proof (it may be cut off, not dead), and handing the permission
+        // on would let two nodes in; it comes back when the peer, restarted
+        // or reconnected, says it no longer holds it (RECOVER).
         self.forget_requests_of(peer);
         // As requester: its permission is gone with it.
         if let Requester::Wanting(w) = &mut self.me {
-            w.granted.remove(&peer);
-            w.blocked.remove(&peer);
-            w.inquired.remove(&peer);
+            w.forget(peer);
             let member = w.quorum.as_ref().is_some_and(|q| q.contains(&peer));
             if member && R::REPLACES_FAILED {
                 self.requorum(now, out);
@@ -722,7 +846,12 @@ mod tests {
         let mut out = Out::new();
         for p in cfg.peers() {
             m.handle_peer_up(T, p, &mut out);
-            m.handle_message(T, p, QuorumMsg::Recover { holding: None, waiting: None }, &mut out);
+            m.handle_message(
+                T,
+                p,
+                QuorumMsg::Recover { holding: None, waiting: None, ask: false },
+                &mut out,
+            );
         }
         m.handle_coordinator(T, n(3), Epoch::default(), &mut out);
         m
@@ -735,7 +864,12 @@ mod tests {
         m.handle_request(T, &mut out);
         // Its own permission is taken without a message.
         assert_eq!(out.take(), vec![send(1, QuorumMsg::Request { stamp: stamp(1, 2) })]);
-        m.handle_message(T, n(1), QuorumMsg::Grant { to: stamp(1, 2), high: FLOOR }, &mut out);
+        m.handle_message(
+            T,
+            n(1),
+            QuorumMsg::Grant { to: stamp(1, 2), high: FLOOR, seq: 1 },
+            &mut out,
+        );
         assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 2) }]);
         m.handle_release(T, &mut out);
         assert_eq!(out.take(), vec![send(1, QuorumMsg::Release { stamp: stamp(1, 2) })]);
@@ -746,18 +880,24 @@ mod tests {
         let mut a = node(1);
         let mut out = Out::new();
         a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2) }, &mut out);
-        assert_eq!(out.take(), vec![send(2, QuorumMsg::Grant { to: stamp(5, 2), high: FLOOR })]);
+        assert_eq!(
+            out.take(),
+            vec![send(2, QuorumMsg::Grant { to: stamp(5, 2), high: FLOOR, seq: 1 })]
+        );
         // An older request: ask the holder whether it can give way.
         a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(3, 3) }, &mut out);
         assert_eq!(out.take(), vec![send(2, QuorumMsg::Inquire { to: stamp(5, 2) })]);
         // It yields: the older request gets the permission, and the high
         // mark does not move (a yielded grant was never used).
         a.handle_message(T, n(2), QuorumMsg::Yield { stamp: stamp(5, 2) }, &mut out);
-        assert_eq!(out.take(), vec![send(3, QuorumMsg::Grant { to: stamp(3, 3), high: FLOOR })]);
+        assert_eq!(
+            out.take(),
+            vec![send(3, QuorumMsg::Grant { to: stamp(3, 3), high: FLOOR, seq: 2 })]
+        );
         // Its release counts as used, and the yielder is next.
         a.handle_message(T, n(3), QuorumMsg::Release { stamp: stamp(3, 3) }, &mut out);
         let high = Some(stamp(3, 3));
-        assert_eq!(out.take(), vec![send(2, QuorumMsg::Grant { to: stamp(5, 2), high })]);
+        assert_eq!(out.take(), vec![send(2, QuorumMsg::Grant { to: stamp(5, 2), high, seq: 3 })]);
     }
 
     #[test]
@@ -778,12 +918,34 @@ mod tests {
         let s = stamp(1, 1);
         let ask = QuorumMsg::Request { stamp: s };
         assert_eq!(out.take(), vec![send(2, ask.clone()), send(3, ask)]);
-        m.handle_message(T, n(2), QuorumMsg::Grant { to: s, high: FLOOR }, &mut out);
+        m.handle_message(T, n(2), QuorumMsg::Grant { to: s, high: FLOOR, seq: 1 }, &mut out);
         m.handle_message(T, n(2), QuorumMsg::Inquire { to: s }, &mut out);
         assert!(out.is_empty(), "nothing says it is blocked yet: keep the permission");
         m.handle_message(T, n(3), QuorumMsg::Failed { to: s }, &mut out);
         assert_eq!(out.take(), vec![send(2, QuorumMsg::Yield { stamp: s })]);
         assert_eq!(m.cs_state(), CsState::Wanting);
+    }
+
+    #[test]
+    fn a_copy_of_a_grant_given_back_does_not_count() {
+        let mut m = node(1);
+        let mut out = Out::new();
+        m.handle_request(T, &mut out);
+        out.take();
+        let s = stamp(1, 1);
+        let grant = QuorumMsg::Grant { to: s, high: FLOOR, seq: 4 };
+        m.handle_message(T, n(2), grant.clone(), &mut out);
+        m.handle_message(T, n(3), QuorumMsg::Failed { to: s }, &mut out);
+        m.handle_message(T, n(2), QuorumMsg::Inquire { to: s }, &mut out);
+        assert_eq!(out.take(), vec![send(2, QuorumMsg::Yield { stamp: s })]);
+        // A copy of grant 4 (sent again after a reconnection) arrives late:
+        // node 2 has since given its permission to someone else.
+        m.handle_message(T, n(2), grant, &mut out);
+        m.handle_message(T, n(3), QuorumMsg::Grant { to: s, high: FLOOR, seq: 9 }, &mut out);
+        assert!(out.is_empty(), "entered on a permission it gave back");
+        // A new grant from node 2 does count.
+        m.handle_message(T, n(2), QuorumMsg::Grant { to: s, high: FLOOR, seq: 5 }, &mut out);
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 1) }]);
     }
 
     #[test]
@@ -794,9 +956,15 @@ mod tests {
         out.take();
         // Node 3 entered with stamp 9 through node 1 already.
         let high = Some(stamp(9, 3));
-        m.handle_message(T, n(1), QuorumMsg::Grant { to: stamp(1, 2), high }, &mut out);
+        m.handle_message(T, n(1), QuorumMsg::Grant { to: stamp(1, 2), high, seq: 1 }, &mut out);
         let restamp = QuorumMsg::Restamp { old: stamp(1, 2), new: stamp(10, 2) };
-        assert_eq!(out.take(), vec![send(1, restamp), Action::Grant { fence: Fence::new(10, 2) }]);
+        assert_eq!(out.take(), vec![send(1, restamp)]);
+        // An INQUIRE now changes nothing: it is as good as in.
+        m.handle_message(T, n(1), QuorumMsg::Inquire { to: stamp(10, 2) }, &mut out);
+        assert!(out.is_empty());
+        // Every member knows the new stamp: enter under it.
+        m.handle_message(T, n(1), QuorumMsg::Restamped { stamp: stamp(10, 2) }, &mut out);
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(10, 2) }]);
         m.handle_release(T, &mut out);
         assert_eq!(out.take(), vec![send(1, QuorumMsg::Release { stamp: stamp(10, 2) })]);
     }
@@ -805,20 +973,37 @@ mod tests {
     fn a_grant_for_an_abandoned_request_is_handed_back() {
         let mut m = node(2);
         let mut out = Out::new();
-        m.handle_message(T, n(1), QuorumMsg::Grant { to: stamp(7, 2), high: FLOOR }, &mut out);
+        m.handle_message(
+            T,
+            n(1),
+            QuorumMsg::Grant { to: stamp(7, 2), high: FLOOR, seq: 1 },
+            &mut out,
+        );
         assert_eq!(out.take(), vec![send(1, QuorumMsg::Cancel { stamp: stamp(7, 2) })]);
     }
 
     #[test]
-    fn a_crashed_holder_frees_the_permission_and_counts_as_used() {
+    fn a_suspected_holder_keeps_the_permission_until_it_says_it_let_go() {
         let mut a = node(1);
         let mut out = Out::new();
         a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2) }, &mut out);
         a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(8, 3) }, &mut out);
         out.take();
+        // Down, or cut off? Suspicion alone hands nothing on.
         a.handle_peer_down(T, n(2), &mut out);
+        assert!(out.is_empty());
+        // Back (restarted with nothing, or reconnected after releasing):
+        // the permission returns, and counts as used.
+        a.handle_peer_up(T, n(2), &mut out);
+        out.take();
+        a.handle_message(
+            T,
+            n(2),
+            QuorumMsg::Recover { holding: None, waiting: None, ask: false },
+            &mut out,
+        );
         let high = Some(stamp(5, 2));
-        assert_eq!(out.take(), vec![send(3, QuorumMsg::Grant { to: stamp(8, 3), high })]);
+        assert_eq!(out.take(), vec![send(3, QuorumMsg::Grant { to: stamp(8, 3), high, seq: 2 })]);
     }
 
     #[test]
@@ -834,10 +1019,24 @@ mod tests {
         assert!(out.is_empty(), "it may have granted before it restarted");
         // Node 2 still holds what the earlier run granted it.
         let holding = Some(stamp(2, 2));
-        a.handle_message(T, n(2), QuorumMsg::Recover { holding, waiting: None }, &mut out);
+        a.handle_message(
+            T,
+            n(2),
+            QuorumMsg::Recover { holding, waiting: None, ask: false },
+            &mut out,
+        );
         let waiting = Some(stamp(4, 3));
-        a.handle_message(T, n(3), QuorumMsg::Recover { holding: None, waiting }, &mut out);
-        assert_eq!(out.take(), vec![send(3, QuorumMsg::Failed { to: stamp(4, 3) })]);
+        a.handle_message(
+            T,
+            n(3),
+            QuorumMsg::Recover { holding: None, waiting, ask: false },
+            &mut out,
+        );
+        // Node 2's permission is confirmed (a RESTAMP of its may have been
+        // lost with the old run); node 3 waits behind it.
+        let confirmed = QuorumMsg::Restamped { stamp: stamp(2, 2) };
+        let failed = QuorumMsg::Failed { to: stamp(4, 3) };
+        assert_eq!(out.take(), vec![send(2, confirmed), send(3, failed)]);
         a.handle_message(T, n(2), QuorumMsg::Release { stamp: stamp(2, 2) }, &mut out);
         let Action::Send { msg: QuorumMsg::Grant { to, .. }, .. } = &out.take()[0] else {
             panic!("the permission goes to node 3 once node 2 is done");

@@ -22,7 +22,12 @@
 //! names the request it answers, so they are recognised and dropped, and
 //! never counted towards the next request.
 //!
-//! **Fences.** The request's stamp (timestamp, node id), unique per grant.
+//! **Variants.** Ricart–Agrawala's fault-tolerant form and dynamic
+//! priorities ([`MutexOptions`](crate::MutexOptions)) apply unchanged: the
+//! NACKs, probes and places are the same, only the entry rule differs.
+//!
+//! **Fences.** The stamp (timestamp, node id) of the request's last round,
+//! unique per grant.
 //! With k holders grants are not totally ordered in time, so a resource
 //! checks that a fence is never reused rather than that it grows.
 //!

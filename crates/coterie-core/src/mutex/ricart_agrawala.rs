@@ -1,66 +1,164 @@
-//! # `ricart-agrawala` — timestamped requests and deferred replies
+//! # `ricart-agrawala` — requests in line, deferred replies
 //!
 //! **Source.** Ricart and Agrawala (1981), as given in seeds 000 (the
 //! `pending`/`need` formulation with a communication thread and a semaphore),
-//! 001 (the protocol and the REQUEST(5)/REQUEST(3) trace) and 002.
+//! 001 (the protocol and the REQUEST(5)/REQUEST(3) trace) and 002, which
+//! also gives the two variants built in here: the fault-tolerant form (an
+//! immediate "I got your request and I can't reply yet", "are you still
+//! there?" probes, a few retries, then giving up on the silent peer) and
+//! dynamic priorities (fewest entries first, or least recently served
+//! first), frozen before the request goes out, with the id appended as the
+//! tie-breaker. Both are chosen by [`MutexOptions`](crate::MutexOptions).
 //!
 //! **Assumptions.** Reliable links while both ends are up (FIFO is not
 //! needed); crash-stop failures reported by the failure detector; no
 //! partitions (a peer wrongly suspected is no longer asked, so both sides of
-//! a partition can enter).
+//! a partition can enter). The fault-tolerant form adds a second way to
+//! stop waiting for a peer, its own timeout, and with it the same caveat:
+//! giving up on a peer that is alive but slow breaks mutual exclusion
+//! exactly as a false suspicion of the failure detector does. So it gives
+//! up only on a peer that answered nothing at all — neither the request,
+//! nor [`PROBES`] probes a patience (the failure timeout) apart; a peer that
+//! sent a NACK is known to be alive and is never given up on while it keeps
+//! answering probes. The detector normally suspects a crashed peer long
+//! before that; the give-up covers a peer whose heartbeats still arrive but
+//! whose algorithm no longer answers.
 //!
-//! **Messages per entry.** 2(N-1): a REQUEST to every other live node and a
-//! REPLY from each. Synchronisation delay: 1 message delay (the deferred
-//! REPLY).
+//! **Messages per entry.** 2(N-1) at light load in every mode: a REQUEST to
+//! every other live node and a REPLY from each. Synchronisation delay: 1
+//! message delay (the deferred REPLY). Under contention:
+//! - fault-tolerant: one NACK per deferred request, so up to 3(N-1), plus a
+//!   PROBE (and its answer) to each peer still awaited for every patience
+//!   the wait lasts beyond the first — none while waits stay short;
+//! - dynamic priority: a request that let through requests with larger
+//!   stamps asks again before entering (see *Fences*), another 2(N-1) each
+//!   time; with every node always wanting (`coterie bench`, N = 3..7) that
+//!   is 0.6 to 0.7 extra rounds per entry, and the synchronisation delay
+//!   grows to about 3 message delays.
 //!
-//! **State walk.** An *idle* node answers every REQUEST at once. A node that
-//! wants the critical section stamps its request with its Lamport clock and
-//! its id, sends it to every live peer and becomes *wanting*; it answers a
-//! REQUEST at once if that request has priority (a smaller stamp), and
-//! *defers* the reply otherwise. With a reply from every peer it asked (or
-//! that peer reported down) it *holds*; while holding it defers every reply.
+//! **State walk.** An *idle* node answers every REQUEST at once. A node
+//! that wants the critical section takes a *place* in line — its priority
+//! (0 for every request under timestamp order, its entry count, or the
+//! Lamport time of its last entry), then its stamp (Lamport time, then id)
+//! — sends it with the stamp to every live peer and becomes *wanting*. It
+//! answers a REQUEST at once if that request has the better (lower) place,
+//! and *defers* the reply otherwise (fault-tolerant: and sends a NACK at
+//! once). With a reply from every peer it asked (or that peer reported
+//! down, or given up on) it *holds*; while holding it defers every reply.
 //! Leaving, it sends every deferred reply and is idle again.
+//!
+//! The place is frozen when the request first goes out. With a dynamic
+//! priority a node could otherwise answer a request while idle and then,
+//! with fewer entries, claim a better place for its own: the other node,
+//! holding its reply, would answer it too, and both would enter. So a node
+//! ranks its own request no better than every request it has answered and
+//! not yet seen finish (its priority is raised to theirs, and its stamp,
+//! taken after theirs, puts it behind them). It learns a request has
+//! finished from the requester's next request, or from a reply of the
+//! requester sent after that request began (the reply's clock says when).
+//! Under timestamp order every priority is 0 and this changes nothing.
+//!
+//! **Fault tolerance.** While wanting, every patience (the failure timeout)
+//! the node looks at each peer it still awaits: one that sent a NACK or
+//! answered a probe since the last look is left alone; one that did not is
+//! sent a PROBE, which carries the request again (so a lost request is
+//! retried, and a node that already answered answers again); one that let
+//! [`PROBES`] probes in a row go unanswered is given up on for this
+//! request. The answer to a probe of a deferred request is another NACK.
 //!
 //! **Newcomers.** A peer that comes up (or restarts) while this node waits
 //! is sent the request too and its reply awaited: otherwise the newcomer,
 //! unaware of the request, could grant itself while this node enters.
 //!
-//! **Fences.** Entries happen in stamp order: a node enters only after every
-//! live peer has replied, and a peer with an older pending request defers.
-//! So the stamp itself, timestamp in the high bits and node id in the low
-//! bits, is a fence that grows with every entry, and one that stays valid
-//! when a holder crashes (the next entrant's stamp is larger). The one way
-//! to be overtaken is to be new: a node that restarted may stamp its request
-//! below an entry already under way that never asked it. The holder's
-//! deferred REPLY names the entry it was deferred behind; a requester that
-//! learns it was overtaken by a larger stamp takes a fresh stamp and asks
-//! again, so stamp order and entry order stay one. Every REPLY names the
-//! request it answers, so a reply to an abandoned request never counts.
+//! **Fences.** A grant's fence is the stamp of the last *round* of its
+//! request — timestamp in the high bits, node id in the low bits — and every
+//! live peer has seen that stamp, because it answered that round. A node
+//! enters only with a round stamp above (a) every round stamp it has
+//! answered and (b) every entry it learns it was deferred behind (a deferred
+//! REPLY names the holder's stamp); otherwise it asks again, keeping its
+//! place, with a fresh stamp, which the Lamport clock puts above both. Why
+//! that makes fences rise with every grant: if X enters before Y, then Y
+//! answered X's last round (X needed Y's reply), either before Y's own last
+//! round began — so the clock put Y's stamp above X's — or after, and then
+//! (a) holds Y back until its stamp is above X's. This holds when X crashes
+//! after entering and Y gives up on it: Y never needs X's reply, only the
+//! stamp X announced. The one way to enter without having answered is to be
+//! new (a restarted node, which X never asked); then X, still holding,
+//! defers the newcomer and (b) applies. Under timestamp order requests are
+//! served in stamp order and (a) never holds anyone back without failures;
+//! with a dynamic priority a request with a later stamp often goes first,
+//! and the one it overtook pays a second round. Fences must be known to
+//! every live peer before they are used: a fence built at entry from what
+//! the replies carried would die with a holder that crashes, and the next
+//! entrant could not know to exceed it.
+//!
+//! With k holders (`raymond-k`) grants are not totally ordered in time and
+//! a fence need only be unique, which a round stamp is: neither (a) nor (b)
+//! holds a request back there.
+//!
+//! Every REPLY and NACK names the round it answers, so an answer to an
+//! abandoned round never counts.
 
 use super::ask::Ask;
-use crate::algorithm::{AlgoConfig, MutexAlgorithm};
-use crate::outbox::{Message, Outbox, Time};
+use crate::algorithm::{AlgoConfig, MutexAlgorithm, Priority};
+use crate::outbox::{Message, Outbox, Time, TimerId};
 use crate::types::{CsState, Fence, LamportClock, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Probes a peer may leave unanswered in a row before a fault-tolerant node
+/// gives up on it for the current request.
+pub const PROBES: u32 = 3;
+
+/// The fault-tolerant form's one timer: look at the peers still awaited.
+const PATIENCE: TimerId = TimerId(0);
+
+/// Where a request stands in line: the lower place is served first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Place {
+    /// The priority frozen when the request first went out: 0 under
+    /// timestamp order, else the requester's entry count or the Lamport
+    /// time of its last entry, raised to that of every request it had
+    /// answered and not seen finish.
+    pub rank: u64,
+    /// The stamp of the request's first round, the tie-breaker.
+    pub first: Stamp,
+}
 
 /// The messages of [`RicartAgrawala`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RaMsg {
     /// I want the critical section; this is my place in line.
     Request {
-        /// The request's stamp.
+        /// The round's stamp: what answers name, and the fence if the
+        /// requester enters on this round.
         stamp: Stamp,
+        /// The request's place, the same for all its rounds.
+        place: Place,
     },
     /// Go ahead as far as I am concerned.
     Reply {
-        /// The request answered.
+        /// The round answered.
         to: Stamp,
         /// The replier's Lamport clock.
         clock: u64,
         /// For a reply deferred behind the replier's own entry: that
-        /// entry's stamp.
+        /// entry's stamp (its fence).
         after: Option<Stamp>,
+    },
+    /// Fault-tolerant form: I have your request, and my reply must wait.
+    Nack {
+        /// The round deferred.
+        to: Stamp,
+    },
+    /// Fault-tolerant form: are you still there? The request again, in
+    /// case it was lost.
+    Probe {
+        /// The round asked about.
+        stamp: Stamp,
+        /// Its place.
+        place: Place,
     },
 }
 
@@ -69,6 +167,8 @@ impl Message for RaMsg {
         match self {
             RaMsg::Request { .. } => "request",
             RaMsg::Reply { .. } => "reply",
+            RaMsg::Nack { .. } => "nack",
+            RaMsg::Probe { .. } => "probe",
         }
     }
 }
@@ -83,20 +183,60 @@ pub struct RicartAgrawala {
     alive: BTreeSet<NodeId>,
     clock: LamportClock,
     state: Ask,
-    /// Requests this node has not answered yet, by requester.
-    deferred: BTreeMap<NodeId, Stamp>,
+    /// The place of the request under way, while wanting or holding.
+    place: Option<Place>,
+    /// Requests this node has not answered yet, by requester: the round
+    /// and its place.
+    deferred: BTreeMap<NodeId, (Stamp, Place)>,
+    /// Each peer's request this node answered and has not seen finish: its
+    /// own next request takes a place behind all of them.
+    answered: BTreeMap<NodeId, Place>,
+    /// The largest round stamp this node has answered or been deferred
+    /// behind: its own round must be above it to enter (see *Fences*).
+    floor: Option<Stamp>,
+    priority: Priority,
+    /// Entries granted to this node (in this run of it).
+    entries: u64,
+    /// The Lamport time of this node's last entry (0 before the first).
+    last_entry: u64,
+    /// The fault-tolerant form's state, when it is on.
+    tolerance: Option<Tolerance>,
+}
+
+/// What a fault-tolerant requester keeps about the peers it awaits.
+#[derive(Debug)]
+struct Tolerance {
+    /// How long a peer may stay silent before it is probed: the failure
+    /// timeout.
+    patience: Duration,
+    /// Awaited peers that sent a NACK since the last look.
+    heard: BTreeSet<NodeId>,
+    /// Awaited peers' unanswered probes in a row.
+    unanswered: BTreeMap<NodeId, u32>,
 }
 
 impl RicartAgrawala {
     /// A node with nobody known to be up yet.
     pub fn new(cfg: &AlgoConfig) -> Self {
+        let opts = cfg.mutex_options;
         RicartAgrawala {
             id: cfg.id,
             capacity: 1,
             alive: BTreeSet::new(),
             clock: LamportClock::default(),
             state: Ask::Idle,
+            place: None,
             deferred: BTreeMap::new(),
+            answered: BTreeMap::new(),
+            floor: None,
+            priority: opts.priority,
+            entries: 0,
+            last_entry: 0,
+            tolerance: opts.fault_tolerant.then(|| Tolerance {
+                patience: cfg.timing.failure_timeout,
+                heard: BTreeSet::new(),
+                unanswered: BTreeMap::new(),
+            }),
         }
     }
 
@@ -107,46 +247,120 @@ impl RicartAgrawala {
     }
 
     /// Enters once at most `capacity - 1` replies are outstanding (none,
-    /// for a mutex).
-    fn try_enter(&mut self, out: &mut Outbox<RaMsg>) {
-        if let Ask::Wanting { stamp, awaiting } = &self.state {
-            if awaiting.len() < self.capacity {
-                let stamp = *stamp;
-                self.state = Ask::Held { stamp };
-                out.grant(Fence::new(stamp.ts, u64::from(stamp.node.0)));
-            }
+    /// for a mutex) and the round's stamp is above the floor; asks again
+    /// with a fresh stamp if it is not.
+    fn try_enter(&mut self, now: Time, out: &mut Outbox<RaMsg>) {
+        let Ask::Wanting { stamp, awaiting } = &self.state else {
+            return;
+        };
+        if awaiting.len() >= self.capacity {
+            return;
         }
+        let stamp = *stamp;
+        // With k holders a fence need only be unique, and a round stamp is.
+        if self.capacity == 1 && self.floor.is_some_and(|floor| floor >= stamp) {
+            // A request this node let through may enter first with a
+            // larger stamp: announce a larger one before entering.
+            self.ask_again(now, out);
+            return;
+        }
+        self.state = Ask::Held { stamp };
+        self.entries += 1;
+        self.last_entry = stamp.ts;
+        if self.tolerance.is_some() {
+            out.cancel_timer(PATIENCE);
+        }
+        out.grant(Fence::new(stamp.ts, u64::from(stamp.node.0)));
     }
 
-    fn reply(&mut self, to: NodeId, request: Stamp, after: Option<Stamp>, out: &mut Outbox<RaMsg>) {
+    /// Answers `to`'s round `request` (at `place`), remembering what an
+    /// answer commits this node to.
+    fn reply(
+        &mut self,
+        to: NodeId,
+        request: Stamp,
+        place: Place,
+        after: Option<Stamp>,
+        out: &mut Outbox<RaMsg>,
+    ) {
+        self.answered.insert(to, place);
+        self.floor = self.floor.max(Some(request));
         let clock = self.clock.now();
         out.send(to, RaMsg::Reply { to: request, clock, after });
     }
 
-    /// Stamps a new request and sends it to every live peer.
-    fn ask(&mut self, out: &mut Outbox<RaMsg>) {
+    /// Takes a place for a new request and sends its first round.
+    fn ask(&mut self, now: Time, out: &mut Outbox<RaMsg>) {
+        let own = match self.priority {
+            Priority::Timestamp => 0,
+            Priority::FewestEntries => self.entries,
+            Priority::LeastRecent => self.last_entry,
+        };
+        // No better than any request this node has answered that may still
+        // be under way: the requester holds this node's reply.
+        let rank = self.answered.values().map(|p| p.rank).fold(own, u64::max);
+        let first = Stamp { ts: self.clock.tick(), node: self.id };
+        self.place = Some(Place { rank, first });
+        self.send_round(first, now, out);
+    }
+
+    /// Asks again for the request under way, in the same place, with a
+    /// fresh stamp.
+    fn ask_again(&mut self, now: Time, out: &mut Outbox<RaMsg>) {
         let stamp = Stamp { ts: self.clock.tick(), node: self.id };
-        out.broadcast(self.alive.iter().copied(), RaMsg::Request { stamp });
+        self.send_round(stamp, now, out);
+    }
+
+    /// Sends the round `stamp` of the request under way to every live
+    /// peer, and waits for all of them again.
+    fn send_round(&mut self, stamp: Stamp, now: Time, out: &mut Outbox<RaMsg>) {
+        let Some(place) = self.place else {
+            return;
+        };
+        out.broadcast(self.alive.iter().copied(), RaMsg::Request { stamp, place });
         self.state = Ask::Wanting { stamp, awaiting: self.alive.clone() };
-        // Deferred requests that now come first are answered.
-        let first: Vec<(NodeId, Stamp)> =
-            self.deferred.iter().filter(|(_, s)| **s < stamp).map(|(&n, &s)| (n, s)).collect();
-        for (peer, theirs) in first {
-            self.deferred.remove(&peer);
-            self.reply(peer, theirs, None, out);
+        if let Some(t) = &mut self.tolerance {
+            t.heard.clear();
+            t.unanswered.clear();
+            out.set_timer(PATIENCE, now + t.patience);
         }
-        self.try_enter(out);
+        self.try_enter(now, out);
+    }
+
+    /// A request (or a probe carrying one) from `from`: answer or defer.
+    fn on_request(&mut self, from: NodeId, stamp: Stamp, place: Place, out: &mut Outbox<RaMsg>) {
+        // One request at a time: whatever `from` asked before is over, or
+        // this is a new round of it, which needs a new answer.
+        self.answered.remove(&from);
+        let defer = match &self.state {
+            Ask::Idle => false,
+            Ask::Held { .. } => true,
+            Ask::Wanting { .. } => self.place.is_some_and(|mine| mine < place),
+        };
+        if defer {
+            self.deferred.insert(from, (stamp, place));
+            if self.tolerance.is_some() {
+                out.send(from, RaMsg::Nack { to: stamp });
+            }
+        } else {
+            self.reply(from, stamp, place, None, out);
+        }
+    }
+
+    /// Whether `stamp` names a round of this node's request under way.
+    fn is_mine(&self, stamp: Stamp) -> bool {
+        stamp.node == self.id && self.place.is_some_and(|p| stamp.ts >= p.first.ts)
     }
 }
 
 impl MutexAlgorithm for RicartAgrawala {
     type Msg = RaMsg;
 
-    fn handle_request(&mut self, _now: Time, out: &mut Outbox<RaMsg>) {
+    fn handle_request(&mut self, now: Time, out: &mut Outbox<RaMsg>) {
         if self.state != Ask::Idle {
             return;
         }
-        self.ask(out);
+        self.ask(now, out);
     }
 
     fn handle_release(&mut self, _now: Time, out: &mut Outbox<RaMsg>) {
@@ -154,70 +368,150 @@ impl MutexAlgorithm for RicartAgrawala {
             return;
         };
         self.state = Ask::Idle;
-        for (peer, theirs) in std::mem::take(&mut self.deferred) {
-            self.reply(peer, theirs, Some(stamp), out);
+        self.place = None;
+        for (peer, (theirs, place)) in std::mem::take(&mut self.deferred) {
+            self.reply(peer, theirs, place, Some(stamp), out);
         }
     }
 
-    fn handle_message(&mut self, _now: Time, from: NodeId, msg: RaMsg, out: &mut Outbox<RaMsg>) {
+    fn handle_message(&mut self, now: Time, from: NodeId, msg: RaMsg, out: &mut Outbox<RaMsg>) {
         match msg {
-            RaMsg::Request { stamp } => {
+            RaMsg::Request { stamp, place } => {
                 self.clock.observe(stamp.ts);
-                if stamp.node != from {
+                if stamp.node != from || place.first.node != from {
                     return; // a stamp always names its sender
                 }
-                let defer = match &self.state {
-                    Ask::Idle => false,
-                    Ask::Held { .. } => true,
-                    Ask::Wanting { stamp: mine, .. } => *mine < stamp,
-                };
-                if defer {
-                    self.deferred.insert(from, stamp);
-                } else {
-                    self.reply(from, stamp, None, out);
+                self.on_request(from, stamp, place, out);
+            }
+            RaMsg::Probe { stamp, place } => {
+                self.clock.observe(stamp.ts);
+                if stamp.node != from || place.first.node != from {
+                    return;
+                }
+                match self.deferred.get(&from) {
+                    // Still deferred: say so again.
+                    Some(&(round, _)) if round == stamp => {
+                        out.send(from, RaMsg::Nack { to: stamp });
+                    }
+                    Some(&(round, _)) if round > stamp => {} // about a round since replaced
+                    // Unknown here (lost, or answered already): take it as
+                    // the request, which answers again or defers.
+                    _ => self.on_request(from, stamp, place, out),
                 }
             }
             RaMsg::Reply { to, clock, after } => {
                 self.clock.observe(clock);
+                if let (Some(mine), Some(&theirs)) = (self.place, self.answered.get(&from)) {
+                    // `from` answers a request that ranks behind one of its
+                    // own this node answered, and did so after making that
+                    // one: it would have deferred, so that one is over.
+                    if self.is_mine(to) && theirs < mine && clock >= theirs.first.ts {
+                        self.answered.remove(&from);
+                    }
+                }
                 let Ask::Wanting { stamp, awaiting } = &mut self.state else {
                     return;
                 };
                 if to != *stamp {
-                    return; // answers a request this node no longer makes
+                    return; // answers a round this node no longer waits on
                 }
-                if after.is_some_and(|entered| entered > *stamp) {
-                    // Overtaken by an entry with a larger stamp that never
-                    // asked this node (it was down): ask again, later.
-                    self.ask(out);
-                    return;
-                }
+                // Deferred behind an entry: this node's fence must be above
+                // that one's. Under timestamp order it already is, unless
+                // the entry never asked this node (it was down then).
+                self.floor = self.floor.max(after);
                 awaiting.remove(&from);
-                self.try_enter(out);
+                if let Some(t) = &mut self.tolerance {
+                    t.heard.remove(&from);
+                    t.unanswered.remove(&from);
+                }
+                self.try_enter(now, out);
             }
+            RaMsg::Nack { to } => {
+                let Ask::Wanting { stamp, awaiting } = &self.state else {
+                    return;
+                };
+                if let Some(t) = &mut self.tolerance {
+                    if to == *stamp && awaiting.contains(&from) {
+                        t.heard.insert(from);
+                        t.unanswered.remove(&from);
+                    }
+                }
+            }
+        }
+    }
+
+    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<RaMsg>) {
+        if timer != PATIENCE {
+            return;
+        }
+        let (Some(t), Ask::Wanting { stamp, awaiting }, Some(place)) =
+            (&mut self.tolerance, &mut self.state, self.place)
+        else {
+            return;
+        };
+        let mut silent = Vec::new();
+        for &peer in awaiting.iter() {
+            if t.heard.remove(&peer) {
+                continue; // it said "wait" since the last look: alive
+            }
+            let probes = t.unanswered.entry(peer).or_default();
+            if *probes >= PROBES {
+                silent.push(peer);
+            } else {
+                *probes += 1;
+                out.send(peer, RaMsg::Probe { stamp: *stamp, place });
+            }
+        }
+        // Given up on for this request: treated as failed, though the
+        // failure detector may still count it as up (see the caveat above).
+        for peer in silent {
+            awaiting.remove(&peer);
+            t.unanswered.remove(&peer);
+        }
+        let patience = t.patience;
+        self.try_enter(now, out);
+        if matches!(self.state, Ask::Wanting { .. }) {
+            out.set_timer(PATIENCE, now + patience);
         }
     }
 
     fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<RaMsg>) {
         self.alive.insert(peer);
-        if let Ask::Wanting { stamp, awaiting } = &mut self.state {
+        if let (Ask::Wanting { stamp, awaiting }, Some(place)) = (&mut self.state, self.place) {
             awaiting.insert(peer);
-            out.send(peer, RaMsg::Request { stamp: *stamp });
+            out.send(peer, RaMsg::Request { stamp: *stamp, place });
+        }
+        if let Some(t) = &mut self.tolerance {
+            t.heard.remove(&peer);
+            t.unanswered.remove(&peer);
         }
     }
 
-    fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<RaMsg>) {
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Outbox<RaMsg>) {
         self.alive.remove(&peer);
         self.deferred.remove(&peer);
+        self.answered.remove(&peer);
         self.state.heard_from(peer);
-        self.try_enter(out);
+        if let Some(t) = &mut self.tolerance {
+            t.heard.remove(&peer);
+            t.unanswered.remove(&peer);
+        }
+        self.try_enter(now, out);
     }
 
     fn cs_state(&self) -> CsState {
         self.state.cs_state()
     }
 
+    /// Under timestamp order, the stamp of the request's first round: the
+    /// order it is served in. `None` under a dynamic priority, where the
+    /// order is by place and a later stamp may go first, so the
+    /// simulator's timestamp-order check does not apply.
     fn request_stamp(&self) -> Option<Stamp> {
-        self.state.stamp()
+        match self.priority {
+            Priority::Timestamp => self.place.map(|p| p.first),
+            Priority::FewestEntries | Priority::LeastRecent => None,
+        }
     }
 
     fn watermark(&self) -> u64 {
@@ -232,8 +526,8 @@ impl MutexAlgorithm for RicartAgrawala {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::MutexOptions;
     use crate::outbox::Action;
-    use std::time::Duration;
 
     const T: Duration = Duration::ZERO;
     type Out = Outbox<RaMsg>;
@@ -242,8 +536,12 @@ mod tests {
         NodeId(id)
     }
 
-    fn node(id: u32, members: u32) -> RicartAgrawala {
-        let cfg = AlgoConfig::for_test(id, members);
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    fn node_with(id: u32, members: u32, mutex_options: MutexOptions) -> RicartAgrawala {
+        let cfg = AlgoConfig { mutex_options, ..AlgoConfig::for_test(id, members) };
         let mut ra = RicartAgrawala::new(&cfg);
         let mut out = Out::new();
         for p in cfg.peers() {
@@ -252,12 +550,30 @@ mod tests {
         ra
     }
 
+    fn node(id: u32, members: u32) -> RicartAgrawala {
+        node_with(id, members, MutexOptions::default())
+    }
+
+    fn tolerant(id: u32, members: u32) -> RicartAgrawala {
+        node_with(id, members, MutexOptions { fault_tolerant: true, ..MutexOptions::default() })
+    }
+
+    fn fewest(id: u32, members: u32) -> RicartAgrawala {
+        let priority = Priority::FewestEntries;
+        node_with(id, members, MutexOptions { priority, ..MutexOptions::default() })
+    }
+
     fn stamp(ts: u64, id: u32) -> Stamp {
         Stamp { ts, node: n(id) }
     }
 
+    /// The place of a first round under timestamp order.
+    fn place(ts: u64, id: u32) -> Place {
+        Place { rank: 0, first: stamp(ts, id) }
+    }
+
     fn request(ts: u64, id: u32) -> RaMsg {
-        RaMsg::Request { stamp: stamp(ts, id) }
+        RaMsg::Request { stamp: stamp(ts, id), place: place(ts, id) }
     }
 
     fn reply(to: Stamp, clock: u64) -> RaMsg {
@@ -266,6 +582,14 @@ mod tests {
 
     fn send(to: u32, msg: RaMsg) -> Action<RaMsg> {
         Action::Send { to: n(to), msg }
+    }
+
+    fn grant(ts: u64, id: u32) -> Action<RaMsg> {
+        Action::Grant { fence: Fence::new(ts, u64::from(id)) }
+    }
+
+    fn patience_at(at: Duration) -> Action<RaMsg> {
+        Action::SetTimer { timer: PATIENCE, at }
     }
 
     /// Seed 001, exercise 2: P1 sends REQUEST(5), P2 sends REQUEST(3), P3 is
@@ -299,7 +623,7 @@ mod tests {
         p2.handle_message(T, n(1), reply(s2, 5), &mut o2);
         assert!(o2.is_empty());
         p2.handle_message(T, n(3), reply(s2, 5), &mut o2);
-        assert_eq!(o2.take(), vec![Action::Grant { fence: Fence::new(3, 2) }]);
+        assert_eq!(o2.take(), vec![grant(3, 2)]);
 
         // P1 has P3's reply but waits for P2's.
         p1.handle_message(T, n(3), reply(s1, 5), &mut o1);
@@ -311,7 +635,7 @@ mod tests {
         let deferred = RaMsg::Reply { to: s1, clock: 5, after: Some(s2) };
         assert_eq!(o2.take(), vec![send(1, deferred.clone())]);
         p1.handle_message(T, n(2), deferred, &mut o1);
-        assert_eq!(o1.take(), vec![Action::Grant { fence: Fence::new(5, 1) }]);
+        assert_eq!(o1.take(), vec![grant(5, 1)]);
         assert!(Fence::new(5, 1) > Fence::new(3, 2));
     }
 
@@ -322,7 +646,7 @@ mod tests {
         p.handle_request(T, &mut out);
         out.take();
         p.handle_message(T, n(2), reply(stamp(1, 1), 1), &mut out);
-        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 1) }]);
+        assert_eq!(out.take(), vec![grant(1, 1)]);
         p.handle_message(T, n(2), request(0, 2), &mut out);
         assert!(out.is_empty(), "even an older stamp waits while held");
         p.handle_release(T, &mut out);
@@ -339,7 +663,7 @@ mod tests {
         p.handle_message(T, n(2), reply(stamp(1, 1), 1), &mut out);
         assert!(out.is_empty());
         p.handle_peer_down(T, n(3), &mut out);
-        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 1) }]);
+        assert_eq!(out.take(), vec![grant(1, 1)]);
     }
 
     #[test]
@@ -356,7 +680,7 @@ mod tests {
     }
 
     #[test]
-    fn overtaken_request_is_restamped_and_asked_again() {
+    fn overtaken_request_asks_again_with_a_larger_stamp_in_the_same_place() {
         // Node 2 restarted and stamped (1, 2) while node 3 held with (9, 3).
         let mut p = node(2, 3);
         let mut out = Out::new();
@@ -365,13 +689,14 @@ mod tests {
         p.handle_message(T, n(1), reply(stamp(1, 2), 1), &mut out);
         let overtaken = RaMsg::Reply { to: stamp(1, 2), clock: 9, after: Some(stamp(9, 3)) };
         p.handle_message(T, n(3), overtaken, &mut out);
-        assert_eq!(out.take(), vec![send(1, request(10, 2)), send(3, request(10, 2))]);
-        // A late reply to the old request does not count for the new one.
+        let again = RaMsg::Request { stamp: stamp(10, 2), place: place(1, 2) };
+        assert_eq!(out.take(), vec![send(1, again.clone()), send(3, again)]);
+        // A late reply to the old round does not count for the new one.
         p.handle_message(T, n(1), reply(stamp(1, 2), 9), &mut out);
         p.handle_message(T, n(3), reply(stamp(10, 2), 10), &mut out);
         assert!(out.is_empty());
         p.handle_message(T, n(1), reply(stamp(10, 2), 10), &mut out);
-        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(10, 2) }]);
+        assert_eq!(out.take(), vec![grant(10, 2)]);
     }
 
     #[test]
@@ -379,7 +704,7 @@ mod tests {
         let mut p = node(1, 1);
         let mut out = Out::new();
         p.handle_request(T, &mut out);
-        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 1) }]);
+        assert_eq!(out.take(), vec![grant(1, 1)]);
     }
 
     #[test]
@@ -388,5 +713,193 @@ mod tests {
         let mut out = Out::new();
         p.handle_message(T, n(2), request(1, 3), &mut out);
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn fault_tolerant_node_nacks_every_request_it_must_defer() {
+        let mut p = tolerant(1, 3);
+        let mut out = Out::new();
+        p.handle_request(T, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![send(2, request(1, 1)), send(3, request(1, 1)), patience_at(ms(250))]
+        );
+        // Wanting, ahead of node 2: "wait", at once.
+        p.handle_message(T, n(2), request(4, 2), &mut out);
+        assert_eq!(out.take(), vec![send(2, RaMsg::Nack { to: stamp(4, 2) })]);
+        // A probe about the same round gets the same answer.
+        let probe = RaMsg::Probe { stamp: stamp(4, 2), place: place(4, 2) };
+        p.handle_message(T, n(2), probe, &mut out);
+        assert_eq!(out.take(), vec![send(2, RaMsg::Nack { to: stamp(4, 2) })]);
+        // Holding: "wait" too.
+        p.handle_message(T, n(2), reply(stamp(1, 1), 4), &mut out);
+        p.handle_message(T, n(3), reply(stamp(1, 1), 4), &mut out);
+        assert_eq!(out.take(), vec![Action::CancelTimer { timer: PATIENCE }, grant(1, 1)]);
+        p.handle_message(T, n(3), request(5, 3), &mut out);
+        assert_eq!(out.take(), vec![send(3, RaMsg::Nack { to: stamp(5, 3) })]);
+        // An idle fault-tolerant node answers at once, with no NACK.
+        p.handle_release(T, &mut out);
+        out.take();
+        p.handle_message(T, n(2), request(7, 2), &mut out);
+        assert_eq!(out.take(), vec![send(2, reply(stamp(7, 2), 7))]);
+    }
+
+    #[test]
+    fn silent_peer_is_probed_then_given_up_on() {
+        let mut p = tolerant(1, 3);
+        let mut out = Out::new();
+        p.handle_request(T, &mut out);
+        out.take();
+        p.handle_message(ms(3), n(2), reply(stamp(1, 1), 1), &mut out);
+        assert!(out.is_empty(), "node 3 has said nothing yet");
+        let probe = RaMsg::Probe { stamp: stamp(1, 1), place: place(1, 1) };
+        for k in 1..=u64::from(PROBES) {
+            p.handle_timer(ms(250 * k), PATIENCE, &mut out);
+            assert_eq!(out.take(), vec![send(3, probe.clone()), patience_at(ms(250 * (k + 1)))]);
+        }
+        // The last probe went unanswered too: node 3 counts as failed for
+        // this request.
+        p.handle_timer(ms(1000), PATIENCE, &mut out);
+        assert_eq!(out.take(), vec![Action::CancelTimer { timer: PATIENCE }, grant(1, 1)]);
+    }
+
+    #[test]
+    fn peer_that_nacked_is_not_given_up_on_while_it_answers_probes() {
+        let mut p = tolerant(1, 2);
+        let mut out = Out::new();
+        p.handle_request(T, &mut out);
+        out.take();
+        let nack = RaMsg::Nack { to: stamp(1, 1) };
+        let probe = RaMsg::Probe { stamp: stamp(1, 1), place: place(1, 1) };
+        p.handle_message(ms(1), n(2), nack.clone(), &mut out);
+        for k in 0..10u64 {
+            // Heard from since the last look: left alone.
+            p.handle_timer(ms(500 * k + 250), PATIENCE, &mut out);
+            assert_eq!(out.take(), vec![patience_at(ms(500 * k + 500))]);
+            // Silent since: probed, and it says "wait" again.
+            p.handle_timer(ms(500 * k + 500), PATIENCE, &mut out);
+            assert_eq!(out.take(), vec![send(2, probe.clone()), patience_at(ms(500 * k + 750))]);
+            p.handle_message(ms(500 * k + 501), n(2), nack.clone(), &mut out);
+        }
+        assert_eq!(p.cs_state(), CsState::Wanting);
+        p.handle_message(ms(5000), n(2), reply(stamp(1, 1), 3), &mut out);
+        assert_eq!(out.take(), vec![Action::CancelTimer { timer: PATIENCE }, grant(1, 1)]);
+    }
+
+    #[test]
+    fn probe_about_a_lost_request_is_answered_as_the_request() {
+        let mut p = tolerant(2, 3);
+        let mut out = Out::new();
+        let probe = RaMsg::Probe { stamp: stamp(3, 1), place: place(3, 1) };
+        p.handle_message(T, n(1), probe, &mut out);
+        assert_eq!(out.take(), vec![send(1, reply(stamp(3, 1), 3))]);
+    }
+
+    /// Node 1 has entered once, node 2 never: node 2 goes first although
+    /// node 1 asked earlier, with the smaller stamp.
+    #[test]
+    fn fewer_entries_go_first_even_with_a_later_stamp() {
+        let (mut p1, mut p2) = (fewest(1, 2), fewest(2, 2));
+        let (mut o1, mut o2) = (Out::new(), Out::new());
+        p1.handle_request(T, &mut o1);
+        o1.take();
+        p1.handle_message(T, n(2), reply(stamp(1, 1), 1), &mut o1);
+        assert_eq!(o1.take(), vec![grant(1, 1)]);
+        p1.handle_release(T, &mut o1);
+
+        p1.handle_request(T, &mut o1);
+        let p1_place = Place { rank: 1, first: stamp(2, 1) };
+        let r1 = RaMsg::Request { stamp: stamp(2, 1), place: p1_place };
+        assert_eq!(o1.take(), vec![send(2, r1.clone())]);
+        p2.observe_watermark(6);
+        p2.handle_request(T, &mut o2);
+        let r2 = RaMsg::Request { stamp: stamp(7, 2), place: place(7, 2) };
+        assert_eq!(o2.take(), vec![send(1, r2.clone())]);
+
+        // Node 1, with one entry, ranks behind: it answers node 2 ...
+        p1.handle_message(T, n(2), r2, &mut o1);
+        assert_eq!(o1.take(), vec![send(2, reply(stamp(7, 2), 7))]);
+        // ... and node 2 defers node 1's earlier stamp.
+        p2.handle_message(T, n(1), r1, &mut o2);
+        assert!(o2.is_empty());
+        p2.handle_message(T, n(1), reply(stamp(7, 2), 7), &mut o2);
+        assert_eq!(o2.take(), vec![grant(7, 2)]);
+
+        // Node 2 leaves; node 1 learns it was deferred behind (7, 2) and
+        // asks again above it, keeping its place.
+        p2.handle_release(T, &mut o2);
+        let deferred = RaMsg::Reply { to: stamp(2, 1), clock: 7, after: Some(stamp(7, 2)) };
+        assert_eq!(o2.take(), vec![send(1, deferred.clone())]);
+        p1.handle_message(T, n(2), deferred, &mut o1);
+        let again = RaMsg::Request { stamp: stamp(8, 1), place: p1_place };
+        assert_eq!(o1.take(), vec![send(2, again)]);
+        p1.handle_message(T, n(2), reply(stamp(8, 1), 8), &mut o1);
+        assert_eq!(o1.take(), vec![grant(8, 1)]);
+        assert!(Fence::new(8, 1) > Fence::new(7, 2), "the fence still rises");
+    }
+
+    /// Node 1 let node 2's request, with a later stamp, go first; node 2
+    /// entered and crashed. Node 1 never hears node 2's fence, but knows
+    /// the stamp it announced and asks again above it.
+    #[test]
+    fn fence_rises_above_a_holder_that_went_first_and_crashed() {
+        let mut p = fewest(1, 3);
+        let mut out = Out::new();
+        p.entries = 4;
+        p.handle_request(T, &mut out);
+        let mine = Place { rank: 4, first: stamp(1, 1) };
+        out.take();
+        p.handle_message(T, n(2), request(9, 2), &mut out);
+        assert_eq!(out.take(), vec![send(2, reply(stamp(9, 2), 9))]);
+        p.handle_message(T, n(3), reply(stamp(1, 1), 9), &mut out);
+        assert!(out.is_empty(), "node 2 defers node 1 while it holds");
+        p.handle_peer_down(T, n(2), &mut out);
+        let again = RaMsg::Request { stamp: stamp(10, 1), place: mine };
+        assert_eq!(out.take(), vec![send(3, again)], "(1, 1) is below (9, 2): ask again");
+        p.handle_message(T, n(3), reply(stamp(10, 1), 10), &mut out);
+        assert_eq!(out.take(), vec![grant(10, 1)]);
+    }
+
+    /// A node that answered a request ranks its own behind it, whatever its
+    /// priority: otherwise both could hold each other's reply.
+    #[test]
+    fn answered_request_stays_ahead_of_the_answerers_own() {
+        let mut p = fewest(2, 3);
+        let mut out = Out::new();
+        let theirs = Place { rank: 5, first: stamp(3, 1) };
+        p.handle_message(T, n(1), RaMsg::Request { stamp: stamp(3, 1), place: theirs }, &mut out);
+        assert_eq!(out.take(), vec![send(1, reply(stamp(3, 1), 3))]);
+        p.handle_request(T, &mut out);
+        let mine = Place { rank: 5, first: stamp(4, 2) };
+        let r = RaMsg::Request { stamp: stamp(4, 2), place: mine };
+        assert_eq!(out.take(), vec![send(1, r.clone()), send(3, r)]);
+        assert!(theirs < mine);
+        // Node 1's reply, sent after its request began, shows that request
+        // is over: the next request of node 2 is ranked by its own count.
+        p.handle_message(T, n(1), reply(stamp(4, 2), 4), &mut out);
+        p.handle_message(T, n(3), reply(stamp(4, 2), 4), &mut out);
+        assert_eq!(out.take(), vec![grant(4, 2)]);
+        p.handle_release(T, &mut out);
+        p.handle_request(T, &mut out);
+        let next = Place { rank: 1, first: stamp(5, 2) };
+        let r = RaMsg::Request { stamp: stamp(5, 2), place: next };
+        assert_eq!(out.take(), vec![send(1, r.clone()), send(3, r)]);
+    }
+
+    #[test]
+    fn least_recent_ranks_by_the_time_of_the_last_entry() {
+        let priority = Priority::LeastRecent;
+        let mut p = node_with(1, 2, MutexOptions { priority, ..MutexOptions::default() });
+        let mut out = Out::new();
+        p.observe_watermark(6);
+        p.handle_request(T, &mut out);
+        assert_eq!(out.take(), vec![send(2, request(7, 1))], "never served: rank 0");
+        p.handle_message(T, n(2), reply(stamp(7, 1), 7), &mut out);
+        p.handle_release(T, &mut out);
+        out.take();
+        p.handle_request(T, &mut out);
+        let r = RaMsg::Request { stamp: stamp(8, 1), place: Place { rank: 7, first: stamp(8, 1) } };
+        assert_eq!(out.take(), vec![send(2, r)]);
+        assert_eq!(p.request_stamp(), None, "order by place, not by stamp");
     }
 }

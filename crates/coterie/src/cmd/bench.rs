@@ -5,7 +5,7 @@ use super::demo::{self, Shape};
 use super::workload;
 use anyhow::{bail, Context, Result};
 use coterie_core::registry::{self, MUTEXES};
-use coterie_core::Epoch;
+use coterie_core::{Epoch, MutexOptions, Priority};
 use coterie_node::witness;
 use coterie_sim::sim::{self, Load, SimConfig};
 use serde::Serialize;
@@ -40,6 +40,14 @@ pub struct Args {
     /// Seeds per measurement.
     #[arg(long, default_value_t = 10)]
     seeds: u64,
+    /// ricart-agrawala, raymond-k: the fault-tolerant form (simulator
+    /// rows only).
+    #[arg(long)]
+    ra_fault_tolerant: bool,
+    /// ricart-agrawala, raymond-k: serve concurrent requests by timestamp,
+    /// fewest-entries or least-recent (simulator rows only).
+    #[arg(long, default_value = "timestamp", value_parser = super::sim::priority)]
+    priority: Priority,
     /// Print a JSON array of rows.
     #[arg(long)]
     json: bool,
@@ -141,8 +149,14 @@ async fn measure_real(
     })
 }
 
-fn measure(mutex: &str, election: &str, nodes: u32, seeds: u64) -> Result<Row> {
-    let base = SimConfig { nodes, ..SimConfig::new(mutex, election) };
+fn measure(
+    mutex: &str,
+    election: &str,
+    nodes: u32,
+    seeds: u64,
+    mutex_options: MutexOptions,
+) -> Result<Row> {
+    let base = SimConfig { nodes, mutex_options, ..SimConfig::new(mutex, election) };
     let mean_delay = (base.delay.0 + base.delay.1).as_secs_f64() / 2.0;
     let (mut light_msgs, mut light_entries) = (0u64, 0u64);
     let (mut heavy_msgs, mut heavy_entries, mut heavy_us) = (0u64, 0u64, 0u64);
@@ -201,7 +215,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             if !args.json {
                 eprint!("\r  measuring {name} with {n} nodes...          ");
             }
-            rows.push(measure(name, &args.election, n, args.seeds)?);
+            let options =
+                MutexOptions { fault_tolerant: args.ra_fault_tolerant, priority: args.priority };
+            rows.push(measure(name, &args.election, n, args.seeds, options)?);
         }
     }
     if args.real {

@@ -1,7 +1,7 @@
 //! `coterie sim`: the deterministic simulator from the command line.
 
 use anyhow::Result;
-use coterie_core::registry;
+use coterie_core::{registry, MutexOptions, Priority};
 use coterie_sim::run_seeds;
 use coterie_sim::sim::{self, Load, SimConfig};
 use std::io::Write;
@@ -35,9 +35,21 @@ pub struct Args {
     /// Crash and restart up to this many nodes per run.
     #[arg(long, default_value_t = 0)]
     crashes: u32,
+    /// Partition the network this many times per run: a random minority
+    /// cut off for one to six failure timeouts, then healed.
+    #[arg(long, default_value_t = 0)]
+    partitions: u32,
     /// Holders allowed at once (counting semaphore), where supported.
     #[arg(long, default_value_t = 1)]
     count: usize,
+    /// ricart-agrawala, raymond-k: the fault-tolerant form (NACKs, "are
+    /// you still there?" probes, giving up on a silent peer).
+    #[arg(long)]
+    ra_fault_tolerant: bool,
+    /// ricart-agrawala, raymond-k: serve concurrent requests by
+    /// timestamp, fewest-entries or least-recent.
+    #[arg(long, default_value = "timestamp", value_parser = priority)]
+    priority: Priority,
     /// Critical-section entries per node's client.
     #[arg(long, default_value_t = 10)]
     requests: u32,
@@ -52,13 +64,36 @@ pub struct Args {
     json: bool,
 }
 
+/// Parses a `--priority` value.
+pub fn priority(text: &str) -> Result<Priority, String> {
+    text.parse().map_err(|e: coterie_core::UnknownPriority| e.to_string())
+}
+
+/// The flags that choose `options`, for a replay line (empty for the
+/// defaults).
+pub fn options_flags(options: MutexOptions) -> String {
+    let mut flags = String::new();
+    if options.fault_tolerant {
+        flags.push_str(" --ra-fault-tolerant");
+    }
+    if options.priority != Priority::default() {
+        flags.push_str(&format!(" --priority {}", options.priority));
+    }
+    flags
+}
+
 pub fn run(args: Args) -> Result<ExitCode> {
     registry::mutex(&args.mutex)?;
     registry::election(&args.election)?;
     let base = SimConfig {
         nodes: args.nodes,
         capacity: args.count,
+        mutex_options: MutexOptions {
+            fault_tolerant: args.ra_fault_tolerant,
+            priority: args.priority,
+        },
         crashes: args.crashes,
+        partitions: args.partitions,
         requests: args.requests,
         load: if args.sequential { Load::Sequential } else { Load::Concurrent },
         ..SimConfig::new(&args.mutex, &args.election)
@@ -95,15 +130,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
             summary.election,
             summary.nodes,
             summary.seeds,
-            if args.crashes > 0 {
-                format!(", up to {} crashes each", args.crashes)
-            } else {
-                String::new()
+            match (args.crashes, args.partitions) {
+                (0, 0) => String::new(),
+                (c, 0) => format!(", up to {c} crashes each"),
+                (0, p) => format!(", {p} partitions each"),
+                (c, p) => format!(", up to {c} crashes and {p} partitions each"),
             },
             summary.entries,
             summary.violations
         );
         println!("messages per entry: {:.2}", summary.messages_per_entry);
+        if args.partitions > 0 {
+            println!(
+                "note: under partitions the algorithms that trust timeouts may grant on both \
+                 sides; see the README's partition table"
+            );
+        }
         let info = registry::mutex(&args.mutex)?;
         let n = u64::from(args.nodes);
         let (remote, local) = ((info.light_load)(n, false), (info.light_load)(n, true));
@@ -123,8 +165,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         for f in &summary.failures {
             println!(
-                "  seed {}: {}: {}\n    replay: coterie sim --mutex {} --election {} --nodes {} --crashes {} --seed {} --trace",
-                f.seed, f.invariant, f.detail, summary.mutex, summary.election, summary.nodes, args.crashes, f.seed
+                "  seed {}: {}: {}\n    replay: coterie sim --mutex {} --election {} --nodes {} --crashes {} --partitions {}{} --seed {} --trace",
+                f.seed, f.invariant, f.detail, summary.mutex, summary.election, summary.nodes, args.crashes, args.partitions,
+                options_flags(base.mutex_options), f.seed
             );
         }
     }
