@@ -8,11 +8,11 @@
 # redial is refused) and stop (SIGSTOP: only the heartbeat timeout, 250 ms,
 # can tell).
 #
-# Usage: scripts/bench-failover.sh [RUNS] [ELECTIONS]   (default: 20 "bully ring")
+# Usage: scripts/bench-failover.sh [RUNS] [ELECTIONS]   (default: 20 "bully ring garcia-molina")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-20}"
-elections="${2:-bully ring}"
+elections="${2:-bully ring garcia-molina}"
 cargo build --release -q
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
