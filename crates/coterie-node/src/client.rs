@@ -100,6 +100,16 @@ impl Client {
         }
     }
 
+    /// Resolves when the node closes the session: it died or shut down,
+    /// and whatever this session held is no longer this client's. Call it
+    /// while holding (the node sends nothing unasked); cancelling it loses
+    /// nothing.
+    pub async fn session_lost(&mut self) {
+        use tokio::io::AsyncReadExt;
+        let mut probe = [0u8; 1];
+        let _ = self.conn.stream.read(&mut probe).await;
+    }
+
     /// Leaves the critical section.
     pub async fn release(&mut self) -> Result<(), ClientError> {
         match self.conn.call(&ClientRequest::Release).await? {

@@ -45,6 +45,8 @@ enum Command {
     Witness(cmd::witness::Args),
     /// Inject faults into running nodes (partition, delay, drop, pause), or heal.
     Fault(cmd::fault::Args),
+    /// Play a fault scenario (scenarios/*.toml) against a local cluster.
+    Run(cmd::run::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -61,6 +63,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Witness(args) => cmd::witness::run(args, log),
         Command::Fault(args) => cmd::fault::run(args),
+        Command::Run(args) => cmd::run::run(args, log),
     };
     match result {
         Ok(code) => code,

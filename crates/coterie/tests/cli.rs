@@ -436,3 +436,55 @@ fn up_kills_and_restarts_its_nodes_on_command() {
     up.control("start 3");
     up.wait_for(|rows| agreed(rows).is_some_and(|(c, n)| c == 3 && n == 3));
 }
+
+#[test]
+fn every_scenario_passes_with_every_election() {
+    let mut scenarios: Vec<PathBuf> =
+        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scenarios"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+    scenarios.sort();
+    assert!(scenarios.len() >= 9, "the scenarios are missing: {scenarios:?}");
+    for election in ["bully", "ring", "garcia-molina"] {
+        for scenario in &scenarios {
+            let out =
+                coterie(&["run", scenario.to_str().unwrap(), "--election", election, "--json"]);
+            let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+                panic!("{}: {e}\n{}", scenario.display(), String::from_utf8_lossy(&out.stderr))
+            });
+            assert!(
+                out.status.success() && report["passed"] == true,
+                "{} with {election}: {}",
+                scenario.display(),
+                report["failed"]
+            );
+            assert!(report["workload"]["entries"].as_u64().unwrap() > 0);
+        }
+    }
+}
+
+#[test]
+fn a_broken_scenario_gets_a_clear_error() {
+    let dir = std::env::temp_dir().join(format!("coterie-scenario-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(
+        &path,
+        "name = \"bad\"\n[cluster]\nnodes = 3\n[[step]]\nat = \"1s\"\ndo = \"explode\"\nnode = 2\n",
+    )
+    .unwrap();
+    let out = coterie(&["run", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("explode") && err.contains("kill"), "{err}");
+    std::fs::write(
+        &path,
+        "name = \"bad\"\n[cluster]\nnodes = 3\n[[step]]\nat = \"1s\"\ndo = \"kill\"\nnode = 7\n",
+    )
+    .unwrap();
+    let out = coterie(&["run", path.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("node 7 is not in the cluster"));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -104,13 +104,13 @@ impl Cluster {
         Ok(file.into())
     }
 
-    fn start(&mut self, id: u32) -> Result<()> {
+    pub(crate) fn start(&mut self, id: u32) -> Result<()> {
         let child = up::spawn_node(&self.config, id, &self.log_format, self.log_file(id)?)?;
         self.children[id as usize - 1] = Some(child);
         Ok(())
     }
 
-    async fn kill(&mut self, id: u32) -> Result<()> {
+    pub(crate) async fn kill(&mut self, id: u32) -> Result<()> {
         if let Some(mut child) = self.children[id as usize - 1].take() {
             child.start_kill()?; // SIGKILL: no goodbye, as in a crash
             child.wait().await?;
@@ -126,7 +126,7 @@ impl Cluster {
     }
 
     /// Sends `signal` to node `id`'s process (SIGSTOP, SIGCONT).
-    fn signal(&self, id: u32, signal: i32) {
+    pub(crate) fn signal(&self, id: u32, signal: i32) {
         if let Some(pid) = self.children[id as usize - 1].as_ref().and_then(Child::id) {
             // SAFETY: kill(2) on our own child with a valid signal number.
             unsafe {
@@ -150,7 +150,7 @@ impl Cluster {
     }
 
     /// The status of every running node but `absent`.
-    async fn views(&self, absent: Option<u32>) -> Vec<(u32, Result<Status, String>)> {
+    pub(crate) async fn views(&self, absent: Option<u32>) -> Vec<(u32, Result<Status, String>)> {
         let mut out = Vec::new();
         for (i, node) in self.nodes.iter().enumerate() {
             if self.children[i].is_some() && absent != Some(i as u32 + 1) {

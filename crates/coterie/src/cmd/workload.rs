@@ -221,7 +221,17 @@ async fn one_session(
             }
         }
         if !spec.hold.is_zero() {
-            tokio::time::sleep(spec.hold).await;
+            // A careful holder stops using the resource the moment its
+            // session ends: its node died, and the lock is no longer its.
+            tokio::select! {
+                _ = tokio::time::sleep(spec.hold) => {}
+                _ = client.session_lost() => {
+                    if let Some(w) = witness.as_mut() {
+                        w.leave(fence).await?;
+                    }
+                    bail!("the node went away while this client held the lock");
+                }
+            }
         }
         if let Some(w) = witness.as_mut() {
             w.leave(fence).await?;

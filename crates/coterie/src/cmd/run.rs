@@ -1,0 +1,626 @@
+//! `coterie run SCENARIO.toml`: a local cluster, a workload, a timeline of
+//! faults and the expectations they must meet.
+
+use super::common;
+use super::demo::{self, Cluster, Shape};
+use super::workload;
+use anyhow::{bail, Context, Result};
+use coterie_core::{registry, CsState, Epoch};
+use coterie_node::protocol::FaultCommand;
+use coterie_node::{witness, Client};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Run a fault scenario against a local cluster of real processes.
+///
+/// The scenario file names the cluster (size and algorithms), a workload,
+/// a timeline of steps (kill, restart, stop, resume, partition, heal,
+/// delay, drop) and expectations (no violation at the witness; a new
+/// coordinator within a bound after each step that takes the coordinator
+/// away; the coordinator at the end; entries after the last step). It
+/// prints the timeline as it happens and a summary, and exits 1 if an
+/// expectation fails. See `scenarios/` for examples.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The scenario file.
+    scenario: PathBuf,
+    /// Run it with this election algorithm instead of the file's.
+    #[arg(long)]
+    election: Option<String>,
+    /// Run it with this mutual-exclusion algorithm instead of the file's.
+    #[arg(long)]
+    mutex: Option<String>,
+    /// Print a JSON report instead of the timeline.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A scenario file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Scenario {
+    name: String,
+    #[serde(default)]
+    description: String,
+    cluster: ClusterSpec,
+    #[serde(default)]
+    workload: WorkloadSpec,
+    #[serde(default, rename = "step")]
+    steps: Vec<Step>,
+    #[serde(default)]
+    expect: Expect,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClusterSpec {
+    #[serde(default = "default_nodes")]
+    nodes: u32,
+    #[serde(default = "default_mutex")]
+    mutex: String,
+    #[serde(default = "default_election")]
+    election: String,
+    #[serde(default = "default_count")]
+    count: usize,
+}
+
+fn default_nodes() -> u32 {
+    5
+}
+fn default_mutex() -> String {
+    "centralized".into()
+}
+fn default_election() -> String {
+    "bully".into()
+}
+fn default_count() -> usize {
+    1
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkloadSpec {
+    /// Clients per node.
+    #[serde(default = "default_clients")]
+    clients: usize,
+    #[serde(default = "default_hold", with = "humantime_serde_compat")]
+    hold: Duration,
+    #[serde(default = "default_think", with = "humantime_serde_compat")]
+    think: Duration,
+    #[serde(default = "default_duration", with = "humantime_serde_compat")]
+    duration: Duration,
+    /// Only the clients of these nodes ask (default: every node's).
+    #[serde(default)]
+    on: Vec<u32>,
+}
+
+fn default_clients() -> usize {
+    1
+}
+fn default_hold() -> Duration {
+    Duration::from_millis(1)
+}
+fn default_think() -> Duration {
+    Duration::from_millis(2)
+}
+fn default_duration() -> Duration {
+    Duration::from_secs(4)
+}
+
+impl Default for WorkloadSpec {
+    fn default() -> Self {
+        WorkloadSpec {
+            clients: default_clients(),
+            hold: default_hold(),
+            think: default_think(),
+            duration: default_duration(),
+            on: Vec::new(),
+        }
+    }
+}
+
+/// Durations in scenario files are written like "250ms" or "2s".
+mod humantime_serde_compat {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// One action of the timeline.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Step {
+    /// When, from the start of the workload.
+    #[serde(with = "humantime_serde_compat")]
+    at: Duration,
+    /// kill | restart | stop | resume | partition | heal | delay | drop
+    #[serde(rename = "do")]
+    action: String,
+    /// A node id, or "coordinator", "holder" (a node inside the critical
+    /// section at that moment) or "waiter" (one waiting for it).
+    #[serde(default)]
+    node: Option<NodeRef>,
+    /// partition / delay / drop: the peers concerned (default: all).
+    #[serde(default)]
+    peers: Vec<u32>,
+    /// delay: how long.
+    #[serde(default, with = "option_duration")]
+    delay: Option<Duration>,
+    /// drop: percent of messages lost.
+    #[serde(default)]
+    percent: Option<u8>,
+}
+
+mod option_duration {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let text = Option::<String>::deserialize(d)?;
+        text.map(|t| humantime::parse_duration(&t).map_err(serde::de::Error::custom)).transpose()
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+enum NodeRef {
+    Id(u32),
+    Role(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expect {
+    /// The witness saw no two holders at once.
+    #[serde(default = "yes")]
+    no_violation: bool,
+    /// Grants refused as stale are fine (after a hang or a partition, that
+    /// is the fence doing its job); otherwise there must be none.
+    #[serde(default)]
+    allow_stale_fences: bool,
+    /// At least this many grants refused as stale (a split brain the fence
+    /// caught).
+    #[serde(default)]
+    stale_fences_at_least: u64,
+    /// After each step that takes the coordinator away, the nodes still in
+    /// reach agree on a new one within this long.
+    #[serde(default, with = "option_duration")]
+    election_within: Option<Duration>,
+    /// At the end, every running node follows this node.
+    #[serde(default)]
+    final_coordinator: Option<u32>,
+    /// Entries are still granted after the last step.
+    #[serde(default = "yes")]
+    progress_after_last_step: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for Expect {
+    fn default() -> Self {
+        Expect {
+            no_violation: true,
+            allow_stale_fences: false,
+            stale_fences_at_least: 0,
+            election_within: None,
+            final_coordinator: None,
+            progress_after_last_step: true,
+        }
+    }
+}
+
+/// A line of the timeline.
+#[derive(Clone, Debug, Serialize)]
+struct Event {
+    t_ms: f64,
+    event: String,
+}
+
+/// The report `--json` prints.
+#[derive(Debug, Serialize)]
+struct Report {
+    scenario: String,
+    mutex: String,
+    election: String,
+    nodes: u32,
+    timeline: Vec<Event>,
+    elections_ms: Vec<f64>,
+    workload: workload::Report,
+    failed: Vec<String>,
+    passed: bool,
+}
+
+fn load(path: &PathBuf) -> Result<Scenario> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read scenario {}", path.display()))?;
+    let scenario: Scenario = toml::from_str(&text)
+        .with_context(|| format!("{} is not a valid scenario", path.display()))?;
+    const ACTIONS: [&str; 8] =
+        ["kill", "restart", "stop", "resume", "partition", "heal", "delay", "drop"];
+    for (i, step) in scenario.steps.iter().enumerate() {
+        if !ACTIONS.contains(&step.action.as_str()) {
+            bail!(
+                "{}: step {} does {:?}; known: {}",
+                path.display(),
+                i + 1,
+                step.action,
+                ACTIONS.join(", ")
+            );
+        }
+        if step.action != "heal" && step.node.is_none() {
+            bail!("{}: step {} ({}) names no node", path.display(), i + 1, step.action);
+        }
+        if let Some(NodeRef::Role(r)) = &step.node {
+            if !["coordinator", "holder", "waiter"].contains(&r.as_str()) {
+                bail!("{}: step {}: unknown node {r:?}", path.display(), i + 1);
+            }
+        }
+        if let Some(NodeRef::Id(id)) = step.node {
+            if id == 0 || id > scenario.cluster.nodes {
+                bail!("{}: step {}: node {id} is not in the cluster", path.display(), i + 1);
+            }
+        }
+    }
+    if scenario.steps.windows(2).any(|w| w[1].at < w[0].at) {
+        bail!("{}: steps must be in time order", path.display());
+    }
+    Ok(scenario)
+}
+
+pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
+    let mut scenario = load(&args.scenario)?;
+    if let Some(e) = &args.election {
+        scenario.cluster.election = e.clone();
+    }
+    if let Some(m) = &args.mutex {
+        scenario.cluster.mutex = m.clone();
+    }
+    registry::mutex(&scenario.cluster.mutex)?;
+    registry::election(&scenario.cluster.election)?;
+    let report = common::runtime()?.block_on(play(&scenario, args.json, log_format))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("\nsummary:");
+        workload::print(&report.workload);
+        if !report.elections_ms.is_empty() {
+            let times: Vec<String> =
+                report.elections_ms.iter().map(|t| format!("{t:.1} ms")).collect();
+            println!("elections after a step: {}", times.join(", "));
+        }
+        if report.passed {
+            println!("PASSED: {}", report.scenario);
+        } else {
+            for f in &report.failed {
+                println!("FAILED: {f}");
+            }
+        }
+    }
+    Ok(if report.passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// What the timeline knows of each node.
+struct Nodes {
+    /// Killed and not restarted.
+    down: Vec<u32>,
+    /// Stopped or cut off: running, but not to be counted on to agree.
+    away: Vec<u32>,
+}
+
+async fn play(s: &Scenario, quiet: bool, log_format: &str) -> Result<Report> {
+    let c = &s.cluster;
+    let dir = std::env::temp_dir().join(format!("coterie-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let shape = Shape {
+        nodes: c.nodes,
+        mutex: c.mutex.clone(),
+        election: c.election.clone(),
+        count: c.count,
+    };
+    let started = Instant::now();
+    let mut timeline = Vec::new();
+    let mut note = |timeline: &mut Vec<Event>, text: String| {
+        let t_ms = started.elapsed().as_secs_f64() * 1000.0;
+        if !quiet {
+            println!("{t_ms:>9.1} ms  {text}");
+        }
+        timeline.push(Event { t_ms, event: text });
+    };
+    if !quiet {
+        println!(
+            "coterie run: {} ({} nodes, {} + {}); logs in {}",
+            s.name,
+            c.nodes,
+            c.mutex,
+            c.election,
+            dir.display()
+        );
+        if !s.description.is_empty() {
+            println!("{}\n", s.description.trim());
+        }
+    }
+    let (mut cluster, listener, witness_addr) = demo::launch(&shape, log_format, &dir).await?;
+    let (stop_witness, witness_stopped) = tokio::sync::oneshot::channel::<()>();
+    let witness_task = tokio::spawn(witness::serve(listener, c.count as u32, async {
+        let _ = witness_stopped.await;
+    }));
+    let result = timeline_run(s, &mut cluster, &witness_addr, &mut timeline, &mut note).await;
+    cluster.stop_all().await;
+    let _ = stop_witness.send(());
+    let _ = witness_task.await;
+    let (workload, elections_ms, mut failed) = result?;
+    let e = &s.expect;
+    if e.no_violation && workload.violations > 0 {
+        failed.push(format!("the witness saw {} overlapping holders", workload.violations));
+    }
+    if !e.allow_stale_fences && workload.stale_fences > 0 {
+        failed.push(format!("the witness refused {} stale fences", workload.stale_fences));
+    }
+    if workload.stale_fences < e.stale_fences_at_least {
+        failed.push(format!(
+            "the witness refused {} stale fences, expected at least {}",
+            workload.stale_fences, e.stale_fences_at_least
+        ));
+    }
+    if workload.entries == 0 {
+        failed.push("no entry was granted at all".into());
+    }
+    Ok(Report {
+        scenario: s.name.clone(),
+        mutex: c.mutex.clone(),
+        election: c.election.clone(),
+        nodes: c.nodes,
+        timeline,
+        elections_ms,
+        workload,
+        passed: failed.is_empty(),
+        failed,
+    })
+}
+
+type Outcome = (workload::Report, Vec<f64>, Vec<String>);
+
+async fn timeline_run(
+    s: &Scenario,
+    cluster: &mut Cluster,
+    witness_addr: &str,
+    timeline: &mut Vec<Event>,
+    note: &mut impl FnMut(&mut Vec<Event>, String),
+) -> Result<Outcome> {
+    let (leader, epoch) = cluster.agreement(Epoch(0), Duration::from_secs(15)).await?;
+    note(timeline, format!("cluster up: every node follows n{leader} ({epoch})"));
+    let w = &s.workload;
+    let clients_on: Vec<_> = cluster
+        .nodes
+        .iter()
+        .filter(|n| w.on.is_empty() || n.id.is_some_and(|id| w.on.contains(&id)))
+        .cloned()
+        .collect();
+    let start = Instant::now();
+    let spec = workload::Spec {
+        nodes: clients_on,
+        clients: w.clients,
+        requests: u64::MAX,
+        hold: w.hold,
+        think: w.think,
+        witness: Some(witness_addr.to_string()),
+        deadline: Some(start + w.duration),
+        progress: false,
+    };
+    let driver = tokio::spawn(workload::drive(spec));
+    note(
+        timeline,
+        format!("workload starts: {} client(s) per node for {:?}", w.clients, w.duration),
+    );
+
+    let mut nodes = Nodes { down: Vec::new(), away: Vec::new() };
+    let mut elections = Vec::new();
+    let mut failed = Vec::new();
+    let mut entries_at_last_step = 0;
+    for (i, step) in s.steps.iter().enumerate() {
+        tokio::time::sleep_until((start + step.at).into()).await;
+        let (coordinator, epoch) = current(cluster, &nodes).await;
+        let target = match &step.node {
+            None => None,
+            Some(NodeRef::Id(id)) => Some(*id),
+            Some(NodeRef::Role(role)) => pick(cluster, &nodes, role, coordinator).await,
+        };
+        let Some(target) = target.or(if step.action == "heal" { Some(0) } else { None }) else {
+            failed.push(format!("step {}: no node was {:?}", i + 1, step.node));
+            continue;
+        };
+        let took_coordinator = Some(target) == coordinator
+            && ["kill", "stop", "partition"].contains(&step.action.as_str());
+        let t0 = Instant::now();
+        let what = act(cluster, &mut nodes, step, target).await?;
+        note(timeline, format!("step {}: {what}", i + 1));
+        if took_coordinator {
+            let limit = s.expect.election_within.unwrap_or(Duration::from_secs(10));
+            match agree(cluster, &nodes, epoch, limit).await {
+                Ok((leader, e)) => {
+                    let ms = t0.elapsed().as_secs_f64() * 1000.0;
+                    elections.push(ms);
+                    note(
+                        timeline,
+                        format!("  n{leader} coordinates {e}, {ms:.1} ms after the step"),
+                    );
+                }
+                Err(e) => failed.push(format!("step {}: {e}", i + 1)),
+            }
+        }
+        if i + 1 == s.steps.len() {
+            entries_at_last_step = total_entries(cluster).await;
+        }
+    }
+    let report = driver.await.context("the workload task failed")??;
+    note(timeline, format!("workload done: {} entries", report.entries));
+    if s.expect.progress_after_last_step
+        && !s.steps.is_empty()
+        && total_entries(cluster).await <= entries_at_last_step
+    {
+        failed.push("no entry was granted after the last step".into());
+    }
+    if let Some(want) = s.expect.final_coordinator {
+        match agree(cluster, &nodes, Epoch(0), Duration::from_secs(10)).await {
+            Ok((leader, e)) if leader == want => {
+                note(timeline, format!("at the end every node follows n{leader} ({e})"))
+            }
+            Ok((leader, e)) => {
+                failed.push(format!("at the end n{leader} coordinates ({e}), expected n{want}"))
+            }
+            Err(e) => failed.push(format!("at the end: {e}")),
+        }
+    }
+    Ok((report, elections, failed))
+}
+
+/// Carries out one step; returns what happened, for the timeline.
+async fn act(cluster: &mut Cluster, nodes: &mut Nodes, step: &Step, id: u32) -> Result<String> {
+    let addr = cluster.nodes.get((id as usize).wrapping_sub(1)).map(|n| n.addr.clone());
+    let fault = |command: FaultCommand| async move {
+        let addr = addr.context("no such node")?;
+        let mut client = Client::connect(&addr).await?;
+        client.fault(command).await.map_err(anyhow::Error::from)
+    };
+    Ok(match step.action.as_str() {
+        "kill" => {
+            cluster.kill(id).await?;
+            nodes.down.push(id);
+            format!("killed n{id} (SIGKILL)")
+        }
+        "restart" => {
+            cluster.start(id)?;
+            nodes.down.retain(|&n| n != id);
+            format!("restarted n{id}")
+        }
+        "stop" => {
+            cluster.signal(id, libc::SIGSTOP);
+            nodes.away.push(id);
+            format!("stopped n{id} (SIGSTOP)")
+        }
+        "resume" => {
+            cluster.signal(id, libc::SIGCONT);
+            nodes.away.retain(|&n| n != id);
+            format!("resumed n{id} (SIGCONT)")
+        }
+        "partition" => {
+            fault(FaultCommand::Partition { peers: step.peers.clone() }).await?;
+            nodes.away.push(id);
+            format!("cut n{id} off from {}", peers_text(&step.peers))
+        }
+        "delay" => {
+            let ms = step.delay.unwrap_or(Duration::from_millis(50)).as_millis() as u64;
+            fault(FaultCommand::Delay { peers: step.peers.clone(), ms }).await?;
+            format!("n{id} delays what it sends to {} by {ms} ms", peers_text(&step.peers))
+        }
+        "drop" => {
+            let percent = step.percent.unwrap_or(10);
+            fault(FaultCommand::Drop { peers: step.peers.clone(), percent }).await?;
+            format!("n{id} drops {percent}% of what it sends to {}", peers_text(&step.peers))
+        }
+        "heal" => {
+            for node in cluster.nodes.clone() {
+                if let Ok(mut client) = Client::connect(&node.addr).await {
+                    let _ = client.fault(FaultCommand::Heal).await;
+                }
+            }
+            nodes.away.clear();
+            "healed every fault".to_string()
+        }
+        other => bail!("unknown step {other:?}"),
+    })
+}
+
+fn peers_text(peers: &[u32]) -> String {
+    if peers.is_empty() {
+        "every peer".into()
+    } else {
+        peers.iter().map(|p| format!("n{p}")).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// The coordinator the nodes in reach agree on now, if they do.
+async fn current(cluster: &Cluster, nodes: &Nodes) -> (Option<u32>, Epoch) {
+    let views = cluster.views(None).await;
+    let mut agreed = None;
+    for (id, v) in &views {
+        if nodes.away.contains(id) {
+            continue;
+        }
+        if let Ok(s) = v {
+            agreed = agreed.or(Some((s.coordinator, Epoch(s.epoch))));
+        }
+    }
+    agreed.unwrap_or((None, Epoch(0)))
+}
+
+/// A node in the role named, among those running and in reach.
+async fn pick(
+    cluster: &Cluster,
+    nodes: &Nodes,
+    role: &str,
+    coordinator: Option<u32>,
+) -> Option<u32> {
+    if role == "coordinator" {
+        return coordinator;
+    }
+    let want = if role == "holder" { CsState::Held } else { CsState::Wanting };
+    // Sample until some node is in that state (a busy cluster gets there
+    // within a few milliseconds); give up after a second.
+    let until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < until {
+        for (id, v) in cluster.views(None).await {
+            if !nodes.away.contains(&id) && v.is_ok_and(|s| s.cs_state == want) {
+                return Some(id);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    None
+}
+
+/// Waits until the nodes in reach agree on a coordinator at an epoch newer
+/// than `after`.
+async fn agree(
+    cluster: &Cluster,
+    nodes: &Nodes,
+    after: Epoch,
+    limit: Duration,
+) -> Result<(u32, Epoch)> {
+    let start = Instant::now();
+    loop {
+        let views: Vec<_> = cluster
+            .views(None)
+            .await
+            .into_iter()
+            .filter(|(id, _)| !nodes.away.contains(id) && !nodes.down.contains(id))
+            .collect();
+        let first =
+            views.first().and_then(|(_, v)| v.as_ref().ok()).map(|s| (s.coordinator, s.epoch));
+        let all = views.iter().all(|(_, v)| {
+            v.as_ref().is_ok_and(|s| s.joined && Some((s.coordinator, s.epoch)) == first)
+        });
+        if let (true, Some((Some(leader), epoch))) = (all, first) {
+            if Epoch(epoch) > after {
+                return Ok((leader, Epoch(epoch)));
+            }
+        }
+        if start.elapsed() > limit {
+            bail!("no agreement on a new coordinator within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Entries granted so far, over the nodes that answer.
+async fn total_entries(cluster: &Cluster) -> u64 {
+    cluster.views(None).await.into_iter().filter_map(|(_, v)| v.ok()).map(|s| s.cs_entries).sum()
+}
