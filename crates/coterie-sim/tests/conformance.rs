@@ -24,6 +24,9 @@ fn replay_hint(cfg: &SimConfig, seed: u64) -> String {
     if cfg.mutex_options.priority != Priority::default() {
         options.push_str(&format!(" --priority {}", cfg.mutex_options.priority));
     }
+    if cfg.partitions > 0 {
+        options.push_str(&format!(" --partitions {}", cfg.partitions));
+    }
     format!(
         "replay: coterie sim --mutex {} --election {} --nodes {} --count {} --crashes {}{} --seed {} \
          --trace\n{}",
@@ -309,28 +312,40 @@ fn fault_tolerant_ricart_agrawala_still_grants_in_timestamp_order() {
 /// The algorithms whose safety does not rest on timeouts.
 const QUORUM: [&str; 2] = ["maekawa", "tree-quorum"];
 
+/// Safety, fences, liveness after the heal and agreement, all of them,
+/// whatever the partition: the quorum algorithms never trust a timeout.
 #[test]
-fn quorum_algorithms_stay_safe_under_partitions() {
+fn quorum_algorithms_stay_safe_and_live_under_partitions() {
     for name in mutexes().into_iter().map(|m| m.name).filter(|n| QUORUM.contains(n)) {
         for nodes in [3, 5, 7] {
             for e in ELECTIONS {
                 let cfg = SimConfig { nodes, partitions: 2, ..SimConfig::new(name, e.name) };
                 let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
                 assert!(summary.partitions > 0, "no partition was injected");
-                if let Some(f) = summary
-                    .failures
-                    .iter()
-                    .find(|f| f.invariant == "safety" || f.invariant == "fence")
-                {
-                    panic!(
-                        "{name}/{} n={nodes} under partitions: seed {} {}: {}\n{}",
-                        e.name,
-                        f.seed,
-                        f.invariant,
-                        f.detail,
-                        replay_hint(&cfg, f.seed)
-                    );
-                }
+                assert_clean(&cfg, &summary);
+            }
+        }
+    }
+}
+
+/// With crashes on top of partitions, safety and fences still hold.
+#[test]
+fn quorum_algorithms_stay_safe_under_partitions_and_crashes() {
+    for name in mutexes().into_iter().map(|m| m.name).filter(|n| QUORUM.contains(n)) {
+        for e in ELECTIONS {
+            let cfg = SimConfig { partitions: 2, crashes: 2, ..SimConfig::new(name, e.name) };
+            let summary = run_seeds(&cfg, 0..300, |_, _| {}).unwrap();
+            if let Some(f) =
+                summary.failures.iter().find(|f| f.invariant == "safety" || f.invariant == "fence")
+            {
+                panic!(
+                    "{name}/{} under partitions and crashes: seed {} {}: {}\n{}",
+                    e.name,
+                    f.seed,
+                    f.invariant,
+                    f.detail,
+                    replay_hint(&cfg, f.seed)
+                );
             }
         }
     }

@@ -246,6 +246,8 @@ pub struct QuorumLock<R> {
     id: NodeId,
     /// Where `now` starts on the cluster's shared clock.
     wall_origin: std::time::Duration,
+    /// The `now` of the input being handled.
+    now: Time,
     rule: R,
     clock: LamportClock,
     /// Peers up (this node not included).
@@ -263,6 +265,7 @@ impl<R: QuorumRule> QuorumLock<R> {
         QuorumLock {
             id: cfg.id,
             wall_origin: cfg.wall_origin,
+            now: Time::ZERO,
             rule: R::new(cfg),
             clock: LamportClock::default(),
             alive: BTreeSet::new(),
@@ -623,6 +626,9 @@ impl<R: QuorumRule> QuorumLock<R> {
                         if self.arbiter.ready {
                             let (high, seq) = (self.arbiter.high, self.arbiter.grants);
                             self.send(from, QuorumMsg::Grant { to: lock, high, seq }, out);
+                            // An INQUIRE that went before the copy found the
+                            // requester not counting this grant: ask again.
+                            self.arbiter.inquired = false;
                         }
                     } else if holding != Some(lock) {
                         // It no longer holds what it was granted: it
@@ -660,9 +666,11 @@ impl<R: QuorumRule> QuorumLock<R> {
         }
         self.arbiter.ready = true;
         // Nothing granted before this run is remembered except through
-        // RECOVER; every stamp in use is at most the clock, which has seen
-        // every peer's watermark.
-        let floor = Stamp { ts: self.clock.now(), node: NodeId(u32::MAX) };
+        // RECOVER. Every stamp in use is at most the clock, which has seen
+        // every live peer's watermark, or the shared clock's milliseconds:
+        // stamps are hybrid, and entries before this restart are older.
+        let wall = (self.wall_origin + self.now).as_millis() as u64;
+        let floor = Stamp { ts: self.clock.now().max(wall), node: NodeId(u32::MAX) };
         self.arbiter.high = self.arbiter.high.max(Some(floor));
     }
 
@@ -697,6 +705,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
     type Msg = QuorumMsg;
 
     fn handle_request(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
+        self.now = now;
         if matches!(self.me, Requester::Idle) {
             self.ask(now, out);
             self.drain_local(now, out);
@@ -704,6 +713,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
     }
 
     fn handle_release(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
+        self.now = now;
         let Requester::Held { stamp, quorum } = std::mem::replace(&mut self.me, Requester::Idle)
         else {
             return;
@@ -723,6 +733,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
         msg: QuorumMsg,
         out: &mut Outbox<QuorumMsg>,
     ) {
+        self.now = now;
         if from == self.id {
             return; // only this node's own queue may speak for it
         }
@@ -731,6 +742,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
     }
 
     fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Outbox<QuorumMsg>) {
+        self.now = now;
         self.alive.insert(peer);
         // An INQUIRE or FAILED this arbiter sent the peer may have been lost
         // while it was out of reach: let `arbitrate` send them again.
@@ -756,6 +768,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
     }
 
     fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Outbox<QuorumMsg>) {
+        self.now = now;
         self.alive.remove(&peer);
         self.arbiter.reported.remove(&peer);
         // As arbiter: a permission it holds stays with it. Suspicion is not
@@ -785,6 +798,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
     ) {
         // The engine reports a coordinator only once the node has joined:
         // it has heard from every live peer.
+        self.now = now;
         self.joined = true;
         self.check_ready();
         self.arbitrate(out);
