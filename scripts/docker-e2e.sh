@@ -373,6 +373,22 @@ fi
 [ "$rc" -eq 0 ] || fail "witness --check exited with status $rc: $WITNESS"
 log "  witness: $WITNESS"
 
+# --- 8. the coordinator-crash scenario, under compose -------------------------
+# `coterie run --compose` plays scenarios/coordinator-crash.toml against this
+# project: docker compose kill and start for its steps, the compose witness
+# for its checks. node5 comes back first, so the scenario starts from five.
+log "starting node5 again for the scenario"
+RESTARTED_AT="$(date +%s%N)"
+"${DC[@]}" start node5 >"$TMP/start5.log" 2>&1 || { cat "$TMP/start5.log"; fail "compose start node5 failed"; }
+wait_for_coordinator node1 5 1,2,3,4,5 "$ELECT_TIMEOUT" "$RESTARTED_AT" \
+    || fail "nodes 1-5 did not agree on coordinator 5 after node5 came back"
+log "playing scenarios/coordinator-crash.toml with coterie run --compose"
+(cd "$ROOT" && target/release/coterie run scenarios/coordinator-crash.toml \
+    --compose "$PROJECT" --compose-file "$ROOT/docker-compose.yml") >"$TMP/scenario.log" 2>&1 \
+    || { cat "$TMP/scenario.log"; fail "the coordinator-crash scenario failed under compose"; }
+SCENARIO="$(grep -E '^(PASSED|elections after)' "$TMP/scenario.log" | tr '\n' ' ')"
+log "  scenario: $SCENARIO"
+
 # --- summary ----------------------------------------------------------------
 cat <<EOF
 
@@ -389,5 +405,6 @@ coterie docker e2e summary
   workload over pause:    $REPORT_PAUSE
                           ($OVERLAP_PAUSE)
   witness:                $WITNESS
+  scenario under compose: $SCENARIO
 
 EOF

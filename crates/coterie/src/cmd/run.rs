@@ -1,9 +1,9 @@
 //! `coterie run SCENARIO.toml`: a local cluster, a workload, a timeline of
 //! faults and the expectations they must meet.
 
-use super::common;
+use super::common::{self, NodeAddr};
 use super::demo::{self, Cluster, Shape};
-use super::workload;
+use super::{status, workload};
 use anyhow::{bail, Context, Result};
 use coterie_core::{registry, CsState, Epoch};
 use coterie_node::protocol::FaultCommand;
@@ -35,6 +35,147 @@ pub struct Args {
     /// Print a JSON report instead of the timeline.
     #[arg(long)]
     json: bool,
+    /// Play it against this running docker compose project (started from
+    /// docker-compose.yml with config/docker.toml) instead of starting a
+    /// local cluster: steps become `docker compose kill/start/pause/
+    /// unpause`, faults go through the nodes' client ports, and the
+    /// compose file's witness checks every grant.
+    #[arg(long, value_name = "PROJECT")]
+    compose: Option<String>,
+    /// With --compose: the compose file.
+    #[arg(long, default_value = "docker-compose.yml", requires = "compose")]
+    compose_file: PathBuf,
+}
+
+/// The cluster a scenario is played against.
+enum Backend {
+    /// Processes this command started.
+    Local(Cluster),
+    /// A docker compose project someone else started.
+    Compose(Compose),
+}
+
+struct Compose {
+    /// `docker compose` or, where only the old tool is, `docker-compose`,
+    /// with the project and file.
+    command: Vec<String>,
+    /// Each node's client address, by container IP.
+    nodes: Vec<NodeAddr>,
+}
+
+impl Compose {
+    /// `docker compose -p PROJECT -f FILE`, or the same with the old
+    /// `docker-compose`.
+    fn prefix(project: &str, file: &std::path::Path) -> Vec<String> {
+        let v2 = std::process::Command::new("docker")
+            .args(["compose", "version"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        let mut command: Vec<String> = if v2 {
+            vec!["docker".into(), "compose".into()]
+        } else {
+            vec!["docker-compose".into()]
+        };
+        command.extend(["-p".into(), project.into(), "-f".into(), file.display().to_string()]);
+        command
+    }
+
+    fn run(prefix: &[String], args: &[&str]) -> std::io::Result<std::process::Output> {
+        std::process::Command::new(&prefix[0]).args(&prefix[1..]).args(args).output()
+    }
+
+    fn command(&self, verb: &str, service: &str) -> Result<()> {
+        let status = Compose::run(&self.command, &[verb, service])
+            .context("cannot run docker compose")?
+            .status;
+        if !status.success() {
+            bail!("docker compose {verb} {service} failed ({status})");
+        }
+        Ok(())
+    }
+
+    /// The IP of `service`'s container on the compose network.
+    fn ip(prefix: &[String], service: &str) -> Result<String> {
+        let out =
+            Compose::run(prefix, &["ps", "-q", service]).context("cannot run docker compose")?;
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if id.is_empty() {
+            bail!("no container for {service} in `{}`", prefix.join(" "));
+        }
+        let out = std::process::Command::new("docker")
+            .args(["inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}"])
+            .arg(&id)
+            .output()
+            .context("cannot run docker")?;
+        let ips = String::from_utf8_lossy(&out.stdout).to_string();
+        ips.split_whitespace()
+            .next()
+            .map(str::to_string)
+            .with_context(|| format!("{service} has no IP address"))
+    }
+}
+
+impl Backend {
+    fn nodes(&self) -> &[NodeAddr] {
+        match self {
+            Backend::Local(c) => &c.nodes,
+            Backend::Compose(c) => &c.nodes,
+        }
+    }
+
+    /// The status of every node but the `down` ones (a dead container's
+    /// address would only time out).
+    async fn views(&self, down: &[u32]) -> Vec<(u32, Result<coterie_core::Status, String>)> {
+        match self {
+            Backend::Local(c) => c.views(None).await,
+            Backend::Compose(c) => {
+                let mut out = Vec::new();
+                for (i, node) in c.nodes.iter().enumerate() {
+                    let id = i as u32 + 1;
+                    if !down.contains(&id) {
+                        out.push((id, status::fetch(node).await));
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    async fn kill(&mut self, id: u32) -> Result<()> {
+        match self {
+            Backend::Local(c) => c.kill(id).await,
+            Backend::Compose(c) => c.command("kill", &format!("node{id}")),
+        }
+    }
+
+    /// How long a step may take to carry out.
+    fn step_overhead(&self) -> Duration {
+        match self {
+            Backend::Local(_) => Duration::ZERO,
+            Backend::Compose(_) => Duration::from_secs(5),
+        }
+    }
+
+    fn start(&mut self, id: u32) -> Result<()> {
+        match self {
+            Backend::Local(c) => c.start(id),
+            Backend::Compose(c) => c.command("start", &format!("node{id}")),
+        }
+    }
+
+    fn pause(&self, id: u32, pause: bool) -> Result<()> {
+        match self {
+            Backend::Local(c) => {
+                c.signal(id, if pause { libc::SIGSTOP } else { libc::SIGCONT });
+                Ok(())
+            }
+            Backend::Compose(c) => {
+                c.command(if pause { "pause" } else { "unpause" }, &format!("node{id}"))
+            }
+        }
+    }
 }
 
 /// A scenario file.
@@ -285,7 +426,13 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
     }
     registry::mutex(&scenario.cluster.mutex)?;
     registry::election(&scenario.cluster.election)?;
-    let report = common::runtime()?.block_on(play(&scenario, args.json, log_format))?;
+    let compose = args.compose.as_ref().map(|p| (p, &args.compose_file));
+    if compose.is_some() && (args.mutex.is_some() || args.election.is_some()) {
+        bail!(
+            "--compose plays against the compose cluster's own algorithms: drop --mutex/--election"
+        );
+    }
+    let report = common::runtime()?.block_on(play(&scenario, args.json, log_format, compose))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -315,7 +462,12 @@ struct Nodes {
     away: Vec<u32>,
 }
 
-async fn play(s: &Scenario, quiet: bool, log_format: &str) -> Result<Report> {
+async fn play(
+    s: &Scenario,
+    quiet: bool,
+    log_format: &str,
+    compose: Option<(&String, &PathBuf)>,
+) -> Result<Report> {
     let c = &s.cluster;
     let dir = std::env::temp_dir().join(format!("coterie-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -347,16 +499,47 @@ async fn play(s: &Scenario, quiet: bool, log_format: &str) -> Result<Report> {
             println!("{}\n", s.description.trim());
         }
     }
-    let (mut cluster, listener, witness_addr) = demo::launch(&shape, log_format, &dir).await?;
-    let (stop_witness, witness_stopped) = tokio::sync::oneshot::channel::<()>();
-    let witness_task = tokio::spawn(witness::serve(listener, c.count as u32, async {
-        let _ = witness_stopped.await;
-    }));
-    let result = timeline_run(s, &mut cluster, &witness_addr, &mut timeline, &mut note).await;
-    cluster.stop_all().await;
-    let _ = stop_witness.send(());
-    let _ = witness_task.await;
-    let (workload, elections_ms, mut failed) = result?;
+    let (workload, elections_ms, mut failed) = match compose {
+        None => {
+            let (cluster, listener, witness_addr) = demo::launch(&shape, log_format, &dir).await?;
+            let (stop_witness, witness_stopped) = tokio::sync::oneshot::channel::<()>();
+            let witness_task = tokio::spawn(witness::serve(listener, c.count as u32, async {
+                let _ = witness_stopped.await;
+            }));
+            let mut backend = Backend::Local(cluster);
+            let result =
+                timeline_run(s, &mut backend, &witness_addr, &mut timeline, &mut note).await;
+            if let Backend::Local(cluster) = &mut backend {
+                cluster.stop_all().await;
+            }
+            let _ = stop_witness.send(());
+            let _ = witness_task.await;
+            result?
+        }
+        Some((project, file)) => {
+            let cfg = coterie_node::Config::load(std::path::Path::new("config/docker.toml"))
+                .context("--compose reads the containers' cluster from config/docker.toml")?;
+            if cfg.nodes.len() != c.nodes as usize {
+                bail!(
+                    "the scenario wants {} nodes; the compose cluster has {}",
+                    c.nodes,
+                    cfg.nodes.len()
+                );
+            }
+            let prefix = Compose::prefix(project, file);
+            let mut nodes = Vec::new();
+            for n in &cfg.nodes {
+                let port = n.client.rsplit(':').next().unwrap_or("7200");
+                let ip = Compose::ip(&prefix, &format!("node{}", n.id))?;
+                nodes.push(NodeAddr { id: Some(n.id), addr: format!("{ip}:{port}") });
+            }
+            let witness = cfg.witness.as_ref().map(|w| w.addr.clone()).context("no [witness]")?;
+            let port = witness.rsplit(':').next().unwrap_or("7300");
+            let witness_addr = format!("{}:{port}", Compose::ip(&prefix, "witness")?);
+            let mut backend = Backend::Compose(Compose { command: prefix, nodes });
+            timeline_run(s, &mut backend, &witness_addr, &mut timeline, &mut note).await?
+        }
+    };
     let e = &s.expect;
     if e.no_violation && workload.violations > 0 {
         failed.push(format!("the witness saw {} overlapping holders", workload.violations));
@@ -390,16 +573,17 @@ type Outcome = (workload::Report, Vec<f64>, Vec<String>);
 
 async fn timeline_run(
     s: &Scenario,
-    cluster: &mut Cluster,
+    cluster: &mut Backend,
     witness_addr: &str,
     timeline: &mut Vec<Event>,
     note: &mut impl FnMut(&mut Vec<Event>, String),
 ) -> Result<Outcome> {
-    let (leader, epoch) = cluster.agreement(Epoch(0), Duration::from_secs(15)).await?;
+    let everyone = Nodes { down: Vec::new(), away: Vec::new() };
+    let (leader, epoch) = agree(cluster, &everyone, Epoch(0), Duration::from_secs(30)).await?;
     note(timeline, format!("cluster up: every node follows n{leader} ({epoch})"));
     let w = &s.workload;
     let clients_on: Vec<_> = cluster
-        .nodes
+        .nodes()
         .iter()
         .filter(|n| w.on.is_empty() || n.id.is_some_and(|id| w.on.contains(&id)))
         .cloned()
@@ -412,7 +596,9 @@ async fn timeline_run(
         hold: w.hold,
         think: w.think,
         witness: Some(witness_addr.to_string()),
-        deadline: Some(start + w.duration),
+        // Docker commands take seconds each: under compose, the workload
+        // runs on long enough to see what follows every step.
+        deadline: Some(start + w.duration + cluster.step_overhead() * s.steps.len() as u32),
         progress: false,
     };
     let driver = tokio::spawn(workload::drive(spec));
@@ -439,8 +625,10 @@ async fn timeline_run(
         };
         let took_coordinator = Some(target) == coordinator
             && ["kill", "stop", "partition"].contains(&step.action.as_str());
-        let t0 = Instant::now();
         let what = act(cluster, &mut nodes, step, target).await?;
+        // From the moment the step took effect (a docker command returns
+        // only once it has).
+        let t0 = Instant::now();
         note(timeline, format!("step {}: {what}", i + 1));
         if took_coordinator {
             let limit = s.expect.election_within.unwrap_or(Duration::from_secs(10));
@@ -457,14 +645,14 @@ async fn timeline_run(
             }
         }
         if i + 1 == s.steps.len() {
-            entries_at_last_step = total_entries(cluster).await;
+            entries_at_last_step = total_entries(cluster, &nodes).await;
         }
     }
     let report = driver.await.context("the workload task failed")??;
     note(timeline, format!("workload done: {} entries", report.entries));
     if s.expect.progress_after_last_step
         && !s.steps.is_empty()
-        && total_entries(cluster).await <= entries_at_last_step
+        && total_entries(cluster, &nodes).await <= entries_at_last_step
     {
         failed.push("no entry was granted after the last step".into());
     }
@@ -483,8 +671,8 @@ async fn timeline_run(
 }
 
 /// Carries out one step; returns what happened, for the timeline.
-async fn act(cluster: &mut Cluster, nodes: &mut Nodes, step: &Step, id: u32) -> Result<String> {
-    let addr = cluster.nodes.get((id as usize).wrapping_sub(1)).map(|n| n.addr.clone());
+async fn act(cluster: &mut Backend, nodes: &mut Nodes, step: &Step, id: u32) -> Result<String> {
+    let addr = cluster.nodes().get((id as usize).wrapping_sub(1)).map(|n| n.addr.clone());
     let fault = |command: FaultCommand| async move {
         let addr = addr.context("no such node")?;
         let mut client = Client::connect(&addr).await?;
@@ -502,12 +690,12 @@ async fn act(cluster: &mut Cluster, nodes: &mut Nodes, step: &Step, id: u32) -> 
             format!("restarted n{id}")
         }
         "stop" => {
-            cluster.signal(id, libc::SIGSTOP);
+            cluster.pause(id, true)?;
             nodes.away.push(id);
             format!("stopped n{id} (SIGSTOP)")
         }
         "resume" => {
-            cluster.signal(id, libc::SIGCONT);
+            cluster.pause(id, false)?;
             nodes.away.retain(|&n| n != id);
             format!("resumed n{id} (SIGCONT)")
         }
@@ -527,7 +715,7 @@ async fn act(cluster: &mut Cluster, nodes: &mut Nodes, step: &Step, id: u32) -> 
             format!("n{id} drops {percent}% of what it sends to {}", peers_text(&step.peers))
         }
         "heal" => {
-            for node in cluster.nodes.clone() {
+            for node in cluster.nodes().to_vec() {
                 if let Ok(mut client) = Client::connect(&node.addr).await {
                     let _ = client.fault(FaultCommand::Heal).await;
                 }
@@ -548,8 +736,8 @@ fn peers_text(peers: &[u32]) -> String {
 }
 
 /// The coordinator the nodes in reach agree on now, if they do.
-async fn current(cluster: &Cluster, nodes: &Nodes) -> (Option<u32>, Epoch) {
-    let views = cluster.views(None).await;
+async fn current(cluster: &Backend, nodes: &Nodes) -> (Option<u32>, Epoch) {
+    let views = cluster.views(&nodes.down).await;
     let mut agreed = None;
     for (id, v) in &views {
         if nodes.away.contains(id) {
@@ -564,7 +752,7 @@ async fn current(cluster: &Cluster, nodes: &Nodes) -> (Option<u32>, Epoch) {
 
 /// A node in the role named, among those running and in reach.
 async fn pick(
-    cluster: &Cluster,
+    cluster: &Backend,
     nodes: &Nodes,
     role: &str,
     coordinator: Option<u32>,
@@ -577,7 +765,7 @@ async fn pick(
     // within a few milliseconds); give up after a second.
     let until = Instant::now() + Duration::from_secs(1);
     while Instant::now() < until {
-        for (id, v) in cluster.views(None).await {
+        for (id, v) in cluster.views(&nodes.down).await {
             if !nodes.away.contains(&id) && v.is_ok_and(|s| s.cs_state == want) {
                 return Some(id);
             }
@@ -590,7 +778,7 @@ async fn pick(
 /// Waits until the nodes in reach agree on a coordinator at an epoch newer
 /// than `after`.
 async fn agree(
-    cluster: &Cluster,
+    cluster: &Backend,
     nodes: &Nodes,
     after: Epoch,
     limit: Duration,
@@ -598,7 +786,7 @@ async fn agree(
     let start = Instant::now();
     loop {
         let views: Vec<_> = cluster
-            .views(None)
+            .views(&nodes.down)
             .await
             .into_iter()
             .filter(|(id, _)| !nodes.away.contains(id) && !nodes.down.contains(id))
@@ -621,6 +809,12 @@ async fn agree(
 }
 
 /// Entries granted so far, over the nodes that answer.
-async fn total_entries(cluster: &Cluster) -> u64 {
-    cluster.views(None).await.into_iter().filter_map(|(_, v)| v.ok()).map(|s| s.cs_entries).sum()
+async fn total_entries(cluster: &Backend, nodes: &Nodes) -> u64 {
+    cluster
+        .views(&nodes.down)
+        .await
+        .into_iter()
+        .filter_map(|(_, v)| v.ok())
+        .map(|s| s.cs_entries)
+        .sum()
 }
