@@ -45,6 +45,12 @@ pub struct SimConfig {
     /// one to six failure timeouts, then healed. Algorithms that trust
     /// timeouts may grant on both sides meanwhile.
     pub partitions: u32,
+    /// This many pauses during the workload: a random node freezes, state
+    /// and all, for half a failure timeout to four, then carries on where
+    /// it stopped (a stopped process, a long GC pause, a VM migration).
+    /// What reached it meanwhile waits for it. Algorithms that trust
+    /// timeouts may grant twice around a pause, as around a partition.
+    pub pauses: u32,
     /// The shape of the workload.
     pub load: Load,
     /// Critical-section entries each node's client makes (concurrent load),
@@ -79,6 +85,7 @@ impl SimConfig {
             seed: 1,
             crashes: 0,
             partitions: 0,
+            pauses: 0,
             load: Load::Concurrent,
             requests: 10,
             timing: Timing::default(),
@@ -126,6 +133,8 @@ pub struct RunReport {
     pub crashes: u32,
     /// Partitions injected.
     pub partitions: u32,
+    /// Pauses injected.
+    pub pauses: u32,
     /// Simulated time at the end, in microseconds.
     pub end_us: u64,
     /// Broken invariants, in the order seen.
@@ -194,6 +203,15 @@ enum Event {
     Heal {
         id: u32,
     },
+    /// Freeze `node` until `until`.
+    Pause {
+        node: NodeId,
+        until: Time,
+    },
+    /// `node` carries on.
+    Resume {
+        node: NodeId,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -253,6 +271,10 @@ pub struct Simulation {
     mutex_in_flight: u64,
     /// The side of the partition in force, if any.
     cut: Option<(u32, BTreeSet<NodeId>)>,
+    /// Paused nodes, and when each carries on.
+    paused: BTreeMap<NodeId, Time>,
+    /// What reached each paused node, in order.
+    deferred: BTreeMap<NodeId, std::collections::VecDeque<Event>>,
     report: RunReport,
 }
 
@@ -282,6 +304,8 @@ impl Simulation {
             mutex_sent_total: 0,
             mutex_in_flight: 0,
             cut: None,
+            paused: BTreeMap::new(),
+            deferred: BTreeMap::new(),
             report: RunReport { seed: cfg.seed, ..RunReport::default() },
             cfg,
         };
@@ -373,6 +397,13 @@ impl Simulation {
             self.push(at, Event::Crash { node, silent });
             let down_for = self.uniform((ft / 2, ft * 4));
             self.push(at + down_for, Event::Restart { node });
+        }
+        for _ in 0..self.cfg.pauses {
+            let at = self.workload_start + self.uniform((Duration::ZERO, window));
+            let node = NodeId(self.rng.random_range(1..=self.cfg.nodes));
+            let until = at + self.uniform((ft / 2, ft * 4));
+            self.push(at, Event::Pause { node, until });
+            self.push(until, Event::Resume { node });
         }
         for id in 0..self.cfg.partitions {
             let at = self.workload_start + self.uniform((Duration::ZERO, window));
@@ -546,7 +577,28 @@ impl Simulation {
         self.nodes.get_mut(&node).and_then(|n| n.engine.as_mut()).expect("live node")
     }
 
+    /// The node an event is for, when that node could be paused.
+    fn target(event: &Event) -> Option<NodeId> {
+        match event {
+            Event::Deliver { to, .. } => Some(*to),
+            Event::LinkDown { observer, .. } => Some(*observer),
+            Event::Wake { node, .. }
+            | Event::Request { node, .. }
+            | Event::Release { node, .. } => Some(*node),
+            _ => None,
+        }
+    }
+
     fn handle(&mut self, event: Event) {
+        if let Some(node) = Self::target(&event) {
+            if self.paused.contains_key(&node) {
+                // Frozen: it happens when the node carries on, in order.
+                if !matches!(event, Event::Wake { .. }) {
+                    self.deferred.entry(node).or_default().push_back(event);
+                }
+                return;
+            }
+        }
         match event {
             Event::Deliver { from, to, incarnation, bytes, mutex } => {
                 if mutex {
@@ -621,6 +673,30 @@ impl Simulation {
                 let names: Vec<String> = side.iter().map(|n| n.to_string()).collect();
                 self.trace(|| format!("PARTITION: {{{}}} cut off from the rest", names.join(", ")));
                 self.cut = Some((id, side));
+            }
+            Event::Pause { node, until } => {
+                if self.nodes[&node].engine.is_none() || self.paused.contains_key(&node) {
+                    return;
+                }
+                self.last_fault = self.now;
+                self.report.pauses += 1;
+                self.trace(|| format!("{node} PAUSES"));
+                self.paused.insert(node, until);
+            }
+            Event::Resume { node } => {
+                if self.paused.remove(&node).is_none() {
+                    return;
+                }
+                self.last_fault = self.now;
+                self.trace(|| format!("{node} RESUMES"));
+                // What reached it meanwhile, in order, before anything else.
+                for event in self.deferred.remove(&node).unwrap_or_default() {
+                    self.handle(event);
+                }
+                if let Some(n) = self.nodes.get_mut(&node) {
+                    n.wake_at = None; // its timers are overdue: wake it now
+                }
+                self.after_input(node);
             }
             Event::Heal { id } => {
                 if self.cut.as_ref().is_some_and(|(current, _)| *current == id) {
@@ -713,6 +789,8 @@ impl Simulation {
         }
         self.last_fault = self.now;
         self.report.crashes += 1;
+        self.paused.remove(&node);
+        self.deferred.remove(&node);
         self.trace(|| format!("{node} CRASHES{}", if silent { " (silently)" } else { "" }));
         let n = self.nodes.get_mut(&node).expect("known");
         n.engine = None;

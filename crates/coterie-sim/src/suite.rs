@@ -39,6 +39,8 @@ pub struct Summary {
     pub crashes: u64,
     /// Partitions injected, over all runs.
     pub partitions: u64,
+    /// Pauses injected, over all runs.
+    pub pauses: u64,
     /// Grants that overtook an older waiting request, over all runs (see
     /// `RunReport::out_of_order`).
     pub out_of_order: u64,
@@ -66,6 +68,7 @@ pub fn run_seeds(
         coordinator_entries: 0,
         crashes: 0,
         partitions: 0,
+        pauses: 0,
         out_of_order: 0,
         messages_by_kind: BTreeMap::new(),
         failures: Vec::new(),
@@ -77,6 +80,7 @@ pub fn run_seeds(
         summary.coordinator_entries += report.coordinator_entries;
         summary.crashes += u64::from(report.crashes);
         summary.partitions += u64::from(report.partitions);
+        summary.pauses += u64::from(report.pauses);
         summary.out_of_order += report.out_of_order;
         mutex_messages += report.mutex_messages;
         for (kind, n) in &report.messages_by_kind {

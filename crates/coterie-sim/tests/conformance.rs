@@ -27,6 +27,9 @@ fn replay_hint(cfg: &SimConfig, seed: u64) -> String {
     if cfg.partitions > 0 {
         options.push_str(&format!(" --partitions {}", cfg.partitions));
     }
+    if cfg.pauses > 0 {
+        options.push_str(&format!(" --pauses {}", cfg.pauses));
+    }
     format!(
         "replay: coterie sim --mutex {} --election {} --nodes {} --count {} --crashes {}{} --seed {} \
          --trace\n{}",
@@ -363,5 +366,21 @@ fn timeout_algorithms_grant_on_both_sides_of_a_partition() {
             "{}: 50 partitioned runs and never two holders; is the partition real?",
             m.name
         );
+    }
+}
+
+/// A paused node wakes up believing what it believed: the quorum
+/// algorithms stay safe and live around it, as around a partition.
+#[test]
+fn quorum_algorithms_stay_safe_and_live_around_pauses() {
+    for name in mutexes().into_iter().map(|m| m.name).filter(|n| QUORUM.contains(n)) {
+        for nodes in [3, 5, 7] {
+            for e in ELECTIONS {
+                let cfg = SimConfig { nodes, pauses: 2, ..SimConfig::new(name, e.name) };
+                let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+                assert!(summary.pauses > 0, "no pause was injected");
+                assert_clean(&cfg, &summary);
+            }
+        }
     }
 }

@@ -650,6 +650,12 @@ impl<R: QuorumRule> QuorumLock<R> {
                     if self.arbiter.lock != Some(s) {
                         self.arbiter.queue.insert(s);
                     }
+                    // It may have forgotten a FAILED of ours (it saw this
+                    // node go down and up): tell it again if it still holds.
+                    self.arbiter.failed.remove(&s);
+                }
+                if self.arbiter.lock.is_some_and(|l| l.node == from) {
+                    self.arbiter.inquired = false; // likewise an INQUIRE
                 }
                 self.check_ready();
             }

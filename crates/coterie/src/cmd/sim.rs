@@ -39,6 +39,10 @@ pub struct Args {
     /// cut off for one to six failure timeouts, then healed.
     #[arg(long, default_value_t = 0)]
     partitions: u32,
+    /// Pause a random node this many times per run (frozen with its state
+    /// for up to four failure timeouts, then carrying on).
+    #[arg(long, default_value_t = 0)]
+    pauses: u32,
     /// Holders allowed at once (counting semaphore), where supported.
     #[arg(long, default_value_t = 1)]
     count: usize,
@@ -94,6 +98,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         },
         crashes: args.crashes,
         partitions: args.partitions,
+        pauses: args.pauses,
         requests: args.requests,
         load: if args.sequential { Load::Sequential } else { Load::Concurrent },
         ..SimConfig::new(&args.mutex, &args.election)
@@ -135,7 +140,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 (c, 0) => format!(", up to {c} crashes each"),
                 (0, p) => format!(", {p} partitions each"),
                 (c, p) => format!(", up to {c} crashes and {p} partitions each"),
-            },
+            } + &if args.pauses > 0 { format!(", {} pauses", args.pauses) } else { String::new() },
             summary.entries,
             summary.violations
         );
@@ -165,8 +170,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         for f in &summary.failures {
             println!(
-                "  seed {}: {}: {}\n    replay: coterie sim --mutex {} --election {} --nodes {} --crashes {} --partitions {}{} --seed {} --trace",
-                f.seed, f.invariant, f.detail, summary.mutex, summary.election, summary.nodes, args.crashes, args.partitions,
+                "  seed {}: {}: {}\n    replay: coterie sim --mutex {} --election {} --nodes {} --crashes {} --partitions {} --pauses {}{} --seed {} --trace",
+                f.seed, f.invariant, f.detail, summary.mutex, summary.election, summary.nodes, args.crashes, args.partitions, args.pauses,
                 options_flags(base.mutex_options), f.seed
             );
         }
