@@ -125,16 +125,31 @@ impl Default for TimingSection {
     }
 }
 
-/// Durations written the way people write them: "50ms", "1s", "2m".
-mod humantime_serde_str {
+/// Durations written the way people write them: "50ms", "1s", "2m", for
+/// `#[serde(with = "humantime_serde_str")]` in any TOML file coterie reads.
+pub mod humantime_serde_str {
     use serde::{Deserialize, Deserializer};
     use std::time::Duration;
 
+    fn parse<E: serde::de::Error>(text: &str) -> Result<Duration, E> {
+        humantime::parse_duration(text)
+            .map_err(|e| E::custom(format!("{text:?} is not a duration like \"250ms\": {e}")))
+    }
+
+    /// A required duration.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        humantime::parse_duration(&text).map_err(|e| {
-            serde::de::Error::custom(format!("{text:?} is not a duration like \"250ms\": {e}"))
-        })
+        parse(&String::deserialize(d)?)
+    }
+
+    /// An optional duration: `#[serde(default, with = "humantime_serde_str::option")]`.
+    pub mod option {
+        use serde::{Deserialize, Deserializer};
+        use std::time::Duration;
+
+        /// Parses the duration when the key is present.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+            Option::<String>::deserialize(d)?.map(|t| super::parse(&t)).transpose()
+        }
     }
 }
 

@@ -144,6 +144,9 @@ impl Inner {
 
     /// Resolves at once unless a fault paused the node; then when resumed.
     async fn unpaused(&self) {
+        if !*self.paused.borrow() {
+            return; // the common case, on every message: no subscription
+        }
         let mut paused = self.paused.subscribe();
         let _ = paused.wait_for(|p| !*p).await;
     }

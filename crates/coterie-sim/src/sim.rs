@@ -203,10 +203,9 @@ enum Event {
     Heal {
         id: u32,
     },
-    /// Freeze `node` until `until`.
+    /// Freeze `node` (a `Resume` is scheduled with it).
     Pause {
         node: NodeId,
-        until: Time,
     },
     /// `node` carries on.
     Resume {
@@ -271,8 +270,8 @@ pub struct Simulation {
     mutex_in_flight: u64,
     /// The side of the partition in force, if any.
     cut: Option<(u32, BTreeSet<NodeId>)>,
-    /// Paused nodes, and when each carries on.
-    paused: BTreeMap<NodeId, Time>,
+    /// Paused nodes.
+    paused: BTreeSet<NodeId>,
     /// What reached each paused node, in order.
     deferred: BTreeMap<NodeId, std::collections::VecDeque<Event>>,
     report: RunReport,
@@ -304,7 +303,7 @@ impl Simulation {
             mutex_sent_total: 0,
             mutex_in_flight: 0,
             cut: None,
-            paused: BTreeMap::new(),
+            paused: BTreeSet::new(),
             deferred: BTreeMap::new(),
             report: RunReport { seed: cfg.seed, ..RunReport::default() },
             cfg,
@@ -402,7 +401,7 @@ impl Simulation {
             let at = self.workload_start + self.uniform((Duration::ZERO, window));
             let node = NodeId(self.rng.random_range(1..=self.cfg.nodes));
             let until = at + self.uniform((ft / 2, ft * 4));
-            self.push(at, Event::Pause { node, until });
+            self.push(at, Event::Pause { node });
             self.push(until, Event::Resume { node });
         }
         for id in 0..self.cfg.partitions {
@@ -591,7 +590,7 @@ impl Simulation {
 
     fn handle(&mut self, event: Event) {
         if let Some(node) = Self::target(&event) {
-            if self.paused.contains_key(&node) {
+            if self.paused.contains(&node) {
                 // Frozen: it happens when the node carries on, in order.
                 if !matches!(event, Event::Wake { .. }) {
                     self.deferred.entry(node).or_default().push_back(event);
@@ -674,17 +673,17 @@ impl Simulation {
                 self.trace(|| format!("PARTITION: {{{}}} cut off from the rest", names.join(", ")));
                 self.cut = Some((id, side));
             }
-            Event::Pause { node, until } => {
-                if self.nodes[&node].engine.is_none() || self.paused.contains_key(&node) {
+            Event::Pause { node } => {
+                if self.nodes[&node].engine.is_none() || self.paused.contains(&node) {
                     return;
                 }
                 self.last_fault = self.now;
                 self.report.pauses += 1;
                 self.trace(|| format!("{node} PAUSES"));
-                self.paused.insert(node, until);
+                self.paused.insert(node);
             }
             Event::Resume { node } => {
-                if self.paused.remove(&node).is_none() {
+                if !self.paused.remove(&node) {
                     return;
                 }
                 self.last_fault = self.now;

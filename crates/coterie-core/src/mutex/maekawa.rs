@@ -18,8 +18,10 @@
 //! get the grid.)
 //!
 //! **Assumptions.** FIFO links (an INQUIRE must not overtake the GRANT it
-//! asks about); crash-stop failures reported by the failure detector; no
-//! partitions. Request sets are fixed: a requester whose set has a dead
+//! asks about); crash and restart failures reported by the failure
+//! detector. Partitions and pauses cost liveness while they last, never
+//! safety: no permission moves on a suspicion (see `quorum`). Request sets
+//! are fixed: a requester whose set has a dead
 //! member waits until it is back, so one crash can stall the nodes whose
 //! sets contain it for the crash's duration (`tree-quorum` routes round
 //! failures instead).

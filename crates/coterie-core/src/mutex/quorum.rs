@@ -43,7 +43,12 @@
 //! or a partition healed), the other sends it a RECOVER saying whether it
 //! holds or waits for that node's permission; an arbiter whose holder says
 //! it no longer holds (it restarted with nothing, or released while cut
-//! off) takes the permission back, counted as used. The price: a holder
+//! off) takes the permission back, counted as used. Messages lost while a
+//! peer was out of reach are made good the same way: a requester still
+//! waiting for a permission it was granted gets the GRANT again, and the
+//! FAILED and INQUIRE it may have missed are sent again. Grants are
+//! numbered per arbiter, so a late copy of a grant already given back
+//! (YIELD) never counts. The price: a holder
 //! that crashes and never returns blocks its arbiters' permission for good,
 //! as in Maekawa's original. A requester whose quorum member goes down
 //! drops that member's permission, and asks the rule for a new quorum when

@@ -19,8 +19,9 @@
 //! own member and saves messages), and otherwise left or right by its id,
 //! which spreads the load over the leaves.
 //!
-//! **Assumptions.** FIFO links; crash-stop failures reported by the failure
-//! detector; no partitions.
+//! **Assumptions.** FIFO links; crash and restart failures reported by the
+//! failure detector. Partitions and pauses cost liveness while they last,
+//! never safety: no permission moves on a suspicion (see `quorum`).
 //!
 //! **Messages per entry.** At light load REQUEST, GRANT and RELEASE per
 //! path member other than the requester: 3(log₂ N) or so; under

@@ -6,7 +6,6 @@ use super::workload;
 use anyhow::{bail, Context, Result};
 use coterie_core::registry::{self, MUTEXES};
 use coterie_core::{Epoch, MutexOptions, Priority};
-use coterie_node::witness;
 use coterie_sim::sim::{self, Load, SimConfig};
 use serde::Serialize;
 use std::process::ExitCode;
@@ -113,10 +112,7 @@ async fn measure_real(
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let shape = Shape { nodes, mutex: mutex.to_string(), election: election.to_string(), count: 1 };
     let (mut cluster, listener, witness_addr) = demo::launch(&shape, "text", &dir).await?;
-    let (stop_witness, witness_stopped) = tokio::sync::oneshot::channel::<()>();
-    let witness_task = tokio::spawn(witness::serve(listener, 1, async {
-        let _ = witness_stopped.await;
-    }));
+    let witness = demo::Witness::serve(listener, 1);
     let result = async {
         cluster.agreement(Epoch(0), Duration::from_secs(15)).await?;
         workload::drive(workload::Spec {
@@ -133,8 +129,7 @@ async fn measure_real(
     }
     .await;
     cluster.stop_all().await;
-    let _ = stop_witness.send(());
-    let _ = witness_task.await;
+    witness.stop().await;
     let r =
         result.with_context(|| format!("{mutex} on {nodes} nodes (logs in {})", dir.display()))?;
     let _ = std::fs::remove_dir_all(&dir);

@@ -186,15 +186,8 @@ impl Cluster {
         let start = Instant::now();
         loop {
             let views = self.views(absent).await;
-            let first =
-                views.first().and_then(|(_, v)| v.as_ref().ok()).map(|s| (s.coordinator, s.epoch));
-            let agreed = views.iter().all(|(_, v)| {
-                v.as_ref().is_ok_and(|s| s.joined && Some((s.coordinator, s.epoch)) == first)
-            });
-            if let (true, Some((Some(leader), epoch))) = (agreed, first) {
-                if Epoch(epoch) > after {
-                    return Ok((leader, Epoch(epoch)));
-                }
+            if let Some(agreed) = settled(&views, after) {
+                return Ok(agreed);
             }
             if start.elapsed() > limit {
                 let seen: Vec<String> = views
@@ -263,10 +256,7 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
     let (mut cluster, listener, witness_addr) = launch(&shape, log_format, &dir).await?;
     let nodes = cluster.nodes.clone();
     // The witness runs in this process, on a real socket.
-    let (stop_witness, witness_stopped) = tokio::sync::oneshot::channel::<()>();
-    let witness_task = tokio::spawn(witness::serve(listener, args.count as u32, async {
-        let _ = witness_stopped.await;
-    }));
+    let witness = Witness::serve(listener, args.count as u32);
     if !quiet {
         println!(
             "coterie demo: {} nodes running {} + {} on 127.0.0.1, witness {witness_addr}",
@@ -285,8 +275,7 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
     )
     .await;
     cluster.stop_all().await;
-    let _ = stop_witness.send(());
-    let _ = witness_task.await;
+    witness.stop().await;
     let report = result?;
 
     // Overlapping holders fail the demo. A stale fence is a grant the
@@ -326,6 +315,45 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         );
     }
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The coordinator and epoch every node of `views` follows, once all have
+/// joined, answer, and agree on an epoch newer than `after`.
+pub(crate) fn settled(
+    views: &[(u32, Result<Status, String>)],
+    after: Epoch,
+) -> Option<(u32, Epoch)> {
+    let first = views.first().and_then(|(_, v)| v.as_ref().ok()).map(|s| (s.coordinator, s.epoch));
+    let all = views.iter().all(|(_, v)| {
+        v.as_ref().is_ok_and(|s| s.joined && Some((s.coordinator, s.epoch)) == first)
+    });
+    match (all, first) {
+        (true, Some((Some(leader), epoch))) if Epoch(epoch) > after => Some((leader, Epoch(epoch))),
+        _ => None,
+    }
+}
+
+/// The witness, served by this process on the listener `launch` bound.
+pub(crate) struct Witness {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Witness {
+    /// Serves a witness admitting `capacity` holders at once.
+    pub(crate) fn serve(listener: tokio::net::TcpListener, capacity: u32) -> Witness {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(witness::serve(listener, capacity, async {
+            let _ = stopped.await;
+        }));
+        Witness { stop, task }
+    }
+
+    /// Stops serving, once every connection has been answered.
+    pub(crate) async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
 }
 
 /// What a local cluster runs: its size and algorithms.

@@ -6,8 +6,9 @@ use super::demo::{self, Cluster, Shape};
 use super::{status, workload};
 use anyhow::{bail, Context, Result};
 use coterie_core::{registry, CsState, Epoch};
+use coterie_node::config::humantime_serde_str;
 use coterie_node::protocol::FaultCommand;
-use coterie_node::{witness, Client};
+use coterie_node::Client;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -226,11 +227,11 @@ struct WorkloadSpec {
     /// Clients per node.
     #[serde(default = "default_clients")]
     clients: usize,
-    #[serde(default = "default_hold", with = "humantime_serde_compat")]
+    #[serde(default = "default_hold", with = "humantime_serde_str")]
     hold: Duration,
-    #[serde(default = "default_think", with = "humantime_serde_compat")]
+    #[serde(default = "default_think", with = "humantime_serde_str")]
     think: Duration,
-    #[serde(default = "default_duration", with = "humantime_serde_compat")]
+    #[serde(default = "default_duration", with = "humantime_serde_str")]
     duration: Duration,
     /// Only the clients of these nodes ask (default: every node's).
     #[serde(default)]
@@ -262,23 +263,12 @@ impl Default for WorkloadSpec {
     }
 }
 
-/// Durations in scenario files are written like "250ms" or "2s".
-mod humantime_serde_compat {
-    use serde::{Deserialize, Deserializer};
-    use std::time::Duration;
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        humantime::parse_duration(&text).map_err(serde::de::Error::custom)
-    }
-}
-
 /// One action of the timeline.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Step {
     /// When, from the start of the workload.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde_str")]
     at: Duration,
     /// kill | restart | stop | resume | partition | heal | delay | drop
     #[serde(rename = "do")]
@@ -291,21 +281,11 @@ struct Step {
     #[serde(default)]
     peers: Vec<u32>,
     /// delay: how long.
-    #[serde(default, with = "option_duration")]
+    #[serde(default, with = "humantime_serde_str::option")]
     delay: Option<Duration>,
     /// drop: percent of messages lost.
     #[serde(default)]
     percent: Option<u8>,
-}
-
-mod option_duration {
-    use serde::{Deserialize, Deserializer};
-    use std::time::Duration;
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        let text = Option::<String>::deserialize(d)?;
-        text.map(|t| humantime::parse_duration(&t).map_err(serde::de::Error::custom)).transpose()
-    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -331,7 +311,7 @@ struct Expect {
     stale_fences_at_least: u64,
     /// After each step that takes the coordinator away, the nodes still in
     /// reach agree on a new one within this long.
-    #[serde(default, with = "option_duration")]
+    #[serde(default, with = "humantime_serde_str::option")]
     election_within: Option<Duration>,
     /// At the end, every running node follows this node.
     #[serde(default)]
@@ -502,18 +482,14 @@ async fn play(
     let (workload, elections_ms, mut failed) = match compose {
         None => {
             let (cluster, listener, witness_addr) = demo::launch(&shape, log_format, &dir).await?;
-            let (stop_witness, witness_stopped) = tokio::sync::oneshot::channel::<()>();
-            let witness_task = tokio::spawn(witness::serve(listener, c.count as u32, async {
-                let _ = witness_stopped.await;
-            }));
+            let witness = demo::Witness::serve(listener, c.count as u32);
             let mut backend = Backend::Local(cluster);
             let result =
                 timeline_run(s, &mut backend, &witness_addr, &mut timeline, &mut note).await;
             if let Backend::Local(cluster) = &mut backend {
                 cluster.stop_all().await;
             }
-            let _ = stop_witness.send(());
-            let _ = witness_task.await;
+            witness.stop().await;
             result?
         }
         Some((project, file)) => {
@@ -791,15 +767,8 @@ async fn agree(
             .into_iter()
             .filter(|(id, _)| !nodes.away.contains(id) && !nodes.down.contains(id))
             .collect();
-        let first =
-            views.first().and_then(|(_, v)| v.as_ref().ok()).map(|s| (s.coordinator, s.epoch));
-        let all = views.iter().all(|(_, v)| {
-            v.as_ref().is_ok_and(|s| s.joined && Some((s.coordinator, s.epoch)) == first)
-        });
-        if let (true, Some((Some(leader), epoch))) = (all, first) {
-            if Epoch(epoch) > after {
-                return Ok((leader, Epoch(epoch)));
-            }
+        if let Some(agreed) = demo::settled(&views, after) {
+            return Ok(agreed);
         }
         if start.elapsed() > limit {
             bail!("no agreement on a new coordinator within {limit:?}");

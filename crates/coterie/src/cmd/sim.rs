@@ -37,11 +37,11 @@ pub struct Args {
     crashes: u32,
     /// Partition the network this many times per run: a random minority
     /// cut off for one to six failure timeouts, then healed.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, num_args = 0..=1, default_missing_value = "1")]
     partitions: u32,
     /// Pause a random node this many times per run (frozen with its state
     /// for up to four failure timeouts, then carrying on).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, num_args = 0..=1, default_missing_value = "1")]
     pauses: u32,
     /// Holders allowed at once (counting semaphore), where supported.
     #[arg(long, default_value_t = 1)]
