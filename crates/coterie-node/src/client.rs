@@ -2,8 +2,8 @@
 
 use crate::codec::{read_frame, write_frame, FrameError};
 use crate::protocol::{
-    ClientRequest, ClientResponse, FaultCommand, FaultState, WitnessReport, WitnessRequest,
-    WitnessResponse,
+    ClientRequest, ClientResponse, FaultCommand, FaultState, WatchEvent, WitnessReport,
+    WitnessRequest, WitnessResponse,
 };
 use coterie_core::Status;
 use serde::{de::DeserializeOwned, Serialize};
@@ -128,6 +128,17 @@ impl Client {
         }
     }
 
+    /// Turns this session into a stream of the node's events. Returns
+    /// once the node has subscribed it, with the first event: a
+    /// [`NodeEvent::Snapshot`] of where the node stands.
+    pub async fn watch(mut self) -> Result<(WatchEvent, Watch), ClientError> {
+        let conn = &mut self.conn;
+        write_frame(&mut conn.stream, &ClientRequest::Watch).await.map_err(FrameError::Io)?;
+        let mut watch = Watch { conn: self.conn };
+        let first = watch.next().await?.ok_or(ClientError::Closed)?;
+        Ok((first, watch))
+    }
+
     /// The node's status.
     pub async fn status(&mut self) -> Result<Status, ClientError> {
         match self.conn.call(&ClientRequest::Status).await? {
@@ -135,6 +146,41 @@ impl Client {
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
     }
+}
+
+/// A node's event stream; see [`Client::watch`].
+pub struct Watch {
+    conn: Conn,
+}
+
+impl Watch {
+    /// The next event; `None` once the node has closed the stream (it
+    /// stopped or died).
+    pub async fn next(&mut self) -> Result<Option<WatchEvent>, ClientError> {
+        match read_frame(&mut self.conn.stream, &mut self.conn.buf).await? {
+            None => Ok(None),
+            Some(ClientResponse::Event(e)) => Ok(Some(e)),
+            Some(other) => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+}
+
+/// The witness's verdict on an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// Let in; `holders` are inside now, this one included, and
+    /// `violation` says whether that is more than the capacity.
+    Accepted {
+        /// Holders inside now.
+        holders: u32,
+        /// More holders than allowed.
+        violation: bool,
+    },
+    /// Refused: the fence is not newer than `last`, already accepted.
+    Stale {
+        /// The newest fence accepted.
+        last: u64,
+    },
 }
 
 /// A connection to the witness.
@@ -148,12 +194,13 @@ impl WitnessClient {
         Ok(WitnessClient { conn: Conn::open(addr).await? })
     }
 
-    /// Enters the resource with `fence`; `false` if the witness refused it
-    /// as stale.
-    pub async fn enter(&mut self, fence: u64, node: u32) -> Result<bool, ClientError> {
+    /// Enters the resource with `fence`, granted by `node`.
+    pub async fn enter(&mut self, fence: u64, node: u32) -> Result<Entry, ClientError> {
         match self.conn.call(&WitnessRequest::Enter { fence, node }).await? {
-            WitnessResponse::Accepted => Ok(true),
-            WitnessResponse::Stale { .. } => Ok(false),
+            WitnessResponse::Accepted { holders, violation } => {
+                Ok(Entry::Accepted { holders, violation })
+            }
+            WitnessResponse::Stale { last } => Ok(Entry::Stale { last }),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
     }

@@ -20,5 +20,5 @@ pub mod node;
 pub mod protocol;
 pub mod witness;
 
-pub use client::{Acquired, Client, ClientError, WitnessClient};
+pub use client::{Acquired, Client, ClientError, Entry, Watch, WitnessClient};
 pub use config::Config;

@@ -20,7 +20,7 @@
 use crate::codec::{read_frame, write_frame, FrameError};
 use crate::config::Config;
 use crate::faults::{Fate, Faults};
-use crate::protocol::{ClientRequest, ClientResponse};
+use crate::protocol::{ClientRequest, ClientResponse, NodeEvent, WatchEvent};
 use coterie_core::engine::Output;
 use coterie_core::wire::{self, Hello, PeerFrame, PROTOCOL_VERSION};
 use coterie_core::{CsState, Engine, Fence, NodeId, Status};
@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{broadcast, mpsc, oneshot, watch, Notify};
 use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn, Instrument};
 
@@ -44,6 +44,9 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 /// ones are dropped first; the algorithms tolerate loss to a peer that is
 /// down, and a peer that is merely slow to connect needs only the recent.
 const BACKLOG: usize = 1024;
+/// Events a slow watcher may fall behind by before it is told it missed
+/// some.
+const WATCH_BACKLOG: usize = 4096;
 /// Redial delays grow from the first to the last.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(1));
 
@@ -131,11 +134,20 @@ struct Inner {
     /// stop backing off and dial now.
     redial: BTreeMap<NodeId, Notify>,
     state: Mutex<State>,
+    /// What watchers (`coterie watch`) are told.
+    events: broadcast::Sender<WatchEvent>,
 }
 
 impl Inner {
     fn now(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// Tells the watchers, if any, that `event` happened.
+    fn emit(&self, event: NodeEvent) {
+        if self.events.receiver_count() > 0 {
+            let _ = self.events.send(WatchEvent { node: self.id.0, unix_us: unix_us(), event });
+        }
     }
 
     fn faults(&self) -> MutexGuard<'_, Faults> {
@@ -209,6 +221,7 @@ impl Inner {
                         state.engine.release(now);
                         continue;
                     };
+                    self.emit(NodeEvent::Granted { fence: fence.0, session });
                     let epoch = state.engine.epoch();
                     if state.logged_epoch != Some(epoch) {
                         state.logged_epoch = Some(epoch);
@@ -231,12 +244,20 @@ impl Inner {
                         round = epoch.round(),
                         "coordinator elected"
                     );
+                    self.emit(NodeEvent::Coordinator { leader: leader.0, epoch: epoch.0 });
                 }
-                Output::PeerUp(peer) => info!(node = id, peer = peer.0, "peer up"),
-                Output::PeerDown(peer) => warn!(node = id, peer = peer.0, "peer down"),
+                Output::PeerUp(peer) => {
+                    info!(node = id, peer = peer.0, "peer up");
+                    self.emit(NodeEvent::PeerUp { peer: peer.0 });
+                }
+                Output::PeerDown(peer) => {
+                    warn!(node = id, peer = peer.0, "peer down");
+                    self.emit(NodeEvent::PeerDown { peer: peer.0 });
+                }
                 Output::Joined => {
                     let alive: Vec<u32> = state.engine.status().alive;
                     info!(node = id, ?alive, "joined the cluster");
+                    self.emit(NodeEvent::Joined { alive });
                 }
             }
         }
@@ -256,10 +277,11 @@ fn grant_to_waiter(local: &mut LocalQueue, fence: Fence) -> Option<u64> {
 
 /// Lets `session` go, whether it holds or waits, and asks again for the next
 /// waiter if it held.
-fn leave(state: &mut State, session: u64, now: Duration) -> bool {
+fn leave(inner: &Inner, state: &mut State, session: u64, now: Duration) -> bool {
     state.local.waiters.retain(|w| w.session != session);
     if state.local.holder.is_some_and(|(s, _)| s == session) {
         state.local.holder = None;
+        inner.emit(NodeEvent::Released { session });
         state.engine.release(now);
         if !state.local.waiters.is_empty() {
             state.engine.request(now);
@@ -323,6 +345,7 @@ pub async fn run(
         lanes,
         deadline_changed: Notify::new(),
         state: Mutex::new(State { engine, local: LocalQueue::default(), logged_epoch: None }),
+        events: broadcast::channel(WATCH_BACKLOG).0,
     });
     let span = tracing::info_span!("node", id);
     info!(parent: &span, peer = ?listeners.peer.local_addr().ok(), client = ?listeners.client.local_addr().ok(),
@@ -690,13 +713,17 @@ async fn client_session(
                 }
             }
             Ok(Some(ClientRequest::Release)) => {
-                if inner.input(|s, now| leave(s, session, now)) {
+                if inner.input(|s, now| leave(&inner, s, session, now)) {
                     ClientResponse::Released
                 } else {
                     ClientResponse::NotHolding
                 }
             }
             Ok(Some(ClientRequest::Status)) => ClientResponse::Status(Box::new(status(&inner))),
+            Ok(Some(ClientRequest::Watch)) => {
+                watch_session(&inner, session, &mut reader, &mut writer, &mut stop).await;
+                break;
+            }
             Ok(None) => break,
             Err(FrameError::Io(_)) => break,
             Err(e) => {
@@ -709,8 +736,64 @@ async fn client_session(
             break;
         }
     }
-    if inner.input(|s, now| leave(s, session, now)) {
+    if inner.input(|s, now| leave(&inner, s, session, now)) {
         info!(session, "client left while holding: released on its behalf");
+    }
+}
+
+/// Now, in microseconds since the Unix epoch.
+fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Streams the node's events to a watcher until it goes away or the node
+/// stops. The session can hold nothing from here on: its requests are
+/// not read.
+async fn watch_session(
+    inner: &Inner,
+    session: u64,
+    reader: &mut tokio::net::tcp::OwnedReadHalf,
+    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    stop: &mut watch::Receiver<bool>,
+) {
+    // Subscribe before the snapshot so nothing falls between them.
+    let mut events = inner.events.subscribe();
+    let snapshot = {
+        let s = inner.lock();
+        let status = s.engine.status();
+        NodeEvent::Snapshot {
+            coordinator: status.coordinator,
+            epoch: status.epoch,
+            alive: status.alive,
+            joined: status.joined,
+        }
+    };
+    let first = WatchEvent { node: inner.id.0, unix_us: unix_us(), event: snapshot };
+    if write_frame(writer, &ClientResponse::Event(first)).await.is_err() {
+        return;
+    }
+    debug!(session, "watcher subscribed");
+    let mut probe = [0u8; 1];
+    loop {
+        let event = tokio::select! {
+            e = events.recv() => e,
+            // A watcher sends nothing more: a read returning is it leaving.
+            _ = reader.read(&mut probe) => return,
+            _ = stopped(stop) => return,
+        };
+        let event = match event {
+            Ok(e) => e,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                let event = NodeEvent::Missed { events: missed };
+                WatchEvent { node: inner.id.0, unix_us: unix_us(), event }
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        if write_frame(writer, &ClientResponse::Event(event)).await.is_err() {
+            return;
+        }
     }
 }
 
@@ -724,6 +807,7 @@ fn fault(inner: &Inner, command: &crate::protocol::FaultCommand) -> ClientRespon
     drop(faults);
     warn!(node = inner.id.0, ?command, ?state, "fault injected");
     inner.paused.send_replace(state.paused);
+    inner.emit(NodeEvent::Fault(state.clone()));
     ClientResponse::Faults(state)
 }
 
@@ -774,7 +858,7 @@ async fn acquire(
         _ = timer => None,
         _ = reader.read(&mut probe) => {
             // A client waiting for a grant sends nothing: this is it leaving.
-            inner.input(|s, now| leave(s, session, now));
+            inner.input(|s, now| leave(inner, s, session, now));
             return None;
         }
     };
@@ -783,7 +867,7 @@ async fn acquire(
         None => {
             // Timed out. The grant may have raced the timer: then it holds
             // and must let go; either way it leaves the queue.
-            inner.input(|s, now| leave(s, session, now));
+            inner.input(|s, now| leave(inner, s, session, now));
             Some(if try_lock { ClientResponse::Busy } else { ClientResponse::TimedOut })
         }
     }

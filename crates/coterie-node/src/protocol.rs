@@ -21,6 +21,80 @@ pub enum ClientRequest {
     /// Inject a fault into the node's agent, or clear them (`coterie
     /// fault`). Answered with the faults now in force.
     Fault(FaultCommand),
+    /// Stream what happens at the node from now on (`coterie watch`): the
+    /// connection then carries only [`ClientResponse::Event`]s, until the
+    /// client closes it or the node stops.
+    Watch,
+}
+
+/// Something that happened at a node, as a watcher sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchEvent {
+    /// The node it happened at.
+    pub node: u32,
+    /// When, in microseconds since the Unix epoch by the node's clock
+    /// (nodes on one host share it, so their events interleave truly).
+    pub unix_us: u64,
+    /// What.
+    pub event: NodeEvent,
+}
+
+/// The kinds of [`WatchEvent`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeEvent {
+    /// The first event of every stream: where the node stands as the watch
+    /// begins.
+    Snapshot {
+        /// The coordinator it follows.
+        coordinator: Option<u32>,
+        /// That coordinator's epoch.
+        epoch: u64,
+        /// The ids it believes up, itself included.
+        alive: Vec<u32>,
+        /// Whether it has joined the cluster.
+        joined: bool,
+    },
+    /// The node joined the cluster with these nodes up (itself included).
+    Joined {
+        /// Ids up.
+        alive: Vec<u32>,
+    },
+    /// The failure detector hears from `peer` again (or for the first time).
+    PeerUp {
+        /// The peer.
+        peer: u32,
+    },
+    /// The failure detector suspects `peer`.
+    PeerDown {
+        /// The peer.
+        peer: u32,
+    },
+    /// The node follows a new coordinator.
+    Coordinator {
+        /// Who.
+        leader: u32,
+        /// Its epoch.
+        epoch: u64,
+    },
+    /// A client session of this node was granted the critical section.
+    Granted {
+        /// The grant's fence.
+        fence: u64,
+        /// The client session.
+        session: u64,
+    },
+    /// The holding session let go (released, or its client vanished).
+    Released {
+        /// The client session.
+        session: u64,
+    },
+    /// Someone injected or cleared faults; these are now in force.
+    Fault(FaultState),
+    /// The watcher fell this many events behind and they were skipped.
+    Missed {
+        /// How many.
+        events: u64,
+    },
 }
 
 /// A fault the agent injects into its own traffic, for experiments.
@@ -92,6 +166,8 @@ pub enum ClientResponse {
     Status(Box<Status>),
     /// The faults in force, after a [`ClientRequest::Fault`].
     Faults(FaultState),
+    /// One event of a [`ClientRequest::Watch`] stream.
+    Event(WatchEvent),
     /// The request could not be served.
     Error(String),
 }
@@ -119,7 +195,12 @@ pub enum WitnessRequest {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WitnessResponse {
     /// Entered.
-    Accepted,
+    Accepted {
+        /// Holders now, this one included.
+        holders: u32,
+        /// Whether that is more than the capacity: a safety violation.
+        violation: bool,
+    },
     /// Refused: the fence is not newer than one already accepted.
     Stale {
         /// The newest fence accepted so far.

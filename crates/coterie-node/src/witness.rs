@@ -53,11 +53,12 @@ impl Witness {
         r.last_fence = r.last_fence.max(fence);
         r.holders += 1;
         r.max_holders = r.max_holders.max(r.holders);
-        if r.holders > r.capacity {
+        let violation = r.holders > r.capacity;
+        if violation {
             r.violations += 1;
             warn!(fence, node, holders = r.holders, "VIOLATION: more holders than allowed");
         }
-        WitnessResponse::Accepted
+        WitnessResponse::Accepted { holders: r.holders, violation }
     }
 
     /// A holder leaves.
@@ -116,7 +117,7 @@ async fn session(
             match request {
                 WitnessRequest::Enter { fence, node } => {
                     let answer = w.enter(fence, node);
-                    if answer == WitnessResponse::Accepted {
+                    if matches!(answer, WitnessResponse::Accepted { .. }) {
                         inside += 1;
                     }
                     answer
@@ -149,8 +150,9 @@ mod tests {
     #[test]
     fn overlap_beyond_capacity_is_a_violation() {
         let mut w = Witness::new(1);
-        assert_eq!(w.enter(10, 1), WitnessResponse::Accepted);
-        assert_eq!(w.enter(11, 2), WitnessResponse::Accepted);
+        let ok = |holders, violation| WitnessResponse::Accepted { holders, violation };
+        assert_eq!(w.enter(10, 1), ok(1, false));
+        assert_eq!(w.enter(11, 2), ok(2, true));
         assert_eq!(w.report().violations, 1);
         assert_eq!(w.report().max_holders, 2);
     }
@@ -162,7 +164,7 @@ mod tests {
         w.leave();
         assert_eq!(w.enter(10, 2), WitnessResponse::Stale { last: 10 });
         assert_eq!(w.enter(9, 2), WitnessResponse::Stale { last: 10 });
-        assert_eq!(w.enter(11, 2), WitnessResponse::Accepted);
+        assert_eq!(w.enter(11, 2), WitnessResponse::Accepted { holders: 1, violation: false });
         assert_eq!(w.report().stale_fences, 2);
         assert_eq!(w.report().violations, 0);
     }
@@ -170,8 +172,9 @@ mod tests {
     #[test]
     fn semaphore_fences_may_arrive_out_of_order_but_never_twice() {
         let mut w = Witness::new(2);
-        assert_eq!(w.enter(12, 1), WitnessResponse::Accepted);
-        assert_eq!(w.enter(11, 2), WitnessResponse::Accepted);
+        let ok = |holders| WitnessResponse::Accepted { holders, violation: false };
+        assert_eq!(w.enter(12, 1), ok(1));
+        assert_eq!(w.enter(11, 2), ok(2));
         w.leave();
         assert_eq!(w.enter(11, 3), WitnessResponse::Stale { last: 12 });
         assert_eq!(w.report().violations, 0);

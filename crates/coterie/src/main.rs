@@ -33,6 +33,8 @@ enum Command {
     Up(cmd::up::Args),
     /// Show each node's coordinator, epoch, state, live peers and counters.
     Status(cmd::status::Args),
+    /// Stream every node's events as they happen: suspicions, elections, faults.
+    Watch(cmd::watch::Args),
     /// Run a command while holding the cluster's lock.
     Lock(cmd::lock::Args),
     /// Drive clients against a cluster; report throughput, latency, safety.
@@ -57,6 +59,7 @@ fn main() -> std::process::ExitCode {
         Command::Node(args) => cmd::node::run(args, log),
         Command::Up(args) => cmd::up::run(args, log),
         Command::Status(args) => cmd::status::run(args),
+        Command::Watch(args) => cmd::watch::run(args),
         Command::Lock(args) => cmd::lock::run(args),
         Command::Workload(args) => cmd::workload::run(args),
         Command::Sim(args) => cmd::sim::run(args),

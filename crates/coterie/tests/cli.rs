@@ -266,6 +266,56 @@ fn killed_coordinator_is_replaced_by_the_next_highest() {
 }
 
 #[test]
+fn watch_streams_the_suspicion_and_the_election_that_follow_a_kill() {
+    let up = Up::start(3, "watch");
+    let mut watch = Command::new(BIN)
+        .args(["watch", "--config", up.config(), "--grants", "--json", "--duration", "20s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    let stdout = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(serde_json::from_str(&line).expect("a JSON object per line"));
+        }
+    });
+    let mut seen = Vec::new();
+    let mut wait_for = |what: &str, pred: &dyn Fn(&Value) -> bool| {
+        let until = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < until {
+            if seen.iter().any(pred) {
+                return;
+            }
+            if let Ok(v) = rx.recv_timeout(Duration::from_millis(100)) {
+                seen.push(v);
+            }
+        }
+        panic!("no {what} in {seen:#?}");
+    };
+    // Every node's stream opens with where it stands.
+    for id in 1..=3 {
+        wait_for("snapshot", &|v| v["node"] == id && !v["event"]["Snapshot"].is_null());
+    }
+    let lock = coterie(&["lock", "--config", up.config(), "--node", "1", "--", "true"]);
+    assert!(lock.status.success());
+    wait_for("grant", &|v| v["node"] == 1 && !v["event"]["Granted"].is_null());
+    wait_for("release", &|v| v["node"] == 1 && !v["event"]["Released"].is_null());
+    unsafe_kill(up.node_pid(3), 9);
+    wait_for("lost stream", &|v| v["node"] == 3 && v["event"] == "Lost");
+    for id in [1, 2] {
+        wait_for("suspicion", &|v| v["node"] == id && v["event"]["PeerDown"]["peer"] == 3);
+        wait_for("new coordinator", &|v| {
+            v["node"] == id && v["event"]["Coordinator"]["leader"] == 2
+        });
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
+
+#[test]
 fn broken_config_gets_a_clear_error() {
     let dir = std::env::temp_dir().join(format!("coterie-badcfg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

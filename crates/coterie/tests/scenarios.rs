@@ -39,6 +39,26 @@ fn every_scenario_passes_with_every_election() {
                 report["failed"]
             );
             assert!(report["workload"]["entries"].as_u64().unwrap() > 0);
+            // The live timeline shows what the nodes saw: who suspected
+            // whom and the election that followed, and each kind of thing
+            // the witness caught.
+            let kinds: Vec<&str> = report["timeline"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["kind"].as_str().unwrap())
+                .collect();
+            let name = scenario.display();
+            if !report["elections_ms"].as_array().unwrap().is_empty() {
+                assert!(kinds.contains(&"suspect"), "{name} with {election}: {kinds:?}");
+                assert!(kinds.contains(&"election"), "{name} with {election}: {kinds:?}");
+                assert!(!report["elections"].as_array().unwrap().is_empty());
+            }
+            for (counter, kind) in [("stale_fences", "stale_fence"), ("violations", "overlap")] {
+                if report["workload"][counter].as_u64().unwrap() > 0 {
+                    assert!(kinds.contains(&kind), "{name} with {election}: {kinds:?}");
+                }
+            }
         }
     }
 }

@@ -124,6 +124,8 @@ async fn measure_real(
             witness: Some(witness_addr.clone()),
             deadline: Some(std::time::Instant::now() + duration),
             progress: false,
+            answer_within: Duration::from_secs(10),
+            events: None,
         })
         .await
     }

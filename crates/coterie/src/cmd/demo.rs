@@ -2,6 +2,7 @@
 //! brought back, and what happened.
 
 use super::common::{self, NodeAddr};
+use super::timeline::{self, Reach, Timeline};
 use super::{status, up, workload};
 use anyhow::{bail, Context, Result};
 use coterie_core::{registry, Epoch, Status};
@@ -72,12 +73,6 @@ struct Election {
 }
 
 #[derive(Serialize)]
-struct Event {
-    t_ms: f64,
-    event: String,
-}
-
-#[derive(Serialize)]
 struct DemoReport {
     mutex: String,
     election: String,
@@ -85,7 +80,7 @@ struct DemoReport {
     #[serde(flatten)]
     workload: workload::Report,
     elections: Vec<Election>,
-    timeline: Vec<Event>,
+    timeline: Vec<timeline::Event>,
     logs: String,
 }
 
@@ -236,16 +231,8 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
     let dir = std::env::temp_dir().join(format!("coterie-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let quiet = args.json;
-    let started = Instant::now();
-    let mut timeline = Vec::new();
+    let timeline = Timeline::new(quiet);
     let mut elections = Vec::new();
-    let mut note = |timeline: &mut Vec<Event>, text: String| {
-        let t_ms = started.elapsed().as_secs_f64() * 1000.0;
-        if !quiet {
-            println!("{:>8.1} ms  {text}", t_ms);
-        }
-        timeline.push(Event { t_ms, event: text });
-    };
 
     let shape = Shape {
         nodes: args.nodes,
@@ -264,16 +251,8 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         );
         println!("logs: {}\n", dir.display());
     }
-    let result = run_timeline(
-        &args,
-        &mut cluster,
-        &nodes,
-        &witness_addr,
-        &mut timeline,
-        &mut elections,
-        &mut note,
-    )
-    .await;
+    let result =
+        run_timeline(&args, &mut cluster, &nodes, &witness_addr, &timeline, &mut elections).await;
     cluster.stop_all().await;
     witness.stop().await;
     let report = result?;
@@ -291,7 +270,7 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         nodes: args.nodes,
         workload: report,
         elections,
-        timeline,
+        timeline: timeline.events(),
         logs: dir.display().to_string(),
     };
     if args.json {
@@ -433,13 +412,16 @@ async fn run_timeline(
     cluster: &mut Cluster,
     nodes: &[NodeAddr],
     witness_addr: &str,
-    timeline: &mut Vec<Event>,
+    timeline: &Timeline,
     elections: &mut Vec<Election>,
-    note: &mut impl FnMut(&mut Vec<Event>, String),
 ) -> Result<workload::Report> {
     let boot = Instant::now();
     let (leader, epoch) = cluster.agreement(Epoch(0), Duration::from_secs(15)).await?;
-    note(timeline, format!("cluster up: all {} nodes follow n{leader} ({epoch})", args.nodes));
+    // Each node's own account of what follows, as it happens.
+    let (seen_tx, seen_rx) = tokio::sync::mpsc::unbounded_channel();
+    let observer = timeline::observe(nodes, timeline, Some(seen_rx)).await;
+    let note = |text: String| timeline.note("step", None, text);
+    note(format!("cluster up: all {} nodes follow n{leader} ({epoch})", args.nodes));
     elections.push(Election {
         epoch: epoch.0,
         round: epoch.round(),
@@ -457,32 +439,31 @@ async fn run_timeline(
         witness: Some(witness_addr.to_string()),
         deadline: Some(Instant::now() + args.duration),
         progress: false,
+        answer_within: Duration::from_secs(10),
+        events: Some(seen_tx),
     };
-    note(
-        timeline,
-        format!("workload starts: {} clients per node for {:?}", args.clients, args.duration),
-    );
+    note(format!("workload starts: {} clients per node for {:?}", args.clients, args.duration));
     let driver = tokio::spawn(workload::drive(spec));
 
     tokio::time::sleep(args.duration / 3).await;
     let failed_at = Instant::now();
     let (failed, back) = if args.fault == "stop" {
+        note(format!("stop n{leader}, the coordinator (SIGSTOP: a hang)"));
         cluster.signal(leader, libc::SIGSTOP);
-        note(timeline, format!("stopped n{leader}, the coordinator (SIGSTOP: a hang)"));
+        observer.set_reach(&Reach { down: vec![], away: vec![leader] });
         ("stopped", "resumed")
     } else {
+        note(format!("kill n{leader}, the coordinator (SIGKILL)"));
         cluster.kill(leader).await?;
-        note(timeline, format!("killed n{leader}, the coordinator (SIGKILL)"));
         ("killed", "restarted")
     };
     // A stopped node cannot answer status: agreement is among the others.
     let (next, next_epoch) =
         cluster.agreement_without(leader, epoch, Duration::from_secs(15)).await?;
     let took = failed_at.elapsed().as_secs_f64() * 1000.0;
-    note(
-        timeline,
-        format!("survivors agree: n{next} coordinates {next_epoch}, {took:.1} ms after n{leader} {failed}"),
-    );
+    note(format!(
+        "survivors agree: n{next} coordinates {next_epoch}, {took:.1} ms after n{leader} {failed}"
+    ));
     elections.push(Election {
         epoch: next_epoch.0,
         round: next_epoch.round(),
@@ -494,16 +475,16 @@ async fn run_timeline(
     tokio::time::sleep(args.duration / 3).await;
     let back_at = Instant::now();
     if args.fault == "stop" {
+        note(format!("resume n{leader} (SIGCONT)"));
         cluster.signal(leader, libc::SIGCONT);
     } else {
+        note(format!("restart n{leader}"));
         cluster.start(leader)?;
     }
-    note(timeline, format!("{back} n{leader}"));
+    observer.set_reach(&Reach::default());
     let (coordinator, back_epoch) = cluster.agreement(next_epoch, Duration::from_secs(15)).await?;
     let took = back_at.elapsed().as_secs_f64() * 1000.0;
-    note(
-        timeline,
-        format!(
+    note(format!(
             "all {} nodes agree: n{coordinator} coordinates {back_epoch}, {took:.1} ms after n{leader} was {back}",
             args.nodes
         ),
@@ -517,6 +498,7 @@ async fn run_timeline(
     });
 
     let report = driver.await.context("workload task")??;
-    note(timeline, format!("workload done: {} entries", report.entries));
+    note(format!("workload done: {} entries", report.entries));
+    observer.stop();
     Ok(report)
 }

@@ -9,6 +9,8 @@ pub mod node;
 pub mod run;
 pub mod sim;
 pub mod status;
+pub mod timeline;
 pub mod up;
+pub mod watch;
 pub mod witness;
 pub mod workload;

@@ -3,6 +3,7 @@
 
 use super::common::{self, NodeAddr};
 use super::demo::{self, Cluster, Shape};
+use super::timeline::{self, Reach, Timeline};
 use super::{status, workload};
 use anyhow::{bail, Context, Result};
 use coterie_core::{registry, CsState, Epoch};
@@ -236,6 +237,13 @@ struct WorkloadSpec {
     /// Only the clients of these nodes ask (default: every node's).
     #[serde(default)]
     on: Vec<u32>,
+    /// A request not granted within this long counts as unanswered.
+    #[serde(default = "default_answer_within", with = "humantime_serde_str")]
+    answer_within: Duration,
+}
+
+fn default_answer_within() -> Duration {
+    Duration::from_secs(10)
 }
 
 fn default_clients() -> usize {
@@ -259,6 +267,7 @@ impl Default for WorkloadSpec {
             think: default_think(),
             duration: default_duration(),
             on: Vec::new(),
+            answer_within: default_answer_within(),
         }
     }
 }
@@ -319,6 +328,10 @@ struct Expect {
     /// Entries are still granted after the last step.
     #[serde(default = "yes")]
     progress_after_last_step: bool,
+    /// Every request is granted within the workload's `answer_within`
+    /// (one to a node that dies meanwhile is answered by its death).
+    #[serde(default = "yes")]
+    every_request_answered: bool,
 }
 
 fn yes() -> bool {
@@ -334,15 +347,9 @@ impl Default for Expect {
             election_within: None,
             final_coordinator: None,
             progress_after_last_step: true,
+            every_request_answered: true,
         }
     }
-}
-
-/// A line of the timeline.
-#[derive(Clone, Debug, Serialize)]
-struct Event {
-    t_ms: f64,
-    event: String,
 }
 
 /// The report `--json` prints.
@@ -352,8 +359,12 @@ struct Report {
     mutex: String,
     election: String,
     nodes: u32,
-    timeline: Vec<Event>,
+    timeline: Vec<timeline::Event>,
+    /// From each step that took the coordinator away to agreement on a new
+    /// one, as the driver measured it.
     elections_ms: Vec<f64>,
+    /// Every election the nodes' event streams showed, with its cause.
+    elections: Vec<timeline::Election>,
     workload: workload::Report,
     failed: Vec<String>,
     passed: bool,
@@ -423,6 +434,13 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
                 report.elections_ms.iter().map(|t| format!("{t:.1} ms")).collect();
             println!("elections after a step: {}", times.join(", "));
         }
+        for e in &report.elections {
+            let took = match (e.duration_ms, &e.cause) {
+                (Some(ms), Some(cause)) => format!(" {ms:.1} ms after {cause}"),
+                _ => String::new(),
+            };
+            println!("election at {:.1} ms: n{} coordinates {}{took}", e.t_ms, e.leader, e.epoch);
+        }
         if report.passed {
             println!("PASSED: {}", report.scenario);
         } else {
@@ -432,14 +450,6 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
         }
     }
     Ok(if report.passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-}
-
-/// What the timeline knows of each node.
-struct Nodes {
-    /// Killed and not restarted.
-    down: Vec<u32>,
-    /// Stopped or cut off: running, but not to be counted on to agree.
-    away: Vec<u32>,
 }
 
 async fn play(
@@ -457,15 +467,7 @@ async fn play(
         election: c.election.clone(),
         count: c.count,
     };
-    let started = Instant::now();
-    let mut timeline = Vec::new();
-    let mut note = |timeline: &mut Vec<Event>, text: String| {
-        let t_ms = started.elapsed().as_secs_f64() * 1000.0;
-        if !quiet {
-            println!("{t_ms:>9.1} ms  {text}");
-        }
-        timeline.push(Event { t_ms, event: text });
-    };
+    let timeline = Timeline::new(quiet);
     if !quiet {
         println!(
             "coterie run: {} ({} nodes, {} + {}); logs in {}",
@@ -479,13 +481,12 @@ async fn play(
             println!("{}\n", s.description.trim());
         }
     }
-    let (workload, elections_ms, mut failed) = match compose {
+    let (workload, elections_ms, elections, mut failed) = match compose {
         None => {
             let (cluster, listener, witness_addr) = demo::launch(&shape, log_format, &dir).await?;
             let witness = demo::Witness::serve(listener, c.count as u32);
             let mut backend = Backend::Local(cluster);
-            let result =
-                timeline_run(s, &mut backend, &witness_addr, &mut timeline, &mut note).await;
+            let result = timeline_run(s, &mut backend, &witness_addr, &timeline).await;
             if let Backend::Local(cluster) = &mut backend {
                 cluster.stop_all().await;
             }
@@ -513,7 +514,7 @@ async fn play(
             let port = witness.rsplit(':').next().unwrap_or("7300");
             let witness_addr = format!("{}:{port}", Compose::ip(&prefix, "witness")?);
             let mut backend = Backend::Compose(Compose { command: prefix, nodes });
-            timeline_run(s, &mut backend, &witness_addr, &mut timeline, &mut note).await?
+            timeline_run(s, &mut backend, &witness_addr, &timeline).await?
         }
     };
     let e = &s.expect;
@@ -532,31 +533,39 @@ async fn play(
     if workload.entries == 0 {
         failed.push("no entry was granted at all".into());
     }
+    if e.every_request_answered && workload.unanswered > 0 {
+        failed.push(format!(
+            "{} request(s) went unanswered for {:?}",
+            workload.unanswered, s.workload.answer_within
+        ));
+    }
     Ok(Report {
         scenario: s.name.clone(),
         mutex: c.mutex.clone(),
         election: c.election.clone(),
         nodes: c.nodes,
-        timeline,
+        timeline: timeline.events(),
         elections_ms,
+        elections,
         workload,
         passed: failed.is_empty(),
         failed,
     })
 }
 
-type Outcome = (workload::Report, Vec<f64>, Vec<String>);
+type Outcome = (workload::Report, Vec<f64>, Vec<timeline::Election>, Vec<String>);
 
 async fn timeline_run(
     s: &Scenario,
     cluster: &mut Backend,
     witness_addr: &str,
-    timeline: &mut Vec<Event>,
-    note: &mut impl FnMut(&mut Vec<Event>, String),
+    timeline: &Timeline,
 ) -> Result<Outcome> {
-    let everyone = Nodes { down: Vec::new(), away: Vec::new() };
+    let everyone = Reach::default();
     let (leader, epoch) = agree(cluster, &everyone, Epoch(0), Duration::from_secs(30)).await?;
-    note(timeline, format!("cluster up: every node follows n{leader} ({epoch})"));
+    let (seen_tx, seen_rx) = tokio::sync::mpsc::unbounded_channel();
+    let observer = timeline::observe(cluster.nodes(), timeline, Some(seen_rx)).await;
+    timeline.note("note", None, format!("cluster up: every node follows n{leader} ({epoch})"));
     let w = &s.workload;
     let clients_on: Vec<_> = cluster
         .nodes()
@@ -576,14 +585,17 @@ async fn timeline_run(
         // runs on long enough to see what follows every step.
         deadline: Some(start + w.duration + cluster.step_overhead() * s.steps.len() as u32),
         progress: false,
+        answer_within: w.answer_within,
+        events: Some(seen_tx),
     };
     let driver = tokio::spawn(workload::drive(spec));
-    note(
-        timeline,
+    timeline.note(
+        "note",
+        None,
         format!("workload starts: {} client(s) per node for {:?}", w.clients, w.duration),
     );
 
-    let mut nodes = Nodes { down: Vec::new(), away: Vec::new() };
+    let mut nodes = Reach::default();
     let mut elections = Vec::new();
     let mut failed = Vec::new();
     let mut entries_at_last_step = 0;
@@ -601,23 +613,25 @@ async fn timeline_run(
         };
         let took_coordinator = Some(target) == coordinator
             && ["kill", "stop", "partition"].contains(&step.action.as_str());
-        let what = act(cluster, &mut nodes, step, target).await?;
+        // On the timeline from the moment it is taken: what it causes may
+        // come before the command returns.
+        let what = describe(step, target);
+        timeline.note("step", None, format!("step {}: {what}", i + 1));
+        act(cluster, &mut nodes, step, target).await?;
+        observer.set_reach(&nodes);
         // From the moment the step took effect (a docker command returns
         // only once it has).
         let t0 = Instant::now();
-        note(timeline, format!("step {}: {what}", i + 1));
         if took_coordinator {
+            // The observer narrates the election; this measures it from the
+            // step, for the expectation.
             let limit = s.expect.election_within.unwrap_or(Duration::from_secs(10));
             match agree(cluster, &nodes, epoch, limit).await {
-                Ok((leader, e)) => {
-                    let ms = t0.elapsed().as_secs_f64() * 1000.0;
-                    elections.push(ms);
-                    note(
-                        timeline,
-                        format!("  n{leader} coordinates {e}, {ms:.1} ms after the step"),
-                    );
+                Ok(_) => elections.push(t0.elapsed().as_secs_f64() * 1000.0),
+                Err(e) => {
+                    timeline.note("note", None, format!("step {}: {e}", i + 1));
+                    failed.push(format!("step {}: {e}", i + 1))
                 }
-                Err(e) => failed.push(format!("step {}: {e}", i + 1)),
             }
         }
         if i + 1 == s.steps.len() {
@@ -625,7 +639,7 @@ async fn timeline_run(
         }
     }
     let report = driver.await.context("the workload task failed")??;
-    note(timeline, format!("workload done: {} entries", report.entries));
+    timeline.note("note", None, format!("workload done: {} entries", report.entries));
     if s.expect.progress_after_last_step
         && !s.steps.is_empty()
         && total_entries(cluster, &nodes).await <= entries_at_last_step
@@ -634,61 +648,82 @@ async fn timeline_run(
     }
     if let Some(want) = s.expect.final_coordinator {
         match agree(cluster, &nodes, Epoch(0), Duration::from_secs(10)).await {
-            Ok((leader, e)) if leader == want => {
-                note(timeline, format!("at the end every node follows n{leader} ({e})"))
-            }
+            Ok((leader, e)) if leader == want => timeline.note(
+                "note",
+                None,
+                format!("at the end every node follows n{leader} ({e})"),
+            ),
             Ok((leader, e)) => {
                 failed.push(format!("at the end n{leader} coordinates ({e}), expected n{want}"))
             }
             Err(e) => failed.push(format!("at the end: {e}")),
         }
     }
-    Ok((report, elections, failed))
+    // Let the last events of the nodes' streams arrive.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok((report, elections, observer.stop(), failed))
 }
 
-/// Carries out one step; returns what happened, for the timeline.
-async fn act(cluster: &mut Backend, nodes: &mut Nodes, step: &Step, id: u32) -> Result<String> {
+/// What a step does, in words, for the timeline.
+fn describe(step: &Step, id: u32) -> String {
+    let peers = peers_text(&step.peers);
+    match step.action.as_str() {
+        "kill" => format!("kill n{id} (SIGKILL)"),
+        "restart" => format!("restart n{id}"),
+        "stop" => format!("stop n{id} (SIGSTOP)"),
+        "resume" => format!("resume n{id} (SIGCONT)"),
+        "partition" => format!("cut n{id} off from {peers}"),
+        "delay" => format!("n{id} delays what it sends to {peers} by {:?}", step_delay(step)),
+        "drop" => format!("n{id} drops {}% of what it sends to {peers}", step_percent(step)),
+        "heal" => "heal every fault".to_string(),
+        other => format!("{other} n{id}"),
+    }
+}
+
+fn step_delay(step: &Step) -> Duration {
+    step.delay.unwrap_or(Duration::from_millis(50))
+}
+
+fn step_percent(step: &Step) -> u8 {
+    step.percent.unwrap_or(10)
+}
+
+/// Carries out one step.
+async fn act(cluster: &mut Backend, nodes: &mut Reach, step: &Step, id: u32) -> Result<()> {
     let addr = cluster.nodes().get((id as usize).wrapping_sub(1)).map(|n| n.addr.clone());
     let fault = |command: FaultCommand| async move {
         let addr = addr.context("no such node")?;
         let mut client = Client::connect(&addr).await?;
         client.fault(command).await.map_err(anyhow::Error::from)
     };
-    Ok(match step.action.as_str() {
+    match step.action.as_str() {
         "kill" => {
             cluster.kill(id).await?;
             nodes.down.push(id);
-            format!("killed n{id} (SIGKILL)")
         }
         "restart" => {
             cluster.start(id)?;
             nodes.down.retain(|&n| n != id);
-            format!("restarted n{id}")
         }
         "stop" => {
             cluster.pause(id, true)?;
             nodes.away.push(id);
-            format!("stopped n{id} (SIGSTOP)")
         }
         "resume" => {
             cluster.pause(id, false)?;
             nodes.away.retain(|&n| n != id);
-            format!("resumed n{id} (SIGCONT)")
         }
         "partition" => {
             fault(FaultCommand::Partition { peers: step.peers.clone() }).await?;
             nodes.away.push(id);
-            format!("cut n{id} off from {}", peers_text(&step.peers))
         }
         "delay" => {
-            let ms = step.delay.unwrap_or(Duration::from_millis(50)).as_millis() as u64;
+            let ms = step_delay(step).as_millis() as u64;
             fault(FaultCommand::Delay { peers: step.peers.clone(), ms }).await?;
-            format!("n{id} delays what it sends to {} by {ms} ms", peers_text(&step.peers))
         }
         "drop" => {
-            let percent = step.percent.unwrap_or(10);
+            let percent = step_percent(step);
             fault(FaultCommand::Drop { peers: step.peers.clone(), percent }).await?;
-            format!("n{id} drops {percent}% of what it sends to {}", peers_text(&step.peers))
         }
         "heal" => {
             for node in cluster.nodes().to_vec() {
@@ -697,10 +732,10 @@ async fn act(cluster: &mut Backend, nodes: &mut Nodes, step: &Step, id: u32) -> 
                 }
             }
             nodes.away.clear();
-            "healed every fault".to_string()
         }
         other => bail!("unknown step {other:?}"),
-    })
+    }
+    Ok(())
 }
 
 fn peers_text(peers: &[u32]) -> String {
@@ -712,7 +747,7 @@ fn peers_text(peers: &[u32]) -> String {
 }
 
 /// The coordinator the nodes in reach agree on now, if they do.
-async fn current(cluster: &Backend, nodes: &Nodes) -> (Option<u32>, Epoch) {
+async fn current(cluster: &Backend, nodes: &Reach) -> (Option<u32>, Epoch) {
     let views = cluster.views(&nodes.down).await;
     let mut agreed = None;
     for (id, v) in &views {
@@ -729,7 +764,7 @@ async fn current(cluster: &Backend, nodes: &Nodes) -> (Option<u32>, Epoch) {
 /// A node in the role named, among those running and in reach.
 async fn pick(
     cluster: &Backend,
-    nodes: &Nodes,
+    nodes: &Reach,
     role: &str,
     coordinator: Option<u32>,
 ) -> Option<u32> {
@@ -755,7 +790,7 @@ async fn pick(
 /// than `after`.
 async fn agree(
     cluster: &Backend,
-    nodes: &Nodes,
+    nodes: &Reach,
     after: Epoch,
     limit: Duration,
 ) -> Result<(u32, Epoch)> {
@@ -778,7 +813,7 @@ async fn agree(
 }
 
 /// Entries granted so far, over the nodes that answer.
-async fn total_entries(cluster: &Backend, nodes: &Nodes) -> u64 {
+async fn total_entries(cluster: &Backend, nodes: &Reach) -> u64 {
     cluster
         .views(&nodes.down)
         .await

@@ -3,7 +3,7 @@
 use super::common::{self, NodeAddr, Target};
 use super::status;
 use anyhow::{bail, Result};
-use coterie_node::{Acquired, Client, WitnessClient};
+use coterie_node::{Acquired, Client, Entry, WitnessClient};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::io::Write;
@@ -45,6 +45,10 @@ pub struct Args {
     /// Do not check entries at any witness (measures the lock alone).
     #[arg(long, conflicts_with = "witness")]
     no_witness: bool,
+    /// A request not granted within this long is counted as unanswered,
+    /// given up and made again.
+    #[arg(long, default_value = "10s", value_parser = common::parse_duration)]
+    answer_within: Duration,
     /// Print a JSON report.
     #[arg(long)]
     json: bool,
@@ -63,6 +67,22 @@ pub struct Spec {
     pub deadline: Option<Instant>,
     /// Print progress on stderr once a second.
     pub progress: bool,
+    /// A request not granted within this long counts as unanswered (and
+    /// the client gives it up and asks again).
+    pub answer_within: Duration,
+    /// Where to report what the witness refused or caught, as it happens.
+    pub events: Option<tokio::sync::mpsc::UnboundedSender<Seen>>,
+}
+
+/// Something a client saw that a live timeline should show.
+#[derive(Clone, Debug)]
+pub enum Seen {
+    /// The witness refused a grant of `node` as stale.
+    Stale { node: u32, fence: u64, last: u64 },
+    /// The witness let a holder of `node` in over the capacity.
+    Overlap { node: u32, fence: u64, holders: u32 },
+    /// A request to `node` was not granted within the limit.
+    Unanswered { node: u32 },
 }
 
 /// Latency percentiles in milliseconds.
@@ -85,6 +105,8 @@ pub struct Report {
     pub messages_per_entry: f64,
     pub violations: u64,
     pub stale_fences: u64,
+    /// Requests not granted within the limit (`answer_within`).
+    pub unanswered: u64,
 }
 
 #[derive(Default)]
@@ -92,6 +114,7 @@ struct Tally {
     entries: AtomicU64,
     errors: AtomicU64,
     stale: AtomicU64,
+    unanswered: AtomicU64,
 }
 
 /// Total mutex-layer messages sent by the nodes that answer.
@@ -171,6 +194,7 @@ pub async fn drive(spec: Spec) -> Result<Report> {
         },
         violations,
         stale_fences,
+        unanswered: tally.unanswered.load(Ordering::Relaxed),
     })
 }
 
@@ -207,17 +231,34 @@ async fn one_session(
         Some(addr) => Some(WitnessClient::connect(addr).await?),
         None => None,
     };
+    let id = node.id.unwrap_or_default();
+    let tell = |seen: Seen| {
+        if let Some(events) = &spec.events {
+            let _ = events.send(seen);
+        }
+    };
     while *done < spec.requests && !past_deadline() {
         let asked = Instant::now();
-        let fence = match client.acquire(Some(Duration::from_secs(10)), false).await? {
+        let fence = match client.acquire(Some(spec.answer_within), false).await? {
             Acquired::Granted(f) => f,
-            Acquired::TimedOut | Acquired::Busy => bail!("not granted within 10s"),
+            Acquired::TimedOut | Acquired::Busy => {
+                tally.unanswered.fetch_add(1, Ordering::Relaxed);
+                tell(Seen::Unanswered { node: id });
+                bail!("not granted within {:?}", spec.answer_within)
+            }
         };
         let waited = asked.elapsed().as_micros() as u64;
         histogram.lock().expect("histogram lock").saturating_record(waited.max(1));
         if let Some(w) = witness.as_mut() {
-            if !w.enter(fence, node.id.unwrap_or_default()).await? {
-                tally.stale.fetch_add(1, Ordering::Relaxed);
+            match w.enter(fence, id).await? {
+                Entry::Stale { last } => {
+                    tally.stale.fetch_add(1, Ordering::Relaxed);
+                    tell(Seen::Stale { node: id, fence, last });
+                }
+                Entry::Accepted { holders, violation: true } => {
+                    tell(Seen::Overlap { node: id, fence, holders })
+                }
+                Entry::Accepted { .. } => {}
             }
         }
         if !spec.hold.is_zero() {
@@ -257,8 +298,8 @@ pub fn print(report: &Report) {
         report.latency_ms.max
     );
     println!(
-        "messages per entry {:.2}; witness: {} violations, {} stale fences; {} failed client attempts",
-        report.messages_per_entry, report.violations, report.stale_fences, report.errors
+        "messages per entry {:.2}; witness: {} violations, {} stale fences; {} failed client attempts ({} unanswered)",
+        report.messages_per_entry, report.violations, report.stale_fences, report.errors, report.unanswered
     );
 }
 
@@ -275,6 +316,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         witness,
         deadline: args.duration.map(|d| Instant::now() + d),
         progress: !args.json,
+        answer_within: args.answer_within,
+        events: None,
     };
     let report = common::small_runtime()?.block_on(drive(spec))?;
     if args.json {

@@ -1,0 +1,412 @@
+//! A live timeline of a cluster under test (`coterie run`, `coterie demo`):
+//! what the driver did, and what the nodes and the witness saw, as it
+//! happens. The nodes' own events come through their watch streams
+//! (`coterie watch`), stamped by the nodes' clocks.
+
+use super::common::NodeAddr;
+use super::watch::{self, Watched};
+use super::workload::Seen;
+use coterie_core::Epoch;
+use coterie_node::protocol::NodeEvent;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// Whether `n` is 1, 10, 100, 1000, ...
+fn power_of_ten(mut n: u64) -> bool {
+    while n >= 10 && n.is_multiple_of(10) {
+        n /= 10;
+    }
+    n == 1
+}
+
+/// One line of the timeline.
+#[derive(Clone, Debug, Serialize)]
+pub struct Event {
+    /// Milliseconds since the timeline began.
+    pub t_ms: f64,
+    /// step | suspect | recover | join | follow | election | gone | back |
+    /// stale_fence | overlap | unanswered | note
+    pub kind: &'static str,
+    /// The node it happened at, if one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
+    /// What happened, in words.
+    pub event: String,
+}
+
+/// The timeline: printed as it grows unless quiet, kept for the report.
+#[derive(Clone)]
+pub struct Timeline {
+    events: Arc<Mutex<Vec<Event>>>,
+    started: Instant,
+    started_unix_us: u64,
+    quiet: bool,
+}
+
+fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+impl Timeline {
+    /// A timeline starting now; `quiet` keeps it off stdout.
+    pub fn new(quiet: bool) -> Timeline {
+        Timeline {
+            events: Arc::default(),
+            started: Instant::now(),
+            started_unix_us: unix_us(),
+            quiet,
+        }
+    }
+
+    /// Milliseconds since the timeline began.
+    pub fn now_ms(&self) -> f64 {
+        self.started.elapsed().as_secs_f64() * 1000.0
+    }
+
+    /// Adds a line for something that happens now.
+    pub fn note(&self, kind: &'static str, node: Option<u32>, text: impl Into<String>) {
+        self.push(Event { t_ms: self.now_ms(), kind, node, event: text.into() });
+    }
+
+    /// Adds a line for something a node stamped at `unix_us`.
+    fn note_at(&self, unix_us: u64, kind: &'static str, node: u32, text: String) {
+        let t_ms = (unix_us as f64 - self.started_unix_us as f64) / 1000.0;
+        self.push(Event { t_ms, kind, node: Some(node), event: text });
+    }
+
+    fn push(&self, event: Event) {
+        if !self.quiet {
+            let who = event.node.map_or(String::new(), |n| format!("n{n}  "));
+            let indent = if event.kind == "step" || event.kind == "note" { "" } else { "  " };
+            println!("{:>9.1} ms  {indent}{who}{}", event.t_ms, event.event);
+        }
+        self.events.lock().expect("timeline lock").push(event);
+    }
+
+    /// Every line so far, in time order.
+    pub fn events(&self) -> Vec<Event> {
+        let mut events = self.events.lock().expect("timeline lock").clone();
+        events.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
+        events
+    }
+}
+
+/// The nodes the observer should not count on to agree: killed ones, and
+/// stopped or cut-off ones.
+#[derive(Clone, Debug, Default)]
+pub struct Reach {
+    /// Killed and not restarted.
+    pub down: Vec<u32>,
+    /// Stopped or cut off: running, but not to be counted on to agree.
+    pub away: Vec<u32>,
+}
+
+/// An election the observer saw end: every node in reach came to follow
+/// the same new coordinator.
+#[derive(Clone, Debug, Serialize)]
+pub struct Election {
+    /// When the last node in reach took the new coordinator.
+    pub t_ms: f64,
+    /// The new coordinator.
+    pub leader: u32,
+    /// Its epoch.
+    pub epoch: String,
+    /// From what set it off (see `cause`) to agreement.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<f64>,
+    /// The first suspicion of the old coordinator, else the first join or
+    /// recovery, else the first suspicion since the previous agreement.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
+}
+
+/// Watches a cluster's nodes and a workload's clients, writing what they
+/// see into a timeline; see [`observe`].
+pub struct Observer {
+    reach: Arc<Mutex<Reach>>,
+    elections: Arc<Mutex<Vec<Election>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Observer {
+    /// Tells the observer which nodes are down or away now.
+    pub fn set_reach(&self, reach: &Reach) {
+        *self.reach.lock().expect("reach lock") = reach.clone();
+    }
+
+    /// The elections seen so far.
+    pub fn elections(&self) -> Vec<Election> {
+        self.elections.lock().expect("elections lock").clone()
+    }
+
+    /// Stops watching.
+    pub fn stop(self) -> Vec<Election> {
+        self.task.abort();
+        self.elections()
+    }
+}
+
+/// Starts watching `nodes` (and the workload's reports on `seen`), and
+/// returns once every node's watch stream is open (or after five
+/// seconds), so that nothing the caller does next goes unseen.
+pub async fn observe(
+    nodes: &[NodeAddr],
+    timeline: &Timeline,
+    seen: Option<mpsc::UnboundedReceiver<Seen>>,
+) -> Observer {
+    let (tx, rx) = mpsc::unbounded_channel();
+    watch::spawn(nodes, tx);
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let reach = Arc::new(Mutex::new(Reach::default()));
+    let elections = Arc::new(Mutex::new(Vec::new()));
+    let mut state = State {
+        timeline: timeline.clone(),
+        reach: reach.clone(),
+        elections: elections.clone(),
+        follows: BTreeMap::new(),
+        joined: BTreeSet::new(),
+        gone: BTreeSet::new(),
+        agreed: None,
+        since: Vec::new(),
+        seen: BTreeMap::new(),
+        waiting_for: nodes.len(),
+        ready: Some(ready_tx),
+    };
+    let task = tokio::spawn(async move {
+        let mut rx = rx;
+        let mut seen = seen;
+        loop {
+            tokio::select! {
+                w = rx.recv() => match w {
+                    Some(w) => state.on_watched(w),
+                    None => return,
+                },
+                s = async { seen.as_mut()?.recv().await }, if seen.is_some() => match s {
+                    Some(s) => state.on_seen(s),
+                    None => seen = None,
+                },
+            }
+        }
+    });
+    let _ = tokio::time::timeout(Duration::from_secs(5), ready_rx).await;
+    Observer { reach, elections, task }
+}
+
+/// Something that may set off an election.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Trigger {
+    /// A node suspected this peer.
+    Suspect(u32),
+    /// A node joined (it restarted).
+    Join,
+    /// A node heard from a peer again.
+    Up,
+}
+
+/// What the observer knows.
+struct State {
+    timeline: Timeline,
+    reach: Arc<Mutex<Reach>>,
+    elections: Arc<Mutex<Vec<Election>>>,
+    /// The coordinator and epoch each node follows.
+    follows: BTreeMap<u32, (Option<u32>, u64)>,
+    /// Nodes that have joined the cluster (a joining node's peer-ups are
+    /// its start, not news).
+    joined: BTreeSet<u32>,
+    /// Nodes whose stream ended and has not come back.
+    gone: BTreeSet<u32>,
+    /// The last coordinator every node in reach agreed on.
+    agreed: Option<(u32, u64)>,
+    /// What may have set off an election since that agreement: when, in
+    /// words, and what kind of thing it was.
+    since: Vec<(f64, String, Trigger)>,
+    /// Witness refusals, overlaps and unanswered requests, by kind and node.
+    seen: BTreeMap<(&'static str, u32), u64>,
+    /// Nodes whose first snapshot has yet to come.
+    waiting_for: usize,
+    ready: Option<oneshot::Sender<()>>,
+}
+
+impl State {
+    fn on_watched(&mut self, watched: Watched) {
+        let e = match watched {
+            Watched::Lost { node } => {
+                if self.gone.insert(node) {
+                    self.joined.remove(&node);
+                    self.timeline.note("gone", Some(node), "is gone: its event stream ended");
+                }
+                return;
+            }
+            Watched::Event(e) => e,
+        };
+        let node = e.node;
+        let t = |me: &State| (e.unix_us as f64 - me.timeline.started_unix_us as f64) / 1000.0;
+        // What a stopped or cut-off node sees sets off no election among
+        // the others.
+        let in_reach = {
+            let reach = self.reach.lock().expect("reach lock");
+            !reach.down.contains(&node) && !reach.away.contains(&node)
+        };
+        let trigger = |me: &mut State, what: String, why: Trigger| {
+            if in_reach {
+                let at = t(me);
+                me.since.push((at, what, why));
+            }
+        };
+        let note = |me: &State, kind: &'static str, text: String| {
+            me.timeline.note_at(e.unix_us, kind, node, text)
+        };
+        match &e.event {
+            NodeEvent::Snapshot { coordinator, epoch, joined, .. } => {
+                if *joined {
+                    self.joined.insert(node);
+                }
+                self.follows.insert(node, (*coordinator, *epoch));
+                if self.gone.remove(&node) {
+                    note(self, "back", format!("is back, {}", watch::describe(&e.event)));
+                } else if self.waiting_for > 0 {
+                    self.waiting_for -= 1;
+                    if self.waiting_for == 0 {
+                        self.start();
+                    }
+                }
+            }
+            NodeEvent::Joined { .. } => {
+                self.joined.insert(node);
+                trigger(self, format!("n{node} joined"), Trigger::Join);
+                note(self, "join", watch::describe(&e.event));
+            }
+            NodeEvent::PeerUp { .. } if !self.joined.contains(&node) => {}
+            NodeEvent::PeerUp { peer } => {
+                trigger(self, format!("n{node} heard from n{peer}"), Trigger::Up);
+                note(self, "recover", watch::describe(&e.event))
+            }
+            NodeEvent::PeerDown { peer } => {
+                trigger(self, format!("n{node} suspected n{peer}"), Trigger::Suspect(*peer));
+                note(self, "suspect", watch::describe(&e.event));
+            }
+            NodeEvent::Coordinator { leader, epoch } => {
+                self.follows.insert(node, (Some(*leader), *epoch));
+                note(self, "follow", watch::describe(&e.event));
+                self.check_agreement(t(self));
+            }
+            NodeEvent::Missed { .. } => note(self, "note", watch::describe(&e.event)),
+            // Grants are too many to list, and faults are the driver's own
+            // steps, already on the timeline.
+            NodeEvent::Granted { .. } | NodeEvent::Released { .. } | NodeEvent::Fault(_) => {}
+        }
+    }
+
+    /// Every node has sent its snapshot: what they agree on now is the
+    /// starting point, and the caller may go on.
+    fn start(&mut self) {
+        let mut views = self.follows.values();
+        if let Some(&(Some(leader), epoch)) = views.next() {
+            if views.all(|v| *v == (Some(leader), epoch)) {
+                self.agreed = Some((leader, epoch));
+            }
+        }
+        if let Some(ready) = self.ready.take() {
+            let _ = ready.send(());
+        }
+    }
+
+    /// Announces an election's end when every node in reach follows the
+    /// same coordinator, and it is not the one announced last.
+    fn check_agreement(&mut self, t_ms: f64) {
+        let reach = self.reach.lock().expect("reach lock").clone();
+        let mut views = self
+            .follows
+            .iter()
+            .filter(|(id, _)| {
+                !reach.down.contains(id) && !reach.away.contains(id) && !self.gone.contains(id)
+            })
+            .map(|(_, v)| *v);
+        let Some((Some(leader), epoch)) = views.next() else { return };
+        if views.any(|v| v != (Some(leader), epoch)) || self.agreed == Some((leader, epoch)) {
+            return;
+        }
+        // The old coordinator's loss, else a node's return, else whatever
+        // came first.
+        let lost = self.agreed.map(|(old, _)| Trigger::Suspect(old));
+        let first = |pick: &dyn Fn(Trigger) -> bool| {
+            self.since.iter().filter(|(_, _, why)| pick(*why)).min_by(|a, b| a.0.total_cmp(&b.0))
+        };
+        let cause = first(&|why| Some(why) == lost)
+            .or_else(|| first(&|why| !matches!(why, Trigger::Suspect(_))))
+            .or_else(|| first(&|_| true));
+        let (duration_ms, cause) = match cause {
+            Some((at, what, _)) => (Some(t_ms - at), Some(what.clone())),
+            None => (None, None),
+        };
+        self.agreed = Some((leader, epoch));
+        self.since.clear();
+        let after = match (duration_ms, &cause) {
+            (Some(ms), Some(what)) => format!(", {ms:.1} ms after {what}"),
+            _ => String::new(),
+        };
+        self.timeline.note_at(
+            self.timeline.started_unix_us + (t_ms * 1000.0) as u64,
+            "election",
+            leader,
+            format!("coordinates {} at every node in reach{after}", Epoch(epoch)),
+        );
+        self.elections.lock().expect("elections lock").push(Election {
+            t_ms,
+            leader,
+            epoch: Epoch(epoch).to_string(),
+            duration_ms,
+            cause,
+        });
+    }
+
+    fn on_seen(&mut self, seen: Seen) {
+        // The first of each kind per node is told in full; after that, the
+        // 10th, 100th, ...: a split brain refuses hundreds of grants.
+        let (kind, node) = match seen {
+            Seen::Stale { node, .. } => ("stale_fence", node),
+            Seen::Overlap { node, .. } => ("overlap", node),
+            Seen::Unanswered { node } => ("unanswered", node),
+        };
+        let count = self.seen.entry((kind, node)).or_insert(0);
+        *count += 1;
+        let count = *count;
+        if count > 1 {
+            if power_of_ten(count) {
+                let what = match kind {
+                    "stale_fence" => "grants refused as stale",
+                    "overlap" => "overlapping entries (VIOLATIONS)",
+                    _ => "requests unanswered",
+                };
+                self.timeline.note(kind, Some(node), format!("{count} of its {what} so far"));
+            }
+            return;
+        }
+        match seen {
+            Seen::Stale { node, fence, last } => self.timeline.note(
+                "stale_fence",
+                Some(node),
+                format!(
+                    "witness refuses its grant: fence {fence} is not above {last} (a stale holder kept out)"
+                ),
+            ),
+            Seen::Overlap { node, fence, holders } => self.timeline.note(
+                "overlap",
+                Some(node),
+                format!(
+                    "witness lets its holder in (fence {fence}) while others are inside: {holders} holders, a VIOLATION"
+                ),
+            ),
+            Seen::Unanswered { node } => self.timeline.note(
+                "unanswered",
+                Some(node),
+                "a request to it went unanswered".to_string(),
+            ),
+        }
+    }
+}
