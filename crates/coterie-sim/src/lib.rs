@@ -4,7 +4,9 @@
 //! [`Engine`](coterie_core::Engine) per node and drives them from a single
 //! seeded event queue: messages travel reliable FIFO links with a random
 //! delay, nodes crash and restart, clients ask for the critical section and
-//! leave it. The same seed always replays the same run.
+//! leave it. Faults on demand: partitions, pauses, delay spikes (a node's
+//! messages slowed, FIFO kept) and loss windows (a share of a node's
+//! messages lost). The same seed always replays the same run.
 //!
 //! After every step the invariants are checked:
 //! - **safety**: never more than `capacity` live nodes hold at once;

@@ -51,6 +51,26 @@ pub struct SimConfig {
     /// What reached it meanwhile waits for it. Algorithms that trust
     /// timeouts may grant twice around a pause, as around a partition.
     pub pauses: u32,
+    /// This many delay spikes during the workload: a random node's
+    /// messages to every peer each take an extra delay, drawn once per
+    /// spike from `delay_spike`, for one to six failure timeouts; then the
+    /// spike ends. Links stay FIFO and nothing is lost, but a spike longer
+    /// than the failure timeout gets the node suspected while it is alive.
+    /// Spikes on different nodes may overlap; one that lands on a node
+    /// already slowed is skipped. A spike slows the node's outgoing path,
+    /// not its process: it outlasts a crash and restart of the node, and
+    /// what the node sent before crashing still arrives.
+    pub delays: u32,
+    /// The range a delay spike's extra delay is drawn from (by default 0.2
+    /// to 3 failure timeouts of the default timing).
+    pub delay_spike: (Duration, Duration),
+    /// This many loss windows during the workload: a random node loses a
+    /// share of its outgoing messages, heartbeats included (the share drawn
+    /// once per window from 10% to 50%), for one to six failure timeouts.
+    /// The algorithms assume reliable links, so only safety is promised
+    /// meanwhile. Windows on different nodes may overlap; one that lands on
+    /// a node already losing messages is skipped.
+    pub drops: u32,
     /// The shape of the workload.
     pub load: Load,
     /// Critical-section entries each node's client makes (concurrent load),
@@ -86,6 +106,12 @@ impl SimConfig {
             crashes: 0,
             partitions: 0,
             pauses: 0,
+            delays: 0,
+            delay_spike: (
+                Timing::default().failure_timeout / 5,
+                Timing::default().failure_timeout * 3,
+            ),
+            drops: 0,
             load: Load::Concurrent,
             requests: 10,
             timing: Timing::default(),
@@ -135,6 +161,12 @@ pub struct RunReport {
     pub partitions: u32,
     /// Pauses injected.
     pub pauses: u32,
+    /// Delay spikes injected.
+    pub delays: u32,
+    /// Loss windows injected.
+    pub drops: u32,
+    /// Messages lost in loss windows.
+    pub lost: u64,
     /// Simulated time at the end, in microseconds.
     pub end_us: u64,
     /// Broken invariants, in the order seen.
@@ -211,6 +243,30 @@ enum Event {
     Resume {
         node: NodeId,
     },
+    /// `node`'s messages take `extra` longer (unless a spike is already
+    /// slowing it).
+    DelaySpike {
+        id: u32,
+        node: NodeId,
+        extra: Duration,
+    },
+    /// End delay spike `id` on `node`.
+    DelayOver {
+        id: u32,
+        node: NodeId,
+    },
+    /// `node` loses `share` of its messages (unless a loss window is
+    /// already open on it).
+    Loss {
+        id: u32,
+        node: NodeId,
+        share: f64,
+    },
+    /// End loss window `id` on `node`.
+    LossOver {
+        id: u32,
+        node: NodeId,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,6 +330,10 @@ pub struct Simulation {
     paused: BTreeSet<NodeId>,
     /// What reached each paused node, in order.
     deferred: BTreeMap<NodeId, std::collections::VecDeque<Event>>,
+    /// The delay spikes in force, by node: the spike's id, the extra delay.
+    spikes: BTreeMap<NodeId, (u32, Duration)>,
+    /// The loss windows in force, by node: the window's id, the share lost.
+    losses: BTreeMap<NodeId, (u32, f64)>,
     report: RunReport,
 }
 
@@ -305,6 +365,8 @@ impl Simulation {
             cut: None,
             paused: BTreeSet::new(),
             deferred: BTreeMap::new(),
+            spikes: BTreeMap::new(),
+            losses: BTreeMap::new(),
             report: RunReport { seed: cfg.seed, ..RunReport::default() },
             cfg,
         };
@@ -416,6 +478,22 @@ impl Simulation {
             let lasts = self.uniform((ft, ft * 6));
             self.push(at + lasts, Event::Heal { id });
         }
+        for id in 0..self.cfg.delays {
+            let at = self.workload_start + self.uniform((Duration::ZERO, window));
+            let node = NodeId(self.rng.random_range(1..=self.cfg.nodes));
+            let extra = self.uniform(self.cfg.delay_spike);
+            let lasts = self.uniform((ft, ft * 6));
+            self.push(at, Event::DelaySpike { id, node, extra });
+            self.push(at + lasts, Event::DelayOver { id, node });
+        }
+        for id in 0..self.cfg.drops {
+            let at = self.workload_start + self.uniform((Duration::ZERO, window));
+            let node = NodeId(self.rng.random_range(1..=self.cfg.nodes));
+            let share = self.rng.random_range(0.1..=0.5);
+            let lasts = self.uniform((ft, ft * 6));
+            self.push(at, Event::Loss { id, node, share });
+            self.push(at + lasts, Event::LossOver { id, node });
+        }
     }
 
     fn trace(&mut self, line: impl FnOnce() -> String) {
@@ -464,16 +542,36 @@ impl Simulation {
                 let mutex = matches!(envelope, Envelope::Mutex(_));
                 if mutex {
                     self.mutex_sent_total += 1;
-                    self.mutex_in_flight += 1;
                     if self.now >= self.workload_start {
                         self.report.mutex_messages += 1;
                     }
                 }
+                // In a loss window, a share of the node's messages never
+                // arrive, heartbeats as much as the rest.
+                let lost = match self.losses.get(&node) {
+                    Some(&(_, share)) => self.rng.random_bool(share),
+                    None => false,
+                };
+                if lost {
+                    self.report.lost += 1;
+                }
                 if self.cfg.trace && kind != "heartbeat" {
                     let text = self.nodes[&node].engine.as_ref().map(|e| e.describe(&envelope));
-                    self.trace(|| format!("{node} -> {to} {}", text.unwrap_or_default()));
+                    let fate = if lost { " LOST" } else { "" };
+                    self.trace(|| format!("{node} -> {to} {}{fate}", text.unwrap_or_default()));
                 }
-                let delay = self.uniform(self.cfg.delay);
+                if lost {
+                    return;
+                }
+                if mutex {
+                    self.mutex_in_flight += 1;
+                }
+                let mut delay = self.uniform(self.cfg.delay);
+                if let Some(&(_, extra)) = self.spikes.get(&node) {
+                    delay += extra;
+                }
+                // Each message lands after the one sent before it on the link
+                // (the tail), so a spike's end lets nothing overtake.
                 let tail = self.link_tail.get(&(node, to)).copied().unwrap_or_default();
                 // A restarted node's peers reconnect to it only after a few
                 // message delays; until then their messages wait.
@@ -696,6 +794,40 @@ impl Simulation {
                     n.wake_at = None; // its timers are overdue: wake it now
                 }
                 self.after_input(node);
+            }
+            Event::DelaySpike { id, node, extra } => {
+                if self.spikes.contains_key(&node) {
+                    return; // one spike at a time per node
+                }
+                self.last_fault = self.now;
+                self.report.delays += 1;
+                let ms = extra.as_secs_f64() * 1000.0;
+                self.trace(|| format!("DELAY: {node}'s messages take +{ms:.1} ms"));
+                self.spikes.insert(node, (id, extra));
+            }
+            Event::DelayOver { id, node } => {
+                if self.spikes.get(&node).is_some_and(|&(current, _)| current == id) {
+                    self.spikes.remove(&node);
+                    self.last_fault = self.now;
+                    self.trace(|| format!("DELAY over: {node}'s messages back to normal"));
+                }
+            }
+            Event::Loss { id, node, share } => {
+                if self.losses.contains_key(&node) {
+                    return; // one loss window at a time per node
+                }
+                self.last_fault = self.now;
+                self.report.drops += 1;
+                let percent = share * 100.0;
+                self.trace(|| format!("DROP: {node} loses {percent:.0}% of its messages"));
+                self.losses.insert(node, (id, share));
+            }
+            Event::LossOver { id, node } => {
+                if self.losses.get(&node).is_some_and(|&(current, _)| current == id) {
+                    self.losses.remove(&node);
+                    self.last_fault = self.now;
+                    self.trace(|| format!("DROP over: {node} loses nothing more"));
+                }
             }
             Event::Heal { id } => {
                 if self.cut.as_ref().is_some_and(|(current, _)| *current == id) {

@@ -29,6 +29,9 @@ pub struct Summary {
     pub seeds: u64,
     /// Runs that broke an invariant.
     pub violations: u64,
+    /// Those runs, by the first invariant each broke (`safety`, `fence`,
+    /// `liveness`, `agreement`, `wire`).
+    pub violations_by_invariant: BTreeMap<String, u64>,
     /// Mutex messages per entry, over all runs.
     pub messages_per_entry: f64,
     /// Critical-section entries, over all runs.
@@ -41,6 +44,12 @@ pub struct Summary {
     pub partitions: u64,
     /// Pauses injected, over all runs.
     pub pauses: u64,
+    /// Delay spikes injected, over all runs.
+    pub delays: u64,
+    /// Loss windows injected, over all runs.
+    pub drops: u64,
+    /// Messages lost in loss windows, over all runs.
+    pub lost: u64,
     /// Grants that overtook an older waiting request, over all runs (see
     /// `RunReport::out_of_order`).
     pub out_of_order: u64,
@@ -63,12 +72,16 @@ pub fn run_seeds(
         nodes: base.nodes,
         seeds: seeds.end - seeds.start,
         violations: 0,
+        violations_by_invariant: BTreeMap::new(),
         messages_per_entry: 0.0,
         entries: 0,
         coordinator_entries: 0,
         crashes: 0,
         partitions: 0,
         pauses: 0,
+        delays: 0,
+        drops: 0,
+        lost: 0,
         out_of_order: 0,
         messages_by_kind: BTreeMap::new(),
         failures: Vec::new(),
@@ -81,6 +94,9 @@ pub fn run_seeds(
         summary.crashes += u64::from(report.crashes);
         summary.partitions += u64::from(report.partitions);
         summary.pauses += u64::from(report.pauses);
+        summary.delays += u64::from(report.delays);
+        summary.drops += u64::from(report.drops);
+        summary.lost += report.lost;
         summary.out_of_order += report.out_of_order;
         mutex_messages += report.mutex_messages;
         for (kind, n) in &report.messages_by_kind {
@@ -88,6 +104,7 @@ pub fn run_seeds(
         }
         if let Some(v) = report.violations.first() {
             summary.violations += 1;
+            *summary.violations_by_invariant.entry(v.invariant.to_string()).or_default() += 1;
             if summary.failures.len() < 50 {
                 summary.failures.push(Failure {
                     seed,

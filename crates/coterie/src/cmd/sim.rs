@@ -1,11 +1,13 @@
 //! `coterie sim`: the deterministic simulator from the command line.
 
+use super::common::parse_duration;
 use anyhow::Result;
 use coterie_core::{registry, MutexOptions, Priority};
 use coterie_sim::run_seeds;
 use coterie_sim::sim::{self, Load, SimConfig};
 use std::io::Write;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Run algorithms in the deterministic simulator.
 ///
@@ -43,6 +45,20 @@ pub struct Args {
     /// for up to four failure timeouts, then carrying on).
     #[arg(long, default_value_t = 0, num_args = 0..=1, default_missing_value = "1")]
     pauses: u32,
+    /// Slow a random node's messages this many times per run: each spike
+    /// adds 0.2 to 3 failure timeouts to everything the node sends, for
+    /// one to six failure timeouts (FIFO kept, nothing lost).
+    #[arg(long, default_value_t = 0, num_args = 0..=1, default_missing_value = "1")]
+    delays: u32,
+    /// The range a delay spike's extra delay is drawn from, as MIN..MAX
+    /// (e.g. 0ms..125ms); by default 0.2 to 3 failure timeouts.
+    #[arg(long, value_name = "MIN..MAX", value_parser = duration_range)]
+    delay_spike: Option<(Duration, Duration)>,
+    /// Lose 10% to 50% of a random node's outgoing messages (heartbeats
+    /// included) this many times per run, for one to six failure timeouts
+    /// each. Liveness is not promised meanwhile.
+    #[arg(long, default_value_t = 0, num_args = 0..=1, default_missing_value = "1")]
+    drops: u32,
     /// Holders allowed at once (counting semaphore), where supported.
     #[arg(long, default_value_t = 1)]
     count: usize,
@@ -73,6 +89,17 @@ pub fn priority(text: &str) -> Result<Priority, String> {
     text.parse().map_err(|e: coterie_core::UnknownPriority| e.to_string())
 }
 
+/// Parses a `--delay-spike` range: `MIN..MAX`, two durations.
+pub fn duration_range(text: &str) -> Result<(Duration, Duration), String> {
+    let (lo, hi) =
+        text.split_once("..").ok_or_else(|| format!("{text:?} is not a range like 0ms..125ms"))?;
+    let (lo, hi) = (parse_duration(lo)?, parse_duration(hi)?);
+    if hi < lo {
+        return Err(format!("{text:?}: the maximum is below the minimum"));
+    }
+    Ok((lo, hi))
+}
+
 /// The flags that choose `options`, for a replay line (empty for the
 /// defaults).
 pub fn options_flags(options: MutexOptions) -> String {
@@ -89,6 +116,7 @@ pub fn options_flags(options: MutexOptions) -> String {
 pub fn run(args: Args) -> Result<ExitCode> {
     registry::mutex(&args.mutex)?;
     registry::election(&args.election)?;
+    let defaults = SimConfig::new(&args.mutex, &args.election);
     let base = SimConfig {
         nodes: args.nodes,
         capacity: args.count,
@@ -99,9 +127,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         crashes: args.crashes,
         partitions: args.partitions,
         pauses: args.pauses,
+        delays: args.delays,
+        drops: args.drops,
+        delay_spike: args.delay_spike.unwrap_or(defaults.delay_spike),
         requests: args.requests,
         load: if args.sequential { Load::Sequential } else { Load::Concurrent },
-        ..SimConfig::new(&args.mutex, &args.election)
+        ..defaults
     };
     let seeds = match args.seed {
         Some(s) => s..s + 1,
@@ -129,22 +160,53 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
+        let mut faults = match (args.crashes, args.partitions) {
+            (0, 0) => String::new(),
+            (c, 0) => format!(", up to {c} crashes each"),
+            (0, p) => format!(", {p} partitions each"),
+            (c, p) => format!(", up to {c} crashes and {p} partitions each"),
+        };
+        for (n, what) in
+            [(args.pauses, "pauses"), (args.delays, "delay spikes"), (args.drops, "loss windows")]
+        {
+            if n > 0 {
+                faults.push_str(&format!(", {n} {what}"));
+            }
+        }
         println!(
             "{} + {} on {} nodes, {} seeds{}: {} entries, {} violations",
             summary.mutex,
             summary.election,
             summary.nodes,
             summary.seeds,
-            match (args.crashes, args.partitions) {
-                (0, 0) => String::new(),
-                (c, 0) => format!(", up to {c} crashes each"),
-                (0, p) => format!(", {p} partitions each"),
-                (c, p) => format!(", up to {c} crashes and {p} partitions each"),
-            } + &if args.pauses > 0 { format!(", {} pauses", args.pauses) } else { String::new() },
+            faults,
             summary.entries,
             summary.violations
         );
+        if summary.violations > 0 {
+            let by: Vec<String> =
+                summary.violations_by_invariant.iter().map(|(i, n)| format!("{i} {n}")).collect();
+            println!("runs by first invariant broken: {}", by.join(", "));
+        }
         println!("messages per entry: {:.2}", summary.messages_per_entry);
+        if args.crashes + args.partitions + args.pauses + args.delays + args.drops > 0 {
+            println!(
+                "injected: {} crashes, {} partitions, {} pauses, {} delay spikes, {} loss windows \
+                 ({} messages lost)",
+                summary.crashes,
+                summary.partitions,
+                summary.pauses,
+                summary.delays,
+                summary.drops,
+                summary.lost
+            );
+        }
+        if args.drops > 0 {
+            println!(
+                "note: the algorithms assume reliable links; under loss a request may never be \
+                 served (a liveness violation), but two holders at once is a real bug"
+            );
+        }
         if args.partitions > 0 {
             println!(
                 "note: under partitions the algorithms that trust timeouts may grant on both \
@@ -168,11 +230,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 summary.entries
             );
         }
+        let spike = match args.delay_spike {
+            Some((lo, hi)) => format!(
+                " --delay-spike {}..{}",
+                humantime::format_duration(lo),
+                humantime::format_duration(hi)
+            ),
+            None => String::new(),
+        };
         for f in &summary.failures {
             println!(
-                "  seed {}: {}: {}\n    replay: coterie sim --mutex {} --election {} --nodes {} --crashes {} --partitions {} --pauses {}{} --seed {} --trace",
+                "  seed {}: {}: {}\n    replay: coterie sim --mutex {} --election {} --nodes {} --crashes {} --partitions {} --pauses {} --delays {} --drops {}{}{} --seed {} --trace",
                 f.seed, f.invariant, f.detail, summary.mutex, summary.election, summary.nodes, args.crashes, args.partitions, args.pauses,
-                options_flags(base.mutex_options), f.seed
+                args.delays, args.drops, spike, options_flags(base.mutex_options), f.seed
             );
         }
     }
