@@ -137,6 +137,12 @@ impl FailureDetector {
         self.peers.get(&peer).is_some_and(|h| h.up)
     }
 
+    /// The incarnation of `peer`, if it counts as up and its heartbeats
+    /// have said which.
+    pub fn up_incarnation(&self, peer: NodeId) -> Option<u64> {
+        self.peers.get(&peer).filter(|h| h.up).and_then(|h| h.incarnation)
+    }
+
     /// The peers currently counted as up, in id order.
     pub fn up_peers(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.peers.iter().filter(|(_, h)| h.up).map(|(&p, _)| p)

@@ -9,11 +9,15 @@
 //! [`next_deadline`], call [`handle_timeout`].
 //!
 //! Peer failures flow down (detector → election and mutex), coordinator
-//! changes flow from the election to the mutex. Before a node *joins* — it
-//! has heard from every peer, or waited one failure timeout for the silent
-//! ones — it answers peers but neither starts an election nor asks for the
-//! critical section, so it first learns the current epoch and clocks from
-//! their heartbeats. A coordinator that others' elections name meanwhile
+//! changes flow from the election to the mutex. Before a node *joins* —
+//! every peer has sent it a heartbeat that names this very incarnation as
+//! up, or one failure timeout has passed for the silent ones — it answers
+//! peers but neither starts an election nor asks for the critical section.
+//! It thus learns the current epoch and clocks from their heartbeats, and
+//! it asks nothing before every live peer counts it in: a peer that still
+//! counted it out would leave it out of its own requests, and both could
+//! enter (a restarted node whose messages are slow found this in the
+//! simulator). A coordinator that others' elections name meanwhile
 //! (the node itself, even) reaches the mutex layer only once it has joined:
 //! a coordinator must know every live peer before it rebuilds the queue.
 //!
@@ -161,7 +165,8 @@ pub struct Engine {
     last_tick: Time,
     /// While joining: when to stop waiting for silent peers.
     join_deadline: Option<Time>,
-    /// While joining: peers whose heartbeat (epoch, watermark) has arrived.
+    /// While joining: peers whose heartbeat (epoch, watermark) has arrived
+    /// saying they count this incarnation as up.
     synced: BTreeSet<NodeId>,
     /// A request made before joining, held until then.
     request_pending: bool,
@@ -384,7 +389,7 @@ impl Engine {
         let result = match &envelope {
             Envelope::Heartbeat(hb) => {
                 Counters::bump(&mut self.counters.received, "heartbeat");
-                if self.join_deadline.is_some() {
+                if self.join_deadline.is_some() && hb.you == Some(self.cfg.incarnation) {
                     self.synced.insert(from);
                 }
                 self.mutex.observe_watermark(hb.watermark);
@@ -461,16 +466,21 @@ impl Engine {
 
     fn send_heartbeats(&mut self, now: Time) {
         self.next_heartbeat = now + self.cfg.timing.heartbeat;
+        let peers: Vec<NodeId> = self.cfg.peers().collect();
+        for to in peers {
+            self.send_heartbeat(to);
+        }
+    }
+
+    fn send_heartbeat(&mut self, to: NodeId) {
         let hb = Heartbeat {
             epoch: self.election.epoch(),
             coordinator: self.election.coordinator(),
             watermark: self.mutex.watermark(),
             incarnation: self.cfg.incarnation,
+            you: self.detector.up_incarnation(to),
         };
-        let peers: Vec<NodeId> = self.cfg.peers().collect();
-        for to in peers {
-            self.push_send(to, Envelope::Heartbeat(hb), "heartbeat");
-        }
+        self.push_send(to, Envelope::Heartbeat(hb), "heartbeat");
     }
 
     fn join(&mut self, now: Time) {
@@ -493,6 +503,9 @@ impl Engine {
 
     fn peer_up(&mut self, now: Time, peer: NodeId) {
         self.outputs.push_back(Output::PeerUp(peer));
+        // Tell it at once that it counts as up here, so that it joins
+        // without waiting for the next round of heartbeats.
+        self.send_heartbeat(peer);
         let mut acts = self.take_scratch();
         self.mutex.handle_peer_up(now, peer, &mut acts);
         self.apply(now, Layer::Mutex, acts);
@@ -501,10 +514,10 @@ impl Engine {
         self.apply(now, Layer::Election, acts);
     }
 
-    /// Joins once a heartbeat from every peer has been handled: heartbeats
-    /// carry the epoch and the clock watermark the node must know before it
-    /// elects or stamps a request (any other message proves a peer alive,
-    /// but does not carry them).
+    /// Joins once a heartbeat from every peer has been handled that counts
+    /// this incarnation as up: heartbeats carry the epoch and the clock
+    /// watermark the node must know before it elects or stamps a request
+    /// (any other message proves a peer alive, but does not carry them).
     fn join_if_complete(&mut self, now: Time) {
         if self.join_deadline.is_some() && self.cfg.peers().all(|p| self.synced.contains(&p)) {
             self.join(now);
@@ -596,13 +609,21 @@ mod tests {
         std::iter::from_fn(|| e.poll_output()).collect()
     }
 
+    /// A peer's heartbeat that counts the test engine (incarnation 0) up.
     fn heartbeat() -> Envelope {
         Envelope::Heartbeat(Heartbeat {
             epoch: Epoch(0),
             coordinator: None,
             watermark: 0,
             incarnation: 1,
+            you: Some(0),
         })
+    }
+
+    /// The same from a peer that does not count the test engine up yet.
+    fn heartbeat_not_seeing_me() -> Envelope {
+        let Envelope::Heartbeat(hb) = heartbeat() else { unreachable!() };
+        Envelope::Heartbeat(Heartbeat { you: None, ..hb })
     }
 
     #[test]
@@ -636,6 +657,21 @@ mod tests {
         e.handle_message(ms(6), NodeId(1), Envelope::Mutex(report)).unwrap();
         assert!(drain(&mut e).iter().any(|o| matches!(o, Output::Granted { .. })));
         assert_eq!(e.cs_entries(), 1);
+    }
+
+    #[test]
+    fn node_joins_only_once_every_peer_counts_it_up() {
+        let mut e = engine(2, 2);
+        e.handle_message(ms(5), NodeId(1), heartbeat_not_seeing_me()).unwrap();
+        let out = drain(&mut e);
+        assert!(out.contains(&Output::PeerUp(NodeId(1))));
+        assert!(!out.contains(&Output::Joined), "n1 does not count it in yet");
+        // Hearing n1 up, it told n1 so at once, naming n1's incarnation.
+        assert!(out.iter().any(|o| matches!(o,
+            Output::Send { to: NodeId(1), envelope: Envelope::Heartbeat(hb), .. }
+                if hb.you == Some(1))));
+        e.handle_message(ms(6), NodeId(1), heartbeat()).unwrap();
+        assert!(drain(&mut e).contains(&Output::Joined));
     }
 
     #[test]

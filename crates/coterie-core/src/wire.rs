@@ -10,7 +10,7 @@ use crate::types::{Epoch, NodeId};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 /// Bumped whenever a frame's encoding changes.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The largest frame body accepted, in bytes. Every coterie message is far
 /// smaller; a larger length prefix is a broken or hostile peer.
@@ -126,6 +126,11 @@ pub struct Heartbeat {
     pub watermark: u64,
     /// The sender's boot id: a new value means it restarted.
     pub incarnation: u64,
+    /// The receiver's boot id as the sender knows it, if the sender counts
+    /// the receiver as up: a joining node waits for its own to come back
+    /// from every live peer, so that none of them leaves it out of a
+    /// request.
+    pub you: Option<u64>,
 }
 
 /// One message between two nodes' engines.
