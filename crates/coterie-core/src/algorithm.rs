@@ -121,6 +121,9 @@ pub struct AlgoConfig {
     /// Variants of the mutual-exclusion algorithm (fault tolerance,
     /// priority), for those that have them.
     pub mutex_options: MutexOptions,
+    /// What the mutex layer of this node's previous run left in stable
+    /// storage ([`MutexAlgorithm::durable_state`]), if it left anything.
+    pub restored: Option<Vec<u8>>,
 }
 
 impl AlgoConfig {
@@ -134,6 +137,7 @@ impl AlgoConfig {
             incarnation: 0,
             wall_origin: Duration::ZERO,
             mutex_options: MutexOptions::default(),
+            restored: None,
         }
     }
 
@@ -218,6 +222,16 @@ pub trait MutexAlgorithm: Send + 'static {
 
     /// A peer's [`watermark`](Self::watermark), seen on its heartbeat.
     fn observe_watermark(&mut self, _watermark: u64) {}
+
+    /// What must outlive a crash of this node, encoded: the engine hands
+    /// it to its driver for stable storage whenever it changes, before any
+    /// message of the step that changed it leaves, and the next run of the
+    /// node finds it in [`AlgoConfig::restored`]. Most algorithms keep
+    /// nothing (`None`): a restarted node learns what it needs from its
+    /// peers. The quorum algorithms keep whom their arbiter granted.
+    fn durable_state(&self) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// A leader-election algorithm, seen from one node.

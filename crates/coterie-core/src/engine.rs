@@ -75,6 +75,11 @@ pub enum Output {
     PeerDown(NodeId),
     /// The node has joined: it heard from every peer or waited for them.
     Joined,
+    /// Write these bytes to stable storage, replacing what was there,
+    /// before carrying out any output that follows; give them back in
+    /// [`AlgoConfig::restored`] when the node restarts. (Only algorithms
+    /// that keep state across a crash ask for it.)
+    Persist(Vec<u8>),
 }
 
 /// Why an input was refused. The engine's state is unchanged, except that
@@ -181,6 +186,8 @@ pub struct Engine {
     outputs: VecDeque<Output>,
     /// Reused buffer for the layers' actions.
     scratch: Actions,
+    /// What the mutex layer last asked to keep in stable storage.
+    persisted: Option<Vec<u8>>,
 }
 
 impl Engine {
@@ -214,6 +221,7 @@ impl Engine {
             counters: Counters::default(),
             outputs: VecDeque::new(),
             scratch: Actions::new(),
+            persisted: cfg.restored.clone(),
             cfg,
         };
         // Heartbeats go out first thing, so that on every link the first
@@ -548,6 +556,15 @@ impl Engine {
     /// so a new coordinator's announcement precedes its first mutex message
     /// on every link.
     fn apply(&mut self, now: Time, layer: Layer, mut acts: Actions) {
+        if layer == Layer::Mutex {
+            // Stable storage first: a message this step sends may rest on
+            // what the step changed (a grant given).
+            let durable = self.mutex.durable_state();
+            if durable.is_some() && durable != self.persisted {
+                self.persisted = durable.clone();
+                self.outputs.extend(durable.map(Output::Persist));
+            }
+        }
         for action in acts.drain(..) {
             match action {
                 Action::Send { to, msg: Encoded { kind, bytes } } => {

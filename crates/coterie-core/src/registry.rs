@@ -242,6 +242,8 @@ pub trait DynMutex: Send {
     fn watermark(&self) -> u64;
     /// See [`MutexAlgorithm::observe_watermark`].
     fn observe_watermark(&mut self, watermark: u64);
+    /// See [`MutexAlgorithm::durable_state`].
+    fn durable_state(&self) -> Option<Vec<u8>>;
     /// Decodes `bytes` for a trace line.
     fn describe(&self, bytes: &[u8]) -> String;
 }
@@ -373,6 +375,9 @@ impl<A: MutexAlgorithm> DynMutex for Erased<A, A::Msg> {
     }
     fn observe_watermark(&mut self, watermark: u64) {
         self.alg.observe_watermark(watermark);
+    }
+    fn durable_state(&self) -> Option<Vec<u8>> {
+        self.alg.durable_state()
     }
     fn describe(&self, bytes: &[u8]) -> String {
         Self::describe_bytes(bytes)

@@ -8,6 +8,8 @@
 //! # count = 1          # holders at once, for algorithms that allow more
 //! # ra_fault_tolerant = false   # ricart-agrawala, raymond-k: NACKs and probes
 //! # priority = "timestamp"      # ... or "fewest-entries", "least-recent"
+//! # state_dir = "state"         # what must outlive a crash (quorum arbiters)
+//! # state_sync = true           # flush it to disk on every change
 //!
 //! [timing]
 //! heartbeat = "50ms"
@@ -80,6 +82,24 @@ pub struct ClusterSection {
     /// `"least-recent"`.
     #[serde(default, deserialize_with = "priority_by_name")]
     pub priority: Priority,
+    /// Where each node keeps what must outlive a crash (whom a quorum
+    /// arbiter granted): `<state_dir>/<name>-node<id>.state`, relative to
+    /// the configuration file. Without it, that state is kept in memory
+    /// only, and a quorum arbiter that restarts while its holder is silent
+    /// may grant a second time.
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
+    /// Sync the state file to disk on every change (the default), so that
+    /// it outlives a power loss and not only a crash of the process. It
+    /// costs a disk flush per grant given or taken back: on this project's
+    /// test machine it cuts a quorum algorithm's throughput from about
+    /// 10,000 entries a second to about 300.
+    #[serde(default = "yes")]
+    pub state_sync: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn priority_by_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Priority, D::Error> {
@@ -194,7 +214,14 @@ impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-        Config::parse(&text, path)
+        let mut cfg = Config::parse(&text, path)?;
+        // A relative state directory is relative to the file that names it.
+        if let (Some(dir), Some(base)) = (&cfg.cluster.state_dir, path.parent()) {
+            if dir.is_relative() {
+                cfg.cluster.state_dir = Some(base.join(dir));
+            }
+        }
+        Ok(cfg)
     }
 
     /// Parses and checks `text`; `path` is only for messages.
@@ -265,6 +292,7 @@ impl Config {
             incarnation,
             wall_origin,
             mutex_options: self.cluster.mutex_options(),
+            restored: None,
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod config;
 mod faults;
 pub mod node;
 pub mod protocol;
+pub mod state;
 pub mod witness;
 
 pub use client::{Acquired, Client, ClientError, Entry, Watch, WitnessClient};

@@ -21,12 +21,14 @@ use crate::codec::{read_frame, write_frame, FrameError};
 use crate::config::Config;
 use crate::faults::{Fate, Faults};
 use crate::protocol::{ClientRequest, ClientResponse, NodeEvent, WatchEvent};
+use crate::state::StateFile;
 use coterie_core::engine::Output;
 use coterie_core::wire::{self, Hello, PeerFrame, PROTOCOL_VERSION};
 use coterie_core::{CsState, Engine, Fence, NodeId, Status};
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::io;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -61,6 +63,14 @@ pub enum NodeError {
     Bind {
         /// The address.
         addr: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// The state directory or file could not be used.
+    #[error("cannot use the state file {path}: {source}")]
+    State {
+        /// The file.
+        path: PathBuf,
         /// Why.
         source: io::Error,
     },
@@ -136,6 +146,8 @@ struct Inner {
     state: Mutex<State>,
     /// What watchers (`coterie watch`) are told.
     events: broadcast::Sender<WatchEvent>,
+    /// Stable storage, if the configuration names a state directory.
+    state_file: Option<StateFile>,
 }
 
 impl Inner {
@@ -254,6 +266,14 @@ impl Inner {
                     warn!(node = id, peer = peer.0, "peer down");
                     self.emit(NodeEvent::PeerDown { peer: peer.0 });
                 }
+                Output::Persist(bytes) => {
+                    // Before the messages that follow it leave.
+                    if let Some(file) = &self.state_file {
+                        if let Err(e) = file.store(&bytes) {
+                            error!(node = id, path = %file.path().display(), "cannot write the state file: {e}");
+                        }
+                    }
+                }
                 Output::Joined => {
                     let alive: Vec<u32> = state.engine.status().alive;
                     info!(node = id, ?alive, "joined the cluster");
@@ -305,13 +325,24 @@ pub async fn run(
     let since_unix = wall.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let wall_origin = since_unix.saturating_sub(coterie_core::CLUSTER_ERA);
     let started = Instant::now();
-    let engine = Engine::new(
-        cfg.algo_config(id, incarnation, wall_origin),
-        &cfg.cluster.mutex,
-        &cfg.cluster.election,
-        Duration::ZERO,
-    )
-    .expect("the configuration's algorithm names were checked when it was loaded");
+    let state_file = match &cfg.cluster.state_dir {
+        None => None,
+        Some(dir) => {
+            let error = |source| NodeError::State { path: dir.clone(), source };
+            let sync = cfg.cluster.state_sync;
+            Some(StateFile::open(dir, &cfg.cluster.name, id, sync).map_err(error)?)
+        }
+    };
+    let mut algo = cfg.algo_config(id, incarnation, wall_origin);
+    if let Some(file) = &state_file {
+        let error = |source| NodeError::State { path: file.path().to_path_buf(), source };
+        algo.restored = file.load().map_err(error)?;
+        if algo.restored.is_some() {
+            info!(node = id, path = %file.path().display(), "restored the state of the previous run");
+        }
+    }
+    let engine = Engine::new(algo, &cfg.cluster.mutex, &cfg.cluster.election, Duration::ZERO)
+        .expect("the configuration's algorithm names were checked when it was loaded");
     let hello = Hello {
         cluster: cfg.cluster.name.clone(),
         node: NodeId(id),
@@ -346,6 +377,7 @@ pub async fn run(
         deadline_changed: Notify::new(),
         state: Mutex::new(State { engine, local: LocalQueue::default(), logged_epoch: None }),
         events: broadcast::channel(WATCH_BACKLOG).0,
+        state_file,
     });
     let span = tracing::info_span!("node", id);
     info!(parent: &span, peer = ?listeners.peer.local_addr().ok(), client = ?listeners.client.local_addr().ok(),

@@ -26,9 +26,14 @@ struct TestCluster {
 
 impl TestCluster {
     async fn start(n: u32, mutex: &str) -> TestCluster {
+        TestCluster::start_with(n, mutex, "").await
+    }
+
+    /// A cluster whose `[cluster]` section has `extra` lines too.
+    async fn start_with(n: u32, mutex: &str, extra: &str) -> TestCluster {
         let mut listeners = Vec::new();
         let mut toml = format!(
-            "[cluster]\nname = \"test\"\nmutex = \"{mutex}\"\nelection = \"bully\"\n\
+            "[cluster]\nname = \"test\"\nmutex = \"{mutex}\"\nelection = \"bully\"\n{extra}\
              [timing]\nheartbeat = \"20ms\"\nfailure_timeout = \"150ms\"\n"
         );
         for id in 1..=n {
@@ -42,22 +47,43 @@ impl TestCluster {
             listeners.push(Listeners { peer, client });
         }
         let cfg = Config::parse(&toml, Path::new("test.toml")).unwrap();
-        let mut stops = Vec::new();
+        let mut cluster = TestCluster { cfg, stops: Vec::new() };
         for (i, l) in listeners.into_iter().enumerate() {
-            let (tx, rx) = oneshot::channel::<()>();
-            let cfg = cfg.clone();
-            tokio::spawn(async move {
-                node::run(cfg, i as u32 + 1, l, async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-            });
-            stops.push(Some(tx));
+            let tx = cluster.spawn(i as u32 + 1, l);
+            cluster.stops.push(Some(tx));
         }
-        let cluster = TestCluster { cfg, stops };
         cluster.agreed_on(n).await;
         cluster
+    }
+
+    fn spawn(&self, id: u32, listeners: Listeners) -> oneshot::Sender<()> {
+        let (tx, rx) = oneshot::channel::<()>();
+        let cfg = self.cfg.clone();
+        tokio::spawn(async move {
+            node::run(cfg, id, listeners, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        tx
+    }
+
+    /// Starts node `id` again, on its old addresses, once they are free.
+    async fn restart(&mut self, id: u32) {
+        let bind = async {
+            loop {
+                let peer = TcpListener::bind(self.peer_addr(id)).await;
+                let client = TcpListener::bind(self.client_addr(id)).await;
+                if let (Ok(peer), Ok(client)) = (peer, client) {
+                    return Listeners { peer, client };
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let listeners = tokio::time::timeout(PATIENCE, bind).await.expect("addresses never freed");
+        let tx = self.spawn(id, listeners);
+        self.stops[id as usize - 1] = Some(tx);
     }
 
     fn client_addr(&self, id: u32) -> String {
@@ -256,4 +282,29 @@ async fn hello_for_another_cluster_or_node_is_refused_with_the_reason() {
         }
     }
     still_serves(&cluster).await;
+}
+
+/// Maekawa on three nodes: n2 asks {n1, n2}, n3 asks {n1, n3}, so n1's
+/// permission is what keeps them apart. n2 holds it and is paused; n1
+/// restarts. Were n1 to forget whom it granted, it would hear no RECOVER
+/// from the silent n2 and grant n3. It finds the grant in its state file
+/// instead, and n3 waits until n2 carries on and lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_arbiter_remembers_whom_it_granted() {
+    let dir = std::env::temp_dir().join(format!("coterie-arbiter-{}", std::process::id()));
+    let extra = format!("state_dir = \"{}\"\nstate_sync = false\n", dir.display());
+    let mut cluster = TestCluster::start_with(3, "maekawa", &extra).await;
+    let mut holder = cluster.client(2).await;
+    assert!(matches!(holder.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));
+    let mut control = cluster.client(2).await;
+    control.fault(coterie_node::protocol::FaultCommand::Pause).await.unwrap();
+    cluster.stop(1);
+    cluster.restart(1).await;
+    let mut other = cluster.client(3).await;
+    let asked = other.acquire(Some(Duration::from_millis(1500)), false).await.unwrap();
+    assert_eq!(asked, Acquired::TimedOut, "n1 granted n3 while n2 held its permission");
+    control.fault(coterie_node::protocol::FaultCommand::Resume).await.unwrap();
+    holder.release().await.unwrap();
+    assert!(matches!(other.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));
+    let _ = std::fs::remove_dir_all(dir);
 }

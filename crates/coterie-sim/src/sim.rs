@@ -71,6 +71,10 @@ pub struct SimConfig {
     /// meanwhile. Windows on different nodes may overlap; one that lands on
     /// a node already losing messages is skipped.
     pub drops: u32,
+    /// Whether nodes have stable storage: what an engine asks to persist
+    /// survives its crash and comes back on restart (as a node with a
+    /// state directory). Off, a restarted node remembers nothing.
+    pub stable_storage: bool,
     /// The shape of the workload.
     pub load: Load,
     /// Critical-section entries each node's client makes (concurrent load),
@@ -112,6 +116,7 @@ impl SimConfig {
                 Timing::default().failure_timeout * 3,
             ),
             drops: 0,
+            stable_storage: true,
             load: Load::Concurrent,
             requests: 10,
             timing: Timing::default(),
@@ -291,6 +296,9 @@ struct SimNode {
     /// off); meanwhile the peer's messages wait in its backlog. So for a
     /// few message delays the newcomer is heard but does not hear.
     reconnected: BTreeMap<NodeId, Time>,
+    /// The node's stable storage: what its engine last asked to persist.
+    /// It survives a crash, as a disk would.
+    stable: Option<Vec<u8>>,
 }
 
 /// One run of the simulator; see the crate documentation.
@@ -385,6 +393,7 @@ impl Simulation {
                     client: ClientState::Thinking,
                     remaining,
                     reconnected: BTreeMap::new(),
+                    stable: None,
                 },
             );
         }
@@ -405,6 +414,7 @@ impl Simulation {
             incarnation: u64::from(self.nodes.get(&id).map_or(0, |n| n.incarnation)),
             wall_origin: Duration::ZERO,
             mutex_options: self.cfg.mutex_options,
+            restored: self.nodes.get(&id).and_then(|n| n.stable.clone()),
         }
     }
 
@@ -595,6 +605,11 @@ impl Simulation {
             Output::PeerUp(p) => self.trace(|| format!("{node} sees {p} up")),
             Output::PeerDown(p) => self.trace(|| format!("{node} suspects {p}")),
             Output::Joined => self.trace(|| format!("{node} joined")),
+            Output::Persist(bytes) => {
+                if let Some(n) = self.nodes.get_mut(&node).filter(|_| self.cfg.stable_storage) {
+                    n.stable = Some(bytes);
+                }
+            }
         }
     }
 

@@ -19,7 +19,9 @@
 //!
 //! **Assumptions.** FIFO links (an INQUIRE must not overtake the GRANT it
 //! asks about); crash and restart failures reported by the failure
-//! detector. Partitions and pauses cost liveness while they last, never
+//! detector, with stable storage for whom each arbiter granted (without
+//! it, an arbiter that restarts while its holder is silent may grant
+//! twice). Partitions and pauses cost liveness while they last, never
 //! safety: no permission moves on a suspicion (see `quorum`). Request sets
 //! are fixed: a requester whose set has a dead
 //! member waits until it is back, so one crash can stall the nodes whose

@@ -54,10 +54,20 @@
 //! drops that member's permission, and asks the rule for a new quorum when
 //! the rule can route round failed members (tree quorums; any quorum will
 //! do, as every arbiter still grants one request at a time); otherwise
-//! (Maekawa) it waits for the member to return. A restarted arbiter has
-//! forgotten whom it granted: it grants nothing until it has joined and
-//! every live peer has sent it its RECOVER; its `high` restarts at its
-//! Lamport clock, which has by then caught up with every peer's.
+//! (Maekawa) it waits for the member to return.
+//!
+//! **Restarts.** Whom an arbiter granted is the one thing that must
+//! outlive it: the arbiter keeps it (with its `high` and grant count) in
+//! stable storage, written before the GRANT leaves
+//! ([`durable_state`](MutexAlgorithm::durable_state)). Without it a
+//! restarted arbiter could learn of its holder only from the holder's
+//! RECOVER, and a holder silent at that moment (stopped, or cut off)
+//! would later use a permission given again meanwhile: the simulator
+//! found this with two crashes and two pauses. A restarted arbiter grants
+//! nothing until it has joined and every live peer has sent it its
+//! RECOVER; its `high` restarts at least at its Lamport clock, which has by
+//! then caught up with every peer's. A driver without stable storage (a
+//! node run without a state directory) keeps the rest of the guarantees.
 
 use crate::algorithm::AlgoConfig;
 use crate::outbox::{Message, Outbox, Time};
@@ -222,6 +232,14 @@ enum Requester {
     Held { stamp: Stamp, quorum: BTreeSet<NodeId> },
 }
 
+/// What an arbiter keeps in stable storage.
+#[derive(Debug, Serialize, Deserialize)]
+struct Durable {
+    lock: Option<Stamp>,
+    high: Option<Stamp>,
+    grants: u64,
+}
+
 /// The arbiter's side of one node.
 #[derive(Debug, Default)]
 struct Arbiter {
@@ -242,6 +260,8 @@ struct Arbiter {
     ready: bool,
     /// Peers whose RECOVER this run of the arbiter has had.
     reported: BTreeSet<NodeId>,
+    /// A permission whose holder said in its RECOVER that it holds it.
+    claimed: Option<Stamp>,
 }
 
 /// A quorum-locking mutual-exclusion algorithm; see the module
@@ -265,8 +285,20 @@ pub struct QuorumLock<R> {
 }
 
 impl<R: QuorumRule> QuorumLock<R> {
-    /// A node with nobody known to be up yet.
+    /// A node with nobody known to be up yet, its arbiter restored from
+    /// `cfg.restored` if the previous run left anything readable there.
     pub fn new(cfg: &AlgoConfig) -> Self {
+        let mut arbiter = Arbiter::default();
+        if let Some(Ok(d)) = cfg.restored.as_deref().map(crate::wire::decode::<Durable>) {
+            arbiter.high = d.high;
+            arbiter.grants = d.grants;
+            match d.lock {
+                // Granted to this node's own request, which died with the
+                // previous run: back, counted as used.
+                Some(own) if own.node == cfg.id => arbiter.high = arbiter.high.max(Some(own)),
+                other => arbiter.lock = other,
+            }
+        }
         QuorumLock {
             id: cfg.id,
             wall_origin: cfg.wall_origin,
@@ -276,7 +308,7 @@ impl<R: QuorumRule> QuorumLock<R> {
             alive: BTreeSet::new(),
             joined: false,
             me: Requester::Idle,
-            arbiter: Arbiter::default(),
+            arbiter,
             local: VecDeque::new(),
         }
     }
@@ -646,6 +678,7 @@ impl<R: QuorumRule> QuorumLock<R> {
                     if self.arbiter.lock.is_none() {
                         self.arbiter.lock = Some(s);
                     }
+                    self.arbiter.claimed = Some(s);
                     if self.arbiter.lock == Some(s) {
                         // Its RESTAMP may have been lost: confirm the stamp.
                         self.send(from, QuorumMsg::Restamped { stamp: s }, out);
@@ -662,7 +695,7 @@ impl<R: QuorumRule> QuorumLock<R> {
                 if self.arbiter.lock.is_some_and(|l| l.node == from) {
                     self.arbiter.inquired = false; // likewise an INQUIRE
                 }
-                self.check_ready();
+                self.check_ready(out);
             }
             _ => return,
         }
@@ -671,11 +704,20 @@ impl<R: QuorumRule> QuorumLock<R> {
 
     /// The arbiter may grant once it has joined and every live peer has
     /// said what it holds.
-    fn check_ready(&mut self) {
+    fn check_ready(&mut self, out: &mut Outbox<QuorumMsg>) {
         if self.arbiter.ready || !self.joined || !self.alive.is_subset(&self.arbiter.reported) {
             return;
         }
         self.arbiter.ready = true;
+        // A permission restored from stable storage whose holder has not
+        // claimed it: the grant may have been lost with the previous run,
+        // so it goes out again. A holder that wants it counts it (grants
+        // are numbered, and a restarted arbiter's are counted afresh); one
+        // that does not hands it back.
+        if let Some(lock) = self.arbiter.lock.filter(|&l| self.arbiter.claimed != Some(l)) {
+            let (high, seq) = (self.arbiter.high, self.arbiter.grants);
+            self.send(lock.node, QuorumMsg::Grant { to: lock, high, seq }, out);
+        }
         // Nothing granted before this run is remembered except through
         // RECOVER. Every stamp in use is at most the clock, which has seen
         // every live peer's watermark, or the shared clock's milliseconds:
@@ -773,7 +815,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
         if matches!(&self.me, Requester::Wanting(w) if w.quorum.is_none()) {
             self.requorum(now, out);
         }
-        self.check_ready();
+        self.check_ready(out);
         self.arbitrate(out);
         self.drain_local(now, out);
     }
@@ -795,7 +837,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
                 self.requorum(now, out);
             }
         }
-        self.check_ready();
+        self.check_ready(out);
         self.arbitrate(out);
         self.drain_local(now, out);
     }
@@ -811,7 +853,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
         // it has heard from every live peer.
         self.now = now;
         self.joined = true;
-        self.check_ready();
+        self.check_ready(out);
         self.arbitrate(out);
         self.drain_local(now, out);
     }
@@ -834,6 +876,11 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
 
     fn observe_watermark(&mut self, watermark: u64) {
         self.clock.observe(watermark);
+    }
+
+    fn durable_state(&self) -> Option<Vec<u8>> {
+        let a = &self.arbiter;
+        Some(crate::wire::encode(&Durable { lock: a.lock, high: a.high, grants: a.grants }))
     }
 }
 
@@ -1067,5 +1114,40 @@ mod tests {
             panic!("the permission goes to node 3 once node 2 is done");
         };
         assert_eq!(*to, stamp(4, 3));
+    }
+
+    #[test]
+    fn a_restarted_arbiter_keeps_a_grant_from_stable_storage_for_a_silent_holder() {
+        // The previous run granted node 2, which is silent now (paused).
+        let durable = Durable { lock: Some(stamp(2, 2)), high: None, grants: 1 };
+        let cfg = AlgoConfig {
+            restored: Some(crate::wire::encode(&durable)),
+            ..AlgoConfig::for_test(1, 3)
+        };
+        let mut a = Maekawa::new(&cfg);
+        let mut out = Out::new();
+        a.handle_peer_up(T, n(3), &mut out);
+        a.handle_coordinator(T, n(3), Epoch::default(), &mut out);
+        out.take();
+        let waiting = Some(stamp(4, 3));
+        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(4, 3) }, &mut out);
+        a.handle_message(
+            T,
+            n(3),
+            QuorumMsg::Recover { holding: None, waiting, ask: false },
+            &mut out,
+        );
+        // Ready: the grant goes to node 2 again (it may have been lost),
+        // and node 3 is told it waits.
+        let sent = out.take();
+        assert!(sent.iter().any(|a| matches!(a,
+            Action::Send { to, msg: QuorumMsg::Grant { to: s, .. } } if *to == n(2) && *s == stamp(2, 2))));
+        assert!(sent.contains(&send(3, QuorumMsg::Failed { to: stamp(4, 3) })));
+        assert!(!sent.iter().any(|a| matches!(a, Action::Send { msg: QuorumMsg::Grant { to: s, .. }, .. } if s.node == n(3))));
+        // Its own old request died with the previous run: not restored.
+        let own = Durable { lock: Some(stamp(2, 1)), high: None, grants: 1 };
+        let cfg =
+            AlgoConfig { restored: Some(crate::wire::encode(&own)), ..AlgoConfig::for_test(1, 3) };
+        assert_eq!(Maekawa::new(&cfg).arbiter.lock, None);
     }
 }

@@ -20,8 +20,9 @@
 //! which spreads the load over the leaves.
 //!
 //! **Assumptions.** FIFO links; crash and restart failures reported by the
-//! failure detector. Partitions and pauses cost liveness while they last,
-//! never safety: no permission moves on a suspicion (see `quorum`).
+//! failure detector, with stable storage for whom each arbiter granted
+//! (see `quorum`). Partitions and pauses cost liveness while they last,
+//! never safety: no permission moves on a suspicion.
 //!
 //! **Messages per entry.** At light load REQUEST, GRANT and RELEASE per
 //! path member other than the requester: 3(log₂ N) or so; under

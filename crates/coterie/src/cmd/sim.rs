@@ -59,6 +59,10 @@ pub struct Args {
     /// each. Liveness is not promised meanwhile.
     #[arg(long, default_value_t = 0, num_args = 0..=1, default_missing_value = "1")]
     drops: u32,
+    /// Give the nodes no stable storage: a restarted node remembers
+    /// nothing (as a real node run without a state directory).
+    #[arg(long)]
+    no_stable_storage: bool,
     /// Holders allowed at once (counting semaphore), where supported.
     #[arg(long, default_value_t = 1)]
     count: usize,
@@ -129,6 +133,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         pauses: args.pauses,
         delays: args.delays,
         drops: args.drops,
+        stable_storage: !args.no_stable_storage,
         delay_spike: args.delay_spike.unwrap_or(defaults.delay_spike),
         requests: args.requests,
         load: if args.sequential { Load::Sequential } else { Load::Concurrent },
@@ -230,7 +235,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 summary.entries
             );
         }
-        let spike = match args.delay_spike {
+        let mut spike = match args.delay_spike {
             Some((lo, hi)) => format!(
                 " --delay-spike {}..{}",
                 humantime::format_duration(lo),
@@ -238,6 +243,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ),
             None => String::new(),
         };
+        if args.no_stable_storage {
+            spike.push_str(" --no-stable-storage");
+        }
         for f in &summary.failures {
             println!(
                 "  seed {}: {}: {}\n    replay: coterie sim --mutex {} --election {} --nodes {} --crashes {} --partitions {} --pauses {} --delays {} --drops {}{}{} --seed {} --trace",
