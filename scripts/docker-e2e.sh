@@ -386,6 +386,7 @@ log "playing scenarios/coordinator-crash.toml with coterie run --compose"
 (cd "$ROOT" && target/release/coterie run scenarios/coordinator-crash.toml \
     --compose "$PROJECT" --compose-file "$ROOT/docker-compose.yml") >"$TMP/scenario.log" 2>&1 \
     || { cat "$TMP/scenario.log"; fail "the coordinator-crash scenario failed under compose"; }
+sed 's/^/    /' "$TMP/scenario.log"
 SCENARIO="$(grep -E '^(PASSED|elections after)' "$TMP/scenario.log" | tr '\n' ' ')"
 log "  scenario: $SCENARIO"
 

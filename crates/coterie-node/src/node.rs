@@ -477,7 +477,17 @@ async fn dial_task(
     // peer's process is gone.
     let mut lost = false;
     loop {
-        match connect(&inner, peer, &addr).await {
+        // A dial to a peer whose host is gone can hang until its timeout
+        // (nothing answers the SYN: a container that was killed, say). If
+        // the peer dials us meanwhile it is back: drop the attempt and dial
+        // again at once, or our messages to it (our part of its join) would
+        // wait out the timeout.
+        let attempt = tokio::select! {
+            result = connect(&inner, peer, &addr) => result,
+            _ = inner.redial[&peer].notified() => continue,
+            _ = stopped(&mut stop) => return,
+        };
+        match attempt {
             Ok(stream) => {
                 if lost {
                     debug!(peer = peer.0, "reconnected");
