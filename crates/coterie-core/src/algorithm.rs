@@ -7,6 +7,7 @@
 
 use crate::outbox::{Message, Outbox, Time, TimerId};
 use crate::types::{CsState, Epoch, NodeId, Stamp};
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// Heartbeat and failure-detection periods, shared by every layer.
@@ -121,9 +122,58 @@ pub struct AlgoConfig {
     /// Variants of the mutual-exclusion algorithm (fault tolerance,
     /// priority), for those that have them.
     pub mutex_options: MutexOptions,
-    /// What the mutex layer of this node's previous run left in stable
-    /// storage ([`MutexAlgorithm::durable_state`]), if it left anything.
-    pub restored: Option<Vec<u8>>,
+    /// What this node's previous run left in stable storage, if anything
+    /// (see [`Restored`]).
+    pub restored: Option<Restored>,
+}
+
+/// What a node keeps in stable storage, and gets back when it restarts.
+/// The engine asks its driver to store it
+/// ([`Output::Persist`](crate::engine::Output::Persist)) whenever it
+/// changes, before the messages of the step that changed it leave.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restored {
+    /// The highest election epoch the node had seen. Elections start above
+    /// it, so epochs, and the fences built from them, keep rising even
+    /// when every node restarts at once.
+    pub epoch: Epoch,
+    /// A value above every watermark (Lamport clock, ticket) the node had
+    /// used: the restarted node's clock starts there, so the stamps and
+    /// fences it issues stay above everything issued before, even when
+    /// every node restarts at once. The engine reserves ahead
+    /// ([`WATERMARK_RESERVE`]) and writes again only when the clock
+    /// catches up with the reserve.
+    pub watermark: u64,
+    /// The mutex layer's own record ([`MutexAlgorithm::durable_state`]).
+    pub mutex: Option<Vec<u8>>,
+}
+
+/// How far ahead of the mutex layer's watermark the stored one is kept:
+/// one write per this many ticks of the clock, and a jump of at most this
+/// much at each restart.
+pub const WATERMARK_RESERVE: u64 = 1 << 16;
+
+impl Restored {
+    /// The record in its stored form.
+    pub fn encode(&self) -> Vec<u8> {
+        crate::wire::encode(self)
+    }
+
+    /// A stored record, or `None` if `bytes` is not one (a file from
+    /// another version, say: the node then starts afresh).
+    pub fn decode(bytes: &[u8]) -> Option<Restored> {
+        crate::wire::decode(bytes).ok()
+    }
+
+    /// The highest epoch the previous run had seen (zero if none).
+    pub fn epoch_of(cfg: &AlgoConfig) -> Epoch {
+        cfg.restored.as_ref().map_or(Epoch(0), |r| r.epoch)
+    }
+
+    /// The mutex layer's record from the previous run, if any.
+    pub fn mutex_of(cfg: &AlgoConfig) -> Option<&[u8]> {
+        cfg.restored.as_ref().and_then(|r| r.mutex.as_deref())
+    }
 }
 
 impl AlgoConfig {
@@ -226,7 +276,7 @@ pub trait MutexAlgorithm: Send + 'static {
     /// What must outlive a crash of this node, encoded: the engine hands
     /// it to its driver for stable storage whenever it changes, before any
     /// message of the step that changed it leaves, and the next run of the
-    /// node finds it in [`AlgoConfig::restored`]. Most algorithms keep
+    /// node finds it in [`Restored::mutex_of`]. Most algorithms keep
     /// nothing (`None`): a restarted node learns what it needs from its
     /// peers. The quorum algorithms keep whom their arbiter granted.
     fn durable_state(&self) -> Option<Vec<u8>> {

@@ -27,7 +27,7 @@
 //! [`next_deadline`]: Engine::next_deadline
 //! [`handle_timeout`]: Engine::handle_timeout
 
-use crate::algorithm::AlgoConfig;
+use crate::algorithm::{AlgoConfig, Restored, WATERMARK_RESERVE};
 use crate::detector::{FailureDetector, Verdict};
 use crate::outbox::{Action, Time, TimerId};
 use crate::registry::{self, Actions, DynElection, DynMutex, Encoded, UnknownAlgorithm};
@@ -75,11 +75,12 @@ pub enum Output {
     PeerDown(NodeId),
     /// The node has joined: it heard from every peer or waited for them.
     Joined,
-    /// Write these bytes to stable storage, replacing what was there,
-    /// before carrying out any output that follows; give them back in
-    /// [`AlgoConfig::restored`] when the node restarts. (Only algorithms
-    /// that keep state across a crash ask for it.)
-    Persist(Vec<u8>),
+    /// Write this record to stable storage, replacing what was there,
+    /// before carrying out any output that follows; give it back in
+    /// [`AlgoConfig::restored`] when the node restarts. It changes with
+    /// each new epoch and, for the algorithms that keep state across a
+    /// crash, with that state.
+    Persist(Restored),
 }
 
 /// Why an input was refused. The engine's state is unchanged, except that
@@ -186,8 +187,8 @@ pub struct Engine {
     outputs: VecDeque<Output>,
     /// Reused buffer for the layers' actions.
     scratch: Actions,
-    /// What the mutex layer last asked to keep in stable storage.
-    persisted: Option<Vec<u8>>,
+    /// What was last handed to the driver for stable storage.
+    persisted: Restored,
 }
 
 impl Engine {
@@ -221,9 +222,12 @@ impl Engine {
             counters: Counters::default(),
             outputs: VecDeque::new(),
             scratch: Actions::new(),
-            persisted: cfg.restored.clone(),
+            persisted: cfg.restored.clone().unwrap_or_default(),
             cfg,
         };
+        // A restarted node's clock starts above whatever it issued before.
+        let watermark = engine.persisted.watermark;
+        engine.mutex.observe_watermark(watermark);
         // Heartbeats go out first thing, so that on every link the first
         // message of this incarnation announces it.
         engine.send_heartbeats(now);
@@ -556,14 +560,25 @@ impl Engine {
     /// so a new coordinator's announcement precedes its first mutex message
     /// on every link.
     fn apply(&mut self, now: Time, layer: Layer, mut acts: Actions) {
-        if layer == Layer::Mutex {
-            // Stable storage first: a message this step sends may rest on
-            // what the step changed (a grant given).
-            let durable = self.mutex.durable_state();
-            if durable.is_some() && durable != self.persisted {
-                self.persisted = durable.clone();
-                self.outputs.extend(durable.map(Output::Persist));
-            }
+        // Stable storage first: a message this step sends may rest on what
+        // the step changed (a grant given, an epoch taken).
+        let watermark = self.mutex.watermark();
+        let record = Restored {
+            epoch: self.persisted.epoch.max(self.election.epoch()),
+            watermark: if watermark >= self.persisted.watermark {
+                watermark.saturating_add(WATERMARK_RESERVE)
+            } else {
+                self.persisted.watermark
+            },
+            mutex: if layer == Layer::Mutex {
+                self.mutex.durable_state()
+            } else {
+                self.persisted.mutex.clone()
+            },
+        };
+        if record != self.persisted {
+            self.persisted = record.clone();
+            self.outputs.push_back(Output::Persist(record));
         }
         for action in acts.drain(..) {
             match action {
@@ -735,5 +750,28 @@ mod tests {
         e.handle_timeout(ms(2050));
         assert!(!drain(&mut e).contains(&Output::PeerDown(NodeId(2))));
         assert!(e.is_up(NodeId(2)));
+    }
+    #[test]
+    fn a_restarted_node_starts_above_the_epoch_and_clock_it_stored() {
+        let restored = Restored { epoch: Epoch::new(7, NodeId(3)), watermark: 5000, mutex: None };
+        let cfg = AlgoConfig { restored: Some(restored), ..AlgoConfig::for_test(3, 3) };
+        let mut e = Engine::new(cfg, "ricart-agrawala", "bully", ms(0)).unwrap();
+        assert_eq!(e.epoch(), Epoch::new(7, NodeId(3)), "the highest epoch seen before");
+        // Alone after the join timeout, it elects itself above round 7.
+        e.handle_timeout(ms(250));
+        assert!(e.epoch().round() > 7);
+        let out = drain(&mut e);
+        // What it now stores covers its new epoch, and a clock reserve
+        // above the restored one.
+        let stored: Vec<&Restored> = out
+            .iter()
+            .filter_map(|o| if let Output::Persist(r) = o { Some(r) } else { None })
+            .collect();
+        let last = stored.last().expect("the new epoch is stored");
+        assert_eq!(last.epoch, e.epoch());
+        assert!(last.watermark >= 5000 + WATERMARK_RESERVE);
+        // A request is stamped above every stamp of the previous run.
+        e.request(ms(251));
+        assert!(e.request_stamp().is_some_and(|s| s.ts > 5000));
     }
 }

@@ -33,7 +33,8 @@ pub mod wire;
 pub const CLUSTER_ERA: std::time::Duration = std::time::Duration::from_secs(1_577_836_800);
 
 pub use algorithm::{
-    AlgoConfig, ElectionAlgorithm, MutexAlgorithm, MutexOptions, Priority, Timing, UnknownPriority,
+    AlgoConfig, ElectionAlgorithm, MutexAlgorithm, MutexOptions, Priority, Restored, Timing,
+    UnknownPriority,
 };
 pub use engine::{Engine, EngineError, Output, Status};
 pub use outbox::{Action, Message, Outbox, Time, TimerId};

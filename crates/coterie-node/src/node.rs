@@ -24,7 +24,7 @@ use crate::protocol::{ClientRequest, ClientResponse, NodeEvent, WatchEvent};
 use crate::state::StateFile;
 use coterie_core::engine::Output;
 use coterie_core::wire::{self, Hello, PeerFrame, PROTOCOL_VERSION};
-use coterie_core::{CsState, Engine, Fence, NodeId, Status};
+use coterie_core::{CsState, Engine, Fence, NodeId, Restored, Status};
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::io;
@@ -266,10 +266,10 @@ impl Inner {
                     warn!(node = id, peer = peer.0, "peer down");
                     self.emit(NodeEvent::PeerDown { peer: peer.0 });
                 }
-                Output::Persist(bytes) => {
+                Output::Persist(record) => {
                     // Before the messages that follow it leave.
                     if let Some(file) = &self.state_file {
-                        if let Err(e) = file.store(&bytes) {
+                        if let Err(e) = file.store(&record.encode()) {
                             error!(node = id, path = %file.path().display(), "cannot write the state file: {e}");
                         }
                     }
@@ -336,9 +336,15 @@ pub async fn run(
     let mut algo = cfg.algo_config(id, incarnation, wall_origin);
     if let Some(file) = &state_file {
         let error = |source| NodeError::State { path: file.path().to_path_buf(), source };
-        algo.restored = file.load().map_err(error)?;
-        if algo.restored.is_some() {
-            info!(node = id, path = %file.path().display(), "restored the state of the previous run");
+        if let Some(bytes) = file.load().map_err(error)? {
+            let path = file.path().display();
+            match Restored::decode(&bytes) {
+                Some(record) => {
+                    info!(node = id, %path, epoch = record.epoch.0, "restored the state of the previous run");
+                    algo.restored = Some(record);
+                }
+                None => warn!(node = id, %path, "state file not understood: starting afresh"),
+            }
         }
     }
     let engine = Engine::new(algo, &cfg.cluster.mutex, &cfg.cluster.election, Duration::ZERO)

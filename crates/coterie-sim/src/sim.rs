@@ -298,7 +298,7 @@ struct SimNode {
     reconnected: BTreeMap<NodeId, Time>,
     /// The node's stable storage: what its engine last asked to persist.
     /// It survives a crash, as a disk would.
-    stable: Option<Vec<u8>>,
+    stable: Option<coterie_core::Restored>,
 }
 
 /// One run of the simulator; see the crate documentation.
@@ -605,9 +605,9 @@ impl Simulation {
             Output::PeerUp(p) => self.trace(|| format!("{node} sees {p} up")),
             Output::PeerDown(p) => self.trace(|| format!("{node} suspects {p}")),
             Output::Joined => self.trace(|| format!("{node} joined")),
-            Output::Persist(bytes) => {
+            Output::Persist(record) => {
                 if let Some(n) = self.nodes.get_mut(&node).filter(|_| self.cfg.stable_storage) {
-                    n.stable = Some(bytes);
+                    n.stable = Some(record);
                 }
             }
         }

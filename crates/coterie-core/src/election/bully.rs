@@ -112,7 +112,7 @@ impl Bully {
         Bully {
             id: cfg.id,
             alive: BTreeSet::new(),
-            seen: Epoch(0),
+            seen: crate::Restored::epoch_of(cfg),
             current: None,
             phase: Phase::Idle,
             started: false,

@@ -286,7 +286,7 @@ impl GarciaMolina {
         GarciaMolina {
             id: cfg.id,
             alive: BTreeSet::new(),
-            seen: Epoch(0),
+            seen: crate::Restored::epoch_of(cfg),
             current: None,
             status: Standing::Down,
             attempt: None,

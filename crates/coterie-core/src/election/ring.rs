@@ -133,7 +133,7 @@ impl Ring {
             id: cfg.id,
             members: cfg.members.clone(),
             alive: BTreeSet::new(),
-            seen: Epoch(0),
+            seen: crate::Restored::epoch_of(cfg),
             current: None,
             started: false,
             electing: false,

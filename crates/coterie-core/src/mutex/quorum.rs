@@ -289,7 +289,7 @@ impl<R: QuorumRule> QuorumLock<R> {
     /// `cfg.restored` if the previous run left anything readable there.
     pub fn new(cfg: &AlgoConfig) -> Self {
         let mut arbiter = Arbiter::default();
-        if let Some(Ok(d)) = cfg.restored.as_deref().map(crate::wire::decode::<Durable>) {
+        if let Some(Ok(d)) = crate::Restored::mutex_of(cfg).map(crate::wire::decode::<Durable>) {
             arbiter.high = d.high;
             arbiter.grants = d.grants;
             match d.lock {
@@ -1121,7 +1121,11 @@ mod tests {
         // The previous run granted node 2, which is silent now (paused).
         let durable = Durable { lock: Some(stamp(2, 2)), high: None, grants: 1 };
         let cfg = AlgoConfig {
-            restored: Some(crate::wire::encode(&durable)),
+            restored: Some(crate::Restored {
+                epoch: Epoch(0),
+                watermark: 0,
+                mutex: Some(crate::wire::encode(&durable)),
+            }),
             ..AlgoConfig::for_test(1, 3)
         };
         let mut a = Maekawa::new(&cfg);
@@ -1146,8 +1150,14 @@ mod tests {
         assert!(!sent.iter().any(|a| matches!(a, Action::Send { msg: QuorumMsg::Grant { to: s, .. }, .. } if s.node == n(3))));
         // Its own old request died with the previous run: not restored.
         let own = Durable { lock: Some(stamp(2, 1)), high: None, grants: 1 };
-        let cfg =
-            AlgoConfig { restored: Some(crate::wire::encode(&own)), ..AlgoConfig::for_test(1, 3) };
+        let cfg = AlgoConfig {
+            restored: Some(crate::Restored {
+                epoch: Epoch(0),
+                watermark: 0,
+                mutex: Some(crate::wire::encode(&own)),
+            }),
+            ..AlgoConfig::for_test(1, 3)
+        };
         assert_eq!(Maekawa::new(&cfg).arbiter.lock, None);
     }
 }
