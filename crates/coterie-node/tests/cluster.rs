@@ -316,7 +316,7 @@ async fn a_restarted_arbiter_remembers_whom_it_granted() {
 /// files.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fences_keep_rising_across_a_restart_of_the_whole_cluster() {
-    for mutex in ["centralized", "ricart-agrawala", "maekawa"] {
+    for mutex in ["centralized", "ricart-agrawala", "maekawa", "token-ring"] {
         let dir = std::env::temp_dir()
             .join(format!("coterie-restart-all-{mutex}-{}", std::process::id()));
         let extra = format!("state_dir = \"{}\"\nstate_sync = false\n", dir.display());
