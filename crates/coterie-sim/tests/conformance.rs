@@ -344,41 +344,21 @@ fn quorum_algorithms_stay_safe_and_live_under_partitions() {
     }
 }
 
-/// With crashes on top of partitions, safety and fences still hold.
+/// With crashes on top of partitions every invariant still holds, liveness
+/// included: after the heal, a restarted arbiter's stored grant and every
+/// node's RECOVER put each permission back where it belongs.
 #[test]
-fn quorum_algorithms_stay_safe_under_partitions_and_crashes() {
+fn quorum_algorithms_stay_safe_and_live_under_partitions_and_crashes() {
     for name in mutexes().into_iter().map(|m| m.name).filter(|n| QUORUM.contains(n)) {
-        for e in ELECTIONS {
-            let cfg = SimConfig { partitions: 2, crashes: 2, ..SimConfig::new(name, e.name) };
-            let summary = run_seeds(&cfg, 0..300, |_, _| {}).unwrap();
-            if let Some(f) =
-                summary.failures.iter().find(|f| f.invariant == "safety" || f.invariant == "fence")
-            {
-                panic!(
-                    "{name}/{} under partitions and crashes: seed {} {}: {}\n{}",
-                    e.name,
-                    f.seed,
-                    f.invariant,
-                    f.detail,
-                    replay_hint(&cfg, f.seed)
-                );
+        for nodes in [3, 5, 7] {
+            for e in ELECTIONS {
+                let cfg =
+                    SimConfig { nodes, partitions: 2, crashes: 2, ..SimConfig::new(name, e.name) };
+                let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+                assert!(summary.partitions > 0, "no partition was injected");
+                assert_clean(&cfg, &summary);
             }
         }
-    }
-}
-
-/// Shown, not hidden: an algorithm that trusts its failure detector grants
-/// on both sides of a partition, and the checker sees it.
-#[test]
-fn timeout_algorithms_grant_on_both_sides_of_a_partition() {
-    for m in mutexes().into_iter().filter(|m| !QUORUM.contains(&m.name)) {
-        let cfg = SimConfig { partitions: 1, ..SimConfig::new(m.name, ELECTIONS[0].name) };
-        let summary = run_seeds(&cfg, 0..50, |_, _| {}).unwrap();
-        assert!(
-            summary.failures.iter().any(|f| f.invariant == "safety"),
-            "{}: 50 partitioned runs and never two holders; is the partition real?",
-            m.name
-        );
     }
 }
 
