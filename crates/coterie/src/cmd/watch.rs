@@ -147,12 +147,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 None => std::future::pending().await,
             }
         };
-        tokio::pin!(deadline);
+        let shutdown = common::shutdown_signal();
+        tokio::pin!(deadline, shutdown);
         loop {
             let watched = tokio::select! {
                 w = rx.recv() => w,
                 _ = &mut deadline => break,
-                _ = common::shutdown_signal() => break,
+                _ = &mut shutdown => break,
             };
             let Some(watched) = watched else { break };
             match watched {
