@@ -33,13 +33,13 @@ import json, statistics, sys, glob, os
 out, runs, elections = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def pct(xs, q):
     xs = sorted(xs); return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
-print(f"{'ELECTION':<9} {'FAULT':<5} {'AFTER':<8} {'MEDIAN ms':>10} {'P90 ms':>8} {'MAX ms':>8}  RUNS")
+print(f"{'ELECTION':<13} {'FAULT':<5} {'AFTER':<8} {'MEDIAN ms':>10} {'P90 ms':>8} {'MAX ms':>8}  RUNS")
 for e in elections:
     for fault in ("kill", "stop"):
         reports = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, f"{e}-{fault}-*.json")))]
         for index, label in ((1, "failure"), (2, "return")):
             xs = [r["elections"][index]["duration_ms"] for r in reports]
-            print(f"{e:<9} {fault:<5} {label:<8} {statistics.median(xs):>10.1f} {pct(xs, .9):>8.1f} {max(xs):>8.1f}  {len(xs)}")
+            print(f"{e:<13} {fault:<5} {label:<8} {statistics.median(xs):>10.1f} {pct(xs, .9):>8.1f} {max(xs):>8.1f}  {len(xs)}")
         bad = [r for r in reports if r["violations"]]
         if bad:
             print(f"  {len(bad)} runs of {e}/{fault} saw violations")

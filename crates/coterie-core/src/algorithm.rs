@@ -191,12 +191,6 @@ impl AlgoConfig {
         }
     }
 
-    /// `now` on the cluster's shared clock (see
-    /// [`wall_origin`](Self::wall_origin)).
-    pub fn wall(&self, now: Time) -> Duration {
-        self.wall_origin + now
-    }
-
     /// Every member but this node.
     pub fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.members.iter().copied().filter(move |&m| m != self.id)
@@ -265,7 +259,13 @@ pub trait MutexAlgorithm: Send + 'static {
 
     /// A monotone value that heartbeats carry to every peer (a Lamport
     /// clock, typically) so that a node that just joined catches up before
-    /// it first asks for the critical section.
+    /// it first asks for the critical section. The engine also keeps a
+    /// reserve above it in stable storage and hands that to
+    /// [`observe_watermark`](Self::observe_watermark) when the node
+    /// restarts: every stamp, ticket or generation issued after
+    /// `observe_watermark(w)` must be above everything issued at or below
+    /// `w`, which is what keeps fences rising across a restart of every
+    /// node.
     fn watermark(&self) -> u64 {
         0
     }

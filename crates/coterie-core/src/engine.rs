@@ -546,6 +546,32 @@ impl Engine {
         self.apply(now, Layer::Election, acts);
     }
 
+    /// Asks the driver to store the durable record again if a step of
+    /// `layer` changed it: a newer epoch, a clock that reached its reserve,
+    /// or (a mutex step) the mutex layer's own record. Nothing is
+    /// allocated when nothing changed, as on nearly every step.
+    fn persist_changes(&mut self, layer: Layer) {
+        let epoch = self.persisted.epoch.max(self.election.epoch());
+        let watermark = self.mutex.watermark();
+        let reserve_reached = watermark >= self.persisted.watermark;
+        let mutex = match layer {
+            Layer::Mutex => self.mutex.durable_state(),
+            Layer::Election => None,
+        };
+        let mutex_changed = layer == Layer::Mutex && mutex != self.persisted.mutex;
+        if epoch == self.persisted.epoch && !reserve_reached && !mutex_changed {
+            return;
+        }
+        self.persisted.epoch = epoch;
+        if reserve_reached {
+            self.persisted.watermark = watermark.saturating_add(WATERMARK_RESERVE);
+        }
+        if mutex_changed {
+            self.persisted.mutex = mutex;
+        }
+        self.outputs.push_back(Output::Persist(self.persisted.clone()));
+    }
+
     fn take_scratch(&mut self) -> Actions {
         std::mem::take(&mut self.scratch)
     }
@@ -562,24 +588,7 @@ impl Engine {
     fn apply(&mut self, now: Time, layer: Layer, mut acts: Actions) {
         // Stable storage first: a message this step sends may rest on what
         // the step changed (a grant given, an epoch taken).
-        let watermark = self.mutex.watermark();
-        let record = Restored {
-            epoch: self.persisted.epoch.max(self.election.epoch()),
-            watermark: if watermark >= self.persisted.watermark {
-                watermark.saturating_add(WATERMARK_RESERVE)
-            } else {
-                self.persisted.watermark
-            },
-            mutex: if layer == Layer::Mutex {
-                self.mutex.durable_state()
-            } else {
-                self.persisted.mutex.clone()
-            },
-        };
-        if record != self.persisted {
-            self.persisted = record.clone();
-            self.outputs.push_back(Output::Persist(record));
-        }
+        self.persist_changes(layer);
         for action in acts.drain(..) {
             match action {
                 Action::Send { to, msg: Encoded { kind, bytes } } => {

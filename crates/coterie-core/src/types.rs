@@ -131,6 +131,14 @@ pub struct Stamp {
     pub node: NodeId,
 }
 
+impl From<Stamp> for Fence {
+    /// The fence of an entry made in stamp order: the timestamp in the
+    /// high part, the node id in the low, so fences order as stamps do.
+    fn from(stamp: Stamp) -> Fence {
+        Fence::new(stamp.ts, u64::from(stamp.node.0))
+    }
+}
+
 /// Where a node stands with respect to the critical section.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

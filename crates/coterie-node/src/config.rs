@@ -8,7 +8,7 @@
 //! # count = 1          # holders at once, for algorithms that allow more
 //! # ra_fault_tolerant = false   # ricart-agrawala, raymond-k: NACKs and probes
 //! # priority = "timestamp"      # ... or "fewest-entries", "least-recent"
-//! # state_dir = "state"         # what must outlive a crash (quorum arbiters)
+//! # state_dir = "state"         # what must outlive a crash (epoch, clock, quorum grants)
 //! # state_sync = true           # flush it to disk on every change
 //!
 //! [timing]
@@ -82,11 +82,12 @@ pub struct ClusterSection {
     /// `"least-recent"`.
     #[serde(default, deserialize_with = "priority_by_name")]
     pub priority: Priority,
-    /// Where each node keeps what must outlive a crash (whom a quorum
-    /// arbiter granted): `<state_dir>/<name>-node<id>.state`, relative to
-    /// the configuration file. Without it, that state is kept in memory
-    /// only, and a quorum arbiter that restarts while its holder is silent
-    /// may grant a second time.
+    /// Where each node keeps what must outlive a crash (the highest epoch
+    /// seen, a clock reserve, whom a quorum arbiter granted):
+    /// `<state_dir>/<name>-node<id>.state`, relative to the configuration
+    /// file. Without it, that state is kept in memory only: a quorum
+    /// arbiter that restarts while its holder is silent may grant a second
+    /// time, and after a restart of every node fences start low again.
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
     /// Sync the state file to disk on every change (the default), so that

@@ -20,7 +20,7 @@
 use crate::codec::{read_frame, write_frame, FrameError};
 use crate::config::Config;
 use crate::faults::{Fate, Faults};
-use crate::protocol::{ClientRequest, ClientResponse, NodeEvent, WatchEvent};
+use crate::protocol::{unix_us, ClientRequest, ClientResponse, NodeEvent, WatchEvent};
 use crate::state::StateFile;
 use coterie_core::engine::Output;
 use coterie_core::wire::{self, Hello, PeerFrame, PROTOCOL_VERSION};
@@ -787,13 +787,6 @@ async fn client_session(
     if inner.input(|s, now| leave(&inner, s, session, now)) {
         info!(session, "client left while holding: released on its behalf");
     }
-}
-
-/// Now, in microseconds since the Unix epoch.
-fn unix_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// Streams the node's events to a watcher until it goes away or the node

@@ -27,6 +27,14 @@ pub enum ClientRequest {
     Watch,
 }
 
+/// The clock [`WatchEvent`]s are stamped with: microseconds since the Unix
+/// epoch.
+pub fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
 /// Something that happened at a node, as a watcher sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WatchEvent {
@@ -142,6 +150,31 @@ pub struct FaultState {
     pub drop_percent: Vec<(u32, u8)>,
     /// Whether the node is paused.
     pub paused: bool,
+}
+
+impl std::fmt::Display for FaultState {
+    /// One line: `paused; cut off from n1, n2; +50 ms to n3`, or `no fault`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if self.paused {
+            parts.push("paused".to_string());
+        }
+        if !self.partitioned.is_empty() {
+            let ids: Vec<String> = self.partitioned.iter().map(|p| format!("n{p}")).collect();
+            parts.push(format!("cut off from {}", ids.join(", ")));
+        }
+        for (p, ms) in &self.delay_ms {
+            parts.push(format!("+{ms} ms to n{p}"));
+        }
+        for (p, pct) in &self.drop_percent {
+            parts.push(format!("drops {pct}% to n{p}"));
+        }
+        if parts.is_empty() {
+            f.write_str("no fault")
+        } else {
+            f.write_str(&parts.join("; "))
+        }
+    }
 }
 
 /// A node's answer to a client.

@@ -362,6 +362,21 @@ fn quorum_algorithms_stay_safe_and_live_under_partitions_and_crashes() {
     }
 }
 
+/// Shown, not hidden: an algorithm that trusts its failure detector grants
+/// on both sides of a partition, and the checker sees it.
+#[test]
+fn timeout_algorithms_grant_on_both_sides_of_a_partition() {
+    for m in mutexes().into_iter().filter(|m| !QUORUM.contains(&m.name)) {
+        let cfg = SimConfig { partitions: 1, ..SimConfig::new(m.name, ELECTIONS[0].name) };
+        let summary = run_seeds(&cfg, 0..50, |_, _| {}).unwrap();
+        assert!(
+            summary.failures.iter().any(|f| f.invariant == "safety"),
+            "{}: 50 partitioned runs and never two holders; is the partition real?",
+            m.name
+        );
+    }
+}
+
 /// A paused node wakes up believing what it believed: the quorum
 /// algorithms stay safe and live around it, as around a partition, and
 /// with crashes on top: an arbiter that restarts while the holder of its

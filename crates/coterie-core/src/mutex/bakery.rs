@@ -8,7 +8,7 @@
 //! **Assumptions.** Reliable links while both ends are up (safety does
 //! not rest on FIFO order: every answer names the read it answers);
 //! crashes reported by the failure detector, a restarted node having lost
-//! all its state; no partitions (a peer wrongly suspected is no longer
+//! all its state but the engine's stored watermark (below); no partitions (a peer wrongly suspected is no longer
 //! read, so both sides could enter). A READ that stays unanswered for a
 //! failure timeout is sent again, in case a frame was lost on a link that
 //! came back before the detector noticed.
@@ -61,11 +61,14 @@
 //! before the grant: a crash of the holder right after it entered loses
 //! one copy of it, never the only one. A newcomer catches up from the
 //! heartbeats' watermarks before it first asks, and from the marks in the
-//! VALUEs of its own doorway. The one gap: a node that enters while every
-//! peer is down holds the only copy, and if it crashes before a restarted
-//! peer has heard a word from it, nothing remembers the ticket, as there
-//! is no stable storage (`ricart-agrawala`'s clock has the same gap). The
-//! simulator meets it only when every node of the cluster crashes in turn.
+//! VALUEs of its own doorway. A node that enters while every peer is down
+//! holds the only copy; should it crash then, its own stable storage keeps
+//! it: the watermark (`high`) is this algorithm's, and the engine stores a
+//! reserve above it, so the node restarts with tickets above its old one.
+//! Without stable storage (a node run without a state directory) nothing
+//! remembers that ticket, and the same goes for the Lamport clocks of
+//! `ricart-agrawala` and `lamport`; the simulator meets the gap only when
+//! every node of the cluster crashes in turn.
 //!
 //! **Crashes and newcomers.** A peer reported down is no longer awaited,
 //! and a READ it left held here is dropped. A peer that comes up (or
@@ -340,7 +343,7 @@ impl Bakery {
             if awaiting.is_empty() {
                 let ticket = *ticket;
                 self.phase = Phase::Held { ticket };
-                out.grant(Fence::new(ticket.ts, u64::from(ticket.node.0)));
+                out.grant(Fence::from(ticket));
             }
         }
     }

@@ -128,7 +128,7 @@ impl Lamport {
             if awaiting.is_empty() && self.queue.first() == Some(stamp) {
                 let stamp = *stamp;
                 self.state = Ask::Held { stamp };
-                out.grant(Fence::new(stamp.ts, u64::from(stamp.node.0)));
+                out.grant(Fence::from(stamp));
             }
         }
     }

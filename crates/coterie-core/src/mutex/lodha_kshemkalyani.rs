@@ -203,7 +203,7 @@ impl LodhaKshemkalyani {
         }
         let stamp = *stamp;
         self.state = Ask::Held { stamp };
-        out.grant(Fence::new(stamp.ts, u64::from(stamp.node.0)));
+        out.grant(Fence::from(stamp));
         if std::mem::take(&mut self.reask_armed) {
             out.cancel_timer(REASK);
         }

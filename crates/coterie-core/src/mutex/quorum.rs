@@ -65,9 +65,11 @@
 //! would later use a permission given again meanwhile: the simulator
 //! found this with two crashes and two pauses. A restarted arbiter grants
 //! nothing until it has joined and every live peer has sent it its
-//! RECOVER; its `high` restarts at least at its Lamport clock, which has by
-//! then caught up with every peer's. A driver without stable storage (a
-//! node run without a state directory) keeps the rest of the guarantees.
+//! RECOVER; its `high` restarts at least at its Lamport clock, which starts
+//! above the engine's stored watermark reserve and has by then caught up
+//! with every peer's. A driver without stable storage (a node run without
+//! a state directory) keeps the rest of the guarantees, and stamps stay
+//! above the shared clock's milliseconds (hybrid, below).
 
 use crate::algorithm::AlgoConfig;
 use crate::outbox::{Message, Outbox, Time};
@@ -216,12 +218,11 @@ impl Want {
         self.granted.remove(&peer);
         self.blocked.remove(&peer);
         self.inquired.remove(&peer);
-        // A restarted arbiter numbers its grants afresh.
+        // Grant numbers are compared per run of the arbiter: whatever a
+        // restarted one sends is counted anew.
         self.seqs.remove(&peer);
         self.spent.remove(&peer);
-        if self.restamping.is_some() {
-            self.restamping = None;
-        }
+        self.restamping = None;
     }
 }
 
@@ -458,7 +459,7 @@ impl<R: QuorumRule> QuorumLock<R> {
             }
         }
         self.me = Requester::Held { stamp, quorum };
-        out.grant(Fence::new(stamp.ts, u64::from(stamp.node.0)));
+        out.grant(Fence::from(stamp));
     }
 
     /// Gives back every permission an arbiter inquired about, once the
@@ -711,17 +712,18 @@ impl<R: QuorumRule> QuorumLock<R> {
         self.arbiter.ready = true;
         // A permission restored from stable storage whose holder has not
         // claimed it: the grant may have been lost with the previous run,
-        // so it goes out again. A holder that wants it counts it (grants
-        // are numbered, and a restarted arbiter's are counted afresh); one
-        // that does not hands it back.
+        // so it goes out again. A holder that wants it counts it (it forgot
+        // the numbers of the previous run's grants when it saw the restart);
+        // one that does not hands it back.
         if let Some(lock) = self.arbiter.lock.filter(|&l| self.arbiter.claimed != Some(l)) {
             let (high, seq) = (self.arbiter.high, self.arbiter.grants);
             self.send(lock.node, QuorumMsg::Grant { to: lock, high, seq }, out);
         }
-        // Nothing granted before this run is remembered except through
-        // RECOVER. Every stamp in use is at most the clock, which has seen
-        // every live peer's watermark, or the shared clock's milliseconds:
-        // stamps are hybrid, and entries before this restart are older.
+        // What this run did not restore or hear through RECOVER, it does
+        // not know. Every stamp in use is at most the clock, which started
+        // above the stored reserve and has seen every live peer's
+        // watermark, or the shared clock's milliseconds: stamps are hybrid,
+        // and entries before this restart are older.
         let wall = (self.wall_origin + self.now).as_millis() as u64;
         let floor = Stamp { ts: self.clock.now().max(wall), node: NodeId(u32::MAX) };
         self.arbiter.high = self.arbiter.high.max(Some(floor));

@@ -270,7 +270,7 @@ impl RicartAgrawala {
         if self.tolerance.is_some() {
             out.cancel_timer(PATIENCE);
         }
-        out.grant(Fence::new(stamp.ts, u64::from(stamp.node.0)));
+        out.grant(Fence::from(stamp));
     }
 
     /// Answers `to`'s round `request` (at `place`), remembering what an

@@ -52,8 +52,9 @@
 //! made with it; a grant's fence is (generation, entries). Entries within a
 //! generation count up, and a new generation is higher than every earlier
 //! one, so fences rise with every grant, also across regenerations. The
-//! highest generation seen is kept in stable storage, so they rise across
-//! a restart of every node too.
+//! highest generation seen is the node's watermark, which the engine keeps
+//! a reserve above in stable storage: after a restart of every node the
+//! next generation is above all earlier ones, and so are its fences.
 
 use crate::algorithm::{AlgoConfig, MutexAlgorithm};
 use crate::outbox::{Message, Outbox, Time, TimerId};
@@ -173,11 +174,7 @@ impl TokenRing {
             token: None,
             quarantine: None,
             generation: None,
-            // Above every generation of the previous run, so a token made
-            // after a restart of every node still has a higher fence.
-            highest: crate::Restored::mutex_of(cfg)
-                .and_then(|bytes| crate::wire::decode(bytes).ok())
-                .unwrap_or_default(),
+            highest: Epoch::default(),
             parker: None,
             round: None,
             settled: None,
@@ -347,10 +344,6 @@ impl TokenRing {
 
 impl MutexAlgorithm for TokenRing {
     type Msg = TokenMsg;
-
-    fn durable_state(&self) -> Option<Vec<u8>> {
-        Some(crate::wire::encode(&self.highest))
-    }
 
     fn handle_request(&mut self, now: Time, out: &mut Outbox<TokenMsg>) {
         if self.state != CsState::Idle {

@@ -25,8 +25,9 @@
 //! never safety: no permission moves on a suspicion.
 //!
 //! **Messages per entry.** At light load REQUEST, GRANT and RELEASE per
-//! path member other than the requester: 3(log₂ N) or so; under
-//! contention up to 5 per member, as for Maekawa. When a member fails
+//! path member other than the requester, 3(log₂ N) or so, and a RESTAMP
+//! each when the requester's clock lagged (4 per member at most); under
+//! contention up to 6 per member, as for Maekawa. When a member fails
 //! while a request waits, the requester builds a new quorum around it,
 //! cancels what it asked of members no longer needed and asks the new
 //! ones.

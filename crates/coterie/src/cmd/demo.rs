@@ -352,8 +352,7 @@ pub(crate) async fn launch(
     log_format: &str,
     dir: &std::path::Path,
 ) -> Result<(Cluster, tokio::net::TcpListener, String)> {
-    let args = shape;
-    let n = args.nodes as usize;
+    let n = shape.nodes as usize;
     let mut last_error = None;
     for _attempt in 0..5 {
         let ports = free_ports(2 * n + 1)?;
@@ -361,7 +360,7 @@ pub(crate) async fn launch(
         let Ok(listener) = tokio::net::TcpListener::bind(&witness_addr).await else { continue };
         let mut toml = format!(
             "[cluster]\nname = \"demo\"\nmutex = \"{}\"\nelection = \"{}\"\ncount = {}\nstate_dir = \"state\"\nstate_sync = false\n\n[timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n\n[witness]\naddr = \"{witness_addr}\"\n",
-            args.mutex, args.election, args.count
+            shape.mutex, shape.election, shape.count
         );
         let mut nodes = Vec::new();
         for i in 0..n {
@@ -379,7 +378,7 @@ pub(crate) async fn launch(
             children: (0..n).map(|_| None).collect(),
             log_format: log_format.to_string(),
         };
-        for id in 1..=args.nodes {
+        for id in 1..=shape.nodes {
             cluster.start(id)?;
         }
         // Every node up and listening, or one gone (its port taken).

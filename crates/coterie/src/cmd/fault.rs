@@ -3,7 +3,7 @@
 
 use super::common::{self, Target};
 use anyhow::Result;
-use coterie_node::protocol::{FaultCommand, FaultState};
+use coterie_node::protocol::FaultCommand;
 use coterie_node::Client;
 use serde_json::json;
 use std::process::ExitCode;
@@ -24,7 +24,7 @@ pub struct Args {
     #[command(flatten)]
     target: Target,
     /// Print the faults in force at each node as JSON.
-    #[arg(long)]
+    #[arg(long, global = true)]
     json: bool,
     #[command(subcommand)]
     fault: Fault,
@@ -83,29 +83,6 @@ impl Fault {
     }
 }
 
-/// One line describing `state`.
-fn describe(state: &FaultState) -> String {
-    let mut parts = Vec::new();
-    if state.paused {
-        parts.push("paused".to_string());
-    }
-    if !state.partitioned.is_empty() {
-        let ids: Vec<String> = state.partitioned.iter().map(|p| format!("n{p}")).collect();
-        parts.push(format!("cut off from {}", ids.join(", ")));
-    }
-    for (p, ms) in &state.delay_ms {
-        parts.push(format!("+{ms} ms to n{p}"));
-    }
-    for (p, pct) in &state.drop_percent {
-        parts.push(format!("drops {pct}% to n{p}"));
-    }
-    if parts.is_empty() {
-        "no fault".to_string()
-    } else {
-        parts.join("; ")
-    }
-}
-
 pub fn run(args: Args) -> Result<ExitCode> {
     let nodes = args.target.nodes()?;
     let command = args.fault.command();
@@ -126,7 +103,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 });
             } else {
                 match &result {
-                    Ok(state) => println!("{name:<6} {}", describe(state)),
+                    Ok(state) => println!("{name:<6} {state}"),
                     Err(e) => println!("{name:<6} error: {e}"),
                 }
             }

@@ -6,7 +6,7 @@ use super::demo::{self, Cluster, Shape};
 use super::timeline::{self, Reach, Timeline};
 use super::{status, workload};
 use anyhow::{bail, Context, Result};
-use coterie_core::{registry, CsState, Epoch};
+use coterie_core::{registry, CsState, Epoch, Status};
 use coterie_node::config::humantime_serde_str;
 use coterie_node::protocol::FaultCommand;
 use coterie_node::Client;
@@ -129,7 +129,7 @@ impl Backend {
 
     /// The status of every node but the `down` ones (a dead container's
     /// address would only time out).
-    async fn views(&self, down: &[u32]) -> Vec<(u32, Result<coterie_core::Status, String>)> {
+    async fn views(&self, down: &[u32]) -> Vec<(u32, Result<Status, String>)> {
         match self {
             Backend::Local(c) => c.views(None).await,
             Backend::Compose(c) => {
@@ -746,14 +746,17 @@ fn peers_text(peers: &[u32]) -> String {
     }
 }
 
+/// The status of every node in reach.
+async fn in_reach(cluster: &Backend, nodes: &Reach) -> Vec<(u32, Result<Status, String>)> {
+    let mut views = cluster.views(&nodes.down).await;
+    views.retain(|(id, _)| nodes.includes(*id));
+    views
+}
+
 /// The coordinator the nodes in reach agree on now, if they do.
 async fn current(cluster: &Backend, nodes: &Reach) -> (Option<u32>, Epoch) {
-    let views = cluster.views(&nodes.down).await;
     let mut agreed = None;
-    for (id, v) in &views {
-        if nodes.away.contains(id) {
-            continue;
-        }
+    for (_, v) in in_reach(cluster, nodes).await {
         if let Ok(s) = v {
             agreed = agreed.or(Some((s.coordinator, Epoch(s.epoch))));
         }
@@ -776,8 +779,8 @@ async fn pick(
     // within a few milliseconds); give up after a second.
     let until = Instant::now() + Duration::from_secs(1);
     while Instant::now() < until {
-        for (id, v) in cluster.views(&nodes.down).await {
-            if !nodes.away.contains(&id) && v.is_ok_and(|s| s.cs_state == want) {
+        for (id, v) in in_reach(cluster, nodes).await {
+            if v.is_ok_and(|s| s.cs_state == want) {
                 return Some(id);
             }
         }
@@ -796,12 +799,7 @@ async fn agree(
 ) -> Result<(u32, Epoch)> {
     let start = Instant::now();
     loop {
-        let views: Vec<_> = cluster
-            .views(&nodes.down)
-            .await
-            .into_iter()
-            .filter(|(id, _)| !nodes.away.contains(id) && !nodes.down.contains(id))
-            .collect();
+        let views = in_reach(cluster, nodes).await;
         if let Some(agreed) = demo::settled(&views, after) {
             return Ok(agreed);
         }

@@ -235,7 +235,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 summary.entries
             );
         }
-        let mut spike = match args.delay_spike {
+        // Every flag that shapes a run, for a replay line that replays it.
+        let mut extra = match args.delay_spike {
             Some((lo, hi)) => format!(
                 " --delay-spike {}..{}",
                 humantime::format_duration(lo),
@@ -244,13 +245,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
             None => String::new(),
         };
         if args.no_stable_storage {
-            spike.push_str(" --no-stable-storage");
+            extra.push_str(" --no-stable-storage");
+        }
+        if args.count != 1 {
+            extra.push_str(&format!(" --count {}", args.count));
+        }
+        if args.requests != defaults.requests {
+            extra.push_str(&format!(" --requests {}", args.requests));
+        }
+        if args.sequential {
+            extra.push_str(" --sequential");
         }
         for f in &summary.failures {
             println!(
                 "  seed {}: {}: {}\n    replay: coterie sim --mutex {} --election {} --nodes {} --crashes {} --partitions {} --pauses {} --delays {} --drops {}{}{} --seed {} --trace",
                 f.seed, f.invariant, f.detail, summary.mutex, summary.election, summary.nodes, args.crashes, args.partitions, args.pauses,
-                args.delays, args.drops, spike, options_flags(base.mutex_options), f.seed
+                args.delays, args.drops, extra, options_flags(base.mutex_options), f.seed
             );
         }
     }

@@ -7,7 +7,7 @@ use super::common::NodeAddr;
 use super::watch::{self, Watched};
 use super::workload::Seen;
 use coterie_core::Epoch;
-use coterie_node::protocol::NodeEvent;
+use coterie_node::protocol::{unix_us, NodeEvent};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -46,12 +46,6 @@ pub struct Timeline {
     quiet: bool,
 }
 
-fn unix_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
-}
-
 impl Timeline {
     /// A timeline starting now; `quiet` keeps it off stdout.
     pub fn new(quiet: bool) -> Timeline {
@@ -73,10 +67,14 @@ impl Timeline {
         self.push(Event { t_ms: self.now_ms(), kind, node, event: text.into() });
     }
 
+    /// Where a node's `unix_us` stamp falls on the timeline, in ms.
+    fn ms_of(&self, unix_us: u64) -> f64 {
+        (unix_us as f64 - self.started_unix_us as f64) / 1000.0
+    }
+
     /// Adds a line for something a node stamped at `unix_us`.
     fn note_at(&self, unix_us: u64, kind: &'static str, node: u32, text: String) {
-        let t_ms = (unix_us as f64 - self.started_unix_us as f64) / 1000.0;
-        self.push(Event { t_ms, kind, node: Some(node), event: text });
+        self.push(Event { t_ms: self.ms_of(unix_us), kind, node: Some(node), event: text });
     }
 
     fn push(&self, event: Event) {
@@ -104,6 +102,13 @@ pub struct Reach {
     pub down: Vec<u32>,
     /// Stopped or cut off: running, but not to be counted on to agree.
     pub away: Vec<u32>,
+}
+
+impl Reach {
+    /// Whether node `id` is neither down nor away.
+    pub fn includes(&self, id: u32) -> bool {
+        !self.down.contains(&id) && !self.away.contains(&id)
+    }
 }
 
 /// An election the observer saw end: every node in reach came to follow
@@ -202,10 +207,8 @@ pub async fn observe(
 enum Trigger {
     /// A node suspected this peer.
     Suspect(u32),
-    /// A node joined (it restarted).
-    Join,
-    /// A node heard from a peer again.
-    Up,
+    /// A node joined (it restarted), or heard from a peer again.
+    Back,
 }
 
 /// What the observer knows.
@@ -245,16 +248,12 @@ impl State {
             Watched::Event(e) => e,
         };
         let node = e.node;
-        let t = |me: &State| (e.unix_us as f64 - me.timeline.started_unix_us as f64) / 1000.0;
         // What a stopped or cut-off node sees sets off no election among
         // the others.
-        let in_reach = {
-            let reach = self.reach.lock().expect("reach lock");
-            !reach.down.contains(&node) && !reach.away.contains(&node)
-        };
+        let in_reach = self.reach.lock().expect("reach lock").includes(node);
         let trigger = |me: &mut State, what: String, why: Trigger| {
             if in_reach {
-                let at = t(me);
+                let at = me.timeline.ms_of(e.unix_us);
                 me.since.push((at, what, why));
             }
         };
@@ -278,12 +277,12 @@ impl State {
             }
             NodeEvent::Joined { .. } => {
                 self.joined.insert(node);
-                trigger(self, format!("n{node} joined"), Trigger::Join);
+                trigger(self, format!("n{node} joined"), Trigger::Back);
                 note(self, "join", watch::describe(&e.event));
             }
             NodeEvent::PeerUp { .. } if !self.joined.contains(&node) => {}
             NodeEvent::PeerUp { peer } => {
-                trigger(self, format!("n{node} heard from n{peer}"), Trigger::Up);
+                trigger(self, format!("n{node} heard from n{peer}"), Trigger::Back);
                 note(self, "recover", watch::describe(&e.event))
             }
             NodeEvent::PeerDown { peer } => {
@@ -293,7 +292,7 @@ impl State {
             NodeEvent::Coordinator { leader, epoch } => {
                 self.follows.insert(node, (Some(*leader), *epoch));
                 note(self, "follow", watch::describe(&e.event));
-                self.check_agreement(t(self));
+                self.check_agreement(e.unix_us);
             }
             NodeEvent::Missed { .. } => note(self, "note", watch::describe(&e.event)),
             // Grants are too many to list, and faults are the driver's own
@@ -318,14 +317,13 @@ impl State {
 
     /// Announces an election's end when every node in reach follows the
     /// same coordinator, and it is not the one announced last.
-    fn check_agreement(&mut self, t_ms: f64) {
+    fn check_agreement(&mut self, unix_us: u64) {
+        let t_ms = self.timeline.ms_of(unix_us);
         let reach = self.reach.lock().expect("reach lock").clone();
         let mut views = self
             .follows
             .iter()
-            .filter(|(id, _)| {
-                !reach.down.contains(id) && !reach.away.contains(id) && !self.gone.contains(id)
-            })
+            .filter(|(id, _)| reach.includes(**id) && !self.gone.contains(id))
             .map(|(_, v)| *v);
         let Some((Some(leader), epoch)) = views.next() else { return };
         if views.any(|v| v != (Some(leader), epoch)) || self.agreed == Some((leader, epoch)) {
@@ -338,7 +336,7 @@ impl State {
             self.since.iter().filter(|(_, _, why)| pick(*why)).min_by(|a, b| a.0.total_cmp(&b.0))
         };
         let cause = first(&|why| Some(why) == lost)
-            .or_else(|| first(&|why| !matches!(why, Trigger::Suspect(_))))
+            .or_else(|| first(&|why| why == Trigger::Back))
             .or_else(|| first(&|_| true));
         let (duration_ms, cause) = match cause {
             Some((at, what, _)) => (Some(t_ms - at), Some(what.clone())),
@@ -351,7 +349,7 @@ impl State {
             _ => String::new(),
         };
         self.timeline.note_at(
-            self.timeline.started_unix_us + (t_ms * 1000.0) as u64,
+            unix_us,
             "election",
             leader,
             format!("coordinates {} at every node in reach{after}", Epoch(epoch)),

@@ -105,26 +105,7 @@ pub fn describe(event: &NodeEvent) -> String {
             format!("grants session {session} the lock, fence {fence}")
         }
         NodeEvent::Released { session } => format!("session {session} releases"),
-        NodeEvent::Fault(state) => {
-            let mut parts = Vec::new();
-            if !state.partitioned.is_empty() {
-                parts.push(format!("cut off from {:?}", state.partitioned));
-            }
-            for (peer, ms) in &state.delay_ms {
-                parts.push(format!("+{ms} ms to n{peer}"));
-            }
-            for (peer, pct) in &state.drop_percent {
-                parts.push(format!("drops {pct}% to n{peer}"));
-            }
-            if state.paused {
-                parts.push("paused".into());
-            }
-            if parts.is_empty() {
-                "faults cleared".into()
-            } else {
-                format!("faults: {}", parts.join(", "))
-            }
-        }
+        NodeEvent::Fault(state) => format!("faults now: {state}"),
         NodeEvent::Missed { events } => format!("(watcher fell behind: {events} events skipped)"),
     }
 }
