@@ -6,7 +6,9 @@
 # node4 (docker pause: a silent failure only heartbeats can detect) and
 # check 1-3 agree on 3, thaw it and check 4 takes over again, and ask the
 # witness whether mutual exclusion ever broke (every entry of every workload
-# is checked there with its fencing token).
+# is checked there with its fencing token); then play the coordinator-crash
+# scenario under compose, and cut nodes' links (docker network disconnect,
+# connect) under a workload that must see every request answered.
 #
 # Exits 0 on success; on failure prints why and the last 50 log lines of
 # every container. The compose project gets a name of its own and is always
@@ -188,6 +190,9 @@ if kind == "workload":
           num(lat.get("p50"), "%.3f"), num(lat.get("p99"), "%.3f"),
           num(lat.get("max"), "%.3f"), num(r.get("messages_per_entry"), "%.2f"), v, s))
     ok = v == 0 and s == 0 and isinstance(r.get("entries"), int) and r["entries"] > 0
+    if r.get("unanswered", 0) != 0:
+        print("  %s requests were never answered" % r.get("unanswered"))
+        ok = False
 else:
     print("entries=%s violations=%s stale_fences=%s max_holders=%s" % (
           r.get("entries"), v, s, r.get("max_holders")))
@@ -390,6 +395,61 @@ sed 's/^/    /' "$TMP/scenario.log"
 SCENARIO="$(grep -E '^(PASSED|elections after)' "$TMP/scenario.log" | tr '\n' ' ')"
 log "  scenario: $SCENARIO"
 
+# --- 9. links cut and restored: docker network disconnect / connect ---------
+# The container's interface is taken away and given back (perhaps with a new
+# address): its connections die without closing, what was in flight in them
+# is lost, and the sessions must send it again once the links are redialled.
+# Once for less than the failure timeout (back to back), once for several,
+# then the coordinator's; node1's clients work throughout and every request
+# must be answered, with the witness seeing nothing wrong.
+NET="${PROJECT}_coterie"
+cut_links() {   # cut_links SERVICE SECONDS
+    local svc="$1" hold="$2" cid
+    cid="$("${DC[@]}" ps -q "$svc")"
+    docker network disconnect "$NET" "$cid" >"$TMP/disconnect.log" 2>&1 \
+        || { cat "$TMP/disconnect.log"; fail "docker network disconnect $svc failed"; }
+    [ "$hold" = 0 ] || sleep "$hold"
+    docker network connect --alias "$svc" "$NET" "$cid" >"$TMP/connect.log" 2>&1 \
+        || { cat "$TMP/connect.log"; fail "docker network connect $svc failed"; }
+}
+start_workload links node1 --node 1 --clients 2 --requests 2000 --hold 1ms --think 5ms
+sleep 1
+log "cutting node2's links and restoring them at once"
+CUT_AT="$(date +%s%N)"
+cut_links node2 0
+wait_for_coordinator node1 5 1,2,3,4,5 "$ELECT_TIMEOUT" "$CUT_AT" \
+    || fail "nodes 1-5 did not agree on coordinator 5 after node2's short cut"
+log "cutting node2's links for 2s"
+CUT_AT="$(date +%s%N)"
+cut_links node2 2
+wait_for_coordinator node1 5 1,2,3,4,5 "$ELECT_TIMEOUT" "$CUT_AT" \
+    || fail "nodes 1-5 did not agree on coordinator 5 after node2's long cut"
+log "cutting node5's (the coordinator's) links for 3s"
+CUT_AT="$(date +%s%N)"
+cid5="$("${DC[@]}" ps -q node5)"
+docker network disconnect "$NET" "$cid5" >"$TMP/disconnect.log" 2>&1 \
+    || { cat "$TMP/disconnect.log"; fail "docker network disconnect node5 failed"; }
+wait_for_coordinator node1 4 1,2,3,4 "$ELECT_TIMEOUT" "$CUT_AT" \
+    || fail "nodes 1-4 did not agree on coordinator 4 while node5 was cut off"
+CUT_MS="$WAITED_MS"
+sleep 1
+docker network connect --alias node5 "$NET" "$cid5" >"$TMP/connect.log" 2>&1 \
+    || { cat "$TMP/connect.log"; fail "docker network connect node5 failed"; }
+RECONNECTED_AT="$(date +%s%N)"
+wait_for_coordinator node1 5 1,2,3,4,5 "$ELECT_TIMEOUT" "$RECONNECTED_AT" \
+    || fail "nodes 1-5 did not agree on coordinator 5 after node5's links came back"
+RECONNECT_MS="$WAITED_MS"
+finish_workload links
+REPORT_LINKS="$REPORT"
+log "  workload links: $(overlap_note links "$RECONNECTED_AT" "reconnection")"
+rc=0
+out="$(cot node1 30 witness --check witness:7300 --json)" || rc=$?
+if ! WITNESS_LINKS="$(printf '%s' "$out" | python3 -c "$REPORT_CHECK" witness)"; then
+    fail "witness after the cut links: $WITNESS_LINKS"
+fi
+[ "$rc" -eq 0 ] || fail "witness --check exited with status $rc: $WITNESS_LINKS"
+log "  witness: $WITNESS_LINKS"
+
 # --- summary ----------------------------------------------------------------
 cat <<EOF
 
@@ -407,5 +467,9 @@ coterie docker e2e summary
                           ($OVERLAP_PAUSE)
   witness:                $WITNESS
   scenario under compose: $SCENARIO
+  links cut and restored: node2 briefly, node2 for 2s, node5 for 3s (1-4 agreed on 4 after
+                          ${CUT_MS} ms; 5 back in charge ${RECONNECT_MS} ms after its links returned)
+  workload over the cuts: $REPORT_LINKS
+  witness after the cuts: $WITNESS_LINKS
 
 EOF

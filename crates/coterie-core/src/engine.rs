@@ -433,8 +433,11 @@ impl Engine {
         }
     }
 
-    /// The transport saw `peer`'s connection close and a redial refused:
-    /// its process is gone.
+    /// The transport has evidence that `peer` failed: its connection
+    /// closed and a redial was refused (the process is gone), or frames to
+    /// or from it were lost (a [`session`](crate::session) overflowed). It
+    /// is suspected at once; hearing from it again brings it back up, and
+    /// every layer then treats the two as a crash and a recovery.
     pub fn handle_link_down(&mut self, now: Time, peer: NodeId) {
         if let Some(Verdict::Down(p)) = self.detector.link_down(peer) {
             self.peer_down(now, p);

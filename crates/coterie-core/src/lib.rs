@@ -14,6 +14,8 @@
 //! - [`detector`]: the heartbeat failure detector.
 //! - [`registry`]: the one table where an algorithm is added.
 //! - [`engine`]: one node's stack composed: detector → election → mutex.
+//! - [`session`]: numbered, acknowledged and resent frames: reliable links
+//!   across broken connections.
 //! - [`wire`]: frames, the codec and the peer handshake.
 #![warn(missing_docs)]
 
@@ -24,6 +26,7 @@ pub mod engine;
 pub mod mutex;
 pub mod outbox;
 pub mod registry;
+pub mod session;
 pub mod types;
 pub mod wire;
 

@@ -3,14 +3,17 @@
 //! [`MAX_FRAME`].
 //!
 //! Peer connections open with a [`Hello`] that names the cluster, the
-//! sender, the protocol version and both algorithms; the acceptor answers
-//! [`PeerFrame::Welcome`] or [`PeerFrame::Refused`] with the reason.
+//! sender and its incarnation, the protocol version and both algorithms;
+//! the acceptor answers [`PeerFrame::Welcome`] (its own incarnation, and how
+//! much of the dialler's session it has delivered) or [`PeerFrame::Refused`]
+//! with the reason. Engine messages then travel as [`PeerFrame::Message`],
+//! numbered and acknowledged by the [`session`](crate::session) layer.
 
 use crate::types::{Epoch, NodeId};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 /// Bumped whenever a frame's encoding changes.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The largest frame body accepted, in bytes. Every coterie message is far
 /// smaller; a larger length prefix is a broken or hostile peer.
@@ -84,6 +87,14 @@ pub struct Hello {
     pub mutex: String,
     /// The election algorithm the dialler runs.
     pub election: String,
+    /// The dialler's incarnation (boot id): its session with the acceptor
+    /// is bound to it.
+    pub boot: u64,
+    /// The acceptor's incarnation the dialler's session is bound to, if it
+    /// is bound yet. The dialler writes its frames right behind the Hello;
+    /// an acceptor that is another incarnation answers and closes, so no
+    /// frame meant for a previous process reaches the new one.
+    pub expects: Option<u64>,
 }
 
 impl Hello {
@@ -150,11 +161,25 @@ pub enum PeerFrame {
     /// The dialler introduces itself.
     Hello(Hello),
     /// The acceptor agrees to talk.
-    Welcome,
+    Welcome {
+        /// The acceptor's incarnation.
+        boot: u64,
+        /// The highest number of the dialler's session the acceptor has
+        /// delivered: the dialler sends again what follows.
+        delivered: u64,
+    },
     /// The acceptor refuses, saying why, and closes.
     Refused(String),
-    /// An engine message.
-    Message(Envelope),
+    /// An engine message, numbered by the sender's session.
+    Message {
+        /// Its number in the sender's session.
+        seq: u64,
+        /// The highest number of the receiver's session the sender has
+        /// delivered (a cumulative acknowledgement).
+        ack: u64,
+        /// The [`Envelope`], encoded.
+        body: Vec<u8>,
+    },
 }
 
 #[cfg(test)]
@@ -168,12 +193,15 @@ mod tests {
             protocol: PROTOCOL_VERSION,
             mutex: "centralized".into(),
             election: "bully".into(),
+            boot: 7,
+            expects: None,
         }
     }
 
     #[test]
     fn frame_round_trips() {
-        let frame = PeerFrame::Message(Envelope::Mutex(vec![1, 2, 3]));
+        let body = encode(&Envelope::Mutex(vec![1, 2, 3]));
+        let frame = PeerFrame::Message { seq: 9, ack: 4, body };
         let mut buf = Vec::new();
         write_frame(&frame, &mut buf);
         let len = frame_len(buf[..4].try_into().unwrap()).unwrap();
@@ -206,7 +234,7 @@ mod tests {
 
     #[test]
     fn trailing_bytes_are_malformed() {
-        let mut bytes = encode(&PeerFrame::Welcome);
+        let mut bytes = encode(&PeerFrame::Welcome { boot: 1, delivered: 0 });
         bytes.push(0);
         assert!(decode::<PeerFrame>(&bytes).is_err());
     }

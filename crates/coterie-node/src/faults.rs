@@ -1,8 +1,11 @@
 //! Faults a node injects into its own traffic on request (`coterie fault`):
 //! cut peers off both ways, delay or drop what it sends them, or pause.
-//! They act on whole messages above TCP, so connections stay up and the
-//! failure detector sees exactly what a real partition or a slow link
-//! would show it: silence, or late heartbeats.
+//! They act on whole messages above the reliable session (see
+//! `transport`), so connections stay up, what they drop is never numbered
+//! (the session cannot send it again), and the failure detector sees
+//! exactly what a real partition or a slow link would show it: silence, or
+//! late heartbeats. A `reset`, by contrast, breaks the connections under
+//! the sessions, which hide it.
 
 use crate::protocol::{FaultCommand, FaultState};
 use coterie_core::NodeId;
@@ -47,24 +50,29 @@ impl Faults {
         }
     }
 
+    /// The peers `ids` names (all of them if empty). A peer not in the
+    /// cluster is an error.
+    pub(crate) fn targets(&self, ids: &[u32]) -> Result<Vec<NodeId>, String> {
+        if ids.is_empty() {
+            return Ok(self.peers.clone());
+        }
+        ids.iter()
+            .map(|&id| {
+                let peer = NodeId(id);
+                if self.peers.contains(&peer) {
+                    Ok(peer)
+                } else {
+                    Err(format!("node {id} is not a peer of this node"))
+                }
+            })
+            .collect()
+    }
+
     /// Carries out `command`. Peers not in the cluster are an error, and
-    /// change nothing.
+    /// change nothing. A reset changes no fault in force: the transport
+    /// carries it out.
     pub(crate) fn apply(&mut self, command: &FaultCommand) -> Result<(), String> {
-        let targets = |ids: &[u32]| -> Result<Vec<NodeId>, String> {
-            if ids.is_empty() {
-                return Ok(self.peers.clone());
-            }
-            ids.iter()
-                .map(|&id| {
-                    let peer = NodeId(id);
-                    if self.peers.contains(&peer) {
-                        Ok(peer)
-                    } else {
-                        Err(format!("node {id} is not a peer of this node"))
-                    }
-                })
-                .collect()
-        };
+        let targets = |ids: &[u32]| self.targets(ids);
         match command {
             FaultCommand::Partition { peers } => self.partitioned.extend(targets(peers)?),
             FaultCommand::Delay { peers, ms } => {
@@ -97,6 +105,9 @@ impl Faults {
                 self.paused = false;
             }
             FaultCommand::Show => {}
+            FaultCommand::Reset { peers } => {
+                targets(peers)?;
+            }
         }
         Ok(())
     }

@@ -7,11 +7,20 @@
 //! - [`config`]: the cluster's TOML file, checked as it is read.
 //! - [`codec`]: frames on tokio streams.
 //! - [`protocol`]: what clients and the witness say.
-//! - [`node`]: the agent and the application task of one node.
+//! - [`node`]: one node's runtime, which starts the parts below.
+//! - `agent`: the engine and its output driver (grants, frames, records).
+//! - `transport`: peer connections, and the reliable sessions over them.
+//! - `app`: the application task: client sessions and their local queue.
+//! - `faults`: faults injected on request (`coterie fault`).
+//! - [`state`]: a node's stable storage, one record in two checksummed slots.
+//! - [`storage`]: the group-commit writer that makes records durable off the
+//!   runtime's thread.
 //! - [`client`]: the client side of the client port and of the witness.
 //! - [`witness`]: the shared resource that checks safety on a real cluster.
 #![warn(missing_docs)]
 
+mod agent;
+mod app;
 pub mod client;
 pub mod codec;
 pub mod config;
@@ -19,6 +28,8 @@ mod faults;
 pub mod node;
 pub mod protocol;
 pub mod state;
+pub mod storage;
+mod transport;
 pub mod witness;
 
 pub use client::{Acquired, Client, ClientError, Entry, Watch, WitnessClient};

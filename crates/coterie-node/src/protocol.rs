@@ -133,6 +133,14 @@ pub enum FaultCommand {
     Pause,
     /// Undo a pause.
     Resume,
+    /// Close the connections to and from these peers (all if empty) at
+    /// once, both directions; they are redialled as after any break, and
+    /// the sessions send again what was in flight. Nothing is paused and
+    /// no fault stays in force.
+    Reset {
+        /// Peer ids.
+        peers: Vec<u32>,
+    },
     /// Clear every fault.
     Heal,
     /// Change nothing; report the faults in force.

@@ -8,7 +8,8 @@ use coterie_core::wire::{Hello, PeerFrame, PROTOCOL_VERSION};
 use coterie_core::NodeId;
 use coterie_node::codec::{read_frame, write_frame};
 use coterie_node::node::{self, Listeners};
-use coterie_node::{Acquired, Client, Config};
+use coterie_node::protocol::FaultCommand;
+use coterie_node::{witness, Acquired, Client, Config, Entry, WitnessClient};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,10 +32,21 @@ impl TestCluster {
 
     /// A cluster whose `[cluster]` section has `extra` lines too.
     async fn start_with(n: u32, mutex: &str, extra: &str) -> TestCluster {
+        TestCluster::start_timed(n, mutex, extra, "20ms", "150ms").await
+    }
+
+    /// A cluster with this heartbeat period and failure timeout.
+    async fn start_timed(
+        n: u32,
+        mutex: &str,
+        extra: &str,
+        heartbeat: &str,
+        failure_timeout: &str,
+    ) -> TestCluster {
         let mut listeners = Vec::new();
         let mut toml = format!(
             "[cluster]\nname = \"test\"\nmutex = \"{mutex}\"\nelection = \"bully\"\n{extra}\
-             [timing]\nheartbeat = \"20ms\"\nfailure_timeout = \"150ms\"\n"
+             [timing]\nheartbeat = \"{heartbeat}\"\nfailure_timeout = \"{failure_timeout}\"\n"
         );
         for id in 1..=n {
             let peer = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -263,6 +275,8 @@ async fn hello_for_another_cluster_or_node_is_refused_with_the_reason() {
         protocol: PROTOCOL_VERSION,
         mutex: "centralized".into(),
         election: "bully".into(),
+        boot: 1,
+        expects: None,
     };
     let cases = [
         (Hello { cluster: "prod".into(), ..hello.clone() }, "cluster"),
@@ -352,4 +366,93 @@ async fn fences_keep_rising_across_a_restart_of_the_whole_cluster() {
         }
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// The fault that deadlocked five algorithms for good before sessions: one
+/// node's peer connections, both ways, broken every 300 ms for 6 s while
+/// two clients per node go through the witness. Every request must be
+/// answered, the witness must see no overlap and no stale fence, and the
+/// lock must be had at every node right after. The failure timeout is
+/// generous (a reset is not a failure, and a busy test machine must not
+/// make it look like one).
+async fn resets_lose_nothing(mutex: &str) {
+    let cluster = TestCluster::start_timed(5, mutex, "", "50ms", "1s").await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let witness_addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(witness::serve(listener, 1, std::future::pending()));
+    let resetting = Arc::new(AtomicBool::new(true));
+    let mut tasks = Vec::new();
+    for id in 1..=5 {
+        for _ in 0..2 {
+            let mut client = cluster.client(id).await;
+            let mut witness = WitnessClient::connect(&witness_addr).await.unwrap();
+            let resetting = resetting.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut entries = 0u32;
+                while resetting.load(Ordering::SeqCst) || entries < 3 {
+                    match client.acquire(Some(Duration::from_secs(10)), false).await.unwrap() {
+                        Acquired::Granted(fence) => {
+                            let entry = witness.enter(fence, id).await.unwrap();
+                            assert!(
+                                matches!(entry, Entry::Accepted { violation: false, .. }),
+                                "n{id}: the witness saw {entry:?} for fence {fence}"
+                            );
+                            witness.leave(fence).await.unwrap();
+                            client.release().await.unwrap();
+                            entries += 1;
+                        }
+                        other => panic!("n{id}: a request was not answered: {other:?}"),
+                    }
+                }
+                entries
+            }));
+        }
+    }
+    let mut control = cluster.client(5).await;
+    let mut resets = 0;
+    let start = tokio::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(6) {
+        control.fault(FaultCommand::Reset { peers: vec![] }).await.unwrap();
+        resets += 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    resetting.store(false, Ordering::SeqCst);
+    let mut entries = 0;
+    for t in tasks {
+        entries += tokio::time::timeout(PATIENCE, t).await.expect("workload hung").unwrap();
+    }
+    let report = WitnessClient::connect(&witness_addr).await.unwrap().report().await.unwrap();
+    assert_eq!((report.violations, report.stale_fences), (0, 0), "{mutex}: {report:?}");
+    assert_eq!(report.entries, u64::from(entries));
+    assert!(resets >= 15, "only {resets} resets");
+    for id in 1..=5 {
+        let mut client = cluster.client(id).await;
+        let granted = client.acquire(Some(PATIENCE), false).await.unwrap();
+        assert!(
+            matches!(granted, Acquired::Granted(_)),
+            "{mutex}: n{id} after the resets: {granted:?}"
+        );
+        client.release().await.unwrap();
+    }
+}
+
+macro_rules! reset_tests {
+    ($($name:ident: $mutex:literal,)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            resets_lose_nothing($mutex).await;
+        }
+    )*};
+}
+
+reset_tests! {
+    centralized_loses_nothing_to_connection_resets: "centralized",
+    token_ring_loses_nothing_to_connection_resets: "token-ring",
+    bakery_loses_nothing_to_connection_resets: "bakery",
+    lamport_loses_nothing_to_connection_resets: "lamport",
+    ricart_agrawala_loses_nothing_to_connection_resets: "ricart-agrawala",
+    raymond_k_loses_nothing_to_connection_resets: "raymond-k",
+    lodha_kshemkalyani_loses_nothing_to_connection_resets: "lodha-kshemkalyani",
+    maekawa_loses_nothing_to_connection_resets: "maekawa",
+    tree_quorum_loses_nothing_to_connection_resets: "tree-quorum",
 }

@@ -2,11 +2,13 @@
 //!
 //! A deterministic simulator for coterie's engines. A run builds one
 //! [`Engine`](coterie_core::Engine) per node and drives them from a single
-//! seeded event queue: messages travel reliable FIFO links with a random
-//! delay, nodes crash and restart, clients ask for the critical section and
-//! leave it. Faults on demand: partitions, pauses, delay spikes (a node's
-//! messages slowed, FIFO kept) and loss windows (a share of a node's
-//! messages lost). The same seed always replays the same run.
+//! seeded event queue: messages travel FIFO connections with a random
+//! delay, under the same reliable sessions as the node's (numbered,
+//! acknowledged, sent again after a connection breaks); nodes crash and
+//! restart, clients ask for the critical section and leave it. Faults on
+//! demand: partitions, pauses, delay spikes (a node's messages slowed,
+//! FIFO kept), loss windows (a share of a node's messages lost, above the
+//! sessions) and connection resets (frames in flight lost below them). The same seed always replays the same run.
 //!
 //! After every step the invariants are checked:
 //! - **safety**: never more than `capacity` live nodes hold at once;
@@ -19,10 +21,13 @@
 //!
 //! ## Layout
 //! - [`sim`]: one run: the event queue, the nodes, the workload, the checks.
+//! - `network`: the connections under each node's sessions, which
+//!   resets break.
 //! - [`suite`]: many seeds of a run, summarised; the conformance suite
 //!   (in `tests/`) and `coterie sim` are built on it.
 #![warn(missing_docs)]
 
+mod network;
 pub mod sim;
 pub mod suite;
 

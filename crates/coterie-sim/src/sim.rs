@@ -1,7 +1,9 @@
 //! One simulated run.
 
+use crate::network::Network;
 use coterie_core::engine::Output;
 use coterie_core::registry;
+use coterie_core::session::{Limits, Received, Sent, Session};
 use coterie_core::wire::{self, Envelope};
 use coterie_core::{AlgoConfig, Engine, Epoch, Fence, MutexOptions, NodeId, Time, Timing};
 use rand::{Rng, SeedableRng};
@@ -71,6 +73,15 @@ pub struct SimConfig {
     /// meanwhile. Windows on different nodes may overlap; one that lands on
     /// a node already losing messages is skipped.
     pub drops: u32,
+    /// This many connection resets during the workload: a random node's
+    /// connections to and from every peer break at once, with whatever
+    /// frames are in flight in them, while every process lives on (a NAT,
+    /// a load balancer or a flapping link). Both sides redial at once, and
+    /// the sessions send again what was lost: the algorithms should see
+    /// nothing but a delay.
+    pub resets: u32,
+    /// The cap on each session's unacknowledged frames.
+    pub session_limits: Limits,
     /// Whether nodes have stable storage: what an engine asks to persist
     /// survives its crash and comes back on restart (as a node with a
     /// state directory). Off, a restarted node remembers nothing.
@@ -116,6 +127,8 @@ impl SimConfig {
                 Timing::default().failure_timeout * 3,
             ),
             drops: 0,
+            resets: 0,
+            session_limits: Limits::default(),
             stable_storage: true,
             load: Load::Concurrent,
             requests: 10,
@@ -172,6 +185,16 @@ pub struct RunReport {
     pub drops: u32,
     /// Messages lost in loss windows.
     pub lost: u64,
+    /// Connection resets injected.
+    pub resets: u32,
+    /// Frames the sessions wrote once a connection came up, having waited
+    /// in them (a connection being made, or one that broke with them in
+    /// flight).
+    pub resent: u64,
+    /// Sessions that overflowed their cap (their peer declared failed).
+    pub overflows: u64,
+    /// Gaps receivers saw after an overflow (the sender declared failed).
+    pub gaps: u64,
     /// Simulated time at the end, in microseconds.
     pub end_us: u64,
     /// Broken invariants, in the order seen.
@@ -191,20 +214,43 @@ pub struct RunReport {
 
 #[derive(Clone, Debug)]
 enum Event {
-    /// A message reaches `to`, unless `to` restarted since it was sent.
+    /// A frame reaches `to`, unless its connection broke meanwhile.
     Deliver {
         from: NodeId,
         to: NodeId,
-        incarnation: u32,
+        conn: u64,
+        seq: u64,
+        ack: u64,
         bytes: Vec<u8>,
         /// Whether it is a mutex-layer message (counted while in flight).
         mutex: bool,
     },
-    /// `observer`'s connection to `peer` closed and a redial was refused.
+    /// `from`'s dial reaches `to`.
+    Hello {
+        from: NodeId,
+        to: NodeId,
+        conn: u64,
+        boot: u64,
+    },
+    /// `to`'s answer to `from`'s dial reaches `from`.
+    Welcome {
+        from: NodeId,
+        to: NodeId,
+        conn: u64,
+        boot: u64,
+        delivered: u64,
+    },
+    /// Every connection to and from `node` breaks.
+    Reset {
+        node: NodeId,
+    },
+    /// `observer`'s connection to `peer` (incarnation `peer_incarnation`)
+    /// closed and a redial was refused.
     LinkDown {
         observer: NodeId,
         peer: NodeId,
         incarnation: u32,
+        peer_incarnation: u32,
     },
     /// The node's engine has a deadline now.
     Wake {
@@ -290,12 +336,8 @@ struct SimNode {
     client: ClientState,
     /// Concurrent load: entries still to make.
     remaining: u32,
-    /// After a restart: when each peer's connection to this node is back.
-    /// A restarted node reaches its peers at once, but each peer redials it
-    /// only once the node's own connection arrives (its dialer was backing
-    /// off); meanwhile the peer's messages wait in its backlog. So for a
-    /// few message delays the newcomer is heard but does not hear.
-    reconnected: BTreeMap<NodeId, Time>,
+    /// The session with each peer, new with each incarnation.
+    sessions: BTreeMap<NodeId, Session>,
     /// The node's stable storage: what its engine last asked to persist.
     /// It survives a crash, as a disk would.
     stable: Option<coterie_core::Restored>,
@@ -312,8 +354,8 @@ pub struct Simulation {
     /// and `Ord` without ordering events themselves).
     events: Vec<Option<Event>>,
     nodes: BTreeMap<NodeId, SimNode>,
-    /// The time of the last delivery scheduled on each link, for FIFO.
-    link_tail: BTreeMap<(NodeId, NodeId), Time>,
+    /// The connections between them.
+    net: Network,
     /// Who holds now, and with which fence.
     holders: BTreeMap<NodeId, Fence>,
     /// Every fence granted so far.
@@ -359,7 +401,7 @@ impl Simulation {
             queue: BinaryHeap::new(),
             events: Vec::new(),
             nodes: BTreeMap::new(),
-            link_tail: BTreeMap::new(),
+            net: Network::default(),
             holders: BTreeMap::new(),
             fences: BTreeSet::new(),
             asked: BTreeMap::new(),
@@ -392,13 +434,16 @@ impl Simulation {
                     wake_at: None,
                     client: ClientState::Thinking,
                     remaining,
-                    reconnected: BTreeMap::new(),
+                    sessions: BTreeMap::new(),
                     stable: None,
                 },
             );
         }
         for id in 1..=sim.cfg.nodes {
             sim.boot(NodeId(id));
+        }
+        for id in 1..=sim.cfg.nodes {
+            sim.dial_peers(NodeId(id));
         }
         sim.schedule_workload();
         sim.schedule_faults();
@@ -422,10 +467,73 @@ impl Simulation {
         let cfg = self.algo_config(node);
         let engine = Engine::new(cfg, &self.cfg.mutex, &self.cfg.election, self.now)
             .expect("names were checked in Simulation::new");
+        let limits = self.cfg.session_limits;
+        let peers = self.peers(node);
         let n = self.nodes.get_mut(&node).expect("known node");
         n.engine = Some(engine);
         n.wake_at = None;
+        n.sessions = peers.into_iter().map(|p| (p, Session::new(limits))).collect();
         self.after_input(node);
+    }
+
+    fn peers(&self, node: NodeId) -> Vec<NodeId> {
+        (1..=self.cfg.nodes).map(NodeId).filter(|&p| p != node).collect()
+    }
+
+    fn boot_id(&self, node: NodeId) -> u64 {
+        u64::from(self.nodes[&node].incarnation)
+    }
+
+    fn session(&mut self, node: NodeId, peer: NodeId) -> &mut Session {
+        let n = self.nodes.get_mut(&node).expect("known node");
+        n.sessions.get_mut(&peer).expect("a session per peer")
+    }
+
+    /// When a frame `from` → `to` written now lands: a random delay, plus
+    /// any delay spike on `from`, after the frame written before it.
+    fn flight(&mut self, from: NodeId, to: NodeId) -> Time {
+        let mut delay = self.uniform(self.cfg.delay);
+        if let Some(&(_, extra)) = self.spikes.get(&from) {
+            delay += extra;
+        }
+        self.net.land(from, to, self.now + delay, STEP)
+    }
+
+    /// `from` dials `to` (anew, breaking any connection it had), writing
+    /// every frame its session keeps right behind the Hello.
+    fn dial(&mut self, from: NodeId, to: NodeId) {
+        let boot = self.boot_id(from);
+        let expects = self.session(from, to).peer_boot();
+        let conn = self.net.dial(from, to, boot, expects);
+        let at = self.flight(from, to);
+        self.push(at, Event::Hello { from, to, conn, boot });
+        let frames: Vec<(u64, Vec<u8>)> =
+            self.session(from, to).after(0).map(|(seq, body)| (seq, body.to_vec())).collect();
+        for (seq, body) in frames {
+            self.report.resent += 1;
+            let mutex = matches!(wire::decode::<Envelope>(&body), Ok(Envelope::Mutex(_)));
+            self.write(from, to, seq, body, mutex);
+        }
+    }
+
+    fn dial_peers(&mut self, node: NodeId) {
+        for peer in self.peers(node) {
+            self.dial(node, peer);
+        }
+    }
+
+    /// Writes frame `seq` of `from`'s session with `to` into their
+    /// connection, if there is one; otherwise it waits in the session.
+    fn write(&mut self, from: NodeId, to: NodeId, seq: u64, bytes: Vec<u8>, mutex: bool) {
+        let Some(conn) = self.net.writable(from, to) else {
+            return;
+        };
+        let ack = self.session(from, to).ack();
+        if mutex {
+            self.mutex_in_flight += 1;
+        }
+        let at = self.flight(from, to);
+        self.push(at, Event::Deliver { from, to, conn: conn.id, seq, ack, bytes, mutex });
     }
 
     fn push(&mut self, at: Time, event: Event) {
@@ -495,6 +603,11 @@ impl Simulation {
             let lasts = self.uniform((ft, ft * 6));
             self.push(at, Event::DelaySpike { id, node, extra });
             self.push(at + lasts, Event::DelayOver { id, node });
+        }
+        for _ in 0..self.cfg.resets {
+            let at = self.workload_start + self.uniform((Duration::ZERO, window));
+            let node = NodeId(self.rng.random_range(1..=self.cfg.nodes));
+            self.push(at, Event::Reset { node });
         }
         for id in 0..self.cfg.drops {
             let at = self.workload_start + self.uniform((Duration::ZERO, window));
@@ -570,27 +683,20 @@ impl Simulation {
                     let fate = if lost { " LOST" } else { "" };
                     self.trace(|| format!("{node} -> {to} {}{fate}", text.unwrap_or_default()));
                 }
-                if lost {
+                // Loss and partitions act above the session, as `coterie
+                // fault` does on a node: the session never sees the message.
+                if lost || self.severed(node, to) {
                     return;
                 }
-                if mutex {
-                    self.mutex_in_flight += 1;
-                }
-                let mut delay = self.uniform(self.cfg.delay);
-                if let Some(&(_, extra)) = self.spikes.get(&node) {
-                    delay += extra;
-                }
-                // Each message lands after the one sent before it on the link
-                // (the tail), so a spike's end lets nothing overtake.
-                let tail = self.link_tail.get(&(node, to)).copied().unwrap_or_default();
-                // A restarted node's peers reconnect to it only after a few
-                // message delays; until then their messages wait.
-                let back = self.nodes[&to].reconnected.get(&node).copied().unwrap_or_default();
-                let at = (self.now + delay).max(back + delay).max(tail + STEP);
-                self.link_tail.insert((node, to), at);
-                let incarnation = self.nodes[&to].incarnation;
                 let bytes = wire::encode(&envelope);
-                self.push(at, Event::Deliver { from: node, to, incarnation, bytes, mutex });
+                let sent = self.session(node, to).send(bytes.clone());
+                if let Sent::Overflowed { dropped, .. } = sent {
+                    self.report.overflows += 1;
+                    self.trace(|| format!("{node}'s session to {to} overflowed: {dropped} frames dropped, {to} declared failed"));
+                    let now = self.now;
+                    self.engine(node).handle_link_down(now, to);
+                }
+                self.write(node, to, sent.seq(), bytes, mutex);
             }
             Output::Granted { fence } => self.on_grant(node, fence),
             Output::Coordinator { leader, epoch } => {
@@ -692,7 +798,8 @@ impl Simulation {
     /// The node an event is for, when that node could be paused.
     fn target(event: &Event) -> Option<NodeId> {
         match event {
-            Event::Deliver { to, .. } => Some(*to),
+            Event::Deliver { to, .. } | Event::Hello { to, .. } => Some(*to),
+            Event::Welcome { from, .. } => Some(*from),
             Event::LinkDown { observer, .. } => Some(*observer),
             Event::Wake { node, .. }
             | Event::Request { node, .. }
@@ -712,29 +819,42 @@ impl Simulation {
             }
         }
         match event {
-            Event::Deliver { from, to, incarnation, bytes, mutex } => {
+            Event::Deliver { from, to, conn, seq, ack, bytes, mutex } => {
                 if mutex {
                     self.mutex_in_flight -= 1;
                 }
-                if !self.live(to, incarnation) || self.severed(from, to) {
-                    return;
-                }
-                let now = self.now;
-                let envelope: Envelope = match wire::decode(&bytes) {
-                    Ok(e) => e,
-                    Err(e) => return self.violation("wire", format!("{from} -> {to}: {e}")),
-                };
-                if let Err(e) = self.engine(to).handle_message(now, from, envelope) {
-                    return self.violation("wire", format!("{to} refused a message: {e}"));
-                }
-                self.after_input(to);
+                self.deliver(from, to, conn, seq, ack, bytes);
             }
-            Event::LinkDown { observer, peer, incarnation } => {
-                if !self.live(observer, incarnation) {
+            Event::Hello { from, to, conn, boot } => self.hello(from, to, conn, boot),
+            Event::Welcome { from, to, conn, boot, delivered } => {
+                self.welcome(from, to, conn, boot, delivered)
+            }
+            Event::Reset { node } => {
+                if self.nodes[&node].engine.is_none() {
                     return;
+                }
+                self.last_fault = self.now;
+                self.report.resets += 1;
+                self.trace(|| format!("RESET: {node}'s connections break"));
+                for peer in self.peers(node) {
+                    for (a, b) in [(node, peer), (peer, node)] {
+                        if self.nodes[&a].engine.is_some() {
+                            self.dial(a, b);
+                        } else {
+                            self.net.close(a, b);
+                        }
+                    }
+                }
+            }
+            Event::LinkDown { observer, peer, incarnation, peer_incarnation } => {
+                if !self.live(observer, incarnation)
+                    || self.nodes[&peer].incarnation != peer_incarnation
+                {
+                    return; // the peer is back already, and was dialled again
                 }
                 let now = self.now;
                 self.trace(|| format!("{observer}: link to {peer} closed"));
+                self.net.close(observer, peer);
                 self.engine(observer).handle_link_down(now, peer);
                 self.after_input(observer);
             }
@@ -862,21 +982,99 @@ impl Simulation {
                 let incarnation = n.incarnation;
                 let resume = n.client != ClientState::Done && self.cfg.load == Load::Concurrent;
                 n.client = if resume { ClientState::Thinking } else { ClientState::Done };
-                let peers: Vec<NodeId> =
-                    (1..=self.cfg.nodes).map(NodeId).filter(|&p| p != node).collect();
-                // A peer redials as soon as this node's own connection reaches
-                // it (the node pokes its dialer): a few message delays.
-                let window = (Duration::ZERO, self.cfg.delay.1 * 3);
-                let reconnected =
-                    peers.into_iter().map(|p| (p, self.now + self.uniform(window))).collect();
-                self.nodes.get_mut(&node).expect("known").reconnected = reconnected;
                 self.boot(node);
+                // Its dials reach the peers, which dial it back.
+                self.dial_peers(node);
                 if resume {
                     let at = self.now + self.uniform(self.cfg.think);
                     self.push(at, Event::Request { node, incarnation });
                 }
             }
         }
+    }
+
+    /// Frame `seq` on connection `conn` reaches `to`, through its session.
+    fn deliver(&mut self, from: NodeId, to: NodeId, conn: u64, seq: u64, ack: u64, bytes: Vec<u8>) {
+        let Some(&c) = self.net.get(from, to).filter(|c| c.id == conn && c.accepted) else {
+            return; // lost with its connection, or refused with its Hello
+        };
+        if !self.live(to, c.to_boot as u32) {
+            return; // written to a process that is gone
+        }
+        let session = self.session(to, from);
+        session.acked(c.from_boot, ack);
+        match session.receive(c.from_boot, seq) {
+            Received::Deliver => {}
+            Received::Duplicate | Received::Stale => return,
+            Received::Gap { lost } => {
+                self.report.gaps += 1;
+                self.trace(|| format!("{to} missed {lost} frames from {from}: declared failed"));
+                let now = self.now;
+                self.engine(to).handle_link_down(now, from);
+            }
+        }
+        // A partition drops what arrives above the session, as a node's
+        // `coterie fault partition` does.
+        if self.severed(from, to) {
+            return self.after_input(to);
+        }
+        let now = self.now;
+        let envelope: Envelope = match wire::decode(&bytes) {
+            Ok(e) => e,
+            Err(e) => return self.violation("wire", format!("{from} -> {to}: {e}")),
+        };
+        if let Err(e) = self.engine(to).handle_message(now, from, envelope) {
+            return self.violation("wire", format!("{to} refused a message: {e}"));
+        }
+        self.after_input(to);
+    }
+
+    /// `from`'s dial (incarnation `boot`) reaches `to`.
+    fn hello(&mut self, from: NodeId, to: NodeId, conn: u64, boot: u64) {
+        if !self.net.current(from, to, conn) || !self.live(from, boot as u32) {
+            return;
+        }
+        if self.nodes[&to].engine.is_none() {
+            // Refused, or no answer: the dialler waits to be poked.
+            self.net.close(from, to);
+            return;
+        }
+        let my_boot = self.boot_id(to);
+        let mut delay = self.uniform(self.cfg.delay);
+        if let Some(&(_, extra)) = self.spikes.get(&to) {
+            delay += extra;
+        }
+        let expects = self.net.get(from, to).and_then(|c| c.expects);
+        if expects.is_some_and(|b| b != my_boot) {
+            // Meant for a previous incarnation of this node: answered (so
+            // the dialler learns) and closed, its frames unread.
+            let welcome = Event::Welcome { from, to, conn, boot: my_boot, delivered: 0 };
+            return self.push(self.now + delay, welcome);
+        }
+        self.net.accepted(from, to, conn, my_boot);
+        let restarted = self.session(to, from).bind(boot);
+        let delivered = self.session(to, from).ack();
+        self.push(self.now + delay, Event::Welcome { from, to, conn, boot: my_boot, delivered });
+        // The peer is up: a dialler of ours that gave up on it, or that is
+        // connected to its previous incarnation, dials again at once.
+        if restarted || self.net.writable(to, from).is_none() {
+            self.dial(to, from);
+        }
+    }
+
+    /// `to` (incarnation `boot`) answered `from`'s dial, having delivered
+    /// `delivered` of `from`'s frames (those written behind the Hello went
+    /// again already; the duplicates among them are dropped).
+    fn welcome(&mut self, from: NodeId, to: NodeId, conn: u64, boot: u64, delivered: u64) {
+        if !self.net.welcomed(from, to, conn) {
+            return;
+        }
+        if self.session(from, to).bind(boot) {
+            // A new incarnation: what was kept for the old one is dropped,
+            // and the connection is made again for the new session.
+            return self.dial(from, to);
+        }
+        self.session(from, to).acked(boot, delivered);
     }
 
     fn after_release(&mut self, node: NodeId) {
@@ -957,10 +1155,13 @@ impl Simulation {
                 .filter(|(&id, n)| id != node && n.engine.is_some())
                 .map(|(&id, n)| (id, n.incarnation))
                 .collect();
+            let peer_incarnation = self.nodes[&node].incarnation;
             for (observer, incarnation) in peers {
-                let tail = self.link_tail.get(&(node, observer)).copied().unwrap_or_default();
-                let at = (self.now + self.uniform(self.cfg.delay)).max(tail + STEP);
-                self.push(at, Event::LinkDown { observer, peer: node, incarnation });
+                let at = self.flight(node, observer);
+                self.push(
+                    at,
+                    Event::LinkDown { observer, peer: node, incarnation, peer_incarnation },
+                );
             }
         }
     }

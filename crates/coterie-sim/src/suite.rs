@@ -50,6 +50,15 @@ pub struct Summary {
     pub drops: u64,
     /// Messages lost in loss windows, over all runs.
     pub lost: u64,
+    /// Connection resets injected, over all runs.
+    pub resets: u64,
+    /// Frames the sessions wrote once a connection came (back) up, over
+    /// all runs.
+    pub resent: u64,
+    /// Sessions that overflowed, over all runs.
+    pub overflows: u64,
+    /// Gaps receivers saw after an overflow, over all runs.
+    pub gaps: u64,
     /// Grants that overtook an older waiting request, over all runs (see
     /// `RunReport::out_of_order`).
     pub out_of_order: u64,
@@ -82,6 +91,10 @@ pub fn run_seeds(
         delays: 0,
         drops: 0,
         lost: 0,
+        resets: 0,
+        resent: 0,
+        overflows: 0,
+        gaps: 0,
         out_of_order: 0,
         messages_by_kind: BTreeMap::new(),
         failures: Vec::new(),
@@ -97,6 +110,10 @@ pub fn run_seeds(
         summary.delays += u64::from(report.delays);
         summary.drops += u64::from(report.drops);
         summary.lost += report.lost;
+        summary.resets += u64::from(report.resets);
+        summary.resent += report.resent;
+        summary.overflows += report.overflows;
+        summary.gaps += report.gaps;
         summary.out_of_order += report.out_of_order;
         mutex_messages += report.mutex_messages;
         for (kind, n) in &report.messages_by_kind {

@@ -11,11 +11,14 @@ use std::time::Duration;
 
 /// Inject a fault into nodes' agents, or clear them.
 ///
-/// Faults act on whole messages inside the node, above TCP: a partition
-/// drops everything to and from the peers named, a delay holds what the
-/// node sends, a drop loses a share of it, and a pause freezes the node's
-/// handling of messages, timers and clients (as SIGSTOP would) while its
-/// client port still takes `fault` commands. `--config FILE` alone applies
+/// Faults act on whole messages inside the node, above its reliable
+/// sessions: a partition drops everything to and from the peers named, a
+/// delay holds what the node sends, a drop loses a share of it (the
+/// sessions cannot send again what they never saw), and a pause freezes
+/// the node's handling of messages, timers and clients (as SIGSTOP would)
+/// while its client port still takes `fault` commands. A reset, below the
+/// sessions, breaks the node's peer connections: they are redialled and
+/// nothing is lost. `--config FILE` alone applies
 /// the fault at every node; add `--node ID`, or use `--addr`, for one.
 /// Under docker compose the same experiments come from `docker compose
 /// kill/start/pause/unpause` and `docker network disconnect/connect`.
@@ -59,6 +62,21 @@ enum Fault {
     Pause,
     /// Unfreeze a paused node.
     Resume,
+    /// Close the node's connections to and from these peers (all if none)
+    /// at once, both directions, as a NAT or a flapping link would; they
+    /// are redialled at once and the sessions send again what was in
+    /// flight. `--every 300ms --for 6s` repeats it.
+    Reset {
+        /// Peer ids, comma-separated.
+        #[arg(value_delimiter = ',')]
+        peers: Vec<u32>,
+        /// Reset again this often...
+        #[arg(long, value_parser = common::parse_duration, requires = "for_")]
+        every: Option<Duration>,
+        /// ...for this long.
+        #[arg(long = "for", id = "for_", value_parser = common::parse_duration, requires = "every")]
+        for_: Option<Duration>,
+    },
     /// Clear every fault.
     Heal,
     /// Show the faults in force.
@@ -77,8 +95,18 @@ impl Fault {
             }
             Fault::Pause => FaultCommand::Pause,
             Fault::Resume => FaultCommand::Resume,
+            Fault::Reset { peers, .. } => FaultCommand::Reset { peers: peers.clone() },
             Fault::Heal => FaultCommand::Heal,
             Fault::Show => FaultCommand::Show,
+        }
+    }
+
+    /// How often, and for how long, to repeat the command (`reset --every
+    /// D --for D`); once otherwise.
+    fn repeat(&self) -> Option<(Duration, Duration)> {
+        match self {
+            Fault::Reset { every: Some(every), for_: Some(span), .. } => Some((*every, *span)),
+            _ => None,
         }
     }
 }
@@ -87,6 +115,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let nodes = args.target.nodes()?;
     let command = args.fault.command();
     common::small_runtime()?.block_on(async {
+        if let Some((every, span)) = args.fault.repeat() {
+            return repeat(&nodes, &command, every, span, args.json).await;
+        }
         let mut ok = true;
         let mut rows = Vec::new();
         for node in &nodes {
@@ -113,4 +144,52 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
     })
+}
+
+/// Sends `command` to every node each `every` for `span`, with a progress
+/// line per round, and reports how many rounds every node took.
+async fn repeat(
+    nodes: &[common::NodeAddr],
+    command: &FaultCommand,
+    every: Duration,
+    span: Duration,
+    json: bool,
+) -> Result<ExitCode> {
+    let every = every.max(Duration::from_millis(1));
+    let start = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval(every);
+    let mut done = vec![0u64; nodes.len()];
+    let mut failed = vec![0u64; nodes.len()];
+    while start.elapsed() < span {
+        tick.tick().await;
+        for (i, node) in nodes.iter().enumerate() {
+            let result = match Client::connect(&node.addr).await {
+                Ok(mut client) => client.fault(command.clone()).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match result {
+                Ok(_) => done[i] += 1,
+                Err(_) => failed[i] += 1,
+            }
+        }
+        if !json {
+            let rounds = done.iter().chain(&failed).max().copied().unwrap_or(0);
+            eprint!("\r  {rounds} rounds in {:.1}s", start.elapsed().as_secs_f64());
+        }
+    }
+    if json {
+        let rows: Vec<_> = nodes
+            .iter()
+            .zip(done.iter().zip(&failed))
+            .map(|(n, (d, f))| json!({"node": n.id, "addr": n.addr, "done": d, "failed": f}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        eprintln!();
+        for (node, (d, f)) in nodes.iter().zip(done.iter().zip(&failed)) {
+            let name = node.id.map_or(node.addr.clone(), |id| format!("n{id}"));
+            println!("{name:<6} connections reset {d} times, {f} failed");
+        }
+    }
+    Ok(if failed.iter().all(|&f| f == 0) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

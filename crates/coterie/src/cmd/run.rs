@@ -279,7 +279,8 @@ struct Step {
     /// When, from the start of the workload.
     #[serde(with = "humantime_serde_str")]
     at: Duration,
-    /// kill | restart | stop | resume | partition | heal | delay | drop
+    /// kill | restart | stop | resume | partition | heal | delay | drop |
+    /// reset
     #[serde(rename = "do")]
     action: String,
     /// A node id, or "coordinator", "holder" (a node inside the critical
@@ -295,6 +296,13 @@ struct Step {
     /// drop: percent of messages lost.
     #[serde(default)]
     percent: Option<u8>,
+    /// reset: again this often (with `for`), in the background while the
+    /// next steps go on.
+    #[serde(default, with = "humantime_serde_str::option")]
+    every: Option<Duration>,
+    /// reset: for this long (with `every`).
+    #[serde(default, rename = "for", with = "humantime_serde_str::option")]
+    lasting: Option<Duration>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -375,8 +383,8 @@ fn load(path: &PathBuf) -> Result<Scenario> {
         .with_context(|| format!("cannot read scenario {}", path.display()))?;
     let scenario: Scenario = toml::from_str(&text)
         .with_context(|| format!("{} is not a valid scenario", path.display()))?;
-    const ACTIONS: [&str; 8] =
-        ["kill", "restart", "stop", "resume", "partition", "heal", "delay", "drop"];
+    const ACTIONS: [&str; 9] =
+        ["kill", "restart", "stop", "resume", "partition", "heal", "delay", "drop", "reset"];
     for (i, step) in scenario.steps.iter().enumerate() {
         if !ACTIONS.contains(&step.action.as_str()) {
             bail!(
@@ -389,6 +397,15 @@ fn load(path: &PathBuf) -> Result<Scenario> {
         }
         if step.action != "heal" && step.node.is_none() {
             bail!("{}: step {} ({}) names no node", path.display(), i + 1, step.action);
+        }
+        if step.every.is_some() != step.lasting.is_some()
+            || (step.every.is_some() && step.action != "reset")
+        {
+            bail!(
+                "{}: step {}: `every` and `for` go together, and only with reset",
+                path.display(),
+                i + 1
+            );
         }
         if let Some(NodeRef::Role(r)) = &step.node {
             if !["coordinator", "holder", "waiter"].contains(&r.as_str()) {
@@ -676,6 +693,14 @@ fn describe(step: &Step, id: u32) -> String {
         "delay" => format!("n{id} delays what it sends to {peers} by {:?}", step_delay(step)),
         "drop" => format!("n{id} drops {}% of what it sends to {peers}", step_percent(step)),
         "heal" => "heal every fault".to_string(),
+        "reset" => match (step.every, step.lasting) {
+            (Some(every), Some(lasting)) => format!(
+                "reset n{id}'s connections to {peers} every {} for {}",
+                humantime::format_duration(every),
+                humantime::format_duration(lasting)
+            ),
+            _ => format!("reset n{id}'s connections to {peers}"),
+        },
         other => format!("{other} n{id}"),
     }
 }
@@ -691,8 +716,9 @@ fn step_percent(step: &Step) -> u8 {
 /// Carries out one step.
 async fn act(cluster: &mut Backend, nodes: &mut Reach, step: &Step, id: u32) -> Result<()> {
     let addr = cluster.nodes().get((id as usize).wrapping_sub(1)).map(|n| n.addr.clone());
+    let fault_addr = addr.clone();
     let fault = |command: FaultCommand| async move {
-        let addr = addr.context("no such node")?;
+        let addr = fault_addr.context("no such node")?;
         let mut client = Client::connect(&addr).await?;
         client.fault(command).await.map_err(anyhow::Error::from)
     };
@@ -725,6 +751,18 @@ async fn act(cluster: &mut Backend, nodes: &mut Reach, step: &Step, id: u32) -> 
             let percent = step_percent(step);
             fault(FaultCommand::Drop { peers: step.peers.clone(), percent }).await?;
         }
+        "reset" => {
+            let command = FaultCommand::Reset { peers: step.peers.clone() };
+            match (step.every, step.lasting) {
+                (Some(every), Some(lasting)) => {
+                    let addr = addr.context("no such node")?;
+                    tokio::spawn(repeat_fault(addr, command, every, lasting));
+                }
+                _ => {
+                    fault(command).await?;
+                }
+            }
+        }
         "heal" => {
             for node in cluster.nodes().to_vec() {
                 if let Ok(mut client) = Client::connect(&node.addr).await {
@@ -736,6 +774,19 @@ async fn act(cluster: &mut Backend, nodes: &mut Reach, step: &Step, id: u32) -> 
         other => bail!("unknown step {other:?}"),
     }
     Ok(())
+}
+
+/// Sends `command` to the node at `addr` every `every` for `lasting` (a
+/// repeating step, in the background).
+async fn repeat_fault(addr: String, command: FaultCommand, every: Duration, lasting: Duration) {
+    let end = Instant::now() + lasting;
+    let mut tick = tokio::time::interval(every.max(Duration::from_millis(1)));
+    while Instant::now() < end {
+        tick.tick().await;
+        if let Ok(mut client) = Client::connect(&addr).await {
+            let _ = client.fault(command.clone()).await;
+        }
+    }
 }
 
 fn peers_text(peers: &[u32]) -> String {

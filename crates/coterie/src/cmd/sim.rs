@@ -59,6 +59,16 @@ pub struct Args {
     /// each. Liveness is not promised meanwhile.
     #[arg(long, default_value_t = 0, num_args = 0..=1, default_missing_value = "1")]
     drops: u32,
+    /// Break a random node's connections to and from every peer this many
+    /// times per run, with frames in flight in them; both sides redial at
+    /// once and their sessions send again what was lost.
+    #[arg(long, default_value_t = 0, num_args = 0..=1, default_missing_value = "1")]
+    resets: u32,
+    /// Cap each session at this many unacknowledged frames (default 8192):
+    /// a small cap makes sessions overflow, and their peers be declared
+    /// failed, to see what that costs.
+    #[arg(long, value_name = "FRAMES")]
+    session_cap: Option<usize>,
     /// Give the nodes no stable storage: a restarted node remembers
     /// nothing (as a real node run without a state directory).
     #[arg(long)]
@@ -133,6 +143,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         pauses: args.pauses,
         delays: args.delays,
         drops: args.drops,
+        resets: args.resets,
+        session_limits: match args.session_cap {
+            Some(max_frames) => {
+                coterie_core::session::Limits { max_frames, ..defaults.session_limits }
+            }
+            None => defaults.session_limits,
+        },
         stable_storage: !args.no_stable_storage,
         delay_spike: args.delay_spike.unwrap_or(defaults.delay_spike),
         requests: args.requests,
@@ -171,9 +188,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
             (0, p) => format!(", {p} partitions each"),
             (c, p) => format!(", up to {c} crashes and {p} partitions each"),
         };
-        for (n, what) in
-            [(args.pauses, "pauses"), (args.delays, "delay spikes"), (args.drops, "loss windows")]
-        {
+        for (n, what) in [
+            (args.pauses, "pauses"),
+            (args.delays, "delay spikes"),
+            (args.drops, "loss windows"),
+            (args.resets, "connection resets"),
+        ] {
             if n > 0 {
                 faults.push_str(&format!(", {n} {what}"));
             }
@@ -194,16 +214,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
             println!("runs by first invariant broken: {}", by.join(", "));
         }
         println!("messages per entry: {:.2}", summary.messages_per_entry);
-        if args.crashes + args.partitions + args.pauses + args.delays + args.drops > 0 {
+        if args.crashes + args.partitions + args.pauses + args.delays + args.drops + args.resets > 0
+        {
             println!(
                 "injected: {} crashes, {} partitions, {} pauses, {} delay spikes, {} loss windows \
-                 ({} messages lost)",
+                 ({} messages lost), {} connection resets ({} frames written again); {} sessions \
+                 overflowed, {} gaps seen",
                 summary.crashes,
                 summary.partitions,
                 summary.pauses,
                 summary.delays,
                 summary.drops,
-                summary.lost
+                summary.lost,
+                summary.resets,
+                summary.resent,
+                summary.overflows,
+                summary.gaps
             );
         }
         if args.drops > 0 {
@@ -256,11 +282,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         if args.sequential {
             extra.push_str(" --sequential");
         }
+        if let Some(cap) = args.session_cap {
+            extra.push_str(&format!(" --session-cap {cap}"));
+        }
         for f in &summary.failures {
             println!(
-                "  seed {}: {}: {}\n    replay: coterie sim --mutex {} --election {} --nodes {} --crashes {} --partitions {} --pauses {} --delays {} --drops {}{}{} --seed {} --trace",
+                "  seed {}: {}: {}\n    replay: coterie sim --mutex {} --election {} --nodes {} --crashes {} --partitions {} --pauses {} --delays {} --drops {} --resets {}{}{} --seed {} --trace",
                 f.seed, f.invariant, f.detail, summary.mutex, summary.election, summary.nodes, args.crashes, args.partitions, args.pauses,
-                args.delays, args.drops, extra, options_flags(base.mutex_options), f.seed
+                args.delays, args.drops, args.resets, extra, options_flags(base.mutex_options), f.seed
             );
         }
     }

@@ -1,0 +1,494 @@
+//! The agent: the node's protocol driver, after seed 002's "agent" picture
+//! and quinn's connection driver. It owns the engine (detector → election
+//! → mutex), feeds it every input (a frame from the transport, a timer, a
+//! client's request or release) and carries out every output: frames to
+//! the transport, grants to the application's waiting sessions, records to
+//! stable storage, events to watchers.
+//!
+//! Everything that must change together lives in one [`State`] behind a
+//! std `Mutex`: the engine, the peers' sessions (so that a frame is
+//! numbered in the order the engine sent it, and delivered in the order it
+//! was numbered) and the application's queue of waiting sessions. The
+//! mutex is never held across an `.await`: each input is one critical
+//! section that feeds the engine, carries out what it asked and lets go.
+//!
+//! **Stable storage.** An output that follows an [`Output::Persist`] rests
+//! on that record, so it is held back until the record is durable. With
+//! `state_sync` the records go to a group-commit writer thread
+//! ([`StateWriter`]) and held outputs are released as its flushes land;
+//! unsynced, a record is one `pwrite`, made on the spot. A write that fails
+//! holds everything back for good, and the node stops with the error.
+
+use crate::app::LocalQueue;
+use crate::faults::{Fate, Faults};
+use crate::protocol::{unix_us, ClientResponse, FaultCommand, NodeEvent, WatchEvent};
+use crate::state::StateFile;
+use crate::storage::{Durability, StateWriter};
+use crate::transport::{PeerLinks, Transport};
+use coterie_core::engine::Output;
+use coterie_core::wire::{self, Envelope, Hello};
+use coterie_core::{CsState, Engine, Epoch, Fence, NodeId, Status};
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::{broadcast, oneshot, watch, Notify};
+use tracing::{debug, error, info, warn};
+
+/// Events a slow watcher may fall behind by before it is told it missed
+/// some.
+const WATCH_BACKLOG: usize = 4096;
+
+/// What changes together, under the agent's one lock.
+pub(crate) struct State {
+    pub(crate) engine: Engine,
+    /// The transport's sessions, one per peer.
+    pub(crate) links: PeerLinks,
+    /// The application's sessions waiting for the critical section.
+    pub(crate) local: LocalQueue,
+    /// Outputs waiting for their record to be durable.
+    gate: Gate,
+    /// The epoch whose first grant was logged at info; later grants of the
+    /// same epoch are logged at debug (a line per grant would cost more
+    /// than the grant itself at thousands per second).
+    logged_epoch: Option<Epoch>,
+}
+
+/// Outputs held back until the record they follow is on disk.
+#[derive(Default)]
+struct Gate {
+    /// The generation of the newest record handed to storage.
+    submitted: u64,
+    /// The newest generation known to be on disk.
+    durable: u64,
+    /// Held outputs, each with the generation it waits for.
+    held: VecDeque<(u64, Output)>,
+    /// A write failed: nothing leaves any more.
+    failed: bool,
+}
+
+impl Gate {
+    fn holds(&self) -> bool {
+        self.failed || self.submitted > self.durable
+    }
+}
+
+/// How records reach the disk.
+pub(crate) enum Storage {
+    /// No state directory.
+    None,
+    /// In place, at once (a few microseconds).
+    Unsynced(StateFile),
+    /// Flushed by a group-commit thread; outputs wait for it.
+    Synced(StateWriter),
+}
+
+/// One node's agent; see the module documentation.
+pub(crate) struct Agent {
+    id: NodeId,
+    /// What this node says first on every connection it dials (its
+    /// cluster, id, incarnation and algorithms).
+    hello: Hello,
+    started: Instant,
+    state: Mutex<State>,
+    /// Injected faults (`coterie fault`).
+    faults: Mutex<Faults>,
+    /// Whether the node is paused by a fault; inputs wait while it is.
+    paused: watch::Sender<bool>,
+    /// Poked after every input so the timer task re-reads the deadline.
+    deadline_changed: Notify,
+    /// What watchers (`coterie watch`) are told.
+    events: broadcast::Sender<WatchEvent>,
+    storage: Storage,
+    /// Set when stable storage failed: the node stops, with this reason.
+    broken: watch::Sender<Option<String>>,
+    /// The per-peer handles of the connections' tasks.
+    pub(crate) transport: Transport,
+}
+
+impl Agent {
+    pub(crate) fn new(
+        engine: Engine,
+        hello: Hello,
+        faults: Faults,
+        storage: Storage,
+        transport: Transport,
+    ) -> Agent {
+        let peers = engine.config().peers().collect::<Vec<_>>();
+        Agent {
+            id: engine.id(),
+            hello,
+            started: Instant::now(),
+            state: Mutex::new(State {
+                engine,
+                links: PeerLinks::new(&peers),
+                local: LocalQueue::default(),
+                gate: Gate::default(),
+                logged_epoch: None,
+            }),
+            faults: Mutex::new(faults),
+            paused: watch::channel(false).0,
+            deadline_changed: Notify::new(),
+            events: broadcast::channel(WATCH_BACKLOG).0,
+            storage,
+            broken: watch::channel(None).0,
+            transport,
+        }
+    }
+
+    pub(crate) fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// This process's incarnation, named in every handshake.
+    pub(crate) fn boot(&self) -> u64 {
+        self.hello.boot
+    }
+
+    /// This node's Hello.
+    pub(crate) fn hello(&self) -> Hello {
+        self.hello.clone()
+    }
+
+    /// Checks a dialler's Hello against this node's: the reason if it may
+    /// not talk to us.
+    pub(crate) fn check_hello(&self, theirs: &Hello) -> Result<(), String> {
+        let state = self.lock();
+        self.hello.check(theirs, &state.engine.config().members)
+    }
+
+    fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock is a bug in this process; carrying
+        // on with the state it left is better than a cascade of panics.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn faults(&self) -> MutexGuard<'_, Faults> {
+        self.faults.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Feeds one input to the engine (through `f`) and carries out every
+    /// output it causes. The lock is taken and released here, with no
+    /// `.await` in between.
+    pub(crate) fn input<R>(&self, f: impl FnOnce(&mut State, Duration) -> R) -> R {
+        let now = self.now();
+        let mut state = self.lock();
+        let result = f(&mut state, now);
+        self.carry_out(&mut state, now);
+        drop(state);
+        self.deadline_changed.notify_one();
+        result
+    }
+
+    /// Tells the watchers, if any, that `event` happened.
+    pub(crate) fn emit(&self, event: NodeEvent) {
+        if self.events.receiver_count() > 0 {
+            let _ = self.events.send(WatchEvent { node: self.id.0, unix_us: unix_us(), event });
+        }
+    }
+
+    /// Resolves at once unless a fault paused the node; then when resumed.
+    pub(crate) async fn unpaused(&self) {
+        if !*self.paused.borrow() {
+            return; // the common case, on every message: no subscription
+        }
+        let mut paused = self.paused.subscribe();
+        let _ = paused.wait_for(|p| !*p).await;
+    }
+
+    /// Whether a message from `peer` is let in (an injected partition
+    /// keeps it out).
+    pub(crate) fn admits(&self, peer: NodeId) -> bool {
+        self.faults().admits(peer)
+    }
+
+    /// Resolves with the reason once stable storage has failed.
+    pub(crate) async fn broken(&self) -> String {
+        let mut broken = self.broken.subscribe();
+        let reason = match broken.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone(),
+            Err(_) => None,
+        };
+        match reason {
+            Some(reason) => reason,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn carry_out(&self, state: &mut State, now: Duration) {
+        while let Some(output) = state.engine.poll_output() {
+            if let Output::Persist(record) = output {
+                self.persist(state, record.encode());
+            } else if state.gate.holds() {
+                let generation = state.gate.submitted;
+                state.gate.held.push_back((generation, output));
+            } else {
+                self.perform(state, output, now);
+            }
+        }
+    }
+
+    /// Hands a record to stable storage: what follows waits for it.
+    fn persist(&self, state: &mut State, record: Vec<u8>) {
+        match &self.storage {
+            Storage::None => {}
+            Storage::Unsynced(file) => {
+                if let Err(e) = file.store(&record) {
+                    let reason = format!("cannot write {}: {e}", file.path().display());
+                    self.fail(state, reason);
+                }
+            }
+            Storage::Synced(writer) => {
+                state.gate.submitted += 1;
+                writer.submit(state.gate.submitted, record);
+            }
+        }
+    }
+
+    fn fail(&self, state: &mut State, reason: String) {
+        if !state.gate.failed {
+            error!(
+                node = self.id.0,
+                "stable storage failed, holding every message back and stopping: {reason}"
+            );
+            state.gate.failed = true;
+            self.broken.send_replace(Some(reason));
+        }
+    }
+
+    /// Follows the group-commit writer: releases what each flush covers,
+    /// and stops the node when a write fails.
+    pub(crate) async fn release_durable(&self, mut stop: watch::Receiver<bool>) {
+        let Storage::Synced(writer) = &self.storage else {
+            return;
+        };
+        let mut durable = writer.durable();
+        loop {
+            let latest = durable.borrow_and_update().clone();
+            match latest {
+                Durability::Upto(generation) => self.input(|state, now| {
+                    state.gate.durable = generation;
+                    while let Some((g, _)) = state.gate.held.front() {
+                        if *g > generation || state.gate.failed {
+                            break;
+                        }
+                        let (_, output) = state.gate.held.pop_front().expect("front exists");
+                        self.perform(state, output, now);
+                    }
+                }),
+                Durability::Failed(reason) => {
+                    let mut state = self.lock();
+                    self.fail(&mut state, reason);
+                    return;
+                }
+            }
+            tokio::select! {
+                changed = durable.changed() => if changed.is_err() { return },
+                _ = crate::node::stopped(&mut stop) => return,
+            }
+        }
+    }
+
+    /// Carries out one output the engine asked for.
+    fn perform(&self, state: &mut State, output: Output, now: Duration) {
+        let id = self.id.0;
+        match output {
+            Output::Send { to, envelope, kind } => {
+                self.transmit(state, to, &envelope, now);
+                if kind != "heartbeat" {
+                    debug!(node = id, to = to.0, kind, "send");
+                }
+            }
+            Output::Granted { fence } => self.grant(state, fence, now),
+            Output::Coordinator { leader, epoch } => {
+                info!(
+                    node = id,
+                    coordinator = leader.0,
+                    epoch = epoch.0,
+                    round = epoch.round(),
+                    "coordinator elected"
+                );
+                self.emit(NodeEvent::Coordinator { leader: leader.0, epoch: epoch.0 });
+            }
+            Output::PeerUp(peer) => {
+                info!(node = id, peer = peer.0, "peer up");
+                self.emit(NodeEvent::PeerUp { peer: peer.0 });
+            }
+            Output::PeerDown(peer) => {
+                warn!(node = id, peer = peer.0, "peer down");
+                self.emit(NodeEvent::PeerDown { peer: peer.0 });
+            }
+            Output::Persist(record) => self.persist(state, record.encode()),
+            Output::Joined => {
+                let alive: Vec<u32> = state.engine.status().alive;
+                info!(node = id, ?alive, "joined the cluster");
+                self.emit(NodeEvent::Joined { alive });
+            }
+        }
+    }
+
+    /// Sends `envelope` to `peer` through whatever faults are in force:
+    /// they act above the session, so what they drop is never numbered.
+    fn transmit(&self, state: &mut State, peer: NodeId, envelope: &Envelope, now: Duration) {
+        let body = wire::encode(envelope);
+        match self.faults().outgoing(peer) {
+            Fate::Drop => {}
+            Fate::Pass if !self.transport.delaying(peer) => self.send_now(state, peer, body, now),
+            Fate::Pass => self.transport.delay(peer, Duration::ZERO, body),
+            Fate::Delay(d) => self.transport.delay(peer, d, body),
+        }
+    }
+
+    /// Numbers `body` in `peer`'s session and wakes its connection.
+    pub(crate) fn send_now(&self, state: &mut State, peer: NodeId, body: Vec<u8>, now: Duration) {
+        if let Some(dropped) = state.links.send(peer, body) {
+            warn!(
+                node = self.id.0,
+                peer = peer.0,
+                dropped,
+                "session to peer overflowed: its unacknowledged frames are dropped and it is \
+                 declared failed"
+            );
+            state.engine.handle_link_down(now, peer);
+        }
+        self.transport.wake(peer);
+    }
+
+    fn grant(&self, state: &mut State, fence: Fence, now: Duration) {
+        let id = self.id.0;
+        let Some(session) = state.local.grant(fence) else {
+            // Everyone who asked has gone: give it back.
+            debug!(node = id, fence = fence.0, "grant with no waiter, releasing");
+            state.engine.release(now);
+            return;
+        };
+        self.emit(NodeEvent::Granted { fence: fence.0, session });
+        let epoch = state.engine.epoch();
+        if state.logged_epoch != Some(epoch) {
+            state.logged_epoch = Some(epoch);
+            info!(
+                node = id,
+                session,
+                fence = fence.0,
+                epoch = epoch.0,
+                "first grant of this epoch"
+            );
+        } else {
+            debug!(node = id, session, fence = fence.0, epoch = epoch.0, "granted");
+        }
+    }
+
+    /// Sleeps until the engine's next deadline and fires it, until the
+    /// node stops.
+    pub(crate) async fn run_timers(&self, mut stop: watch::Receiver<bool>) {
+        loop {
+            let deadline = self.lock().engine.next_deadline();
+            let wake = deadline.map(|d| tokio::time::Instant::from_std(self.started + d));
+            let sleep = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = sleep => {
+                    self.unpaused().await;
+                    self.input(|s, now| s.engine.handle_timeout(now));
+                }
+                _ = self.deadline_changed.notified() => {}
+                _ = crate::node::stopped(&mut stop) => return,
+            }
+        }
+    }
+
+    // ---- what the application asks of the agent ----
+
+    /// A new client session's number.
+    pub(crate) fn new_session(&self) -> u64 {
+        self.lock().local.new_session()
+    }
+
+    /// Puts `session` in the queue for the critical section, to be granted
+    /// through `grant`, and asks the engine if the node is idle. `false`
+    /// if the session already holds.
+    pub(crate) fn ask(&self, session: u64, grant: oneshot::Sender<Fence>) -> bool {
+        self.input(|s, now| {
+            if !s.local.wait(session, grant) {
+                return false;
+            }
+            if s.engine.cs_state() == CsState::Idle {
+                s.engine.request(now);
+            }
+            true
+        })
+    }
+
+    /// Lets `session` go, whether it holds or waits; if it held, the node
+    /// releases and asks again for the next waiter. `true` if it held.
+    pub(crate) fn leave(&self, session: u64) -> bool {
+        self.input(|s, now| {
+            if !s.local.leave(session) {
+                return false;
+            }
+            self.emit(NodeEvent::Released { session });
+            s.engine.release(now);
+            if s.local.anyone_waiting() {
+                s.engine.request(now);
+            }
+            true
+        })
+    }
+
+    /// How long a peer may be silent before it is suspected.
+    pub(crate) fn failure_timeout(&self) -> Duration {
+        self.lock().engine.config().timing.failure_timeout
+    }
+
+    /// The node's status, for `coterie status`.
+    pub(crate) fn status(&self) -> Status {
+        self.lock().engine.status()
+    }
+
+    /// A subscription to the node's events, and the snapshot that opens
+    /// the stream (taken after subscribing, so nothing falls between).
+    pub(crate) fn watch(&self) -> (broadcast::Receiver<WatchEvent>, WatchEvent) {
+        let events = self.events.subscribe();
+        let status = self.status();
+        let snapshot = NodeEvent::Snapshot {
+            coordinator: status.coordinator,
+            epoch: status.epoch,
+            alive: status.alive,
+            joined: status.joined,
+        };
+        (events, WatchEvent { node: self.id.0, unix_us: unix_us(), event: snapshot })
+    }
+
+    /// Carries out a fault command and answers with the faults in force.
+    pub(crate) fn fault(&self, command: &FaultCommand) -> ClientResponse {
+        let mut faults = self.faults();
+        let reset = match command {
+            FaultCommand::Reset { peers } => match faults.targets(peers) {
+                Ok(peers) => Some(peers),
+                Err(e) => return ClientResponse::Error(e),
+            },
+            other => {
+                if let Err(e) = faults.apply(other) {
+                    return ClientResponse::Error(e);
+                }
+                None
+            }
+        };
+        let state = faults.state();
+        drop(faults);
+        warn!(node = self.id.0, ?command, ?state, "fault injected");
+        if let Some(peers) = reset {
+            self.transport.reset(&peers);
+        }
+        self.paused.send_replace(state.paused);
+        self.emit(NodeEvent::Fault(state.clone()));
+        ClientResponse::Faults(state)
+    }
+}

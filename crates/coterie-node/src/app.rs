@@ -1,0 +1,222 @@
+//! The application task, after seed 002's picture: it serves the node's
+//! clients. The algorithms grant the *node*; the node hands each grant to
+//! one client session at a time, from its own queue ([`LocalQueue`]).
+//!
+//! A client session is its connection: it asks for the critical section
+//! and waits for the grant on a oneshot channel (the seed's semaphore
+//! `s`), releases, reads the status, injects faults, or turns into a watch
+//! stream. A session that disconnects while holding is released by the
+//! node; one that disconnects while waiting gives up its place. Everything
+//! it needs of the engine it asks of the [`Agent`] through methods.
+
+use crate::agent::Agent;
+use crate::codec::{read_frame, write_frame, FrameError};
+use crate::node::stopped;
+use crate::protocol::{ClientRequest, ClientResponse, NodeEvent, WatchEvent};
+use coterie_core::Fence;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{broadcast, oneshot, watch};
+use tracing::{debug, info, warn};
+
+/// A session waiting for the critical section.
+struct Waiter {
+    session: u64,
+    grant: oneshot::Sender<Fence>,
+}
+
+/// The node's own queue of client sessions.
+#[derive(Default)]
+pub(crate) struct LocalQueue {
+    waiters: VecDeque<Waiter>,
+    /// The session holding, and its fence.
+    holder: Option<(u64, Fence)>,
+    next_session: u64,
+}
+
+impl LocalQueue {
+    pub(crate) fn new_session(&mut self) -> u64 {
+        self.next_session += 1;
+        self.next_session
+    }
+
+    /// Queues `session`; `false` if it already holds.
+    pub(crate) fn wait(&mut self, session: u64, grant: oneshot::Sender<Fence>) -> bool {
+        if self.holder.is_some_and(|(h, _)| h == session) {
+            return false;
+        }
+        self.waiters.push_back(Waiter { session, grant });
+        true
+    }
+
+    /// Hands `fence` to the first session still waiting; `None` if there is
+    /// none.
+    pub(crate) fn grant(&mut self, fence: Fence) -> Option<u64> {
+        while let Some(waiter) = self.waiters.pop_front() {
+            if waiter.grant.send(fence).is_ok() {
+                self.holder = Some((waiter.session, fence));
+                return Some(waiter.session);
+            }
+        }
+        None
+    }
+
+    /// Takes `session` out of the queue; `true` if it held.
+    pub(crate) fn leave(&mut self, session: u64) -> bool {
+        self.waiters.retain(|w| w.session != session);
+        if self.holder.is_some_and(|(s, _)| s == session) {
+            self.holder = None;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub(crate) fn anyone_waiting(&self) -> bool {
+        !self.waiters.is_empty()
+    }
+}
+
+/// Serves one client connection until it closes or the node stops.
+pub(crate) async fn client_session(
+    agent: Arc<Agent>,
+    stream: TcpStream,
+    from: std::net::SocketAddr,
+    mut stop: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let (mut reader, mut writer) = stream.into_split();
+    let session = agent.new_session();
+    let mut buf = Vec::new();
+    loop {
+        let request = tokio::select! {
+            r = read_frame::<ClientRequest, _>(&mut reader, &mut buf) => r,
+            _ = stopped(&mut stop) => break,
+        };
+        if matches!(request, Ok(Some(ref r)) if !matches!(r, ClientRequest::Fault(_))) {
+            agent.unpaused().await;
+        }
+        let response = match request {
+            Ok(Some(ClientRequest::Fault(command))) => agent.fault(&command),
+            Ok(Some(ClientRequest::Acquire { timeout_ms, try_lock })) => {
+                match acquire(&agent, session, timeout_ms, try_lock, &mut reader).await {
+                    Some(r) => r,
+                    None => break, // the client vanished while waiting
+                }
+            }
+            Ok(Some(ClientRequest::Release)) => {
+                if agent.leave(session) {
+                    ClientResponse::Released
+                } else {
+                    ClientResponse::NotHolding
+                }
+            }
+            Ok(Some(ClientRequest::Status)) => ClientResponse::Status(Box::new(agent.status())),
+            Ok(Some(ClientRequest::Watch)) => {
+                watch_session(&agent, session, &mut reader, &mut writer, &mut stop).await;
+                break;
+            }
+            Ok(None) => break,
+            Err(FrameError::Io(_)) => break,
+            Err(e) => {
+                warn!(%from, "closing client connection: {e}");
+                let _ = write_frame(&mut writer, &ClientResponse::Error(e.to_string())).await;
+                break;
+            }
+        };
+        if write_frame(&mut writer, &response).await.is_err() {
+            break;
+        }
+    }
+    if agent.leave(session) {
+        info!(session, "client left while holding: released on its behalf");
+    }
+}
+
+/// Streams the node's events to a watcher until it goes away or the node
+/// stops. The session can hold nothing from here on: its requests are
+/// not read.
+async fn watch_session(
+    agent: &Agent,
+    session: u64,
+    reader: &mut OwnedReadHalf,
+    writer: &mut OwnedWriteHalf,
+    stop: &mut watch::Receiver<bool>,
+) {
+    let (mut events, first) = agent.watch();
+    if write_frame(writer, &ClientResponse::Event(first)).await.is_err() {
+        return;
+    }
+    debug!(session, "watcher subscribed");
+    let mut probe = [0u8; 1];
+    loop {
+        let event = tokio::select! {
+            e = events.recv() => e,
+            // A watcher sends nothing more: a read returning is it leaving.
+            _ = reader.read(&mut probe) => return,
+            _ = stopped(stop) => return,
+        };
+        let event = match event {
+            Ok(e) => e,
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                let event = NodeEvent::Missed { events: missed };
+                WatchEvent { node: agent.id().0, unix_us: crate::protocol::unix_us(), event }
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        if write_frame(writer, &ClientResponse::Event(event)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Waits for the critical section on behalf of `session`. `None` when the
+/// client disconnected meanwhile (its place is given up).
+async fn acquire(
+    agent: &Agent,
+    session: u64,
+    timeout_ms: Option<u64>,
+    try_lock: bool,
+    reader: &mut OwnedReadHalf,
+) -> Option<ClientResponse> {
+    let (tx, rx) = oneshot::channel();
+    if !agent.ask(session, tx) {
+        return Some(ClientResponse::Error("this session already holds the lock".into()));
+    }
+    let limit = match (timeout_ms, try_lock) {
+        (Some(ms), _) => Some(Duration::from_millis(ms)),
+        // A try waits as long as one failure timeout: long enough for any
+        // algorithm's round trips, short enough to be a try.
+        (None, true) => Some(agent.failure_timeout()),
+        (None, false) => None,
+    };
+    let timer = async {
+        match limit {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut probe = [0u8; 1];
+    let outcome = tokio::select! {
+        granted = rx => granted.ok(),
+        _ = timer => None,
+        _ = reader.read(&mut probe) => {
+            // A client waiting for a grant sends nothing: this is it leaving.
+            agent.leave(session);
+            return None;
+        }
+    };
+    match outcome {
+        Some(fence) => Some(ClientResponse::Granted { fence: fence.0, node: agent.id().0 }),
+        None => {
+            // Timed out. The grant may have raced the timer: then it holds
+            // and must let go; either way it leaves the queue.
+            agent.leave(session);
+            Some(if try_lock { ClientResponse::Busy } else { ClientResponse::TimedOut })
+        }
+    }
+}

@@ -1,0 +1,590 @@
+//! The transport: peer connections and the reliable sessions over them.
+//!
+//! Each node dials every peer and writes its frames to it on that
+//! connection; it reads what the peer writes on the connection the peer
+//! dialled. Under the connections sits one
+//! [`Session`](coterie_core::session::Session) per peer (kept in the
+//! agent's [`State`](crate::agent::State), so frames are numbered in the
+//! order the engine sends them and delivered in the order they were
+//! numbered). A connection that breaks while both processes live loses
+//! nothing: the dialler connects again at once, the acceptor's Welcome says
+//! how much it delivered, and the dialler writes the rest before anything
+//! new. A connection that breaks is a hint, not a verdict: only a refused
+//! redial (the process is gone) or a session that overflowed declares the
+//! peer failed at once; otherwise the failure detector's timeout decides.
+//!
+//! - [`dial_task`]: one per peer: connect, hand-shake, write frames; redial
+//!   at once after a break, with backoff after a refusal, and at once when
+//!   the peer dials in (it is up).
+//! - [`serve_peer`]: one per accepted connection: hand-shake, read frames,
+//!   deliver them through the session. A newer connection from the same
+//!   peer supersedes an older one, so two readers never interleave.
+//! - `coterie fault reset` closes both directions at once, through
+//!   [`Transport::reset`].
+
+use crate::agent::Agent;
+use crate::codec::{read_frame, write_frame, FrameError};
+use crate::node::stopped;
+use coterie_core::session::{Limits, Received, Sent, Session};
+use coterie_core::wire::{self, Envelope, Hello, PeerFrame};
+use coterie_core::NodeId;
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch, Notify};
+use tracing::{debug, error, info, warn};
+
+/// How long a dialled peer has to answer our Hello, and a new connection to
+/// send its own.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Redial delays grow from the first to the last.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(1));
+
+/// The sessions with every peer, in the agent's state.
+pub(crate) struct PeerLinks {
+    links: BTreeMap<NodeId, PeerLink>,
+}
+
+struct PeerLink {
+    session: Session,
+    /// The number of the newest accepted connection from the peer: only
+    /// its reader delivers.
+    reader: u64,
+}
+
+/// What to do with a frame that arrived, after the session saw it.
+pub(crate) enum Inbound {
+    /// Hand it to the engine.
+    Deliver,
+    /// Frames before it were lost: declare the peer failed, then deliver.
+    AfterGap(u64),
+    /// A duplicate, or from an older incarnation: drop it.
+    Skip,
+    /// A newer connection from the peer took over: stop reading this one.
+    Superseded,
+}
+
+impl PeerLinks {
+    pub(crate) fn new(peers: &[NodeId]) -> PeerLinks {
+        let link = || PeerLink { session: Session::new(Limits::default()), reader: 0 };
+        PeerLinks { links: peers.iter().map(|&p| (p, link())).collect() }
+    }
+
+    fn link(&mut self, peer: NodeId) -> &mut PeerLink {
+        self.links.get_mut(&peer).expect("a session per peer of the configuration")
+    }
+
+    /// Numbers `body` for `peer`. `Some(dropped)` when the session
+    /// overflowed (the peer must be declared failed).
+    pub(crate) fn send(&mut self, peer: NodeId, body: Vec<u8>) -> Option<usize> {
+        match self.link(peer).session.send(body) {
+            Sent::Kept(_) => None,
+            Sent::Overflowed { dropped, .. } => Some(dropped),
+        }
+    }
+
+    /// The peer (incarnation `boot`) dialled in: returns whether it
+    /// restarted, how much of its session was delivered, and the new
+    /// connection's reader number.
+    fn accepted(&mut self, peer: NodeId, boot: u64) -> (bool, u64, u64) {
+        let link = self.link(peer);
+        let restarted = link.session.bind(boot);
+        link.reader += 1;
+        (restarted, link.session.ack(), link.reader)
+    }
+
+    /// A dial to `peer` is connected: the incarnation our session expects
+    /// (for the Hello) and every frame it keeps, to write right behind it.
+    fn dialling(&mut self, peer: NodeId) -> (Option<u64>, Batch) {
+        let session = &self.link(peer).session;
+        (session.peer_boot(), Batch::after(session, 0))
+    }
+
+    /// Our dial was answered by the peer's incarnation `boot`, which has
+    /// delivered up to `delivered`: `true` if it restarted (what was
+    /// written behind the Hello was meant for the old process, and the
+    /// session starts afresh).
+    fn welcomed(&mut self, peer: NodeId, boot: u64, delivered: u64) -> bool {
+        let link = self.link(peer);
+        let restarted = link.session.bind(boot);
+        link.session.acked(boot, delivered);
+        restarted
+    }
+
+    /// What a connection to `boot` that wrote up to `after` writes next;
+    /// `None` if the session is now bound to another incarnation.
+    fn pending(&mut self, peer: NodeId, boot: u64, after: u64) -> Option<Batch> {
+        let session = &self.link(peer).session;
+        (session.peer_boot() == Some(boot)).then(|| Batch::after(session, after))
+    }
+
+    /// The highest number `peer` acknowledged.
+    fn acked_upto(&mut self, peer: NodeId) -> u64 {
+        self.link(peer).session.acked_upto()
+    }
+
+    /// Frame `seq`, acknowledging `ack`, arrived on reader `reader`'s
+    /// connection from `peer`'s incarnation `boot`.
+    pub(crate) fn receive(
+        &mut self,
+        peer: NodeId,
+        reader: u64,
+        boot: u64,
+        seq: u64,
+        ack: u64,
+    ) -> Inbound {
+        let link = self.link(peer);
+        if link.reader != reader {
+            return Inbound::Superseded;
+        }
+        link.session.acked(boot, ack);
+        match link.session.receive(boot, seq) {
+            Received::Deliver => Inbound::Deliver,
+            Received::Gap { lost } => Inbound::AfterGap(lost),
+            Received::Duplicate | Received::Stale => Inbound::Skip,
+        }
+    }
+}
+
+/// Frames encoded for one write, and the number of the last.
+struct Batch {
+    bytes: Vec<u8>,
+    last: Option<u64>,
+}
+
+impl Batch {
+    fn after(session: &Session, after: u64) -> Batch {
+        let ack = session.ack();
+        let mut bytes = Vec::new();
+        let mut last = None;
+        for (seq, body) in session.after(after) {
+            let frame = PeerFrame::Message { seq, ack, body: body.to_vec() };
+            wire::write_frame(&frame, &mut bytes);
+            last = Some(seq);
+        }
+        Batch { bytes, last }
+    }
+}
+
+/// The handles of one peer's tasks.
+struct PeerHandle {
+    addr: String,
+    /// Frames were numbered: the connection writes them.
+    wake: Notify,
+    /// The peer dialled in (it is up): a dialler backing off dials now.
+    redial: Notify,
+    /// Bumped by `coterie fault reset`: both connections close.
+    reset: watch::Sender<u64>,
+    /// Frames held back by an injected delay, each with when it is due.
+    lane: mpsc::UnboundedSender<(Instant, Vec<u8>)>,
+    /// How many frames are in the lane: while any are, the undelayed wait
+    /// behind them (order is kept).
+    delayed: AtomicUsize,
+}
+
+/// The lock-free half of the transport, in the agent: a handle per peer.
+pub(crate) struct Transport {
+    peers: BTreeMap<NodeId, PeerHandle>,
+}
+
+/// What a peer's delay lane task reads.
+pub(crate) type LaneReceiver = mpsc::UnboundedReceiver<(Instant, Vec<u8>)>;
+
+impl Transport {
+    /// Handles for `peers` (id, peer address); returns the lanes' receivers
+    /// for [`delay_lane`] tasks.
+    pub(crate) fn new(peers: &[(NodeId, String)]) -> (Transport, Vec<(NodeId, LaneReceiver)>) {
+        let mut handles = BTreeMap::new();
+        let mut lanes = Vec::new();
+        for (peer, addr) in peers {
+            let (lane, rx) = mpsc::unbounded_channel();
+            lanes.push((*peer, rx));
+            handles.insert(
+                *peer,
+                PeerHandle {
+                    addr: addr.clone(),
+                    wake: Notify::new(),
+                    redial: Notify::new(),
+                    reset: watch::channel(0).0,
+                    lane,
+                    delayed: AtomicUsize::new(0),
+                },
+            );
+        }
+        (Transport { peers: handles }, lanes)
+    }
+
+    fn handle(&self, peer: NodeId) -> &PeerHandle {
+        &self.peers[&peer]
+    }
+
+    /// Frames to `peer` were numbered: its connection writes them.
+    pub(crate) fn wake(&self, peer: NodeId) {
+        if let Some(h) = self.peers.get(&peer) {
+            h.wake.notify_one();
+        }
+    }
+
+    /// Whether frames to `peer` wait in its delay lane.
+    pub(crate) fn delaying(&self, peer: NodeId) -> bool {
+        self.peers.get(&peer).is_some_and(|h| h.delayed.load(Ordering::Acquire) > 0)
+    }
+
+    /// Holds `body` for `peer` back by `delay`, behind what is held already.
+    pub(crate) fn delay(&self, peer: NodeId, delay: Duration, body: Vec<u8>) {
+        if let Some(h) = self.peers.get(&peer) {
+            h.delayed.fetch_add(1, Ordering::AcqRel);
+            let _ = h.lane.send((Instant::now() + delay, body));
+        }
+    }
+
+    /// Closes the connections to and from `peers`, both directions, at once
+    /// (`coterie fault reset`). They are redialled as after any break.
+    pub(crate) fn reset(&self, peers: &[NodeId]) {
+        for peer in peers {
+            if let Some(h) = self.peers.get(peer) {
+                h.reset.send_modify(|n| *n += 1);
+            }
+        }
+    }
+}
+
+/// Holds frames to one peer back until they are due (an injected delay),
+/// then numbers them in its session, in the order they were sent.
+pub(crate) async fn delay_lane(
+    agent: Arc<Agent>,
+    peer: NodeId,
+    mut frames: LaneReceiver,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let (due, body) = tokio::select! {
+            next = frames.recv() => match next {
+                Some(f) => f,
+                None => return,
+            },
+            _ = stopped(&mut stop) => return,
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
+            _ = stopped(&mut stop) => return,
+        }
+        agent.input(|s, now| agent.send_now(s, peer, body, now));
+        agent.transport.handle(peer).delayed.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Keeps one outbound connection to `peer` and writes its session's frames.
+pub(crate) async fn dial_task(agent: Arc<Agent>, peer: NodeId, mut stop: watch::Receiver<bool>) {
+    let handle = agent.transport.handle(peer);
+    let mut backoff = BACKOFF.0;
+    // Set after a connection we had closed: the next refused dial means the
+    // peer's process is gone.
+    let mut lost = false;
+    loop {
+        // A dial to a peer whose host is gone can hang until its timeout
+        // (nothing answers the SYN: a container that was killed, say). If
+        // the peer dials us meanwhile it is back: drop the attempt and dial
+        // again at once.
+        let attempt = tokio::select! {
+            result = connect(&agent, peer, &handle.addr) => result,
+            _ = handle.redial.notified() => continue,
+            _ = stopped(&mut stop) => return,
+        };
+        match attempt {
+            Ok(Connected { stream, boot, delivered, written }) => {
+                let restarted = agent.input(|s, _| s.links.welcomed(peer, boot, delivered));
+                backoff = BACKOFF.0;
+                if restarted {
+                    info!(
+                        peer = peer.0,
+                        "peer restarted: a new session, what was kept for it is dropped"
+                    );
+                    continue; // dial its new process, with the new session
+                } else if lost {
+                    debug!(peer = peer.0, delivered, "reconnected: resuming the session");
+                }
+                match pump(&agent, peer, boot, stream, written, &mut stop).await {
+                    Pump::Stopped => return,
+                    Pump::Closed => {
+                        debug!(peer = peer.0, "connection to peer closed");
+                        lost = true;
+                        continue; // redial at once: is it still there?
+                    }
+                }
+            }
+            Err(DialError::Refused) if lost => {
+                // Connection closed, redial refused: the process is gone.
+                info!(peer = peer.0, "peer's connection closed and redial refused");
+                agent.input(|s, now| s.engine.handle_link_down(now, peer));
+                lost = false;
+            }
+            Err(DialError::Handshake(reason)) => {
+                error!(peer = peer.0, addr = %handle.addr, "peer refused this node: {reason}");
+                backoff = BACKOFF.1;
+            }
+            Err(_) => {}
+        }
+        // Wait before redialling (frames wait in the session meanwhile); a
+        // connection from the peer cuts the wait short.
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = handle.redial.notified() => {}
+            _ = stopped(&mut stop) => return,
+        }
+        backoff = (backoff * 2).min(BACKOFF.1);
+    }
+}
+
+enum DialError {
+    Refused,
+    Handshake(String),
+    Other,
+}
+
+/// A dial that was answered.
+struct Connected {
+    stream: TcpStream,
+    /// The peer's incarnation.
+    boot: u64,
+    /// How much of our session it had delivered.
+    delivered: u64,
+    /// The last frame written behind the Hello.
+    written: u64,
+}
+
+/// Dials `peer`, writes the Hello and every frame the session keeps behind
+/// it (the peer drops what it had: no round trip before data flows), and
+/// reads the answer.
+async fn connect(agent: &Agent, peer: NodeId, addr: &str) -> Result<Connected, DialError> {
+    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            return Err(DialError::Refused)
+        }
+        Ok(Err(e)) => {
+            debug!(peer = peer.0, %addr, "dial failed: {e}");
+            return Err(DialError::Other);
+        }
+        Err(_) => return Err(DialError::Other),
+    };
+    let _ = stream.set_nodelay(true);
+    let mut stream = stream;
+    let (expects, batch) = agent.input(|s, _| s.links.dialling(peer));
+    let mut bytes = Vec::with_capacity(64 + batch.bytes.len());
+    wire::write_frame(&PeerFrame::Hello(Hello { expects, ..agent.hello() }), &mut bytes);
+    bytes.extend_from_slice(&batch.bytes);
+    let written = batch.last.unwrap_or(0);
+    let handshake = async {
+        stream.write_all(&bytes).await?;
+        let mut buf = Vec::new();
+        read_frame::<PeerFrame, _>(&mut stream, &mut buf).await
+    };
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+        Ok(Ok(Some(PeerFrame::Welcome { boot, delivered }))) => {
+            info!(peer = peer.0, %addr, "connected to peer");
+            Ok(Connected { stream, boot, delivered, written })
+        }
+        Ok(Ok(Some(PeerFrame::Refused(reason)))) => Err(DialError::Handshake(reason)),
+        Ok(Ok(Some(other))) => Err(DialError::Handshake(format!("unexpected answer {other:?}"))),
+        Ok(Ok(None)) | Ok(Err(_)) | Err(_) => Err(DialError::Other),
+    }
+}
+
+enum Pump {
+    Stopped,
+    Closed,
+}
+
+/// Writes every frame the session numbers after `written`, until the
+/// connection closes, is reset, or the peer turns out to have restarted.
+///
+/// A connection can also die without closing: the peer's host vanished, or
+/// its address changed (a container disconnected from its network and
+/// connected again), and nothing answers, not even a reset. Writes still
+/// succeed into the socket's buffer. So while something written is
+/// unacknowledged (acknowledgements ride on the peer's heartbeats), the
+/// pump watches them advance; if they stand still for a failure timeout,
+/// the connection is presumed dead and dialled anew. The session loses
+/// nothing either way.
+async fn pump(
+    agent: &Agent,
+    peer: NodeId,
+    boot: u64,
+    stream: TcpStream,
+    mut written: u64,
+    stop: &mut watch::Receiver<bool>,
+) -> Pump {
+    let handle = agent.transport.handle(peer);
+    let mut reset = handle.reset.subscribe();
+    let (mut reader, mut writer) = stream.into_split();
+    let mut batch = Batch { bytes: Vec::new(), last: None };
+    let mut probe = [0u8; 64];
+    let patience = agent.failure_timeout();
+    let mut check = tokio::time::interval(patience / 2);
+    let mut progress = (0, tokio::time::Instant::now());
+    loop {
+        if let Some(last) = batch.last.take() {
+            if writer.write_all(&batch.bytes).await.is_err() {
+                return Pump::Closed;
+            }
+            written = last;
+        }
+        tokio::select! {
+            _ = handle.wake.notified() => {
+                match agent.input(|s, _| s.links.pending(peer, boot, written)) {
+                    Some(next) => batch = next,
+                    None => return Pump::Closed, // the peer restarted: dial its new process
+                }
+            }
+            // The peer never writes on this connection: a read returning
+            // is the connection closing.
+            read = reader.read(&mut probe) => match read {
+                Ok(0) | Err(_) => return Pump::Closed,
+                Ok(_) => {}
+            },
+            _ = reset.changed() => {
+                info!(peer = peer.0, "connection to peer reset by a fault");
+                return Pump::Closed;
+            }
+            _ = check.tick() => {
+                let acked = agent.input(|s, _| s.links.acked_upto(peer));
+                if acked != progress.0 || acked >= written {
+                    progress = (acked, tokio::time::Instant::now());
+                } else if progress.1.elapsed() >= patience {
+                    warn!(peer = peer.0, acked, written, "no acknowledgement from peer for {patience:?}: the connection is presumed dead, dialling again");
+                    return Pump::Closed;
+                }
+            }
+            _ = stopped(stop) => return Pump::Stopped,
+        }
+    }
+}
+
+/// Serves one accepted peer connection: the handshake, then every frame
+/// through the session to the engine.
+pub(crate) async fn serve_peer(
+    agent: Arc<Agent>,
+    mut stream: TcpStream,
+    from: std::net::SocketAddr,
+    mut stop: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let mut buf = Vec::new();
+    let hello = match tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        read_frame::<PeerFrame, _>(&mut stream, &mut buf),
+    )
+    .await
+    {
+        Ok(Ok(Some(PeerFrame::Hello(h)))) => h,
+        Ok(Ok(None)) => return,
+        Ok(Ok(Some(other))) => {
+            warn!(%from, "refused peer connection: expected a Hello, got {}", frame_name(&other));
+            return;
+        }
+        Ok(Err(e)) => {
+            warn!(%from, "refused peer connection: {e}");
+            return;
+        }
+        Err(_) => {
+            warn!(%from, "refused peer connection: no Hello within {HANDSHAKE_TIMEOUT:?}");
+            return;
+        }
+    };
+    if let Err(reason) = agent.check_hello(&hello) {
+        warn!(%from, claimed = hello.node.0, "refused peer connection: {reason}");
+        let _ = write_frame(&mut stream, &PeerFrame::Refused(reason)).await;
+        return;
+    }
+    let (peer, boot) = (hello.node, hello.boot);
+    if hello.expects.is_some_and(|b| b != agent.boot()) {
+        // Dialled for a previous incarnation of this node: answered, so the
+        // dialler starts a new session, and closed with its frames unread.
+        debug!(peer = peer.0, "a dial meant for this node's previous incarnation");
+        let welcome = PeerFrame::Welcome { boot: agent.boot(), delivered: 0 };
+        let _ = write_frame(&mut stream, &welcome).await;
+        return;
+    }
+    let (restarted, delivered, reader) = agent.input(|s, _| s.links.accepted(peer, boot));
+    let welcome = PeerFrame::Welcome { boot: agent.boot(), delivered };
+    if write_frame(&mut stream, &welcome).await.is_err() {
+        return;
+    }
+    let handle = agent.transport.handle(peer);
+    // It is up: our dialler dials now if it was waiting, and drops a
+    // connection to its previous incarnation.
+    handle.redial.notify_one();
+    if restarted {
+        info!(peer = peer.0, "peer restarted: a new session");
+        handle.wake.notify_one();
+    }
+    let mut reset = handle.reset.subscribe();
+    loop {
+        let frame = tokio::select! {
+            f = read_frame::<PeerFrame, _>(&mut stream, &mut buf) => f,
+            _ = reset.changed() => return, // closes it: the peer redials
+            _ = stopped(&mut stop) => return,
+        };
+        match frame {
+            Ok(Some(PeerFrame::Message { seq, ack, body })) => {
+                agent.unpaused().await;
+                let admitted = agent.admits(peer);
+                let outcome = agent.input(|s, now| {
+                    match s.links.receive(peer, reader, boot, seq, ack) {
+                        Inbound::Superseded => return Err(()),
+                        Inbound::Skip => return Ok(()),
+                        Inbound::AfterGap(lost) => {
+                            warn!(peer = peer.0, lost, "frames from peer were lost (its session overflowed): declared failed");
+                            s.engine.handle_link_down(now, peer);
+                        }
+                        Inbound::Deliver => {}
+                    }
+                    if !admitted {
+                        return Ok(()); // an injected partition, above the session
+                    }
+                    match wire::decode::<Envelope>(&body) {
+                        Ok(envelope) => {
+                            if let Err(e) = s.engine.handle_message(now, peer, envelope) {
+                                warn!(peer = peer.0, "dropped a message: {e}");
+                            }
+                        }
+                        Err(e) => warn!(peer = peer.0, "dropped a message: {e}"),
+                    }
+                    Ok(())
+                });
+                if outcome.is_err() {
+                    debug!(peer = peer.0, "a newer connection from the peer took over");
+                    return;
+                }
+            }
+            Ok(Some(other)) => {
+                warn!(peer = peer.0, "closing peer connection: unexpected {}", frame_name(&other));
+                return;
+            }
+            Ok(None) => return,
+            Err(FrameError::Io(e)) => {
+                debug!(peer = peer.0, "peer connection lost: {e}");
+                return;
+            }
+            Err(e) => {
+                warn!(peer = peer.0, %from, "closing peer connection: {e}");
+                return;
+            }
+        }
+    }
+}
+
+/// A frame's kind, for log lines (not its contents: they may be anything).
+fn frame_name(frame: &PeerFrame) -> &'static str {
+    match frame {
+        PeerFrame::Hello(_) => "Hello",
+        PeerFrame::Welcome { .. } => "Welcome",
+        PeerFrame::Refused(_) => "Refused",
+        PeerFrame::Message { .. } => "Message",
+    }
+}
