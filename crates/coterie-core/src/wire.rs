@@ -64,6 +64,23 @@ pub fn write_frame<T: Serialize>(value: &T, buf: &mut Vec<u8>) {
     buf[start..start + HEADER_LEN].copy_from_slice(&len.to_be_bytes());
 }
 
+/// Encodes a [`PeerFrame::Message`] as a whole frame, appending it to
+/// `buf`, without copying `body` into a frame value first (the session
+/// keeps bodies, and a connection writes each one or more times).
+pub fn write_message(seq: u64, ack: u64, body: &[u8], buf: &mut Vec<u8>) {
+    /// [`PeerFrame`]'s encoding, borrowed: the same variants in the same
+    /// order, so the same bytes (a slice encodes as a `Vec` does).
+    #[derive(Serialize)]
+    #[allow(dead_code)] // only `Message` is built; the others hold the indices
+    enum Borrowed<'a> {
+        Hello,
+        Welcome,
+        Refused,
+        Message { seq: u64, ack: u64, body: &'a [u8] },
+    }
+    write_frame(&Borrowed::Message { seq, ack, body }, buf);
+}
+
 /// Reads a length prefix, refusing one over [`MAX_FRAME`].
 pub fn frame_len(header: [u8; HEADER_LEN]) -> Result<usize, WireError> {
     let len = u32::from_be_bytes(header) as usize;
@@ -207,6 +224,16 @@ mod tests {
         let len = frame_len(buf[..4].try_into().unwrap()).unwrap();
         assert_eq!(len, buf.len() - 4);
         assert_eq!(decode::<PeerFrame>(&buf[4..]).unwrap(), frame);
+    }
+
+    #[test]
+    fn a_borrowed_message_encodes_as_the_frame_does() {
+        let body = encode(&Envelope::Election(vec![4, 5]));
+        let mut borrowed = Vec::new();
+        write_message(300, 7, &body, &mut borrowed);
+        let mut owned = Vec::new();
+        write_frame(&PeerFrame::Message { seq: 300, ack: 7, body }, &mut owned);
+        assert_eq!(borrowed, owned);
     }
 
     #[test]

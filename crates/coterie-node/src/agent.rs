@@ -183,6 +183,13 @@ impl Agent {
         result
     }
 
+    /// Reads or changes the state with no input to the engine (the
+    /// transport's bookkeeping of its sessions): nothing to carry out, and
+    /// the timer task is not woken.
+    pub(crate) fn with_state<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        f(&mut self.lock())
+    }
+
     /// Tells the watchers, if any, that `event` happened.
     pub(crate) fn emit(&self, event: NodeEvent) {
         if self.events.receiver_count() > 0 {

@@ -162,8 +162,7 @@ impl Batch {
         let mut bytes = Vec::new();
         let mut last = None;
         for (seq, body) in session.after(after) {
-            let frame = PeerFrame::Message { seq, ack, body: body.to_vec() };
-            wire::write_frame(&frame, &mut bytes);
+            wire::write_message(seq, ack, body, &mut bytes);
             last = Some(seq);
         }
         Batch { bytes, last }
@@ -297,7 +296,7 @@ pub(crate) async fn dial_task(agent: Arc<Agent>, peer: NodeId, mut stop: watch::
         };
         match attempt {
             Ok(Connected { stream, boot, delivered, written }) => {
-                let restarted = agent.input(|s, _| s.links.welcomed(peer, boot, delivered));
+                let restarted = agent.with_state(|s| s.links.welcomed(peer, boot, delivered));
                 backoff = BACKOFF.0;
                 if restarted {
                     info!(
@@ -374,7 +373,7 @@ async fn connect(agent: &Agent, peer: NodeId, addr: &str) -> Result<Connected, D
     };
     let _ = stream.set_nodelay(true);
     let mut stream = stream;
-    let (expects, batch) = agent.input(|s, _| s.links.dialling(peer));
+    let (expects, batch) = agent.with_state(|s| s.links.dialling(peer));
     let mut bytes = Vec::with_capacity(64 + batch.bytes.len());
     wire::write_frame(&PeerFrame::Hello(Hello { expects, ..agent.hello() }), &mut bytes);
     bytes.extend_from_slice(&batch.bytes);
@@ -436,7 +435,7 @@ async fn pump(
         }
         tokio::select! {
             _ = handle.wake.notified() => {
-                match agent.input(|s, _| s.links.pending(peer, boot, written)) {
+                match agent.with_state(|s| s.links.pending(peer, boot, written)) {
                     Some(next) => batch = next,
                     None => return Pump::Closed, // the peer restarted: dial its new process
                 }
@@ -452,7 +451,7 @@ async fn pump(
                 return Pump::Closed;
             }
             _ = check.tick() => {
-                let acked = agent.input(|s, _| s.links.acked_upto(peer));
+                let acked = agent.with_state(|s| s.links.acked_upto(peer));
                 if acked != progress.0 || acked >= written {
                     progress = (acked, tokio::time::Instant::now());
                 } else if progress.1.elapsed() >= patience {
@@ -510,7 +509,7 @@ pub(crate) async fn serve_peer(
         let _ = write_frame(&mut stream, &welcome).await;
         return;
     }
-    let (restarted, delivered, reader) = agent.input(|s, _| s.links.accepted(peer, boot));
+    let (restarted, delivered, reader) = agent.with_state(|s| s.links.accepted(peer, boot));
     let welcome = PeerFrame::Welcome { boot: agent.boot(), delivered };
     if write_frame(&mut stream, &welcome).await.is_err() {
         return;

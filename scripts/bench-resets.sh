@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# What connection resets cost when the sessions hide them: a 5-node cluster
+# on free local ports, two clients per node through the witness for 8 s,
+# once quietly and once while node 5 (the coordinator) has its peer
+# connections broken every 300 ms for 6 s (`coterie fault reset --every
+# 300ms --for 6s`). Prints entries/s, latency p50/p99/max, unanswered
+# requests and the witness's verdict for each run, side by side.
+#
+# Usage: scripts/bench-resets.sh [MUTEX ...]   (default: ricart-agrawala maekawa)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mutexes=("$@")
+[ ${#mutexes[@]} -gt 0 ] || mutexes=(ricart-agrawala maekawa)
+
+cargo build --release -q
+bin=target/release/coterie
+work="$(mktemp -d "${TMPDIR:-/tmp}/coterie-bench-resets.XXXXXX")"
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+
+one_run() { # mutex, resets: yes|no
+    local mutex="$1" resets="$2" dir="$work/$1-$2" ports
+    mkdir -p "$dir"
+    read -r -a ports <<<"$(python3 -c 'import socket
+s=[socket.socket() for _ in range(11)]
+[x.bind(("127.0.0.1",0)) for x in s]
+print(" ".join(str(x.getsockname()[1]) for x in s))')"
+    {
+        printf '[cluster]\nname = "bench"\nmutex = "%s"\nelection = "bully"\n' "$mutex"
+        printf '[witness]\naddr = "127.0.0.1:%s"\n' "${ports[10]}"
+        for i in 0 1 2 3 4; do
+            printf '[[node]]\nid = %d\npeer = "127.0.0.1:%s"\nclient = "127.0.0.1:%s"\n' \
+                $((i + 1)) "${ports[2*i]}" "${ports[2*i+1]}"
+        done
+    } >"$dir/cluster.toml"
+    "$bin" witness --listen "127.0.0.1:${ports[10]}" 2>"$dir/witness.log" &
+    local witness=$!
+    "$bin" up --config "$dir/cluster.toml" 2>"$dir/up.log" &
+    local up=$!
+    for _ in $(seq 100); do
+        "$bin" status --config "$dir/cluster.toml" --json 2>/dev/null |
+            python3 -c 'import json,sys; r=json.load(sys.stdin); sys.exit(0 if all(x.get("coordinator")==5 for x in r) else 1)' \
+            && break
+        sleep 0.1
+    done
+    local fault=""
+    if [ "$resets" = yes ]; then
+        (sleep 1 && "$bin" fault --config "$dir/cluster.toml" --node 5 reset --every 300ms --for 6s \
+            >"$dir/fault.log" 2>&1) &
+        fault=$!
+    fi
+    "$bin" workload --config "$dir/cluster.toml" --clients 2 --requests 100000000 --duration 8s --json |
+        python3 -c "import json,sys
+r=json.load(sys.stdin); l=r['latency_ms']
+label='$mutex, ' + ('node 5 reset every 300 ms for 6 s' if '$resets'=='yes' else 'no fault')
+print(f'{label:<52} {r[\"throughput_per_s\"]:>7.0f}/s  p50 {l[\"p50\"]:.3f} ms  p99 {l[\"p99\"]:.3f} ms  max {l[\"max\"]:.3f} ms  unanswered {r.get(\"unanswered\", 0)}  violations {r[\"violations\"]}  stale {r[\"stale_fences\"]}')"
+    [ -z "$fault" ] || wait "$fault" || echo "  (coterie fault reset failed: $(tail -n 1 "$dir/fault.log"))"
+    [ -z "$fault" ] || echo "  $(grep -h 'reset' "$dir/fault.log" | head -n 1)"
+    kill "$up" "$witness" 2>/dev/null || true
+    wait "$up" "$witness" 2>/dev/null || true
+}
+
+for mutex in "${mutexes[@]}"; do
+    one_run "$mutex" no
+    one_run "$mutex" yes
+done
