@@ -21,22 +21,9 @@ trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$wo
 cc -O2 -o "$work/pingpong" scripts/bench/pingpong.c
 read -r rtt_per_s rtt_us < <("$work/pingpong" 50000)
 
-ports=($(python3 -c 'import socket
-s=[socket.socket() for _ in range(10)]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(" ".join(str(x.getsockname()[1]) for x in s))'))
-{
-    printf '[cluster]\nname = "bench"\nmutex = "centralized"\nelection = "bully"\n'
-    for i in 0 1 2 3 4; do
-        printf '[[node]]\nid = %d\npeer = "127.0.0.1:%s"\nclient = "127.0.0.1:%s"\n' $((i + 1)) "${ports[2*i]}" "${ports[2*i+1]}"
-    done
-} >"$work/cluster.toml"
-"$bin" up --config "$work/cluster.toml" 2>"$work/up.log" &
-for _ in $(seq 100); do
-    "$bin" status --config "$work/cluster.toml" --json 2>/dev/null |
-        python3 -c 'import json,sys; r=json.load(sys.stdin); sys.exit(0 if all(x.get("coordinator")==5 for x in r) else 1)' && break
-    sleep 0.1
-done
+source scripts/bench/cluster.sh
+write_cluster "$work/cluster.toml" centralized
+start_cluster "$bin" "$work/cluster.toml" "$work/up.log"
 
 run() { # node, round trips per entry
     "$bin" workload --config "$work/cluster.toml" --node "$1" --clients 1 --requests "$requests" --no-witness --json |

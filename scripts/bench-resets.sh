@@ -14,34 +14,21 @@ mutexes=("$@")
 
 cargo build --release -q
 bin=target/release/coterie
+source scripts/bench/cluster.sh
 work="$(mktemp -d "${TMPDIR:-/tmp}/coterie-bench-resets.XXXXXX")"
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
 one_run() { # mutex, resets: yes|no
-    local mutex="$1" resets="$2" dir="$work/$1-$2" ports
+    local mutex="$1" resets="$2" dir="$work/$1-$2"
     mkdir -p "$dir"
-    read -r -a ports <<<"$(python3 -c 'import socket
-s=[socket.socket() for _ in range(11)]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(" ".join(str(x.getsockname()[1]) for x in s))')"
-    {
-        printf '[cluster]\nname = "bench"\nmutex = "%s"\nelection = "bully"\n' "$mutex"
-        printf '[witness]\naddr = "127.0.0.1:%s"\n' "${ports[10]}"
-        for i in 0 1 2 3 4; do
-            printf '[[node]]\nid = %d\npeer = "127.0.0.1:%s"\nclient = "127.0.0.1:%s"\n' \
-                $((i + 1)) "${ports[2*i]}" "${ports[2*i+1]}"
-        done
-    } >"$dir/cluster.toml"
-    "$bin" witness --listen "127.0.0.1:${ports[10]}" 2>"$dir/witness.log" &
+    local witness_port
+    witness_port="$(free_ports 1)"
+    write_cluster "$dir/cluster.toml" "$mutex"
+    printf '[witness]\naddr = "127.0.0.1:%s"\n' "$witness_port" >>"$dir/cluster.toml"
+    "$bin" witness --listen "127.0.0.1:$witness_port" 2>"$dir/witness.log" &
     local witness=$!
-    "$bin" up --config "$dir/cluster.toml" 2>"$dir/up.log" &
-    local up=$!
-    for _ in $(seq 100); do
-        "$bin" status --config "$dir/cluster.toml" --json 2>/dev/null |
-            python3 -c 'import json,sys; r=json.load(sys.stdin); sys.exit(0 if all(x.get("coordinator")==5 for x in r) else 1)' \
-            && break
-        sleep 0.1
-    done
+    start_cluster "$bin" "$dir/cluster.toml" "$dir/up.log"
+    local up=$CLUSTER_PID
     local fault=""
     if [ "$resets" = yes ]; then
         (sleep 1 && "$bin" fault --config "$dir/cluster.toml" --node 5 reset --every 300ms --for 6s \

@@ -30,34 +30,14 @@ fi
 work="$(mktemp -d "${TMPDIR:-/tmp}/coterie-bench-storage.XXXXXX")"
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
-free_ports() {
-    python3 -c 'import socket
-s=[socket.socket() for _ in range(int(__import__("sys").argv[1]))]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(" ".join(str(x.getsockname()[1]) for x in s))' "$1"
-}
+source scripts/bench/cluster.sh
 
 coterie_run() { # sync: true|false
     local sync="$1" dir="$work/coterie-$1"
     mkdir -p "$dir"
-    local ports
-    read -r -a ports <<<"$(free_ports 10)"
-    {
-        printf '[cluster]\nname = "bench"\nmutex = "maekawa"\nelection = "bully"\n'
-        printf 'state_dir = "%s"\nstate_sync = %s\n' "$dir/state" "$sync"
-        for i in 0 1 2 3 4; do
-            printf '[[node]]\nid = %d\npeer = "127.0.0.1:%s"\nclient = "127.0.0.1:%s"\n' \
-                $((i + 1)) "${ports[2*i]}" "${ports[2*i+1]}"
-        done
-    } >"$dir/cluster.toml"
-    "$bin" up --config "$dir/cluster.toml" 2>"$dir/up.log" &
-    local up=$!
-    for _ in $(seq 100); do
-        "$bin" status --config "$dir/cluster.toml" --json 2>/dev/null |
-            python3 -c 'import json,sys; r=json.load(sys.stdin); sys.exit(0 if all(x.get("coordinator")==5 for x in r) else 1)' \
-            && break
-        sleep 0.1
-    done
+    write_cluster "$dir/cluster.toml" maekawa "$(printf 'state_dir = "%s"\nstate_sync = %s\n' "$dir/state" "$sync")"
+    start_cluster "$bin" "$dir/cluster.toml" "$dir/up.log"
+    local up=$CLUSTER_PID
     "$bin" workload --config "$dir/cluster.toml" --clients 1 --requests 100000000 \
         --duration "${seconds}s" --no-witness --json |
         python3 -c "import json,sys

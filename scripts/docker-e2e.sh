@@ -235,6 +235,18 @@ finish_workload() {
     log "  workload $name: $REPORT"
 }
 
+# ask_witness: checks the witness's counters (no violation, no stale
+# fence), sets REPORT.
+ask_witness() {
+    local rc=0 out
+    out="$(cot node1 30 witness --check witness:7300 --json)" || rc=$?
+    if ! REPORT="$(printf '%s' "$out" | python3 -c "$REPORT_CHECK" witness)"; then
+        fail "witness: $REPORT"
+    fi
+    [ "$rc" -eq 0 ] || fail "witness --check exited with status $rc: $REPORT"
+    log "  witness: $REPORT"
+}
+
 # overlap_note NAME EVENT_NS WHAT: did background workload NAME run past the
 # event? Only timing can make it miss (a slow machine); say so loudly
 # rather than fail.
@@ -370,13 +382,8 @@ log "  workload pause: $OVERLAP_PAUSE"
 
 # --- 7. witness -------------------------------------------------------------
 log "asking the witness"
-rc=0
-out="$(cot node1 30 witness --check witness:7300 --json)" || rc=$?
-if ! WITNESS="$(printf '%s' "$out" | python3 -c "$REPORT_CHECK" witness)"; then
-    fail "witness: $WITNESS"
-fi
-[ "$rc" -eq 0 ] || fail "witness --check exited with status $rc: $WITNESS"
-log "  witness: $WITNESS"
+ask_witness
+WITNESS="$REPORT"
 
 # --- 8. the coordinator-crash scenario, under compose -------------------------
 # `coterie run --compose` plays scenarios/coordinator-crash.toml against this
@@ -442,13 +449,8 @@ RECONNECT_MS="$WAITED_MS"
 finish_workload links
 REPORT_LINKS="$REPORT"
 log "  workload links: $(overlap_note links "$RECONNECTED_AT" "reconnection")"
-rc=0
-out="$(cot node1 30 witness --check witness:7300 --json)" || rc=$?
-if ! WITNESS_LINKS="$(printf '%s' "$out" | python3 -c "$REPORT_CHECK" witness)"; then
-    fail "witness after the cut links: $WITNESS_LINKS"
-fi
-[ "$rc" -eq 0 ] || fail "witness --check exited with status $rc: $WITNESS_LINKS"
-log "  witness: $WITNESS_LINKS"
+ask_witness
+WITNESS_LINKS="$REPORT"
 
 # --- summary ----------------------------------------------------------------
 cat <<EOF

@@ -43,22 +43,7 @@ impl TestCluster {
         heartbeat: &str,
         failure_timeout: &str,
     ) -> TestCluster {
-        let mut listeners = Vec::new();
-        let mut toml = format!(
-            "[cluster]\nname = \"test\"\nmutex = \"{mutex}\"\nelection = \"bully\"\n{extra}\
-             [timing]\nheartbeat = \"{heartbeat}\"\nfailure_timeout = \"{failure_timeout}\"\n"
-        );
-        for id in 1..=n {
-            let peer = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let client = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            toml += &format!(
-                "[[node]]\nid = {id}\npeer = \"{}\"\nclient = \"{}\"\n",
-                peer.local_addr().unwrap(),
-                client.local_addr().unwrap()
-            );
-            listeners.push(Listeners { peer, client });
-        }
-        let cfg = Config::parse(&toml, Path::new("test.toml")).unwrap();
+        let (cfg, listeners) = bound_config(n, mutex, extra, heartbeat, failure_timeout).await;
         let mut cluster = TestCluster { cfg, stops: Vec::new() };
         for (i, l) in listeners.into_iter().enumerate() {
             let tx = cluster.spawn(i as u32 + 1, l);
@@ -139,6 +124,33 @@ impl TestCluster {
         };
         tokio::time::timeout(PATIENCE, wait).await.expect("nodes never agreed on the coordinator");
     }
+}
+
+/// The configuration of an `n`-node cluster on free loopback ports (its
+/// `[cluster]` section with `extra` lines too), and its bound sockets.
+async fn bound_config(
+    n: u32,
+    mutex: &str,
+    extra: &str,
+    heartbeat: &str,
+    failure_timeout: &str,
+) -> (Config, Vec<Listeners>) {
+    let mut listeners = Vec::new();
+    let mut toml = format!(
+        "[cluster]\nname = \"test\"\nmutex = \"{mutex}\"\nelection = \"bully\"\n{extra}\
+         [timing]\nheartbeat = \"{heartbeat}\"\nfailure_timeout = \"{failure_timeout}\"\n"
+    );
+    for id in 1..=n {
+        let peer = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        toml += &format!(
+            "[[node]]\nid = {id}\npeer = \"{}\"\nclient = \"{}\"\n",
+            peer.local_addr().unwrap(),
+            client.local_addr().unwrap()
+        );
+        listeners.push(Listeners { peer, client });
+    }
+    (Config::parse(&toml, Path::new("test.toml")).unwrap(), listeners)
 }
 
 /// Several clients on every node: never two inside at once, fences rising.
@@ -455,4 +467,41 @@ reset_tests! {
     lodha_kshemkalyani_loses_nothing_to_connection_resets: "lodha-kshemkalyani",
     maekawa_loses_nothing_to_connection_resets: "maekawa",
     tree_quorum_loses_nothing_to_connection_resets: "tree-quorum",
+}
+
+/// A node whose stable storage refuses writes (its state file is
+/// `/dev/full`: every write fails with ENOSPC, root or not) must not send
+/// what it could not record: it holds its messages back and stops with the
+/// error, and the others carry on without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_state_cannot_be_written_stops_and_the_rest_serve() {
+    let full = Path::new("/dev/full");
+    if !full.exists() {
+        println!("no /dev/full here: skipping");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("coterie-full-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(full, dir.join("test-node1.state")).unwrap();
+    let extra = format!("state_dir = \"{}\"\nstate_sync = true\n", dir.display());
+    let (cfg, listeners) = bound_config(3, "centralized", &extra, "20ms", "150ms").await;
+    let mut outcomes = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        let (cfg, (tx, rx)) = (cfg.clone(), oneshot::channel());
+        tokio::spawn(async move {
+            let _ = tx.send(node::run(cfg, i as u32 + 1, l, std::future::pending()).await);
+        });
+        outcomes.push(rx);
+    }
+    let first = outcomes.remove(0);
+    let outcome = tokio::time::timeout(PATIENCE, first).await.expect("n1 kept running").unwrap();
+    let error = outcome.expect_err("n1 ran on without stable storage").to_string();
+    assert!(error.contains("No space left on device"), "{error}");
+    // n1's client port is closed; n2 and n3 go on without it.
+    let n1 = cfg.node(1).unwrap().client.clone();
+    assert!(Client::connect(&n1).await.is_err(), "n1 still takes clients");
+    let mut client = Client::connect(&cfg.node(2).unwrap().client).await.unwrap();
+    let granted = client.acquire(Some(PATIENCE), false).await.unwrap();
+    assert!(matches!(granted, Acquired::Granted(_)), "{granted:?}");
+    let _ = std::fs::remove_dir_all(dir);
 }
