@@ -21,10 +21,11 @@
 
 use crate::app::LocalQueue;
 use crate::faults::{Fate, Faults};
+use crate::links::PeerLinks;
 use crate::protocol::{unix_us, ClientResponse, FaultCommand, NodeEvent, WatchEvent};
 use crate::state::StateFile;
 use crate::storage::{Durability, StateWriter};
-use crate::transport::{PeerLinks, Transport};
+use crate::transport::Transport;
 use coterie_core::engine::Output;
 use coterie_core::wire::{self, Envelope, Hello};
 use coterie_core::{CsState, Engine, Epoch, Fence, NodeId, Status};

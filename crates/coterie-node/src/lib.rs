@@ -9,7 +9,8 @@
 //! - [`protocol`]: what clients and the witness say.
 //! - [`node`]: one node's runtime, which starts the parts below.
 //! - `agent`: the engine and its output driver (grants, frames, records).
-//! - `transport`: peer connections, and the reliable sessions over them.
+//! - `transport`: peer connections, dial and accept, frames.
+//! - `links`: the reliable session with each peer, in the agent's state.
 //! - `app`: the application task: client sessions and their local queue.
 //! - `faults`: faults injected on request (`coterie fault`).
 //! - [`state`]: a node's stable storage, one record in two checksummed slots.
@@ -25,6 +26,7 @@ pub mod client;
 pub mod codec;
 pub mod config;
 mod faults;
+mod links;
 pub mod node;
 pub mod protocol;
 pub mod state;

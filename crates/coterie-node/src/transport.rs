@@ -21,11 +21,14 @@
 //!   peer supersedes an older one, so two readers never interleave.
 //! - `coterie fault reset` closes both directions at once, through
 //!   [`Transport::reset`].
+//!
+//! The sessions themselves live in [`links`](crate::links), in the agent's
+//! state.
 
 use crate::agent::Agent;
 use crate::codec::{read_frame, write_frame, FrameError};
+use crate::links::{Batch, Inbound};
 use crate::node::stopped;
-use coterie_core::session::{Limits, Received, Sent, Session};
 use coterie_core::wire::{self, Envelope, Hello, PeerFrame};
 use coterie_core::NodeId;
 use std::collections::BTreeMap;
@@ -43,131 +46,6 @@ use tracing::{debug, error, info, warn};
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Redial delays grow from the first to the last.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(1));
-
-/// The sessions with every peer, in the agent's state.
-pub(crate) struct PeerLinks {
-    links: BTreeMap<NodeId, PeerLink>,
-}
-
-struct PeerLink {
-    session: Session,
-    /// The number of the newest accepted connection from the peer: only
-    /// its reader delivers.
-    reader: u64,
-}
-
-/// What to do with a frame that arrived, after the session saw it.
-pub(crate) enum Inbound {
-    /// Hand it to the engine.
-    Deliver,
-    /// Frames before it were lost: declare the peer failed, then deliver.
-    AfterGap(u64),
-    /// A duplicate, or from an older incarnation: drop it.
-    Skip,
-    /// A newer connection from the peer took over: stop reading this one.
-    Superseded,
-}
-
-impl PeerLinks {
-    pub(crate) fn new(peers: &[NodeId]) -> PeerLinks {
-        let link = || PeerLink { session: Session::new(Limits::default()), reader: 0 };
-        PeerLinks { links: peers.iter().map(|&p| (p, link())).collect() }
-    }
-
-    fn link(&mut self, peer: NodeId) -> &mut PeerLink {
-        self.links.get_mut(&peer).expect("a session per peer of the configuration")
-    }
-
-    /// Numbers `body` for `peer`. `Some(dropped)` when the session
-    /// overflowed (the peer must be declared failed).
-    pub(crate) fn send(&mut self, peer: NodeId, body: Vec<u8>) -> Option<usize> {
-        match self.link(peer).session.send(body) {
-            Sent::Kept(_) => None,
-            Sent::Overflowed { dropped, .. } => Some(dropped),
-        }
-    }
-
-    /// The peer (incarnation `boot`) dialled in: returns whether it
-    /// restarted, how much of its session was delivered, and the new
-    /// connection's reader number.
-    fn accepted(&mut self, peer: NodeId, boot: u64) -> (bool, u64, u64) {
-        let link = self.link(peer);
-        let restarted = link.session.bind(boot);
-        link.reader += 1;
-        (restarted, link.session.ack(), link.reader)
-    }
-
-    /// A dial to `peer` is connected: the incarnation our session expects
-    /// (for the Hello) and every frame it keeps, to write right behind it.
-    fn dialling(&mut self, peer: NodeId) -> (Option<u64>, Batch) {
-        let session = &self.link(peer).session;
-        (session.peer_boot(), Batch::after(session, 0))
-    }
-
-    /// Our dial was answered by the peer's incarnation `boot`, which has
-    /// delivered up to `delivered`: `true` if it restarted (what was
-    /// written behind the Hello was meant for the old process, and the
-    /// session starts afresh).
-    fn welcomed(&mut self, peer: NodeId, boot: u64, delivered: u64) -> bool {
-        let link = self.link(peer);
-        let restarted = link.session.bind(boot);
-        link.session.acked(boot, delivered);
-        restarted
-    }
-
-    /// What a connection to `boot` that wrote up to `after` writes next;
-    /// `None` if the session is now bound to another incarnation.
-    fn pending(&mut self, peer: NodeId, boot: u64, after: u64) -> Option<Batch> {
-        let session = &self.link(peer).session;
-        (session.peer_boot() == Some(boot)).then(|| Batch::after(session, after))
-    }
-
-    /// The highest number `peer` acknowledged.
-    fn acked_upto(&mut self, peer: NodeId) -> u64 {
-        self.link(peer).session.acked_upto()
-    }
-
-    /// Frame `seq`, acknowledging `ack`, arrived on reader `reader`'s
-    /// connection from `peer`'s incarnation `boot`.
-    pub(crate) fn receive(
-        &mut self,
-        peer: NodeId,
-        reader: u64,
-        boot: u64,
-        seq: u64,
-        ack: u64,
-    ) -> Inbound {
-        let link = self.link(peer);
-        if link.reader != reader {
-            return Inbound::Superseded;
-        }
-        link.session.acked(boot, ack);
-        match link.session.receive(boot, seq) {
-            Received::Deliver => Inbound::Deliver,
-            Received::Gap { lost } => Inbound::AfterGap(lost),
-            Received::Duplicate | Received::Stale => Inbound::Skip,
-        }
-    }
-}
-
-/// Frames encoded for one write, and the number of the last.
-struct Batch {
-    bytes: Vec<u8>,
-    last: Option<u64>,
-}
-
-impl Batch {
-    fn after(session: &Session, after: u64) -> Batch {
-        let ack = session.ack();
-        let mut bytes = Vec::new();
-        let mut last = None;
-        for (seq, body) in session.after(after) {
-            wire::write_message(seq, ack, body, &mut bytes);
-            last = Some(seq);
-        }
-        Batch { bytes, last }
-    }
-}
 
 /// The handles of one peer's tasks.
 struct PeerHandle {
