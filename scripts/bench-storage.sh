@@ -6,7 +6,8 @@
 # coterie: a 5-node maekawa cluster on free local ports with a state
 # directory, synced (`state_sync = true`: every record flushed to disk
 # before the messages that depend on it leave; group commit) and unsynced,
-# one client per node with no witness, acquire + release.
+# one client at n1, then one client per node, no witness, acquire +
+# release.
 # Redis: redis-server with appendonly yes, appendfsync always, one client
 # doing SET lock TOKEN NX, then EVAL compare-and-delete, in a loop.
 #
@@ -32,17 +33,19 @@ trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$wo
 
 source scripts/bench/cluster.sh
 
-coterie_run() { # sync: true|false
-    local sync="$1" dir="$work/coterie-$1"
+coterie_run() { # sync: true|false, clients: all (one per node) | one (at n1)
+    local sync="$1" clients="$2" dir="$work/coterie-$1-$2" scope=()
+    [ "$clients" = all ] || scope=(--node 1)
     mkdir -p "$dir"
     write_cluster "$dir/cluster.toml" maekawa "$(printf 'state_dir = "%s"\nstate_sync = %s\n' "$dir/state" "$sync")"
     start_cluster "$bin" "$dir/cluster.toml" "$dir/up.log"
     local up=$CLUSTER_PID
-    "$bin" workload --config "$dir/cluster.toml" --clients 1 --requests 100000000 \
+    "$bin" workload --config "$dir/cluster.toml" "${scope[@]}" --clients 1 --requests 100000000 \
         --duration "${seconds}s" --no-witness --json |
         python3 -c "import json,sys
 r=json.load(sys.stdin)
-print(f'coterie maekawa, 5 nodes, state_sync = $sync: {r[\"throughput_per_s\"]:>8.0f} entries/s  p50 {r[\"latency_ms\"][\"p50\"]:.3f} ms  ({r[\"entries\"]} entries, 5 clients)')"
+who = '5 clients' if '$clients' == 'all' else '1 client '
+print(f'coterie maekawa, 5 nodes, {who}, state_sync = $sync: {r[\"throughput_per_s\"]:>8.0f} entries/s  p50 {r[\"latency_ms\"][\"p50\"]:.3f} ms  ({r[\"entries\"]} entries)')"
     kill "$up" 2>/dev/null || true
     wait "$up" 2>/dev/null || true
 }
@@ -97,6 +100,8 @@ EOF
 }
 
 echo "file system under $work: $(df -T "$work" | awk 'NR==2 {print $2 " on " $1}')"
-coterie_run true
-coterie_run false
+for clients in one all; do
+    coterie_run true "$clients"
+    coterie_run false "$clients"
+done
 redis_run
