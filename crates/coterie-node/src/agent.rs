@@ -329,6 +329,7 @@ impl Agent {
                 warn!(node = id, peer = peer.0, "peer down");
                 self.emit(NodeEvent::PeerDown { peer: peer.0 });
             }
+            // `carry_out` hands records to storage as they come; none is held.
             Output::Persist(record) => self.persist(state, record.encode()),
             Output::Joined => {
                 let alive: Vec<u32> = state.engine.status().alive;
