@@ -153,6 +153,10 @@ pub struct Status {
     pub messages_received: BTreeMap<String, u64>,
     /// Mutex-layer messages sent (the numerator of messages per entry).
     pub mutex_messages_sent: u64,
+    /// The reliable session with each peer; filled in by the node's
+    /// transport (the engine knows nothing of sessions).
+    #[serde(default)]
+    pub sessions: Vec<crate::session::SessionStatus>,
 }
 
 /// One node's protocol stack; see the module documentation.
@@ -330,6 +334,7 @@ impl Engine {
             messages_sent: self.counters.sent.clone(),
             messages_received: self.counters.received.clone(),
             mutex_messages_sent: self.counters.mutex_sent,
+            sessions: Vec::new(),
         }
     }
 

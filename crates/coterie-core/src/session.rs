@@ -63,6 +63,7 @@
 //! delivering what follows. Both sides thus see a failure and a recovery
 //! around the lost frames, as after a crash: never a silent loss.
 
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
 /// How much one session may keep unacknowledged.
@@ -123,6 +124,29 @@ pub enum Received {
     /// It came on a connection of another incarnation than the one the
     /// session is bound to: drop it.
     Stale,
+}
+
+/// Where one session stands, for `coterie status`: the session's own
+/// numbers, and the counters its driver keeps.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionStatus {
+    /// The peer.
+    pub peer: u32,
+    /// The peer's incarnation the session is bound to.
+    pub peer_boot: Option<u64>,
+    /// Frames sent and not yet acknowledged.
+    pub unacked: usize,
+    /// The highest number the peer acknowledged.
+    pub acked: u64,
+    /// The highest number delivered from the peer.
+    pub delivered: u64,
+    /// Connections to the peer that were answered (the first, then every
+    /// reconnection).
+    pub connections: u64,
+    /// Times the session overflowed (the peer declared failed).
+    pub overflows: u64,
+    /// Gaps seen in what the peer sent (it was declared failed).
+    pub gaps: u64,
 }
 
 /// One node's session with one peer; see the module documentation.
@@ -250,6 +274,19 @@ impl Session {
     /// delivered from it.
     pub fn ack(&self) -> u64 {
         self.delivered
+    }
+
+    /// The session's own numbers, for a [`SessionStatus`] of `peer` (the
+    /// driver adds its counters).
+    pub fn status(&self, peer: u32) -> SessionStatus {
+        SessionStatus {
+            peer,
+            peer_boot: self.peer_boot,
+            unacked: self.unacked.len(),
+            acked: self.acked_upto(),
+            delivered: self.delivered,
+            ..SessionStatus::default()
+        }
     }
 
     /// Frames kept unacknowledged.

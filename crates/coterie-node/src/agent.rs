@@ -456,9 +456,10 @@ impl Agent {
         self.lock().engine.config().timing.failure_timeout
     }
 
-    /// The node's status, for `coterie status`.
+    /// The node's status, for `coterie status`, its sessions included.
     pub(crate) fn status(&self) -> Status {
-        self.lock().engine.status()
+        let state = self.lock();
+        Status { sessions: state.links.status(), ..state.engine.status() }
     }
 
     /// A subscription to the node's events, and the snapshot that opens

@@ -4,7 +4,7 @@
 //! agent's lock with the engine, so frames are numbered in the order the
 //! engine sends them and delivered in the order they were numbered.
 
-use coterie_core::session::{Limits, Received, Sent, Session};
+use coterie_core::session::{Limits, Received, Sent, Session, SessionStatus};
 use coterie_core::wire;
 use coterie_core::NodeId;
 use std::collections::BTreeMap;
@@ -19,6 +19,10 @@ struct PeerLink {
     /// The number of the newest accepted connection from the peer: only
     /// its reader delivers.
     reader: u64,
+    /// Counters for `coterie status`: answered dials, overflows, gaps.
+    connections: u64,
+    overflows: u64,
+    gaps: u64,
 }
 
 /// What to do with a frame that arrived, after the session saw it.
@@ -35,7 +39,13 @@ pub(crate) enum Inbound {
 
 impl PeerLinks {
     pub(crate) fn new(peers: &[NodeId]) -> PeerLinks {
-        let link = || PeerLink { session: Session::new(Limits::default()), reader: 0 };
+        let link = || PeerLink {
+            session: Session::new(Limits::default()),
+            reader: 0,
+            connections: 0,
+            overflows: 0,
+            gaps: 0,
+        };
         PeerLinks { links: peers.iter().map(|&p| (p, link())).collect() }
     }
 
@@ -46,9 +56,13 @@ impl PeerLinks {
     /// Numbers `body` for `peer`. `Some(dropped)` when the session
     /// overflowed (the peer must be declared failed).
     pub(crate) fn send(&mut self, peer: NodeId, body: Vec<u8>) -> Option<usize> {
-        match self.link(peer).session.send(body) {
+        let link = self.link(peer);
+        match link.session.send(body) {
             Sent::Kept(_) => None,
-            Sent::Overflowed { dropped, .. } => Some(dropped),
+            Sent::Overflowed { dropped, .. } => {
+                link.overflows += 1;
+                Some(dropped)
+            }
         }
     }
 
@@ -77,6 +91,7 @@ impl PeerLinks {
         let link = self.link(peer);
         let restarted = link.session.bind(boot);
         link.session.acked(boot, delivered);
+        link.connections += 1;
         restarted
     }
 
@@ -85,6 +100,19 @@ impl PeerLinks {
     pub(crate) fn pending(&mut self, peer: NodeId, boot: u64, after: u64) -> Option<Batch> {
         let session = &self.link(peer).session;
         (session.peer_boot() == Some(boot)).then(|| Batch::after(session, after))
+    }
+
+    /// Where every session stands, for `coterie status`.
+    pub(crate) fn status(&self) -> Vec<SessionStatus> {
+        self.links
+            .iter()
+            .map(|(peer, l)| SessionStatus {
+                connections: l.connections,
+                overflows: l.overflows,
+                gaps: l.gaps,
+                ..l.session.status(peer.0)
+            })
+            .collect()
     }
 
     /// The highest number `peer` acknowledged.
@@ -109,7 +137,10 @@ impl PeerLinks {
         link.session.acked(boot, ack);
         match link.session.receive(boot, seq) {
             Received::Deliver => Inbound::Deliver,
-            Received::Gap { lost } => Inbound::AfterGap(lost),
+            Received::Gap { lost } => {
+                link.gaps += 1;
+                Inbound::AfterGap(lost)
+            }
             Received::Duplicate | Received::Stale => Inbound::Skip,
         }
     }

@@ -437,6 +437,13 @@ async fn resets_lose_nothing(mutex: &str) {
     assert_eq!((report.violations, report.stale_fences), (0, 0), "{mutex}: {report:?}");
     assert_eq!(report.entries, u64::from(entries));
     assert!(resets >= 15, "only {resets} resets");
+    // n5 redialled every peer after the resets, and its sessions show it.
+    let sessions = control.status().await.unwrap().sessions;
+    assert_eq!(sessions.len(), 4, "{sessions:?}");
+    for s in &sessions {
+        assert!(s.connections >= 2, "{mutex}: n5 never reconnected to n{}: {s:?}", s.peer);
+        assert_eq!((s.overflows, s.gaps), (0, 0), "{mutex}: {s:?}");
+    }
     for id in 1..=5 {
         let mut client = cluster.client(id).await;
         let granted = client.acquire(Some(PATIENCE), false).await.unwrap();

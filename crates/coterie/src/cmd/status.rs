@@ -62,15 +62,30 @@ pub fn run(args: Args) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         println!(
-            "{:>4}  {:<22} {:>5}  {:>8}  {:<8} {:<14} {:>8} {:>9} {:>9}",
-            "ID", "ADDR", "COORD", "EPOCH", "CS", "ALIVE", "ENTRIES", "SENT", "RECEIVED"
+            "{:>4}  {:<22} {:>5}  {:>8}  {:<8} {:<14} {:>8} {:>9} {:>9} {:>7} {:>7}",
+            "ID",
+            "ADDR",
+            "COORD",
+            "EPOCH",
+            "CS",
+            "ALIVE",
+            "ENTRIES",
+            "SENT",
+            "RECEIVED",
+            "UNACKED",
+            "REDIALS"
         );
         for (node, result) in nodes.iter().zip(&results) {
             match result {
                 Ok(s) => {
                     let alive: Vec<String> = s.alive.iter().map(u32::to_string).collect();
+                    // Frames waiting for acknowledgement, and connections
+                    // made again after the first, over every peer.
+                    let unacked: usize = s.sessions.iter().map(|x| x.unacked).sum();
+                    let redials: u64 =
+                        s.sessions.iter().map(|x| x.connections.saturating_sub(1)).sum();
                     println!(
-                        "{:>4}  {:<22} {:>5}  {:>8}  {:<8} {:<14} {:>8} {:>9} {:>9}",
+                        "{:>4}  {:<22} {:>5}  {:>8}  {:<8} {:<14} {:>8} {:>9} {:>9} {:>7} {:>7}",
                         s.id,
                         node.addr,
                         s.coordinator.map_or("-".into(), |c| c.to_string()),
@@ -80,6 +95,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
                         s.cs_entries,
                         s.messages_sent.values().sum::<u64>(),
                         s.messages_received.values().sum::<u64>(),
+                        unacked,
+                        redials,
                     );
                 }
                 Err(e) => println!(
