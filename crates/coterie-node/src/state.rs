@@ -314,11 +314,13 @@ fn newest(bytes: &[u8], slot: u64) -> Option<(u64, u64, &[u8])> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
-    fn scratch(name: &str) -> PathBuf {
+    /// An empty scratch directory for one test (the storage tests use it
+    /// too).
+    pub(crate) fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("coterie-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir

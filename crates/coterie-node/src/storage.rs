@@ -189,14 +189,9 @@ fn run(shared: &Shared, file: &StateFile, tx: &watch::Sender<Durability>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::tests::scratch;
     use std::path::Path;
     use std::time::Duration;
-
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("coterie-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
-    }
 
     /// Waits (10 s at most) until the writer's durability satisfies `ok`,
     /// the way an async caller would.
