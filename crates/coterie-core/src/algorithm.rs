@@ -282,6 +282,19 @@ pub trait MutexAlgorithm: Send + 'static {
     fn durable_state(&self) -> Option<Vec<u8>> {
         None
     }
+
+    /// Whether every message of the step just taken rests on what
+    /// `record` (the record last handed to the driver, perhaps not yet
+    /// durable) already holds, so that the new
+    /// [`durable_state`](Self::durable_state) may follow the messages out
+    /// instead of going before them. An algorithm that writes down ahead
+    /// of time what its next messages will rest on (the quorum arbiter
+    /// records its next grantee while the current one holds) keeps the
+    /// flush off the path of those messages this way. The default, `false`,
+    /// is always safe.
+    fn covered_by(&self, _record: &[u8]) -> bool {
+        false
+    }
 }
 
 /// A leader-election algorithm, seen from one node.

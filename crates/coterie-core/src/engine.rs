@@ -30,6 +30,7 @@
 use crate::algorithm::{AlgoConfig, Restored, WATERMARK_RESERVE};
 use crate::detector::{FailureDetector, Verdict};
 use crate::outbox::{Action, Time, TimerId};
+use crate::records::Records;
 use crate::registry::{self, Actions, DynElection, DynMutex, Encoded, UnknownAlgorithm};
 use crate::types::{CsState, Epoch, Fence, NodeId, Stamp};
 use crate::wire::{Envelope, Heartbeat, WireError};
@@ -188,11 +189,14 @@ pub struct Engine {
     fence: Option<Fence>,
     cs_entries: u64,
     counters: Counters,
-    outputs: VecDeque<Output>,
+    /// Outputs, each with the number of the record it rests on.
+    outputs: VecDeque<(Output, u64)>,
+    /// The record the outputs of the step under way rest on.
+    rests_on: u64,
     /// Reused buffer for the layers' actions.
     scratch: Actions,
-    /// What was last handed to the driver for stable storage.
-    persisted: Restored,
+    /// What was handed to the driver for stable storage.
+    records: Records,
 }
 
 impl Engine {
@@ -225,12 +229,13 @@ impl Engine {
             cs_entries: 0,
             counters: Counters::default(),
             outputs: VecDeque::new(),
+            rests_on: 0,
             scratch: Actions::new(),
-            persisted: cfg.restored.clone().unwrap_or_default(),
+            records: Records::new(cfg.restored.clone().unwrap_or_default()),
             cfg,
         };
         // A restarted node's clock starts above whatever it issued before.
-        let watermark = engine.persisted.watermark;
+        let watermark = engine.records.latest().watermark;
         engine.mutex.observe_watermark(watermark);
         // Heartbeats go out first thing, so that on every link the first
         // message of this incarnation announces it.
@@ -340,7 +345,26 @@ impl Engine {
 
     /// The next queued output.
     pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front().map(|(output, _)| output)
+    }
+
+    /// The next queued output, with the record it rests on: the number of
+    /// the [`Output::Persist`] (counted from 1, in the order given) that
+    /// must be durable before it is carried out, 0 for none. Outputs to one
+    /// peer still go in order. A driver that writes each record before
+    /// going on can use [`poll_output`](Self::poll_output) instead.
+    pub fn poll_output_resting(&mut self) -> Option<(Output, u64)> {
         self.outputs.pop_front()
+    }
+
+    fn emit(&mut self, output: Output) {
+        self.outputs.push_back((output, self.rests_on));
+    }
+
+    /// Hands the latest record over; what follows rests on it.
+    fn emit_record(&mut self, record: Restored) {
+        self.emit(Output::Persist(record.clone()));
+        self.rests_on = self.records.hand(record);
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) should next be called.
@@ -507,7 +531,7 @@ impl Engine {
         if self.join_deadline.take().is_none() {
             return;
         }
-        self.outputs.push_back(Output::Joined);
+        self.emit(Output::Joined);
         if let Some((leader, epoch)) = self.coordinator_pending.take() {
             let mut acts = Actions::new();
             self.mutex.handle_coordinator(now, leader, epoch, &mut acts);
@@ -522,7 +546,7 @@ impl Engine {
     }
 
     fn peer_up(&mut self, now: Time, peer: NodeId) {
-        self.outputs.push_back(Output::PeerUp(peer));
+        self.emit(Output::PeerUp(peer));
         // Tell it at once that it counts as up here, so that it joins
         // without waiting for the next round of heartbeats.
         self.send_heartbeat(peer);
@@ -545,7 +569,7 @@ impl Engine {
     }
 
     fn peer_down(&mut self, now: Time, peer: NodeId) {
-        self.outputs.push_back(Output::PeerDown(peer));
+        self.emit(Output::PeerDown(peer));
         let mut acts = self.take_scratch();
         self.mutex.handle_peer_down(now, peer, &mut acts);
         self.apply(now, Layer::Mutex, acts);
@@ -558,26 +582,35 @@ impl Engine {
     /// `layer` changed it: a newer epoch, a clock that reached its reserve,
     /// or (a mutex step) the mutex layer's own record. Nothing is
     /// allocated when nothing changed, as on nearly every step.
-    fn persist_changes(&mut self, layer: Layer) {
-        let epoch = self.persisted.epoch.max(self.election.epoch());
+    fn record_changes(&mut self, layer: Layer) -> Change {
+        let latest = self.records.latest();
+        let epoch = latest.epoch.max(self.election.epoch());
         let watermark = self.mutex.watermark();
-        let reserve_reached = watermark >= self.persisted.watermark;
+        let reserve_reached = watermark >= latest.watermark;
         let mutex = match layer {
             Layer::Mutex => self.mutex.durable_state(),
             Layer::Election => None,
         };
-        let mutex_changed = layer == Layer::Mutex && mutex != self.persisted.mutex;
-        if epoch == self.persisted.epoch && !reserve_reached && !mutex_changed {
-            return;
+        let mutex_changed = layer == Layer::Mutex && mutex != latest.mutex;
+        if epoch == latest.epoch && !reserve_reached && !mutex_changed {
+            return Change::None;
         }
-        self.persisted.epoch = epoch;
+        let ahead = epoch == latest.epoch
+            && !reserve_reached
+            && latest.mutex.as_deref().is_some_and(|r| self.mutex.covered_by(r));
+        let mut record = latest.clone();
+        record.epoch = epoch;
         if reserve_reached {
-            self.persisted.watermark = watermark.saturating_add(WATERMARK_RESERVE);
+            record.watermark = watermark.saturating_add(WATERMARK_RESERVE);
         }
         if mutex_changed {
-            self.persisted.mutex = mutex;
+            record.mutex = mutex;
         }
-        self.outputs.push_back(Output::Persist(self.persisted.clone()));
+        if ahead {
+            return Change::After(record);
+        }
+        self.emit_record(record);
+        Change::Before
     }
 
     fn take_scratch(&mut self) -> Actions {
@@ -586,7 +619,7 @@ impl Engine {
 
     fn push_send(&mut self, to: NodeId, envelope: Envelope, kind: &'static str) {
         Counters::bump(&mut self.counters.sent, kind);
-        self.outputs.push_back(Output::Send { to, envelope, kind });
+        self.emit(Output::Send { to, envelope, kind });
     }
 
     /// Carries out a layer's actions in order. A coordinator change is
@@ -595,8 +628,15 @@ impl Engine {
     /// on every link.
     fn apply(&mut self, now: Time, layer: Layer, mut acts: Actions) {
         // Stable storage first: a message this step sends may rest on what
-        // the step changed (a grant given, an epoch taken).
-        self.persist_changes(layer);
+        // the step changed (a grant given, an epoch taken). A mutex step
+        // whose messages rest on nothing new (the record was written ahead)
+        // rests on the earliest record that covers them, and its own new
+        // record, if any, follows them out.
+        let change = self.record_changes(layer);
+        if layer == Layer::Mutex && !matches!(change, Change::Before) {
+            let mutex = &self.mutex;
+            self.rests_on = self.records.covering(|record| mutex.covered_by(record));
+        }
         for action in acts.drain(..) {
             match action {
                 Action::Send { to, msg: Encoded { kind, bytes } } => {
@@ -621,10 +661,10 @@ impl Engine {
                 Action::Grant { fence } => {
                     self.fence = Some(fence);
                     self.cs_entries += 1;
-                    self.outputs.push_back(Output::Granted { fence });
+                    self.emit(Output::Granted { fence });
                 }
                 Action::Coordinator { leader, epoch } => {
-                    self.outputs.push_back(Output::Coordinator { leader, epoch });
+                    self.emit(Output::Coordinator { leader, epoch });
                     if !self.joined() {
                         self.coordinator_pending = Some((leader, epoch));
                         continue;
@@ -635,10 +675,23 @@ impl Engine {
                 }
             }
         }
+        self.rests_on = self.records.latest_number();
+        if let Change::After(record) = change {
+            self.emit_record(record);
+        }
         if self.scratch.capacity() < acts.capacity() {
             self.scratch = acts;
         }
     }
+}
+
+/// What a step did to the durable record.
+enum Change {
+    None,
+    /// Changed, and handed over before the step's messages.
+    Before,
+    /// Changed, to be handed over after them.
+    After(Restored),
 }
 
 #[cfg(test)]
@@ -790,5 +843,58 @@ mod tests {
         // A request is stamped above every stamp of the previous run.
         e.request(ms(251));
         assert!(e.request_stamp().is_some_and(|s| s.ts > 5000));
+    }
+    #[test]
+    fn a_grant_rests_on_its_record_or_on_the_one_that_named_its_grantee_ahead() {
+        use crate::mutex::quorum::QuorumMsg;
+        let mut e = Engine::new(AlgoConfig::for_test(1, 3), "maekawa", "bully", ms(0)).unwrap();
+        for p in [2, 3] {
+            e.handle_message(ms(1), NodeId(p), heartbeat()).unwrap();
+        }
+        let epoch = Epoch::new(1, NodeId(3));
+        let coordinator =
+            crate::wire::encode(&crate::election::bully::BullyMsg::Coordinator { epoch });
+        e.handle_message(ms(1), NodeId(3), Envelope::Election(coordinator)).unwrap();
+        let mutex = |e: &mut Engine, t, from, msg: QuorumMsg| {
+            e.handle_message(ms(t), NodeId(from), Envelope::Mutex(crate::wire::encode(&msg)))
+                .unwrap();
+            std::iter::from_fn(|| e.poll_output_resting()).collect::<Vec<_>>()
+        };
+        let recover = QuorumMsg::Recover { holding: None, waiting: None, ask: false };
+        for p in [2, 3] {
+            mutex(&mut e, 2, p, recover.clone());
+        }
+        let base = e.records.latest_number();
+        let stamp = |ts, id| Stamp { ts, node: NodeId(id) };
+        // What the GRANT to `to` rests on, and where it and the record are.
+        let grant = |out: &[(Output, u64)], to: u32| {
+            let at = |f: &dyn Fn(&Output) -> bool| out.iter().position(|(o, _)| f(o));
+            let grant = at(&|o| {
+                matches!(o,
+                Output::Send { to: t, kind: "grant", .. } if *t == NodeId(to))
+            });
+            let grant = grant.expect("a grant is sent");
+            let persist = at(&|o| matches!(o, Output::Persist(_))).expect("a record is written");
+            (out[grant].1, grant, persist)
+        };
+        // Node 2 is not written down: its record (base + 1) goes first, and
+        // the GRANT rests on it.
+        let out = mutex(&mut e, 3, 2, QuorumMsg::Request { stamp: stamp(5, 2) });
+        assert_eq!(grant(&out, 2), (base + 1, 1, 0));
+        // Node 3 queues behind it and is written down ahead (base + 2), after
+        // the FAILED, which rests on nothing new.
+        let out = mutex(&mut e, 4, 3, QuorumMsg::Request { stamp: stamp(7, 3) });
+        assert!(
+            matches!(&out[..], [(Output::Send { kind: "failed", .. }, n), (Output::Persist(_), _)] if *n <= base + 1)
+        );
+        // Node 2 releases: node 3's GRANT rests on the record that named
+        // node 3 ahead, and nothing new is written (node 2 stays named, as
+        // a recent holder).
+        let out = mutex(&mut e, 5, 2, QuorumMsg::Release { stamp: stamp(5, 2) });
+        assert!(matches!(&out[..],
+            [(Output::Send { to: NodeId(3), kind: "grant", .. }, n)] if *n == base + 2));
+        // Node 2 asks again: it is named already, so nothing is written.
+        let out = mutex(&mut e, 6, 2, QuorumMsg::Request { stamp: stamp(9, 2) });
+        assert!(!out.iter().any(|(o, _)| matches!(o, Output::Persist(_))));
     }
 }

@@ -25,6 +25,7 @@ pub mod election;
 pub mod engine;
 pub mod mutex;
 pub mod outbox;
+mod records;
 pub mod registry;
 pub mod session;
 pub mod types;

@@ -244,6 +244,8 @@ pub trait DynMutex: Send {
     fn observe_watermark(&mut self, watermark: u64);
     /// See [`MutexAlgorithm::durable_state`].
     fn durable_state(&self) -> Option<Vec<u8>>;
+    /// See [`MutexAlgorithm::covered_by`].
+    fn covered_by(&self, record: &[u8]) -> bool;
     /// Decodes `bytes` for a trace line.
     fn describe(&self, bytes: &[u8]) -> String;
 }
@@ -378,6 +380,9 @@ impl<A: MutexAlgorithm> DynMutex for Erased<A, A::Msg> {
     }
     fn durable_state(&self) -> Option<Vec<u8>> {
         self.alg.durable_state()
+    }
+    fn covered_by(&self, record: &[u8]) -> bool {
+        self.alg.covered_by(record)
     }
     fn describe(&self, bytes: &[u8]) -> String {
         Self::describe_bytes(bytes)

@@ -12,15 +12,17 @@
 //! mutex is never held across an `.await`: each input is one critical
 //! section that feeds the engine, carries out what it asked and lets go.
 //!
-//! **Stable storage.** An output that follows an [`Output::Persist`] rests
-//! on that record, so it is held back until the record is durable. With
-//! `state_sync` the records go to a group-commit writer thread
-//! ([`StateWriter`]) and held outputs are released as its flushes land;
-//! unsynced, a record is one `pwrite`, made on the spot. A write that fails
-//! holds everything back for good, and the node stops with the error.
+//! **Stable storage.** Each output rests on a record the engine handed
+//! over ([`Output::Persist`]), and is held back by the [`Gate`] until that
+//! record is durable. With `state_sync` the records go to a group-commit
+//! writer thread ([`StateWriter`]) and held outputs are released as its
+//! flushes land; unsynced, a record is one `pwrite`, made on the spot. A
+//! write that fails holds everything back for good, and the node stops
+//! with the error.
 
 use crate::app::LocalQueue;
 use crate::faults::{Fate, Faults};
+use crate::gate::Gate;
 use crate::links::PeerLinks;
 use crate::protocol::{unix_us, ClientResponse, FaultCommand, NodeEvent, WatchEvent};
 use crate::state::StateFile;
@@ -29,7 +31,6 @@ use crate::transport::Transport;
 use coterie_core::engine::Output;
 use coterie_core::wire::{self, Envelope, Hello};
 use coterie_core::{CsState, Engine, Epoch, Fence, NodeId, Status};
-use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, oneshot, watch, Notify};
@@ -52,25 +53,6 @@ pub(crate) struct State {
     /// same epoch are logged at debug (a line per grant would cost more
     /// than the grant itself at thousands per second).
     logged_epoch: Option<Epoch>,
-}
-
-/// Outputs held back until the record they follow is on disk.
-#[derive(Default)]
-struct Gate {
-    /// The generation of the newest record handed to storage.
-    submitted: u64,
-    /// The newest generation known to be on disk.
-    durable: u64,
-    /// Held outputs, each with the generation it waits for.
-    held: VecDeque<(u64, Output)>,
-    /// A write failed: nothing leaves any more.
-    failed: bool,
-}
-
-impl Gate {
-    fn holds(&self) -> bool {
-        self.failed || self.submitted > self.durable
-    }
 }
 
 /// How records reach the disk.
@@ -227,13 +209,10 @@ impl Agent {
     }
 
     fn carry_out(&self, state: &mut State, now: Duration) {
-        while let Some(output) = state.engine.poll_output() {
+        while let Some((output, rests_on)) = state.engine.poll_output_resting() {
             if let Output::Persist(record) = output {
                 self.persist(state, record.encode());
-            } else if state.gate.holds() {
-                let generation = state.gate.submitted;
-                state.gate.held.push_back((generation, output));
-            } else {
+            } else if let Some(output) = state.gate.admit(output, rests_on) {
                 self.perform(state, output, now);
             }
         }
@@ -241,28 +220,26 @@ impl Agent {
 
     /// Hands a record to stable storage: what follows waits for it.
     fn persist(&self, state: &mut State, record: Vec<u8>) {
+        let number = state.gate.hand();
         match &self.storage {
-            Storage::None => {}
-            Storage::Unsynced(file) => {
-                if let Err(e) = file.store(&record) {
+            Storage::None => state.gate.all_written(),
+            Storage::Unsynced(file) => match file.store(&record) {
+                Ok(()) => state.gate.all_written(),
+                Err(e) => {
                     let reason = format!("cannot write {}: {e}", file.path().display());
                     self.fail(state, reason);
                 }
-            }
-            Storage::Synced(writer) => {
-                state.gate.submitted += 1;
-                writer.submit(state.gate.submitted, record);
-            }
+            },
+            Storage::Synced(writer) => writer.submit(number, record),
         }
     }
 
     fn fail(&self, state: &mut State, reason: String) {
-        if !state.gate.failed {
+        if state.gate.fail() {
             error!(
                 node = self.id.0,
                 "stable storage failed, holding every message back and stopping: {reason}"
             );
-            state.gate.failed = true;
             self.broken.send_replace(Some(reason));
         }
     }
@@ -278,12 +255,7 @@ impl Agent {
             let latest = durable.borrow_and_update().clone();
             match latest {
                 Durability::Upto(generation) => self.input(|state, now| {
-                    state.gate.durable = generation;
-                    while let Some((g, _)) = state.gate.held.front() {
-                        if *g > generation || state.gate.failed {
-                            break;
-                        }
-                        let (_, output) = state.gate.held.pop_front().expect("front exists");
+                    for output in state.gate.durable_upto(generation) {
                         self.perform(state, output, now);
                     }
                 }),

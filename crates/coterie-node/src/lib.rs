@@ -26,6 +26,7 @@ pub mod client;
 pub mod codec;
 pub mod config;
 mod faults;
+mod gate;
 mod links;
 pub mod node;
 pub mod protocol;

@@ -313,12 +313,19 @@ async fn hello_for_another_cluster_or_node_is_refused_with_the_reason() {
 /// Maekawa on three nodes: n2 asks {n1, n2}, n3 asks {n1, n3}, so n1's
 /// permission is what keeps them apart. n2 holds it and is paused; n1
 /// restarts. Were n1 to forget whom it granted, it would hear no RECOVER
-/// from the silent n2 and grant n3. It finds the grant in its state file
-/// instead, and n3 waits until n2 carries on and lets go.
+/// from the silent n2 and grant n3. It finds n2 named in its state file
+/// instead, and n3 waits until n2 carries on and lets go. Written in
+/// place and flushed by the group-commit writer alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_arbiter_remembers_whom_it_granted() {
-    let dir = std::env::temp_dir().join(format!("coterie-arbiter-{}", std::process::id()));
-    let extra = format!("state_dir = \"{}\"\nstate_sync = false\n", dir.display());
+    for sync in [false, true] {
+        a_restarted_arbiter_remembers_whom_it_granted_with(sync).await;
+    }
+}
+
+async fn a_restarted_arbiter_remembers_whom_it_granted_with(sync: bool) {
+    let dir = std::env::temp_dir().join(format!("coterie-arbiter-{}-{sync}", std::process::id()));
+    let extra = format!("state_dir = \"{}\"\nstate_sync = {sync}\n", dir.display());
     let mut cluster = TestCluster::start_with(3, "maekawa", &extra).await;
     let mut holder = cluster.client(2).await;
     assert!(matches!(holder.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));

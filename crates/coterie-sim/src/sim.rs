@@ -195,6 +195,9 @@ pub struct RunReport {
     pub overflows: u64,
     /// Gaps receivers saw after an overflow (the sender declared failed).
     pub gaps: u64,
+    /// Records the nodes wrote to stable storage (the durable epoch, clock
+    /// reserve and mutex state), start-up included.
+    pub records: u64,
     /// Simulated time at the end, in microseconds.
     pub end_us: u64,
     /// Broken invariants, in the order seen.
@@ -712,6 +715,7 @@ impl Simulation {
             Output::PeerDown(p) => self.trace(|| format!("{node} suspects {p}")),
             Output::Joined => self.trace(|| format!("{node} joined")),
             Output::Persist(record) => {
+                self.report.records += 1;
                 if let Some(n) = self.nodes.get_mut(&node).filter(|_| self.cfg.stable_storage) {
                     n.stable = Some(record);
                 }

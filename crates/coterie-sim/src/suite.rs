@@ -59,6 +59,8 @@ pub struct Summary {
     pub overflows: u64,
     /// Gaps receivers saw after an overflow, over all runs.
     pub gaps: u64,
+    /// Records written to stable storage, over all runs.
+    pub records: u64,
     /// Grants that overtook an older waiting request, over all runs (see
     /// `RunReport::out_of_order`).
     pub out_of_order: u64,
@@ -95,6 +97,7 @@ pub fn run_seeds(
         resent: 0,
         overflows: 0,
         gaps: 0,
+        records: 0,
         out_of_order: 0,
         messages_by_kind: BTreeMap::new(),
         failures: Vec::new(),
@@ -114,6 +117,7 @@ pub fn run_seeds(
         summary.resent += report.resent;
         summary.overflows += report.overflows;
         summary.gaps += report.gaps;
+        summary.records += report.records;
         summary.out_of_order += report.out_of_order;
         mutex_messages += report.mutex_messages;
         for (kind, n) in &report.messages_by_kind {

@@ -6,7 +6,7 @@ pub mod centralized;
 pub mod lamport;
 pub mod lodha_kshemkalyani;
 pub mod maekawa;
-mod quorum;
+pub(crate) mod quorum;
 pub mod raymond_k;
 pub mod ricart_agrawala;
 pub mod token_ring;

@@ -56,18 +56,32 @@
 //! do, as every arbiter still grants one request at a time); otherwise
 //! (Maekawa) it waits for the member to return.
 //!
-//! **Restarts.** Whom an arbiter granted is the one thing that must
-//! outlive it: the arbiter keeps it (with its `high` and grant count) in
-//! stable storage, written before the GRANT leaves
-//! ([`durable_state`](MutexAlgorithm::durable_state)). Without it a
-//! restarted arbiter could learn of its holder only from the holder's
-//! RECOVER, and a holder silent at that moment (stopped, or cut off)
-//! would later use a permission given again meanwhile: the simulator
-//! found this with two crashes and two pauses. A restarted arbiter grants
-//! nothing until it has joined and every live peer has sent it its
-//! RECOVER; its `high` restarts at least at its Lamport clock, which starts
-//! above the engine's stored watermark reserve and has by then caught up
-//! with every peer's. A driver without stable storage (a node run without
+//! **Restarts.** Who may hold an arbiter's permission is the one thing
+//! that must outlive it. Without it a restarted arbiter could learn of its
+//! holder only from the holder's RECOVER, and a holder silent at that
+//! moment (stopped, or cut off) would later use a permission given again
+//! meanwhile: the simulator found this with two crashes and two pauses. So
+//! a GRANT to another node leaves only once stable storage names that
+//! node ([`durable_state`](MutexAlgorithm::durable_state)). The record
+//! names the holder *and the request next in line*, written ahead while
+//! the holder is inside: when the RELEASE comes, the next GRANT is already
+//! covered and leaves at once, and the record naming its successor
+//! follows it out ([`covered_by`](MutexAlgorithm::covered_by)). It also
+//! names the last few holders ([`RECENT`]), likely to ask again: under
+//! steady load the same nodes take turns, the record stops changing, and
+//! no flush is on the path of an entry at all; one is only when a node
+//! not named asks. A node seen down is struck off (unless it holds). The price: a
+//! restarted arbiter grants nothing until each node written down has sent
+//! its RECOVER, live or not (one of them may hold the permission), so one
+//! that crashed together with the arbiter and never returns blocks it, as
+//! a holder that never returns does in Maekawa's original. Grant numbers are
+//! reserved [`GRANT_RESERVE`] at a time, so a restarted arbiter numbers
+//! its grants above every earlier one. It also waits until it has joined
+//! and every live peer has sent its RECOVER; its `high` restarts at least
+//! at its Lamport clock, which starts above the engine's stored watermark
+//! reserve and has by then caught up with every peer's (so its own
+//! request, which died with it and is never written down, counts as used
+//! too). A driver without stable storage (a node run without
 //! a state directory) keeps the rest of the guarantees, and stamps stay
 //! above the shared clock's milliseconds (hybrid, below).
 
@@ -233,11 +247,23 @@ enum Requester {
     Held { stamp: Stamp, quorum: BTreeSet<NodeId> },
 }
 
+/// How many grant numbers an arbiter reserves in stable storage at a
+/// time: a restarted arbiter numbers its grants above the reserve, so one
+/// record in this many is written for the numbers alone.
+const GRANT_RESERVE: u64 = 1024;
+
+/// How many of the latest holders an arbiter keeps written down besides
+/// the current one and the next in line: under steady load the same few
+/// nodes take turns, and once all are named no grant waits for a flush.
+const RECENT: usize = 4;
+
 /// What an arbiter keeps in stable storage.
 #[derive(Debug, Serialize, Deserialize)]
 struct Durable {
-    lock: Option<Stamp>,
-    high: Option<Stamp>,
+    /// Every other node that may hold this arbiter's permission: its
+    /// holder, and the request next in line, written down ahead.
+    may_hold: BTreeSet<NodeId>,
+    /// Grant numbers up to this one may have been used.
     grants: u64,
 }
 
@@ -254,15 +280,23 @@ struct Arbiter {
     failed: BTreeSet<Stamp>,
     /// The largest stamp among grants that may have been used to enter.
     high: Option<Stamp>,
-    /// Grants made by this run of the arbiter; the current one's number.
+    /// The other nodes that held the permission last (at most
+    /// [`RECENT`]), oldest first: written down, as they are likely to ask
+    /// again.
+    recent: VecDeque<NodeId>,
+    /// The number of the latest grant.
     grants: u64,
+    /// Grant numbers reserved in stable storage: the latest grant's at
+    /// most.
+    reserved: u64,
+    /// Nodes that the previous run wrote down as perhaps holding its
+    /// permission and whose RECOVER this run has not had yet.
+    awaited: BTreeSet<NodeId>,
     /// Whether it may grant: it has joined and heard every live peer's
     /// RECOVER.
     ready: bool,
     /// Peers whose RECOVER this run of the arbiter has had.
     reported: BTreeSet<NodeId>,
-    /// A permission whose holder said in its RECOVER that it holds it.
-    claimed: Option<Stamp>,
 }
 
 /// A quorum-locking mutual-exclusion algorithm; see the module
@@ -283,6 +317,9 @@ pub struct QuorumLock<R> {
     arbiter: Arbiter,
     /// Messages to this node itself, handled without the network.
     local: VecDeque<QuorumMsg>,
+    /// The other nodes granted in the step under way, which the record
+    /// must name before their GRANTs leave.
+    step_grants: BTreeSet<NodeId>,
 }
 
 impl<R: QuorumRule> QuorumLock<R> {
@@ -291,14 +328,13 @@ impl<R: QuorumRule> QuorumLock<R> {
     pub fn new(cfg: &AlgoConfig) -> Self {
         let mut arbiter = Arbiter::default();
         if let Some(Ok(d)) = crate::Restored::mutex_of(cfg).map(crate::wire::decode::<Durable>) {
-            arbiter.high = d.high;
             arbiter.grants = d.grants;
-            match d.lock {
-                // Granted to this node's own request, which died with the
-                // previous run: back, counted as used.
-                Some(own) if own.node == cfg.id => arbiter.high = arbiter.high.max(Some(own)),
-                other => arbiter.lock = other,
-            }
+            arbiter.reserved = d.grants;
+            // Each of them says in its RECOVER whether it holds. (A grant
+            // to this node's own request died with the previous run, and
+            // is never written down.)
+            arbiter.awaited = d.may_hold;
+            arbiter.awaited.remove(&cfg.id);
         }
         QuorumLock {
             id: cfg.id,
@@ -311,7 +347,29 @@ impl<R: QuorumRule> QuorumLock<R> {
             me: Requester::Idle,
             arbiter,
             local: VecDeque::new(),
+            step_grants: BTreeSet::new(),
         }
+    }
+
+    /// Starts a step: an input handled at `now`.
+    fn begin(&mut self, now: Time) {
+        self.now = now;
+        self.step_grants.clear();
+    }
+
+    /// Sends the current permission's GRANT (a new grant, or a copy of
+    /// one, with the same number) to `to`, reserving grant numbers in the
+    /// record when they run out.
+    fn send_grant(&mut self, to: Stamp, out: &mut Outbox<QuorumMsg>) {
+        let a = &mut self.arbiter;
+        if a.grants > a.reserved {
+            a.reserved = a.grants + GRANT_RESERVE;
+        }
+        let (high, seq) = (a.high, a.grants);
+        if to.node != self.id {
+            self.step_grants.insert(to.node);
+        }
+        self.send(to.node, QuorumMsg::Grant { to, high, seq }, out);
     }
 
     /// A new stamp: a Lamport timestamp that is also at least the shared
@@ -556,8 +614,7 @@ impl<R: QuorumRule> QuorumLock<R> {
                 self.arbiter.inquired = false;
                 self.arbiter.failed.remove(&next);
                 self.arbiter.grants += 1;
-                let (high, seq) = (self.arbiter.high, self.arbiter.grants);
-                self.send(next.node, QuorumMsg::Grant { to: next, high, seq }, out);
+                self.send_grant(next, out);
             }
         }
         let Some(lock) = self.arbiter.lock else {
@@ -597,6 +654,14 @@ impl<R: QuorumRule> QuorumLock<R> {
             return false;
         }
         self.arbiter.lock = None;
+        let recent = &mut self.arbiter.recent;
+        recent.retain(|&n| n != stamp.node);
+        if stamp.node != self.id && recent.len() == RECENT {
+            recent.pop_front();
+        }
+        if stamp.node != self.id {
+            recent.push_back(stamp.node);
+        }
         if used {
             self.arbiter.high = self.arbiter.high.max(Some(stamp));
         }
@@ -617,8 +682,7 @@ impl<R: QuorumRule> QuorumLock<R> {
                         self.arbiter.inquired = false;
                         if self.arbiter.ready {
                             self.arbiter.grants += 1;
-                            let (high, seq) = (self.arbiter.high, self.arbiter.grants);
-                            self.send(from, QuorumMsg::Grant { to: stamp, high, seq }, out);
+                            self.send_grant(stamp, out);
                         }
                     }
                     _ => {
@@ -656,14 +720,14 @@ impl<R: QuorumRule> QuorumLock<R> {
                     self.send(from, QuorumMsg::Recover { holding, waiting, ask: false }, out);
                 }
                 self.arbiter.reported.insert(from);
+                self.arbiter.awaited.remove(&from);
                 if let Some(lock) = self.arbiter.lock.filter(|l| l.node == from) {
                     if waiting == Some(lock) {
                         // It waits for what it was granted: the GRANT is
                         // still on its way, or was lost while it was out of
                         // reach. Another copy is harmless.
                         if self.arbiter.ready {
-                            let (high, seq) = (self.arbiter.high, self.arbiter.grants);
-                            self.send(from, QuorumMsg::Grant { to: lock, high, seq }, out);
+                            self.send_grant(lock, out);
                             // An INQUIRE that went before the copy found the
                             // requester not counting this grant: ask again.
                             self.arbiter.inquired = false;
@@ -679,7 +743,6 @@ impl<R: QuorumRule> QuorumLock<R> {
                     if self.arbiter.lock.is_none() {
                         self.arbiter.lock = Some(s);
                     }
-                    self.arbiter.claimed = Some(s);
                     if self.arbiter.lock == Some(s) {
                         // Its RESTAMP may have been lost: confirm the stamp.
                         self.send(from, QuorumMsg::Restamped { stamp: s }, out);
@@ -696,29 +759,22 @@ impl<R: QuorumRule> QuorumLock<R> {
                 if self.arbiter.lock.is_some_and(|l| l.node == from) {
                     self.arbiter.inquired = false; // likewise an INQUIRE
                 }
-                self.check_ready(out);
+                self.check_ready();
             }
             _ => return,
         }
         self.arbitrate(out);
     }
 
-    /// The arbiter may grant once it has joined and every live peer has
-    /// said what it holds.
-    fn check_ready(&mut self, out: &mut Outbox<QuorumMsg>) {
-        if self.arbiter.ready || !self.joined || !self.alive.is_subset(&self.arbiter.reported) {
+    /// The arbiter may grant once it has joined, every live peer has said
+    /// what it holds, and so has every node the previous run wrote down as
+    /// perhaps holding its permission, live or not.
+    fn check_ready(&mut self) {
+        let a = &self.arbiter;
+        if a.ready || !self.joined || !self.alive.is_subset(&a.reported) || !a.awaited.is_empty() {
             return;
         }
         self.arbiter.ready = true;
-        // A permission restored from stable storage whose holder has not
-        // claimed it: the grant may have been lost with the previous run,
-        // so it goes out again. A holder that wants it counts it (it forgot
-        // the numbers of the previous run's grants when it saw the restart);
-        // one that does not hands it back.
-        if let Some(lock) = self.arbiter.lock.filter(|&l| self.arbiter.claimed != Some(l)) {
-            let (high, seq) = (self.arbiter.high, self.arbiter.grants);
-            self.send(lock.node, QuorumMsg::Grant { to: lock, high, seq }, out);
-        }
         // What this run did not restore or hear through RECOVER, it does
         // not know. Every stamp in use is at most the clock, which started
         // above the stored reserve and has seen every live peer's
@@ -760,7 +816,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
     type Msg = QuorumMsg;
 
     fn handle_request(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
-        self.now = now;
+        self.begin(now);
         if matches!(self.me, Requester::Idle) {
             self.ask(now, out);
             self.drain_local(now, out);
@@ -768,7 +824,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
     }
 
     fn handle_release(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
-        self.now = now;
+        self.begin(now);
         let Requester::Held { stamp, quorum } = std::mem::replace(&mut self.me, Requester::Idle)
         else {
             return;
@@ -788,7 +844,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
         msg: QuorumMsg,
         out: &mut Outbox<QuorumMsg>,
     ) {
-        self.now = now;
+        self.begin(now);
         if from == self.id {
             return; // only this node's own queue may speak for it
         }
@@ -797,7 +853,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
     }
 
     fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Outbox<QuorumMsg>) {
-        self.now = now;
+        self.begin(now);
         self.alive.insert(peer);
         // An INQUIRE or FAILED this arbiter sent the peer may have been lost
         // while it was out of reach: let `arbitrate` send them again.
@@ -817,15 +873,17 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
         if matches!(&self.me, Requester::Wanting(w) if w.quorum.is_none()) {
             self.requorum(now, out);
         }
-        self.check_ready(out);
+        self.check_ready();
         self.arbitrate(out);
         self.drain_local(now, out);
     }
 
     fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Outbox<QuorumMsg>) {
-        self.now = now;
+        self.begin(now);
         self.alive.remove(&peer);
         self.arbiter.reported.remove(&peer);
+        // A restart need not wait for it (unless it holds).
+        self.arbiter.recent.retain(|&n| n != peer);
         // As arbiter: a permission it holds stays with it. Suspicion is not
         // proof (it may be cut off, not dead), and handing the permission
         // on would let two nodes in; it comes back when the peer, restarted
@@ -839,7 +897,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
                 self.requorum(now, out);
             }
         }
-        self.check_ready(out);
+        self.check_ready();
         self.arbitrate(out);
         self.drain_local(now, out);
     }
@@ -853,9 +911,9 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
     ) {
         // The engine reports a coordinator only once the node has joined:
         // it has heard from every live peer.
-        self.now = now;
+        self.begin(now);
         self.joined = true;
-        self.check_ready(out);
+        self.check_ready();
         self.arbitrate(out);
         self.drain_local(now, out);
     }
@@ -882,7 +940,15 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
 
     fn durable_state(&self) -> Option<Vec<u8>> {
         let a = &self.arbiter;
-        Some(crate::wire::encode(&Durable { lock: a.lock, high: a.high, grants: a.grants }))
+        let named = a.lock.iter().chain(a.queue.first()).map(|s| s.node);
+        let may_hold = named.chain(a.recent.iter().copied()).filter(|&n| n != self.id).collect();
+        Some(crate::wire::encode(&Durable { may_hold, grants: a.reserved }))
+    }
+
+    fn covered_by(&self, record: &[u8]) -> bool {
+        crate::wire::decode::<Durable>(record).is_ok_and(|r| {
+            self.arbiter.grants <= r.grants && self.step_grants.is_subset(&r.may_hold)
+        })
     }
 }
 
@@ -1118,19 +1184,23 @@ mod tests {
         assert_eq!(*to, stamp(4, 3));
     }
 
-    #[test]
-    fn a_restarted_arbiter_keeps_a_grant_from_stable_storage_for_a_silent_holder() {
-        // The previous run granted node 2, which is silent now (paused).
-        let durable = Durable { lock: Some(stamp(2, 2)), high: None, grants: 1 };
+    /// Node 1 of a three-node cluster restarted from `durable`.
+    fn restarted(durable: &Durable) -> Maekawa {
         let cfg = AlgoConfig {
             restored: Some(crate::Restored {
                 epoch: Epoch(0),
                 watermark: 0,
-                mutex: Some(crate::wire::encode(&durable)),
+                mutex: Some(crate::wire::encode(durable)),
             }),
             ..AlgoConfig::for_test(1, 3)
         };
-        let mut a = Maekawa::new(&cfg);
+        Maekawa::new(&cfg)
+    }
+
+    #[test]
+    fn a_restarted_arbiter_waits_for_every_node_written_down_even_a_silent_one() {
+        // The previous run wrote down node 2, which is silent now (paused).
+        let mut a = restarted(&Durable { may_hold: [n(2)].into(), grants: 1024 });
         let mut out = Out::new();
         a.handle_peer_up(T, n(3), &mut out);
         a.handle_coordinator(T, n(3), Epoch::default(), &mut out);
@@ -1143,23 +1213,63 @@ mod tests {
             QuorumMsg::Recover { holding: None, waiting, ask: false },
             &mut out,
         );
-        // Ready: the grant goes to node 2 again (it may have been lost),
-        // and node 3 is told it waits.
+        assert!(out.is_empty(), "node 2 may hold the permission: nothing is granted");
+        // Node 2 resumes, sees the restart, and says it holds the grant.
+        a.handle_peer_up(T, n(2), &mut out);
+        out.take();
+        let holding = Some(stamp(2, 2));
+        a.handle_message(
+            T,
+            n(2),
+            QuorumMsg::Recover { holding, waiting: None, ask: false },
+            &mut out,
+        );
+        let confirmed = QuorumMsg::Restamped { stamp: stamp(2, 2) };
+        let failed = QuorumMsg::Failed { to: stamp(4, 3) };
+        assert_eq!(out.take(), vec![send(2, confirmed), send(3, failed)]);
+        // Once it releases, node 3 is granted, numbered above the reserve.
+        a.handle_message(T, n(2), QuorumMsg::Release { stamp: stamp(2, 2) }, &mut out);
         let sent = out.take();
-        assert!(sent.iter().any(|a| matches!(a,
-            Action::Send { to, msg: QuorumMsg::Grant { to: s, .. } } if *to == n(2) && *s == stamp(2, 2))));
-        assert!(sent.contains(&send(3, QuorumMsg::Failed { to: stamp(4, 3) })));
-        assert!(!sent.iter().any(|a| matches!(a, Action::Send { msg: QuorumMsg::Grant { to: s, .. }, .. } if s.node == n(3))));
-        // Its own old request died with the previous run: not restored.
-        let own = Durable { lock: Some(stamp(2, 1)), high: None, grants: 1 };
-        let cfg = AlgoConfig {
-            restored: Some(crate::Restored {
-                epoch: Epoch(0),
-                watermark: 0,
-                mutex: Some(crate::wire::encode(&own)),
-            }),
-            ..AlgoConfig::for_test(1, 3)
-        };
-        assert_eq!(Maekawa::new(&cfg).arbiter.lock, None);
+        assert!(matches!(&sent[0],
+            Action::Send { to, msg: QuorumMsg::Grant { to: s, seq: 1025, .. } } if *to == n(3) && *s == stamp(4, 3)));
+        // Its own old request died with the previous run: nothing to await.
+        let a = restarted(&Durable { may_hold: [n(1)].into(), grants: 1 });
+        assert!(a.arbiter.awaited.is_empty());
+    }
+
+    #[test]
+    fn an_arbiter_writes_its_next_grantee_down_ahead_so_that_grant_waits_for_no_flush() {
+        let mut a = node(1);
+        let mut out = Out::new();
+        let record = |a: &Maekawa| a.durable_state().unwrap();
+        let before = record(&a);
+        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2) }, &mut out);
+        // A grant to a node not written down: the record goes first.
+        assert!(!a.covered_by(&before));
+        let granted = record(&a);
+        let r: Durable = crate::wire::decode(&granted).unwrap();
+        assert_eq!((r.may_hold, r.grants), ([n(2)].into(), 1 + GRANT_RESERVE));
+        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(7, 3) }, &mut out);
+        // Node 3 is next in line: written down, and this step's messages
+        // (a FAILED) rest on nothing new.
+        assert!(a.covered_by(&granted));
+        let ahead = record(&a);
+        let r: Durable = crate::wire::decode(&ahead).unwrap();
+        assert_eq!(r.may_hold, [n(2), n(3)].into());
+        out.take();
+        a.handle_message(T, n(2), QuorumMsg::Release { stamp: stamp(5, 2) }, &mut out);
+        assert!(matches!(&out.take()[0],
+            Action::Send { to, msg: QuorumMsg::Grant { .. } } if *to == n(3)));
+        // Node 3 was written down before: its GRANT leaves at once. Node 2
+        // stays named, as a recent holder: when it asks again, nothing new
+        // is written.
+        assert!(a.covered_by(&ahead));
+        assert_eq!(record(&a), ahead);
+        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(9, 2) }, &mut out);
+        assert_eq!(record(&a), ahead);
+        // Seen down while not holding, it is struck off.
+        a.handle_peer_down(T, n(2), &mut out);
+        let r: Durable = crate::wire::decode(&record(&a)).unwrap();
+        assert_eq!(r.may_hold, [n(3)].into());
     }
 }

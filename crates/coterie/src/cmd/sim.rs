@@ -214,6 +214,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
             println!("runs by first invariant broken: {}", by.join(", "));
         }
         println!("messages per entry: {:.2}", summary.messages_per_entry);
+        if summary.entries > 0 {
+            let per_entry = summary.records as f64 / summary.entries as f64;
+            println!(
+                "stable-storage records: {} ({per_entry:.3} per entry, start-up included)",
+                summary.records
+            );
+        }
         if args.crashes + args.partitions + args.pauses + args.delays + args.drops + args.resets > 0
         {
             println!(
