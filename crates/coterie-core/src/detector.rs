@@ -143,6 +143,12 @@ impl FailureDetector {
         self.peers.get(&peer).filter(|h| h.up).and_then(|h| h.incarnation)
     }
 
+    /// Whether a peer counted as up has been silent for longer than
+    /// `quiet` at `now`: it may be dead without being suspected yet.
+    pub fn any_overdue(&self, now: Time, quiet: Duration) -> bool {
+        self.peers.values().any(|h| h.up && now.saturating_sub(h.last_heard) > quiet)
+    }
+
     /// The peers currently counted as up, in id order.
     pub fn up_peers(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.peers.iter().filter(|(_, h)| h.up).map(|(&p, _)| p)

@@ -306,6 +306,12 @@ impl Engine {
         self.cs_entries
     }
 
+    /// Whether a peer counted as up has been silent for longer than
+    /// `quiet` at `now` (see [`FailureDetector::any_overdue`]).
+    pub fn any_peer_overdue(&self, now: Time, quiet: std::time::Duration) -> bool {
+        self.detector.any_overdue(now, quiet)
+    }
+
     /// Whether the failure detector counts `peer` as up.
     pub fn is_up(&self, peer: NodeId) -> bool {
         peer == self.cfg.id || self.detector.is_up(peer)

@@ -20,10 +20,10 @@
 //! write that fails holds everything back for good, and the node stops
 //! with the error.
 
-use crate::app::LocalQueue;
 use crate::faults::{Fate, Faults};
 use crate::gate::Gate;
 use crate::links::PeerLinks;
+use crate::local::{Due, Handed, LocalQueue};
 use crate::protocol::{unix_us, ClientResponse, FaultCommand, NodeEvent, WatchEvent};
 use crate::state::StateFile;
 use crate::storage::{Durability, StateWriter};
@@ -86,6 +86,8 @@ pub(crate) struct Agent {
     broken: watch::Sender<Option<String>>,
     /// The per-peer handles of the connections' tasks.
     pub(crate) transport: Transport,
+    /// `[cluster] lock_delay`.
+    lock_delay: Duration,
 }
 
 impl Agent {
@@ -95,6 +97,7 @@ impl Agent {
         faults: Faults,
         storage: Storage,
         transport: Transport,
+        lock_delay: Duration,
     ) -> Agent {
         let peers = engine.config().peers().collect::<Vec<_>>();
         Agent {
@@ -115,6 +118,7 @@ impl Agent {
             storage,
             broken: watch::channel(None).0,
             transport,
+            lock_delay,
         }
     }
 
@@ -299,6 +303,11 @@ impl Agent {
             }
             Output::PeerDown(peer) => {
                 warn!(node = id, peer = peer.0, "peer down");
+                if !self.lock_delay.is_zero() {
+                    // It may have held: nothing is handed out here until
+                    // the lock delay has passed.
+                    state.local.block_until(now + self.lock_delay);
+                }
                 self.emit(NodeEvent::PeerDown { peer: peer.0 });
             }
             // `carry_out` hands records to storage as they come; none is held.
@@ -340,11 +349,28 @@ impl Agent {
 
     fn grant(&self, state: &mut State, fence: Fence, now: Duration) {
         let id = self.id.0;
-        let Some(session) = state.local.grant(fence) else {
-            // Everyone who asked has gone: give it back.
-            debug!(node = id, fence = fence.0, "grant with no waiter, releasing");
-            state.engine.release(now);
-            return;
+        if !self.lock_delay.is_zero() {
+            // A peer gone quiet may have held and died, and this node not
+            // suspect it yet: the grant waits until it is heard again, or
+            // suspected (and then for the lock delay).
+            let heartbeat = state.engine.config().timing.heartbeat;
+            if state.engine.any_peer_overdue(now, 2 * heartbeat) {
+                state.local.block_until(now + heartbeat);
+            }
+        }
+        let session = match state.local.grant(fence, now) {
+            Handed::To(session) => session,
+            Handed::Later => {
+                debug!(node = id, fence = fence.0, "grant held back by the lock delay");
+                self.deadline_changed.notify_one();
+                return;
+            }
+            Handed::Nobody => {
+                // Everyone who asked has gone: give it back.
+                debug!(node = id, fence = fence.0, "grant with no waiter, releasing");
+                state.engine.release(now);
+                return;
+            }
         };
         self.emit(NodeEvent::Granted { fence: fence.0, session });
         let epoch = state.engine.epoch();
@@ -362,11 +388,15 @@ impl Agent {
         }
     }
 
-    /// Sleeps until the engine's next deadline and fires it, until the
-    /// node stops.
+    /// Sleeps until the engine's (or the lock delay's) next deadline and
+    /// fires it, until the node stops.
     pub(crate) async fn run_timers(&self, mut stop: watch::Receiver<bool>) {
         loop {
-            let deadline = self.lock().engine.next_deadline();
+            let deadline = {
+                let state = self.lock();
+                let deadlines = [state.engine.next_deadline(), state.local.deadline()];
+                deadlines.into_iter().flatten().min()
+            };
             let wake = deadline.map(|d| tokio::time::Instant::from_std(self.started + d));
             let sleep = async {
                 match wake {
@@ -377,7 +407,10 @@ impl Agent {
             tokio::select! {
                 _ = sleep => {
                     self.unpaused().await;
-                    self.input(|s, now| s.engine.handle_timeout(now));
+                    self.input(|s, now| {
+                        s.engine.handle_timeout(now);
+                        self.lock_delay_due(s, now);
+                    });
                 }
                 _ = self.deadline_changed.notified() => {}
                 _ = crate::node::stopped(&mut stop) => return,
@@ -421,6 +454,42 @@ impl Agent {
             }
             true
         })
+    }
+
+    /// `session` was lost (its client vanished or fell silent): it gives
+    /// up its place, and if it held, the node holds on its behalf for the
+    /// lock delay, then releases. `true` if it held.
+    pub(crate) fn lose(&self, session: u64) -> bool {
+        if self.lock_delay.is_zero() {
+            return self.leave(session);
+        }
+        self.input(|s, now| {
+            if !s.local.lose(session, now + self.lock_delay) {
+                return false;
+            }
+            self.emit(NodeEvent::Released { session });
+            true
+        })
+    }
+
+    /// Carries out what the lock delay lets happen by `now`.
+    fn lock_delay_due(&self, state: &mut State, now: Duration) {
+        match state.local.due(now) {
+            Some(Due::Release) => {
+                info!(node = self.id.0, "lock delay over: releasing for the lost session");
+                state.engine.release(now);
+                if state.local.anyone_waiting() {
+                    state.engine.request(now);
+                }
+            }
+            Some(Due::Grant(fence)) => self.grant(state, fence, now),
+            None => {}
+        }
+    }
+
+    /// The node's heartbeat period.
+    pub(crate) fn heartbeat(&self) -> Duration {
+        self.lock().engine.config().timing.heartbeat
     }
 
     /// How long a peer may be silent before it is suspected.

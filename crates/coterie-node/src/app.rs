@@ -1,20 +1,22 @@
 //! The application task, after seed 002's picture: it serves the node's
 //! clients. The algorithms grant the *node*; the node hands each grant to
-//! one client session at a time, from its own queue ([`LocalQueue`]).
+//! one client session at a time, from its own queue
+//! ([`LocalQueue`](crate::local::LocalQueue)).
 //!
 //! A client session is its connection: it asks for the critical section
 //! and waits for the grant on a oneshot channel (the seed's semaphore
 //! `s`), releases, reads the status, injects faults, or turns into a watch
-//! stream. A session that disconnects while holding is released by the
-//! node; one that disconnects while waiting gives up its place. Everything
-//! it needs of the engine it asks of the [`Agent`] through methods.
+//! stream. A session that pings ([`ClientRequest::Ping`]) is watched until
+//! its next other request: if it falls silent for a failure timeout, its
+//! client is taken for hung or cut off. A session lost while holding (disconnected, or silent) is released
+//! by the node, after the lock delay if one is configured; one that
+//! disconnects while waiting gives up its place. Everything it needs of
+//! the engine it asks of the [`Agent`] through methods.
 
 use crate::agent::Agent;
 use crate::codec::{read_frame, write_frame, FrameError};
 use crate::node::stopped;
 use crate::protocol::{ClientRequest, ClientResponse, NodeEvent, WatchEvent};
-use coterie_core::Fence;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -22,64 +24,6 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{broadcast, oneshot, watch};
 use tracing::{debug, info, warn};
-
-/// A session waiting for the critical section.
-struct Waiter {
-    session: u64,
-    grant: oneshot::Sender<Fence>,
-}
-
-/// The node's own queue of client sessions.
-#[derive(Default)]
-pub(crate) struct LocalQueue {
-    waiters: VecDeque<Waiter>,
-    /// The session holding, and its fence.
-    holder: Option<(u64, Fence)>,
-    next_session: u64,
-}
-
-impl LocalQueue {
-    pub(crate) fn new_session(&mut self) -> u64 {
-        self.next_session += 1;
-        self.next_session
-    }
-
-    /// Queues `session`; `false` if it already holds.
-    pub(crate) fn wait(&mut self, session: u64, grant: oneshot::Sender<Fence>) -> bool {
-        if self.holder.is_some_and(|(h, _)| h == session) {
-            return false;
-        }
-        self.waiters.push_back(Waiter { session, grant });
-        true
-    }
-
-    /// Hands `fence` to the first session still waiting; `None` if there is
-    /// none.
-    pub(crate) fn grant(&mut self, fence: Fence) -> Option<u64> {
-        while let Some(waiter) = self.waiters.pop_front() {
-            if waiter.grant.send(fence).is_ok() {
-                self.holder = Some((waiter.session, fence));
-                return Some(waiter.session);
-            }
-        }
-        None
-    }
-
-    /// Takes `session` out of the queue; `true` if it held.
-    pub(crate) fn leave(&mut self, session: u64) -> bool {
-        self.waiters.retain(|w| w.session != session);
-        if self.holder.is_some_and(|(s, _)| s == session) {
-            self.holder = None;
-            true
-        } else {
-            false
-        }
-    }
-
-    pub(crate) fn anyone_waiting(&self) -> bool {
-        !self.waiters.is_empty()
-    }
-}
 
 /// Serves one client connection until it closes or the node stops.
 pub(crate) async fn client_session(
@@ -92,11 +36,27 @@ pub(crate) async fn client_session(
     let (mut reader, mut writer) = stream.into_split();
     let session = agent.new_session();
     let mut buf = Vec::new();
+    // Once the client pings, it must be heard from within this long.
+    let mut keepalive: Option<Duration> = None;
     loop {
+        let silence = async {
+            match keepalive {
+                Some(limit) => tokio::time::sleep(limit).await,
+                None => std::future::pending().await,
+            }
+        };
         let request = tokio::select! {
             r = read_frame::<ClientRequest, _>(&mut reader, &mut buf) => r,
             _ = stopped(&mut stop) => break,
+            _ = silence => {
+                let silent_ms = keepalive.unwrap_or_default().as_millis();
+                warn!(%from, session, silent_ms, "client fell silent: its session is lost");
+                break;
+            }
         };
+        // Pings are a lease: after one, the next is due within the limit,
+        // until the client asks something else.
+        keepalive = None;
         if matches!(request, Ok(Some(ref r)) if !matches!(r, ClientRequest::Fault(_))) {
             agent.unpaused().await;
         }
@@ -116,6 +76,14 @@ pub(crate) async fn client_session(
                 }
             }
             Ok(Some(ClientRequest::Status)) => ClientResponse::Status(Box::new(agent.status())),
+            Ok(Some(ClientRequest::Ping)) => {
+                let (heartbeat, failure_timeout) = (agent.heartbeat(), agent.failure_timeout());
+                keepalive = Some(failure_timeout);
+                ClientResponse::Pong {
+                    heartbeat_ms: heartbeat.as_millis() as u64,
+                    failure_timeout_ms: failure_timeout.as_millis() as u64,
+                }
+            }
             Ok(Some(ClientRequest::Watch)) => {
                 watch_session(&agent, session, &mut reader, &mut writer, &mut stop).await;
                 break;
@@ -132,8 +100,8 @@ pub(crate) async fn client_session(
             break;
         }
     }
-    if agent.leave(session) {
-        info!(session, "client left while holding: released on its behalf");
+    if agent.lose(session) {
+        info!(session, "client lost while holding: released on its behalf");
     }
 }
 

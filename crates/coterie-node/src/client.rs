@@ -1,14 +1,17 @@
 //! Talking to a node's client port, and to the witness.
 
-use crate::codec::{read_frame, write_frame, FrameError};
+use crate::codec::{write_frame, FrameError};
 use crate::protocol::{
     ClientRequest, ClientResponse, FaultCommand, FaultState, WatchEvent, WitnessReport,
     WitnessRequest, WitnessResponse,
 };
+use coterie_core::wire::{self, HEADER_LEN};
 use coterie_core::Status;
 use serde::{de::DeserializeOwned, Serialize};
 use std::time::Duration;
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 /// What went wrong talking to a node or the witness.
 #[derive(Debug, thiserror::Error)]
@@ -32,10 +35,13 @@ pub enum ClientError {
     Unexpected(String),
 }
 
-/// A framed request/response connection.
+/// A framed request/response connection. Reading is cancel-safe: bytes
+/// read before a read is dropped stay in `pending` for the next one.
 struct Conn {
     stream: TcpStream,
-    buf: Vec<u8>,
+    pending: Vec<u8>,
+    /// Keepalive pings written whose PONG has not been read yet.
+    pings_due: u32,
 }
 
 impl Conn {
@@ -50,17 +56,79 @@ impl Conn {
             }
         };
         stream.set_nodelay(true).map_err(FrameError::Io)?;
-        Ok(Conn { stream, buf: Vec::with_capacity(256) })
+        Ok(Conn { stream, pending: Vec::with_capacity(256), pings_due: 0 })
     }
 
-    async fn call<Req: Serialize, Resp: DeserializeOwned>(
-        &mut self,
-        req: &Req,
-    ) -> Result<Resp, ClientError> {
+    /// The next frame; `None` at a clean end of stream.
+    async fn read<T: DeserializeOwned>(&mut self) -> Result<Option<T>, FrameError> {
+        loop {
+            if let Some(header) = self.pending.first_chunk::<HEADER_LEN>() {
+                let len = wire::frame_len(*header)?;
+                if self.pending.len() >= HEADER_LEN + len {
+                    let value = wire::decode(&self.pending[HEADER_LEN..HEADER_LEN + len]);
+                    self.pending.drain(..HEADER_LEN + len);
+                    return Ok(Some(value?));
+                }
+            }
+            if self.stream.read_buf(&mut self.pending).await? == 0 {
+                if self.pending.is_empty() {
+                    return Ok(None);
+                }
+                let torn = std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "connection closed in the middle of a frame",
+                );
+                return Err(FrameError::Io(torn));
+            }
+        }
+    }
+
+    async fn call<Req: Serialize>(&mut self, req: &Req) -> Result<ClientResponse, ClientError> {
         write_frame(&mut self.stream, req).await.map_err(FrameError::Io)?;
-        read_frame(&mut self.stream, &mut self.buf).await?.ok_or(ClientError::Closed)
+        loop {
+            match self.read().await?.ok_or(ClientError::Closed)? {
+                // The answer to a keepalive that went before.
+                ClientResponse::Pong { .. } if self.pings_due > 0 => self.pings_due -= 1,
+                answer => return Ok(answer),
+            }
+        }
+    }
+
+    async fn witness_call(&mut self, req: &WitnessRequest) -> Result<WitnessResponse, ClientError> {
+        write_frame(&mut self.stream, req).await.map_err(FrameError::Io)?;
+        self.read().await?.ok_or(ClientError::Closed)
     }
 }
+
+/// How a client session was lost; see [`Client::lost`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Loss {
+    /// The node closed the session: its process died or stopped.
+    Closed,
+    /// The node left a keepalive unanswered this long: it hangs, or the
+    /// network between is cut.
+    Silent(Duration),
+    /// The connection broke or carried garbage.
+    Broken(String),
+}
+
+impl std::fmt::Display for Loss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Loss::Closed => f.write_str("the node closed the session (it died or stopped)"),
+            Loss::Silent(d) => write!(
+                f,
+                "the node did not answer for {} (it hangs, or is cut off)",
+                humantime::format_duration(Duration::from_millis(d.as_millis() as u64))
+            ),
+            Loss::Broken(why) => write!(f, "the connection broke: {why}"),
+        }
+    }
+}
+
+/// How often a session pings, and how long a ping may go unanswered,
+/// until the node has said (the first PONG carries its own timing).
+const FIRST_KEEPALIVE: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
 
 /// The outcome of an acquire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,12 +145,99 @@ pub enum Acquired {
 /// it releases whatever it held.
 pub struct Client {
     conn: Conn,
+    /// The node's heartbeat and failure timeout, once a PONG has said.
+    keepalive: (Duration, Duration),
+    /// When the oldest ping still unanswered went out.
+    ping_sent: Option<Instant>,
 }
 
 impl Client {
     /// Connects to a node's client port.
     pub async fn connect(addr: &str) -> Result<Client, ClientError> {
-        Ok(Client { conn: Conn::open(addr).await? })
+        let conn = Conn::open(addr).await?;
+        Ok(Client { conn, keepalive: FIRST_KEEPALIVE, ping_sent: None })
+    }
+
+    /// Keeps the session alive, and resolves when it is lost: the node
+    /// closed it (its process died), left a keepalive unanswered for its
+    /// failure timeout (it hangs, or is cut off), or the connection broke.
+    /// Pings go out once per the node's heartbeat, the first after one
+    /// heartbeat. They are a lease, as etcd's and Consul's sessions are:
+    /// once they have started, the node expects the next within a failure
+    /// timeout until the client makes another request, and otherwise takes
+    /// the session for lost (its client hangs) and releases what it held.
+    /// So call it for as long as you hold, and stop only to release or ask
+    /// something else; dropping the future loses nothing.
+    pub async fn lost(&mut self) -> Loss {
+        let mut next_ping = Instant::now() + self.keepalive.0;
+        loop {
+            let failure_timeout = self.keepalive.1;
+            if self.conn.pings_due == 0 && Instant::now() >= next_ping {
+                if let Err(e) = write_frame(&mut self.conn.stream, &ClientRequest::Ping).await {
+                    return Loss::Broken(e.to_string());
+                }
+                self.conn.pings_due += 1;
+                self.ping_sent = Some(Instant::now());
+            }
+            let deadline = match self.ping_sent.filter(|_| self.conn.pings_due > 0) {
+                Some(sent) => sent + failure_timeout,
+                None => next_ping,
+            };
+            tokio::select! {
+                frame = self.conn.read::<ClientResponse>() => match frame {
+                    Ok(Some(ClientResponse::Pong { heartbeat_ms, failure_timeout_ms })) => {
+                        self.conn.pings_due = self.conn.pings_due.saturating_sub(1);
+                        self.keepalive = (
+                            Duration::from_millis(heartbeat_ms.max(1)),
+                            Duration::from_millis(failure_timeout_ms.max(1)),
+                        );
+                        next_ping = Instant::now() + self.keepalive.0;
+                    }
+                    Ok(Some(other)) => return Loss::Broken(format!("unexpected {other:?}")),
+                    Ok(None) => return Loss::Closed,
+                    Err(e) => return Loss::Broken(e.to_string()),
+                },
+                _ = tokio::time::sleep_until(deadline) => {
+                    if let Some(sent) = self.ping_sent.filter(|_| self.conn.pings_due > 0) {
+                        return Loss::Silent(sent.elapsed());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Asks for the critical section and returns a guard for it.
+    /// `Err(outcome)` if it was not granted (timed out, or busy with
+    /// `try_lock`).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use coterie_node::Client;
+    /// let client = Client::connect("127.0.0.1:7201").await?;
+    /// let Ok(mut lock) = client.lock(None, false).await? else { return Ok(()) };
+    /// let fence = lock.fence(); // hand it to the resource with every write
+    /// let work = async { /* the work, passing `fence` along */ };
+    /// let finished = tokio::select! {
+    ///     _ = work => true,
+    ///     loss = lock.lost() => {
+    ///         eprintln!("lock lost: {loss}; the work was stopped");
+    ///         false
+    ///     }
+    /// };
+    /// if finished {
+    ///     lock.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock(
+        mut self,
+        timeout: Option<Duration>,
+        try_lock: bool,
+    ) -> Result<Result<Lock, Acquired>, ClientError> {
+        Ok(match self.acquire(timeout, try_lock).await? {
+            Acquired::Granted(fence) => Ok(Lock { client: self, fence }),
+            other => Err(other),
+        })
     }
 
     /// Asks for the critical section.
@@ -98,16 +253,6 @@ impl Client {
             ClientResponse::Busy => Ok(Acquired::Busy),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
-    }
-
-    /// Resolves when the node closes the session: it died or shut down,
-    /// and whatever this session held is no longer this client's. Call it
-    /// while holding (the node sends nothing unasked); cancelling it loses
-    /// nothing.
-    pub async fn session_lost(&mut self) {
-        use tokio::io::AsyncReadExt;
-        let mut probe = [0u8; 1];
-        let _ = self.conn.stream.read(&mut probe).await;
     }
 
     /// Leaves the critical section.
@@ -135,6 +280,9 @@ impl Client {
         let conn = &mut self.conn;
         write_frame(&mut conn.stream, &ClientRequest::Watch).await.map_err(FrameError::Io)?;
         let mut watch = Watch { conn: self.conn };
+        for _ in 0..watch.conn.pings_due {
+            watch.conn.read::<ClientResponse>().await?; // their PONGs
+        }
         let first = watch.next().await?.ok_or(ClientError::Closed)?;
         Ok((first, watch))
     }
@@ -157,11 +305,39 @@ impl Watch {
     /// The next event; `None` once the node has closed the stream (it
     /// stopped or died).
     pub async fn next(&mut self) -> Result<Option<WatchEvent>, ClientError> {
-        match read_frame(&mut self.conn.stream, &mut self.conn.buf).await? {
+        match self.conn.read().await? {
             None => Ok(None),
             Some(ClientResponse::Event(e)) => Ok(Some(e)),
             Some(other) => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
+    }
+}
+
+/// The critical section, held; see [`Client::lock`]. Dropping it closes
+/// the session, and the node releases on its behalf (after the lock delay,
+/// if one is configured: prefer [`release`](Lock::release)).
+pub struct Lock {
+    client: Client,
+    fence: u64,
+}
+
+impl Lock {
+    /// The grant's fencing token: pass it to the resource with every
+    /// write, so it can refuse a holder whose grant went stale.
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// Resolves when the lock is lost with its session (see
+    /// [`Client::lost`]): from then on another client may hold it.
+    pub async fn lost(&mut self) -> Loss {
+        self.client.lost().await
+    }
+
+    /// Lets go; returns the session for more requests.
+    pub async fn release(mut self) -> Result<Client, ClientError> {
+        self.client.release().await?;
+        Ok(self.client)
     }
 }
 
@@ -196,7 +372,7 @@ impl WitnessClient {
 
     /// Enters the resource with `fence`, granted by `node`.
     pub async fn enter(&mut self, fence: u64, node: u32) -> Result<Entry, ClientError> {
-        match self.conn.call(&WitnessRequest::Enter { fence, node }).await? {
+        match self.conn.witness_call(&WitnessRequest::Enter { fence, node }).await? {
             WitnessResponse::Accepted { holders, violation } => {
                 Ok(Entry::Accepted { holders, violation })
             }
@@ -207,7 +383,7 @@ impl WitnessClient {
 
     /// Leaves the resource.
     pub async fn leave(&mut self, fence: u64) -> Result<(), ClientError> {
-        match self.conn.call(&WitnessRequest::Leave { fence }).await? {
+        match self.conn.witness_call(&WitnessRequest::Leave { fence }).await? {
             WitnessResponse::Left => Ok(()),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
@@ -215,7 +391,7 @@ impl WitnessClient {
 
     /// The witness's counters.
     pub async fn report(&mut self) -> Result<WitnessReport, ClientError> {
-        match self.conn.call(&WitnessRequest::Report).await? {
+        match self.conn.witness_call(&WitnessRequest::Report).await? {
             WitnessResponse::Report(r) => Ok(r),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }

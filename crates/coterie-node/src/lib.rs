@@ -28,6 +28,7 @@ pub mod config;
 mod faults;
 mod gate;
 mod links;
+mod local;
 pub mod node;
 pub mod protocol;
 pub mod state;
@@ -35,5 +36,5 @@ pub mod storage;
 mod transport;
 pub mod witness;
 
-pub use client::{Acquired, Client, ClientError, Entry, Watch, WitnessClient};
+pub use client::{Acquired, Client, ClientError, Entry, Lock, Loss, Watch, WitnessClient};
 pub use config::Config;

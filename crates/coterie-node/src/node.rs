@@ -126,7 +126,8 @@ pub async fn run(
         Some(file) if cfg.cluster.state_sync => Storage::Synced(StateWriter::spawn(file)),
         Some(file) => Storage::Unsynced(file),
     };
-    let agent = Arc::new(Agent::new(engine, hello, faults, storage, transport));
+    let agent =
+        Arc::new(Agent::new(engine, hello, faults, storage, transport, cfg.cluster.lock_delay));
     let span = tracing::info_span!("node", id);
     info!(parent: &span, peer = ?listeners.peer.local_addr().ok(), client = ?listeners.client.local_addr().ok(),
         mutex = %cfg.cluster.mutex, election = %cfg.cluster.election, cluster = %cfg.cluster.name, "node starting");

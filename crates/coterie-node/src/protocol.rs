@@ -25,6 +25,11 @@ pub enum ClientRequest {
     /// connection then carries only [`ClientResponse::Event`]s, until the
     /// client closes it or the node stops.
     Watch,
+    /// A keepalive, answered with [`ClientResponse::Pong`]. A session that
+    /// has sent one is watched from then on: if it falls silent for a
+    /// failure timeout, the node takes it for lost (its client hung or
+    /// was cut off) and releases what it held, as when it disconnects.
+    Ping,
 }
 
 /// The clock [`WatchEvent`]s are stamped with: microseconds since the Unix
@@ -211,6 +216,15 @@ pub enum ClientResponse {
     Event(WatchEvent),
     /// The request could not be served.
     Error(String),
+    /// The answer to a [`ClientRequest::Ping`], with the node's timing: a
+    /// client pings once per `heartbeat_ms` and takes the session for lost
+    /// when a ping goes unanswered for `failure_timeout_ms`.
+    Pong {
+        /// How often to ping.
+        heartbeat_ms: u64,
+        /// How long a ping may go unanswered.
+        failure_timeout_ms: u64,
+    },
 }
 
 /// A request to the witness.

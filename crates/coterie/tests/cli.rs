@@ -42,8 +42,13 @@ impl Up {
     /// test running alongside may take one first; then a node cannot start,
     /// the cluster never settles, and it is started again on fresh ports.
     fn start(n: u32, name: &str) -> Up {
+        Up::start_with(n, name, "")
+    }
+
+    /// Starts a cluster whose `[cluster]` section also says `extra`.
+    fn start_with(n: u32, name: &str, extra: &str) -> Up {
         for attempt in 0..3 {
-            let mut up = Up::launch(n, &format!("{name}-{attempt}"));
+            let mut up = Up::launch(n, &format!("{name}-{attempt}"), extra);
             let settled = up.try_wait_for(Duration::from_secs(10), |rows| {
                 agreed(rows).is_some_and(|(c, n_up)| c == n && n_up == n as usize)
             });
@@ -55,12 +60,12 @@ impl Up {
         panic!("a {n}-node cluster never settled in three attempts");
     }
 
-    fn launch(n: u32, name: &str) -> Up {
+    fn launch(n: u32, name: &str, extra: &str) -> Up {
         let dir = std::env::temp_dir().join(format!("coterie-cli-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let ports = free_ports(2 * n as usize);
-        let mut toml = String::from(
-            "[cluster]\nname = \"cli\"\nmutex = \"centralized\"\nelection = \"bully\"\n\
+        let mut toml = format!(
+            "[cluster]\nname = \"cli\"\nmutex = \"centralized\"\nelection = \"bully\"\n{extra}\
              [timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n",
         );
         for i in 0..n as usize {
@@ -253,6 +258,161 @@ fn try_on_a_held_lock_and_timeouts_exit_75() {
         "true",
     ]);
     assert!(after.status.success(), "{}", String::from_utf8_lossy(&after.stderr));
+}
+
+/// `coterie lock --config CONFIG --node NODE [flags] -- sh -c SCRIPT`,
+/// started; `SCRIPT` runs with `$D` set to `dir`, and `coterie lock`'s
+/// standard error goes to `dir/lock.err` (a file: the command, which
+/// inherits it, may outlive `coterie lock`).
+fn lock_running(config: &str, node: u32, flags: &[&str], script: &str, dir: &Path) -> Child {
+    Command::new(BIN)
+        .args(["lock", "--config", config, "--node", &node.to_string()])
+        .args(flags)
+        .args(["--", "sh", "-c", script])
+        .env("D", dir)
+        .stderr(std::fs::File::create(dir.join("lock.err")).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for `child`, started by [`lock_running`] in `dir`, to exit, up to
+/// a generous deadline; its status and standard error.
+fn finished(mut child: Child, dir: &Path) -> (Option<i32>, String) {
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("coterie lock did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (status.code(), std::fs::read_to_string(dir.join("lock.err")).unwrap_or_default())
+}
+
+/// Waits for `path` to appear (a command's marker file).
+fn appears(path: &Path) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < Duration::from_secs(30), "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.split(") ").nth(1).is_some_and(|rest| rest.starts_with('Z')),
+    }
+}
+
+/// A scratch directory named for the test.
+fn scratch(name: &str) -> TempDir {
+    let dir = std::env::temp_dir().join(format!("coterie-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    TempDir(dir)
+}
+
+/// The command writes its pid, then sleeps for a minute (exec: the pid is
+/// the sleep's).
+const SLEEPER: &str = "echo $$ > $D/pid; exec sleep 60";
+
+/// A node that dies (SIGKILL) or hangs (SIGSTOP) under a running command:
+/// the command is stopped, and `coterie lock` exits 76 with one line
+/// saying what happened.
+#[test]
+fn lock_stops_the_command_when_its_node_dies_or_hangs_and_exits_76() {
+    for (signal, says) in [(9, "closed the session"), (19, "did not answer")] {
+        let up = Up::start(3, &format!("lost-{signal}"));
+        let dir = scratch(&format!("lost-{signal}"));
+        let lock = lock_running(up.config(), 2, &[], SLEEPER, &dir.0);
+        appears(&dir.0.join("pid"));
+        let pid: u32 = std::fs::read_to_string(dir.0.join("pid")).unwrap().trim().parse().unwrap();
+        let node = up.node_pid(2);
+        unsafe_kill(node, signal);
+        let (code, stderr) = finished(lock, &dir.0);
+        assert_eq!(code, Some(76), "{stderr}");
+        assert!(stderr.contains("lost the lock") && stderr.contains(says), "{stderr}");
+        assert!(stderr.contains("node 2"), "{stderr}");
+        assert!(gone(pid), "the command still runs after its lock was lost");
+        unsafe_kill(node, 18); // SIGCONT, so that up can stop it
+    }
+}
+
+/// `--no-kill`: the command runs to its end, and the loss is still
+/// reported, with exit 76.
+#[test]
+fn lock_with_no_kill_lets_the_command_finish_and_still_exits_76() {
+    let up = Up::start(3, "no-kill");
+    let dir = scratch("no-kill");
+    let script = "touch $D/started; sleep 1; touch $D/finished";
+    let lock = lock_running(up.config(), 2, &["--no-kill"], script, &dir.0);
+    appears(&dir.0.join("started"));
+    unsafe_kill(up.node_pid(2), 9);
+    let (code, stderr) = finished(lock, &dir.0);
+    assert_eq!(code, Some(76), "{stderr}");
+    assert!(stderr.contains("--no-kill"), "{stderr}");
+    assert!(dir.0.join("finished").exists(), "--no-kill stopped the command");
+}
+
+/// A signal to `coterie lock` goes on to the command; its status comes
+/// back, and the lock is released.
+#[test]
+fn lock_passes_signals_on_to_the_command() {
+    let up = Up::start(2, "signals");
+    let dir = scratch("signals");
+    let script =
+        "trap 'touch $D/got-term; kill $!; exit 3' TERM; touch $D/started; sleep 60 & wait";
+    let lock = lock_running(up.config(), 1, &[], script, &dir.0);
+    appears(&dir.0.join("started"));
+    unsafe_kill(lock.id(), 15);
+    let (code, stderr) = finished(lock, &dir.0);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(dir.0.join("got-term").exists());
+    let next = coterie(&["lock", "--config", up.config(), "--try", "--", "true"]);
+    assert!(next.status.success(), "{}", String::from_utf8_lossy(&next.stderr));
+}
+
+/// With a lock delay, a holder lost with its node (SIGKILL): the next
+/// grant, at another node, comes no sooner than the delay after the loss.
+#[test]
+fn the_lock_delay_holds_grants_back_after_a_holder_dies_with_its_node() {
+    let up = Up::start_with(3, "delay-node", "lock_delay = \"1s\"\n");
+    let dir = scratch("delay-node");
+    let lock = lock_running(up.config(), 1, &[], SLEEPER, &dir.0);
+    appears(&dir.0.join("pid"));
+    unsafe_kill(up.node_pid(1), 9);
+    let killed = Instant::now();
+    let next = coterie(&["lock", "--config", up.config(), "--node", "2", "--", "true"]);
+    assert!(next.status.success(), "{}", String::from_utf8_lossy(&next.stderr));
+    assert!(killed.elapsed() >= Duration::from_secs(1), "granted within the lock delay");
+    assert_eq!(finished(lock, &dir.0).0, Some(76));
+}
+
+/// A client that hangs while holding (its process stopped) stops pinging:
+/// its node takes the session for lost and releases, and with a lock
+/// delay configured, only once the delay has passed.
+#[test]
+fn a_hung_holder_loses_the_lock_after_the_lock_delay() {
+    let up = Up::start_with(2, "hung-holder", "lock_delay = \"1s\"\n");
+    let dir = scratch("hung-holder");
+    let lock = lock_running(up.config(), 1, &[], SLEEPER, &dir.0);
+    appears(&dir.0.join("pid"));
+    std::thread::sleep(Duration::from_millis(200)); // a few pings
+    unsafe_kill(lock.id(), 19);
+    let stopped = Instant::now();
+    let next = coterie(&["lock", "--config", up.config(), "--node", "2", "--", "true"]);
+    assert!(next.status.success(), "{}", String::from_utf8_lossy(&next.stderr));
+    // Lost after a failure timeout of silence (250 ms), then held for the
+    // lock delay: never sooner.
+    assert!(stopped.elapsed() >= Duration::from_secs(1), "granted within the lock delay");
+    unsafe_kill(lock.id(), 9);
+    let _ = finished(lock, &dir.0);
+    let pid: u32 = std::fs::read_to_string(dir.0.join("pid")).unwrap().trim().parse().unwrap();
+    unsafe_kill(pid, 9);
 }
 
 #[test]

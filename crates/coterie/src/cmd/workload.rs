@@ -266,11 +266,11 @@ async fn one_session(
             // session ends: its node died, and the lock is no longer its.
             tokio::select! {
                 _ = tokio::time::sleep(spec.hold) => {}
-                _ = client.session_lost() => {
+                loss = client.lost() => {
                     if let Some(w) = witness.as_mut() {
                         w.leave(fence).await?;
                     }
-                    bail!("the node went away while this client held the lock");
+                    bail!("lost the lock while holding it: {loss}");
                 }
             }
         }

@@ -1,0 +1,186 @@
+//! The node's own wait queue, after seed 002's picture: the algorithms
+//! grant the *node*, and the node hands each grant to one client session
+//! at a time, in the order they asked.
+//!
+//! It also keeps the **lock delay** (Chubby's and Consul's): after a holder
+//! is lost involuntarily, no grant is handed to a session for a while, so
+//! that a resource which cannot check fences sees the lost holder's last
+//! writes land first. A session lost while holding leaves the node holding
+//! on its behalf until the delay ends ([`LocalQueue::lose`]); a peer
+//! suspected (it may have held) holds back the grants this node hands out
+//! until the delay ends ([`LocalQueue::block_until`]). Times are the
+//! agent's, measured from its start.
+
+use coterie_core::Fence;
+use std::collections::VecDeque;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// A session waiting for the critical section.
+struct Waiter {
+    session: u64,
+    grant: oneshot::Sender<Fence>,
+}
+
+/// What became of a grant handed to the queue.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Handed {
+    /// To this session.
+    To(u64),
+    /// Held back by the lock delay, to be handed on once it ends.
+    Later,
+    /// Nobody waits any more: the node should give it back.
+    Nobody,
+}
+
+/// What is due when the queue's deadline comes.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Due {
+    /// The delay for a session lost while holding ended: release.
+    Release,
+    /// The delay ended with a grant held back: hand it on.
+    Grant(Fence),
+}
+
+/// The node's own queue of client sessions; see the module documentation.
+#[derive(Default)]
+pub(crate) struct LocalQueue {
+    waiters: VecDeque<Waiter>,
+    /// The session holding, and its fence.
+    holder: Option<(u64, Fence)>,
+    next_session: u64,
+    /// No grant is handed to a session before this.
+    blocked_until: Duration,
+    /// A grant that came while blocked.
+    held_back: Option<Fence>,
+    /// The node holds for a session lost while holding, until this.
+    orphaned_until: Option<Duration>,
+}
+
+impl LocalQueue {
+    pub(crate) fn new_session(&mut self) -> u64 {
+        self.next_session += 1;
+        self.next_session
+    }
+
+    /// Queues `session`; `false` if it already holds.
+    pub(crate) fn wait(&mut self, session: u64, grant: oneshot::Sender<Fence>) -> bool {
+        if self.holder.is_some_and(|(h, _)| h == session) {
+            return false;
+        }
+        self.waiters.push_back(Waiter { session, grant });
+        true
+    }
+
+    /// Hands `fence` to the first session still waiting, unless the lock
+    /// delay holds it back.
+    pub(crate) fn grant(&mut self, fence: Fence, now: Duration) -> Handed {
+        if now < self.blocked_until {
+            self.held_back = Some(fence);
+            return Handed::Later;
+        }
+        while let Some(waiter) = self.waiters.pop_front() {
+            if waiter.grant.send(fence).is_ok() {
+                self.holder = Some((waiter.session, fence));
+                return Handed::To(waiter.session);
+            }
+        }
+        Handed::Nobody
+    }
+
+    /// Takes `session` out of the queue; `true` if it held.
+    pub(crate) fn leave(&mut self, session: u64) -> bool {
+        self.waiters.retain(|w| w.session != session);
+        if self.holder.is_some_and(|(s, _)| s == session) {
+            self.holder = None;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// `session` was lost (it vanished or fell silent): takes it out of
+    /// the queue, and if it held, keeps the node holding on its behalf
+    /// until `until`. `true` if it held.
+    pub(crate) fn lose(&mut self, session: u64, until: Duration) -> bool {
+        let held = self.leave(session);
+        if held {
+            self.orphaned_until = Some(until);
+        }
+        held
+    }
+
+    /// Hands no grant to a session before `until`.
+    pub(crate) fn block_until(&mut self, until: Duration) {
+        self.blocked_until = self.blocked_until.max(until);
+    }
+
+    /// When [`due`](Self::due) next has something.
+    pub(crate) fn deadline(&self) -> Option<Duration> {
+        let held_back = self.held_back.map(|_| self.blocked_until);
+        [self.orphaned_until, held_back].into_iter().flatten().min()
+    }
+
+    /// What the delay lets happen by `now`.
+    pub(crate) fn due(&mut self, now: Duration) -> Option<Due> {
+        if self.orphaned_until.is_some_and(|t| t <= now) {
+            self.orphaned_until = None;
+            return Some(Due::Release);
+        }
+        if now >= self.blocked_until {
+            return self.held_back.take().map(Due::Grant);
+        }
+        None
+    }
+
+    pub(crate) fn anyone_waiting(&self) -> bool {
+        !self.waiters.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn a_session_lost_while_holding_keeps_the_node_holding_for_the_delay() {
+        let mut q = LocalQueue::default();
+        let (tx, mut rx) = oneshot::channel();
+        let s = q.new_session();
+        assert!(q.wait(s, tx));
+        assert_eq!(q.grant(Fence(7), ms(0)), Handed::To(s));
+        assert_eq!(rx.try_recv(), Ok(Fence(7)));
+        assert!(q.lose(s, ms(500)));
+        assert_eq!(q.deadline(), Some(ms(500)));
+        assert_eq!(q.due(ms(499)), None);
+        assert_eq!(q.due(ms(500)), Some(Due::Release));
+        assert_eq!(q.deadline(), None);
+        // A session that only waited leaves no delay behind.
+        let (tx, _rx) = oneshot::channel();
+        let w = q.new_session();
+        q.wait(w, tx);
+        assert!(!q.lose(w, ms(900)));
+        assert_eq!(q.deadline(), None);
+    }
+
+    #[test]
+    fn a_grant_during_the_delay_is_handed_on_when_it_ends() {
+        let mut q = LocalQueue::default();
+        q.block_until(ms(300));
+        q.block_until(ms(100)); // an earlier end does not shorten it
+        let (tx, mut rx) = oneshot::channel();
+        let s = q.new_session();
+        q.wait(s, tx);
+        assert_eq!(q.grant(Fence(9), ms(50)), Handed::Later);
+        assert!(rx.try_recv().is_err());
+        assert_eq!(q.deadline(), Some(ms(300)));
+        assert_eq!(q.due(ms(299)), None);
+        assert_eq!(q.due(ms(300)), Some(Due::Grant(Fence(9))));
+        assert_eq!(q.grant(Fence(9), ms(300)), Handed::To(s));
+        assert_eq!(rx.try_recv(), Ok(Fence(9)));
+    }
+}
