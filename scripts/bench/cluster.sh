@@ -10,12 +10,13 @@ print(" ".join(str(x.getsockname()[1]) for x in s))' "$1"
 }
 
 # write_cluster FILE MUTEX [EXTRA]: a 5-node bully cluster of MUTEX on free
-# ports, with EXTRA lines in its [cluster] section.
+# ports, with EXTRA lines in its [cluster] section, faults allowed.
 write_cluster() {
     local file="$1" mutex="$2" extra="${3:-}" ports
     read -r -a ports <<<"$(free_ports 10)"
     {
         printf '[cluster]\nname = "bench"\nmutex = "%s"\nelection = "bully"\n%s\n' "$mutex" "$extra"
+        printf '[security]\nallow_faults = true\n
         for i in 0 1 2 3 4; do
             printf '[[node]]\nid = %d\npeer = "127.0.0.1:%s"\nclient = "127.0.0.1:%s"\n' \
                 $((i + 1)) "${ports[2*i]}" "${ports[2*i+1]}"

@@ -520,6 +520,10 @@ impl Agent {
     /// Carries out a fault command and answers with the faults in force.
     pub(crate) fn fault(&self, command: &FaultCommand) -> ClientResponse {
         let mut faults = self.faults();
+        if let Err(e) = faults.permits(command) {
+            warn!(node = self.id.0, ?command, "fault refused: not allowed by the configuration");
+            return ClientResponse::Error(e);
+        }
         let reset = match command {
             FaultCommand::Reset { peers } => match faults.targets(peers) {
                 Ok(peers) => Some(peers),

@@ -16,6 +16,9 @@
 //! heartbeat = "50ms"
 //! failure_timeout = "250ms"
 //!
+//! [security]
+//! # allow_faults = false        # take `coterie fault` commands (labs and tests only)
+//!
 //! [witness]            # optional: where workloads check their entries
 //! addr = "127.0.0.1:7300"
 //!
@@ -183,6 +186,17 @@ pub mod humantime_serde_str {
     }
 }
 
+/// `[security]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecuritySection {
+    /// Whether the node takes `coterie fault` commands (and the scenario
+    /// steps that use them). Off by default: on a shared network anyone
+    /// who reaches a client port could cut the node off.
+    #[serde(default)]
+    pub allow_faults: bool,
+}
+
 /// `[witness]`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -212,6 +226,9 @@ pub struct Config {
     /// `[timing]`.
     #[serde(default)]
     pub timing: TimingSection,
+    /// `[security]`.
+    #[serde(default)]
+    pub security: SecuritySection,
     /// `[witness]`.
     pub witness: Option<WitnessSection>,
     /// Every `[[node]]`, sorted by id once loaded.

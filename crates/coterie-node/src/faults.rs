@@ -6,6 +6,10 @@
 //! exactly what a real partition or a slow link would show it: silence, or
 //! late heartbeats. A `reset`, by contrast, breaks the connections under
 //! the sessions, which hide it.
+//!
+//! A node takes fault commands only when its configuration allows them
+//! (`[security] allow_faults = true`): on a shared network, anyone who
+//! reaches a client port could otherwise cut a production node off.
 
 use crate::protocol::{FaultCommand, FaultState};
 use coterie_core::NodeId;
@@ -28,6 +32,8 @@ pub(crate) enum Fate {
 /// The faults in force at one node.
 #[derive(Debug)]
 pub(crate) struct Faults {
+    /// `[security] allow_faults`.
+    allowed: bool,
     peers: Vec<NodeId>,
     partitioned: BTreeSet<NodeId>,
     delay: BTreeMap<NodeId, Duration>,
@@ -38,9 +44,11 @@ pub(crate) struct Faults {
 }
 
 impl Faults {
-    /// No fault, for a node whose peers are `peers`.
-    pub(crate) fn new(peers: Vec<NodeId>, seed: u64) -> Faults {
+    /// No fault, for a node whose peers are `peers`; `allowed` says
+    /// whether it takes fault commands at all.
+    pub(crate) fn new(peers: Vec<NodeId>, seed: u64, allowed: bool) -> Faults {
         Faults {
+            allowed,
             peers,
             partitioned: BTreeSet::new(),
             delay: BTreeMap::new(),
@@ -48,6 +56,18 @@ impl Faults {
             paused: false,
             rng: ChaCha8Rng::seed_from_u64(seed),
         }
+    }
+
+    /// Whether this node takes `command`: looking (`show`) always, the
+    /// rest only where the configuration allows faults.
+    pub(crate) fn permits(&self, command: &FaultCommand) -> Result<(), String> {
+        if self.allowed || matches!(command, FaultCommand::Show) {
+            return Ok(());
+        }
+        Err("fault injection is not allowed on this node: set `allow_faults = true` under \
+             [security] in its configuration (for a lab or a test cluster, never on a shared \
+             network)"
+            .into())
     }
 
     /// The peers `ids` names (all of them if empty). A peer not in the
@@ -149,7 +169,7 @@ mod tests {
     use super::*;
 
     fn faults() -> Faults {
-        Faults::new(vec![NodeId(2), NodeId(3)], 7)
+        Faults::new(vec![NodeId(2), NodeId(3)], 7, true)
     }
 
     #[test]

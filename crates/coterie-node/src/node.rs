@@ -120,7 +120,11 @@ pub async fn run(
     let peers: Vec<(NodeId, String)> =
         cfg.nodes.iter().filter(|n| n.id != id).map(|n| (NodeId(n.id), n.peer.clone())).collect();
     let (transport, lanes) = Transport::new(&peers);
-    let faults = Faults::new(peers.iter().map(|(p, _)| *p).collect(), incarnation);
+    let allow_faults = cfg.security.allow_faults;
+    let faults = Faults::new(peers.iter().map(|(p, _)| *p).collect(), incarnation, allow_faults);
+    if allow_faults {
+        warn!(id, "fault injection is allowed ([security] allow_faults): for labs and tests only");
+    }
     let storage = match state_file {
         None => Storage::None,
         Some(file) if cfg.cluster.state_sync => Storage::Synced(StateWriter::spawn(file)),

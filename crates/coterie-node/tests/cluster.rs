@@ -138,6 +138,7 @@ async fn bound_config(
     let mut listeners = Vec::new();
     let mut toml = format!(
         "[cluster]\nname = \"test\"\nmutex = \"{mutex}\"\nelection = \"bully\"\n{extra}\
+         [security]\nallow_faults = true\n\
          [timing]\nheartbeat = \"{heartbeat}\"\nfailure_timeout = \"{failure_timeout}\"\n"
     );
     for id in 1..=n {

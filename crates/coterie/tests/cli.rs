@@ -47,8 +47,14 @@ impl Up {
 
     /// Starts a cluster whose `[cluster]` section also says `extra`.
     fn start_with(n: u32, name: &str, extra: &str) -> Up {
+        Up::start_secured(n, name, extra, "allow_faults = true\n")
+    }
+
+    /// Starts a cluster whose `[cluster]` section also says `extra`, and
+    /// whose `[security]` section says `security`.
+    fn start_secured(n: u32, name: &str, extra: &str, security: &str) -> Up {
         for attempt in 0..3 {
-            let mut up = Up::launch(n, &format!("{name}-{attempt}"), extra);
+            let mut up = Up::launch(n, &format!("{name}-{attempt}"), extra, security);
             let settled = up.try_wait_for(Duration::from_secs(10), |rows| {
                 agreed(rows).is_some_and(|(c, n_up)| c == n && n_up == n as usize)
             });
@@ -60,12 +66,13 @@ impl Up {
         panic!("a {n}-node cluster never settled in three attempts");
     }
 
-    fn launch(n: u32, name: &str, extra: &str) -> Up {
+    fn launch(n: u32, name: &str, extra: &str, security: &str) -> Up {
         let dir = std::env::temp_dir().join(format!("coterie-cli-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let ports = free_ports(2 * n as usize);
         let mut toml = format!(
             "[cluster]\nname = \"cli\"\nmutex = \"centralized\"\nelection = \"bully\"\n{extra}\
+             [security]\n{security}\
              [timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n",
         );
         for i in 0..n as usize {
@@ -635,6 +642,27 @@ fn fault_partitions_a_node_and_heal_rejoins_it() {
     let out = coterie(&["fault", "--config", up.config(), "--node", "2", "partition", "9"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("not a peer"));
+}
+
+/// A node whose configuration does not allow faults refuses them, naming
+/// the key, and keeps serving; `show` still answers.
+#[test]
+fn fault_is_refused_unless_the_configuration_allows_it() {
+    let up = Up::start_secured(3, "no-faults", "", "");
+    for command in ["partition", "pause", "reset", "heal"] {
+        let out = coterie(&["fault", "--config", up.config(), "--node", "2", command]);
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "{command} was taken: {said}");
+        assert!(said.contains("allow_faults = true"), "{command}: {said}");
+    }
+    let shown = coterie(&["fault", "--config", up.config(), "--node", "2", "show"]);
+    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
+    let lock = coterie(&["lock", "--config", up.config(), "--node", "2", "--", "true"]);
+    assert!(lock.status.success(), "{}", String::from_utf8_lossy(&lock.stderr));
 }
 
 #[test]

@@ -359,7 +359,7 @@ pub(crate) async fn launch(
         let witness_addr = format!("127.0.0.1:{}", ports[2 * n]);
         let Ok(listener) = tokio::net::TcpListener::bind(&witness_addr).await else { continue };
         let mut toml = format!(
-            "[cluster]\nname = \"demo\"\nmutex = \"{}\"\nelection = \"{}\"\ncount = {}\nstate_dir = \"state\"\nstate_sync = false\n\n[timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n\n[witness]\naddr = \"{witness_addr}\"\n",
+            "[cluster]\nname = \"demo\"\nmutex = \"{}\"\nelection = \"{}\"\ncount = {}\nstate_dir = \"state\"\nstate_sync = false\n\n[security]\nallow_faults = true\n\n[timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n\n[witness]\naddr = \"{witness_addr}\"\n",
             shape.mutex, shape.election, shape.count
         );
         let mut nodes = Vec::new();

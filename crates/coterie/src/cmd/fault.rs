@@ -22,6 +22,9 @@ use std::time::Duration;
 /// the fault at every node; add `--node ID`, or use `--addr`, for one.
 /// Under docker compose the same experiments come from `docker compose
 /// kill/start/pause/unpause` and `docker network disconnect/connect`.
+///
+/// A node refuses every fault but `show` unless its configuration says
+/// `allow_faults = true` under `[security]` (labs and tests only).
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
