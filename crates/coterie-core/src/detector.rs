@@ -143,10 +143,10 @@ impl FailureDetector {
         self.peers.get(&peer).filter(|h| h.up).and_then(|h| h.incarnation)
     }
 
-    /// Whether a peer counted as up has been silent for longer than
-    /// `quiet` at `now`: it may be dead without being suspected yet.
-    pub fn any_overdue(&self, now: Time, quiet: Duration) -> bool {
-        self.peers.values().any(|h| h.up && now.saturating_sub(h.last_heard) > quiet)
+    /// Whether every peer counted as up has been heard from after
+    /// `since`: none of them can have died unnoticed before then.
+    pub fn all_heard_since(&self, since: Time) -> bool {
+        self.peers.values().all(|h| !h.up || h.last_heard > since)
     }
 
     /// The peers currently counted as up, in id order.

@@ -306,10 +306,10 @@ impl Engine {
         self.cs_entries
     }
 
-    /// Whether a peer counted as up has been silent for longer than
-    /// `quiet` at `now` (see [`FailureDetector::any_overdue`]).
-    pub fn any_peer_overdue(&self, now: Time, quiet: std::time::Duration) -> bool {
-        self.detector.any_overdue(now, quiet)
+    /// Whether every peer counted as up has been heard from after `since`
+    /// (see [`FailureDetector::all_heard_since`]).
+    pub fn all_peers_heard_since(&self, since: Time) -> bool {
+        self.detector.all_heard_since(since)
     }
 
     /// Whether the failure detector counts `peer` as up.

@@ -20,6 +20,8 @@
 //! write that fails holds everything back for good, and the node stops
 //! with the error.
 
+use crate::auth::{self, Dialler, Refusals, Role, Secret};
+use crate::codec::{write_frame, FrameError};
 use crate::faults::{Fate, Faults};
 use crate::gate::Gate;
 use crate::links::PeerLinks;
@@ -88,6 +90,18 @@ pub(crate) struct Agent {
     pub(crate) transport: Transport,
     /// `[cluster] lock_delay`.
     lock_delay: Duration,
+    /// The cluster's secret, if connections are authenticated.
+    secret: Option<Secret>,
+    /// Connections refused at the handshake, for a rate-limited log line.
+    refusals: Refusals,
+}
+
+/// What the configuration says of the agent's ways.
+pub(crate) struct Settings {
+    /// `[cluster] lock_delay`.
+    pub(crate) lock_delay: Duration,
+    /// The cluster's secret (`[security] secret_file`).
+    pub(crate) secret: Option<Secret>,
 }
 
 impl Agent {
@@ -97,7 +111,7 @@ impl Agent {
         faults: Faults,
         storage: Storage,
         transport: Transport,
-        lock_delay: Duration,
+        settings: Settings,
     ) -> Agent {
         let peers = engine.config().peers().collect::<Vec<_>>();
         Agent {
@@ -118,7 +132,9 @@ impl Agent {
             storage,
             broken: watch::channel(None).0,
             transport,
-            lock_delay,
+            lock_delay: settings.lock_delay,
+            secret: settings.secret,
+            refusals: Refusals::default(),
         }
     }
 
@@ -197,6 +213,49 @@ impl Agent {
     /// keeps it out).
     pub(crate) fn admits(&self, peer: NodeId) -> bool {
         self.faults().admits(peer)
+    }
+
+    /// The acceptor's side of the handshake on a new connection to the
+    /// `port` port, if the node has a secret: who dialled (`None` when the
+    /// node runs open), or `Err` when the connection is to be dropped
+    /// (logged, at most a line a second).
+    pub(crate) async fn admit(
+        &self,
+        stream: &mut tokio::net::TcpStream,
+        from: std::net::SocketAddr,
+        port: &str,
+    ) -> Result<Option<Dialler>, ()> {
+        let Some(secret) = &self.secret else { return Ok(None) };
+        match auth::accept(stream, secret, &self.hello.cluster, self.id.0).await {
+            Ok(dialler) => Ok(Some(dialler)),
+            Err(e) => {
+                if port == "client" && matches!(e, auth::AuthError::Frame(FrameError::Wire(_))) {
+                    // A client that did not try to authenticate: tell it so
+                    // in its own protocol.
+                    let why = "this node requires authentication: give the cluster's secret \
+                               ([security] secret_file in the configuration, or \
+                               COTERIE_SECRET_FILE)";
+                    let _ = write_frame(stream, &ClientResponse::Error(why.into())).await;
+                }
+                self.refusals.refused(port, from, &e);
+                Err(())
+            }
+        }
+    }
+
+    /// The dialler's side of the handshake on a connection to a peer, if
+    /// the node has a secret.
+    pub(crate) async fn authenticate(
+        &self,
+        stream: &mut tokio::net::TcpStream,
+    ) -> Result<(), auth::AuthError> {
+        match &self.secret {
+            Some(secret) => {
+                auth::dial(stream, secret, &self.hello.cluster, Role::Peer, self.id.0).await?;
+                Ok(())
+            }
+            None => Ok(()),
+        }
     }
 
     /// Resolves with the reason once stable storage has failed.
@@ -350,12 +409,15 @@ impl Agent {
     fn grant(&self, state: &mut State, fence: Fence, now: Duration) {
         let id = self.id.0;
         if !self.lock_delay.is_zero() {
-            // A peer gone quiet may have held and died, and this node not
-            // suspect it yet: the grant waits until it is heard again, or
-            // suspected (and then for the lock delay).
-            let heartbeat = state.engine.config().timing.heartbeat;
-            if state.engine.any_peer_overdue(now, 2 * heartbeat) {
-                state.local.block_until(now + heartbeat);
+            // The holder this grant follows may have died with its node,
+            // and the node that handed the lock on noticed before this one
+            // did. So the grant waits until every peer counted up has been
+            // heard from since it came (a heartbeat at most): a dead one
+            // never is, and is suspected, and then the lock delay runs.
+            let arrived = state.local.arrived(now);
+            if !state.engine.all_peers_heard_since(arrived) {
+                let heartbeat = state.engine.config().timing.heartbeat;
+                state.local.block_until(now + heartbeat / 5);
             }
         }
         let session = match state.local.grant(fence, now) {

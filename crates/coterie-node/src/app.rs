@@ -33,6 +33,10 @@ pub(crate) async fn client_session(
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    let mut stream = stream;
+    if agent.admit(&mut stream, from, "client").await.is_err() {
+        return;
+    }
     let (mut reader, mut writer) = stream.into_split();
     let session = agent.new_session();
     let mut buf = Vec::new();

@@ -1,5 +1,6 @@
 //! Talking to a node's client port, and to the witness.
 
+use crate::auth::{self, AuthError, Role, Secret};
 use crate::codec::{write_frame, FrameError};
 use crate::protocol::{
     ClientRequest, ClientResponse, FaultCommand, FaultState, WatchEvent, WitnessReport,
@@ -33,6 +34,28 @@ pub enum ClientError {
     /// The server answered something that does not fit the request.
     #[error("unexpected answer: {0}")]
     Unexpected(String),
+    /// The node refused the request, saying why.
+    #[error("{0}")]
+    Refused(String),
+    /// The node refused our credentials, or could not show it knows the
+    /// secret.
+    #[error("authentication with {addr} failed: {source}")]
+    Auth {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: AuthError,
+    },
+}
+
+/// What a client proves itself with: the cluster's secret, and the
+/// cluster's name (empty: whichever cluster the node belongs to).
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    /// The shared secret.
+    pub secret: Secret,
+    /// The cluster's name, or empty.
+    pub cluster: String,
 }
 
 /// A framed request/response connection. Reading is cancel-safe: bytes
@@ -152,9 +175,24 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to a node's client port.
+    /// Connects to a node's client port, on a cluster that runs open.
     pub async fn connect(addr: &str) -> Result<Client, ClientError> {
-        let conn = Conn::open(addr).await?;
+        Client::connect_with(addr, None).await
+    }
+
+    /// Connects to a node's client port, proving the client knows the
+    /// cluster's secret first when `credentials` are given (and checking
+    /// that the node does too).
+    pub async fn connect_with(
+        addr: &str,
+        credentials: Option<&Credentials>,
+    ) -> Result<Client, ClientError> {
+        let mut conn = Conn::open(addr).await?;
+        if let Some(c) = credentials {
+            auth::dial(&mut conn.stream, &c.secret, &c.cluster, Role::Client, 0)
+                .await
+                .map_err(|source| ClientError::Auth { addr: addr.to_string(), source })?;
+        }
         Ok(Client { conn, keepalive: FIRST_KEEPALIVE, ping_sent: None })
     }
 
@@ -251,6 +289,7 @@ impl Client {
             ClientResponse::Granted { fence, .. } => Ok(Acquired::Granted(fence)),
             ClientResponse::TimedOut => Ok(Acquired::TimedOut),
             ClientResponse::Busy => Ok(Acquired::Busy),
+            ClientResponse::Error(why) => Err(ClientError::Refused(why)),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
     }
@@ -268,7 +307,7 @@ impl Client {
     pub async fn fault(&mut self, command: FaultCommand) -> Result<FaultState, ClientError> {
         match self.conn.call(&ClientRequest::Fault(command)).await? {
             ClientResponse::Faults(state) => Ok(state),
-            ClientResponse::Error(e) => Err(ClientError::Unexpected(e)),
+            ClientResponse::Error(e) => Err(ClientError::Refused(e)),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
     }
@@ -291,6 +330,7 @@ impl Client {
     pub async fn status(&mut self) -> Result<Status, ClientError> {
         match self.conn.call(&ClientRequest::Status).await? {
             ClientResponse::Status(s) => Ok(*s),
+            ClientResponse::Error(why) => Err(ClientError::Refused(why)),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
     }

@@ -17,6 +17,7 @@
 //! failure_timeout = "250ms"
 //!
 //! [security]
+//! # secret_file = "secret"      # the shared secret; COTERIE_SECRET_FILE overrides
 //! # allow_faults = false        # take `coterie fault` commands (labs and tests only)
 //!
 //! [witness]            # optional: where workloads check their entries
@@ -186,10 +187,27 @@ pub mod humantime_serde_str {
     }
 }
 
+/// Reads a secret file.
+pub fn read_secret(path: &Path) -> Result<crate::auth::Secret, ConfigError> {
+    let bytes = std::fs::read(path)
+        .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+    crate::auth::Secret::from_file_bytes(&bytes).ok_or_else(|| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        message: "the secret file is empty".into(),
+    })
+}
+
 /// `[security]`.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecuritySection {
+    /// A file holding the cluster's shared secret, relative to the
+    /// configuration file (`COTERIE_SECRET_FILE` overrides it). With one,
+    /// every peer and client connection opens with a mutual
+    /// challenge–response (see `coterie_node::auth`); without, the node
+    /// runs open and says so at start.
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
     /// Whether the node takes `coterie fault` commands (and the scenario
     /// steps that use them). Off by default: on a shared network anyone
     /// who reaches a client port could cut the node off.
@@ -242,13 +260,29 @@ impl Config {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         let mut cfg = Config::parse(&text, path)?;
-        // A relative state directory is relative to the file that names it.
-        if let (Some(dir), Some(base)) = (&cfg.cluster.state_dir, path.parent()) {
-            if dir.is_relative() {
-                cfg.cluster.state_dir = Some(base.join(dir));
+        // A relative state directory or secret file is relative to the
+        // file that names it.
+        if let Some(base) = path.parent() {
+            for p in [&mut cfg.cluster.state_dir, &mut cfg.security.secret_file] {
+                if let Some(dir) = p.as_mut().filter(|d| d.is_relative()) {
+                    *dir = base.join(&*dir);
+                }
             }
         }
         Ok(cfg)
+    }
+
+    /// The cluster's secret: from `COTERIE_SECRET_FILE` if set, else from
+    /// `[security] secret_file`; `None` if neither says one.
+    pub fn secret(&self) -> Result<Option<crate::auth::Secret>, ConfigError> {
+        let path = match std::env::var_os("COTERIE_SECRET_FILE") {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => match &self.security.secret_file {
+                Some(p) => p.clone(),
+                None => return Ok(None),
+            },
+        };
+        read_secret(&path).map(Some)
     }
 
     /// Parses and checks `text`; `path` is only for messages.

@@ -22,6 +22,7 @@
 
 mod agent;
 mod app;
+pub mod auth;
 pub mod client;
 pub mod codec;
 pub mod config;
@@ -36,5 +37,7 @@ pub mod storage;
 mod transport;
 pub mod witness;
 
-pub use client::{Acquired, Client, ClientError, Entry, Lock, Loss, Watch, WitnessClient};
+pub use client::{
+    Acquired, Client, ClientError, Credentials, Entry, Lock, Loss, Watch, WitnessClient,
+};
 pub use config::Config;

@@ -53,6 +53,8 @@ pub(crate) struct LocalQueue {
     blocked_until: Duration,
     /// A grant that came while blocked.
     held_back: Option<Fence>,
+    /// When the grant being handed out first came.
+    arrived: Option<Duration>,
     /// The node holds for a session lost while holding, until this.
     orphaned_until: Option<Duration>,
 }
@@ -79,6 +81,7 @@ impl LocalQueue {
             self.held_back = Some(fence);
             return Handed::Later;
         }
+        self.arrived = None;
         while let Some(waiter) = self.waiters.pop_front() {
             if waiter.grant.send(fence).is_ok() {
                 self.holder = Some((waiter.session, fence));
@@ -86,6 +89,12 @@ impl LocalQueue {
             }
         }
         Handed::Nobody
+    }
+
+    /// When the grant about to be handed out first came (`now`, unless it
+    /// was held back before).
+    pub(crate) fn arrived(&mut self, now: Duration) -> Duration {
+        *self.arrived.get_or_insert(now)
     }
 
     /// Takes `session` out of the queue; `true` if it held.

@@ -7,7 +7,7 @@
 //! - [`app`](crate::app): the application task, serving clients;
 //! - [`faults`](crate::faults): faults injected on request.
 
-use crate::agent::{Agent, Storage};
+use crate::agent::{Agent, Settings, Storage};
 use crate::app::client_session;
 use crate::config::Config;
 use crate::faults::Faults;
@@ -44,6 +44,9 @@ pub enum NodeError {
     /// send what it could not back.
     #[error("stable storage failed: {0}")]
     Storage(String),
+    /// The secret file could not be read.
+    #[error("{0}")]
+    Secret(#[from] crate::config::ConfigError),
     /// The state directory or file could not be used.
     #[error("cannot use the state file {path}: {source}")]
     State {
@@ -80,6 +83,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), NodeError> {
     cfg.node(id).ok_or(NodeError::UnknownNode(id))?;
+    let secret = cfg.secret()?;
     let wall = std::time::SystemTime::now();
     let incarnation = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let since_unix = wall.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -130,9 +134,13 @@ pub async fn run(
         Some(file) if cfg.cluster.state_sync => Storage::Synced(StateWriter::spawn(file)),
         Some(file) => Storage::Unsynced(file),
     };
-    let agent =
-        Arc::new(Agent::new(engine, hello, faults, storage, transport, cfg.cluster.lock_delay));
     let span = tracing::info_span!("node", id);
+    if secret.is_none() {
+        warn!(parent: &span, "no secret configured ([security] secret_file): peers and clients are \
+            not authenticated; anyone who reaches this node's ports can speak for a member");
+    }
+    let settings = Settings { lock_delay: cfg.cluster.lock_delay, secret };
+    let agent = Arc::new(Agent::new(engine, hello, faults, storage, transport, settings));
     info!(parent: &span, peer = ?listeners.peer.local_addr().ok(), client = ?listeners.client.local_addr().ok(),
         mutex = %cfg.cluster.mutex, election = %cfg.cluster.election, cluster = %cfg.cluster.name, "node starting");
 

@@ -26,6 +26,7 @@
 //! state.
 
 use crate::agent::Agent;
+use crate::auth::Role;
 use crate::codec::{read_frame, write_frame, FrameError};
 use crate::links::{Batch, Inbound};
 use crate::node::stopped;
@@ -251,6 +252,9 @@ async fn connect(agent: &Agent, peer: NodeId, addr: &str) -> Result<Connected, D
     };
     let _ = stream.set_nodelay(true);
     let mut stream = stream;
+    if let Err(e) = agent.authenticate(&mut stream).await {
+        return Err(DialError::Handshake(e.to_string()));
+    }
     let (expects, batch) = agent.with_state(|s| s.links.dialling(peer));
     let mut bytes = Vec::with_capacity(64 + batch.bytes.len());
     wire::write_frame(&PeerFrame::Hello(Hello { expects, ..agent.hello() }), &mut bytes);
@@ -351,6 +355,7 @@ pub(crate) async fn serve_peer(
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    let Ok(dialler) = agent.admit(&mut stream, from, "peer").await else { return };
     let mut buf = Vec::new();
     let hello = match tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
@@ -373,7 +378,14 @@ pub(crate) async fn serve_peer(
             return;
         }
     };
-    if let Err(reason) = agent.check_hello(&hello) {
+    let check = match dialler {
+        Some(d) if d.role != Role::Peer || d.id != hello.node.0 => Err(format!(
+            "authenticated as {:?} {}, but says it is node {}",
+            d.role, d.id, hello.node.0
+        )),
+        _ => agent.check_hello(&hello),
+    };
+    if let Err(reason) = check {
         warn!(%from, claimed = hello.node.0, "refused peer connection: {reason}");
         let _ = write_frame(&mut stream, &PeerFrame::Refused(reason)).await;
         return;

@@ -665,6 +665,123 @@ fn fault_is_refused_unless_the_configuration_allows_it() {
     assert!(lock.status.success(), "{}", String::from_utf8_lossy(&lock.stderr));
 }
 
+/// Nodes started one by one with `coterie node`, so that each can have an
+/// environment of its own. Killed when dropped.
+struct Nodes(Vec<Child>);
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// With a secret configured, only those who know it get in: a node with
+/// another secret is never counted up by the others, a client with the
+/// wrong secret is refused at the handshake and one with none is told the
+/// node requires one (both exit 69 from `lock`), and the right secret
+/// works for every command.
+#[test]
+fn with_a_secret_only_those_who_know_it_get_in() {
+    let dir = scratch("secret");
+    std::fs::write(dir.0.join("secret"), "right secret\n").unwrap();
+    std::fs::write(dir.0.join("wrong"), "wrong secret\n").unwrap();
+    let ports = free_ports(6);
+    let mut toml = String::from(
+        "[cluster]\nname = \"sec\"\nmutex = \"centralized\"\nelection = \"bully\"\n\
+         [security]\nsecret_file = \"secret\"\n\
+         [timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n",
+    );
+    for i in 0..3 {
+        toml += &format!(
+            "[[node]]\nid = {}\npeer = \"127.0.0.1:{}\"\nclient = \"127.0.0.1:{}\"\n",
+            i + 1,
+            ports[2 * i],
+            ports[2 * i + 1]
+        );
+    }
+    let config = dir.0.join("cluster.toml");
+    std::fs::write(&config, toml).unwrap();
+    let config = config.to_str().unwrap();
+    let wrong = dir.0.join("wrong");
+    let nodes = Nodes(
+        (1..=3)
+            .map(|id| {
+                let log = std::fs::File::create(dir.0.join(format!("node{id}.log"))).unwrap();
+                let mut node = Command::new(BIN);
+                node.args(["node", "--config", config, "--id", &id.to_string()]).stderr(log);
+                if id == 3 {
+                    node.env("COTERIE_SECRET_FILE", &wrong); // an impostor
+                }
+                node.spawn().unwrap()
+            })
+            .collect(),
+    );
+    let status = |env: Option<&Path>| {
+        let mut c = Command::new(BIN);
+        c.args(["status", "--config", config, "--json"]);
+        if let Some(secret) = env {
+            c.env("COTERIE_SECRET_FILE", secret);
+        }
+        let out = c.output().unwrap();
+        serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap_or_default()
+    };
+    let alive = |rows: &[Value], id: u64| -> Option<Vec<u64>> {
+        let row = rows.iter().find(|r| r["id"] == id)?;
+        row["alive"].as_array().map(|a| a.iter().filter_map(Value::as_u64).collect())
+    };
+    let start = Instant::now();
+    loop {
+        let rows = status(None);
+        if alive(&rows, 1) == Some(vec![1, 2]) && alive(&rows, 2) == Some(vec![1, 2]) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "n1 and n2 never met: {rows:#?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Give the impostor time to be counted, were it to be.
+    std::thread::sleep(Duration::from_secs(1));
+    let rows = status(None);
+    assert_eq!(alive(&rows, 1), Some(vec![1, 2]), "{rows:#?}");
+    assert_eq!(alive(&rows, 2), Some(vec![1, 2]), "{rows:#?}");
+    let n3 = rows.iter().find(|r| r["id"] == 3).unwrap();
+    assert_eq!(n3["reachable"], false, "n3 does not know our secret: {n3}");
+    let log = std::fs::read_to_string(dir.0.join("node1.log")).unwrap();
+    assert!(log.contains("failed authentication"), "{log}");
+    assert!(!log.contains("no secret configured"), "{log}");
+
+    let lock = |node: &str, env: Option<&Path>, addr: Option<&str>| {
+        let mut c = Command::new(BIN);
+        match addr {
+            Some(addr) => c.args(["lock", "--addr", addr]),
+            None => c.args(["lock", "--config", config, "--node", node]),
+        };
+        c.args(["--timeout", "10s", "--", "true"]);
+        if let Some(secret) = env {
+            c.env("COTERIE_SECRET_FILE", secret);
+        }
+        c.output().unwrap()
+    };
+    let right = lock("1", None, None);
+    assert!(right.status.success(), "{}", String::from_utf8_lossy(&right.stderr));
+    let refused = lock("1", Some(&wrong), None);
+    assert_eq!(refused.status.code(), Some(69));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("authentication") && said.contains("secrets differ"), "{said}");
+    let n1 = format!("127.0.0.1:{}", ports[1]);
+    let none = lock("1", None, Some(&n1));
+    assert_eq!(none.status.code(), Some(69));
+    let said = String::from_utf8_lossy(&none.stderr);
+    assert!(said.contains("requires authentication"), "{said}");
+    // `--addr` with the secret from the environment works too.
+    let secret = dir.0.join("secret");
+    let by_addr = lock("1", Some(&secret), Some(&n1));
+    assert!(by_addr.status.success(), "{}", String::from_utf8_lossy(&by_addr.stderr));
+    drop(nodes);
+}
+
 #[test]
 fn up_kills_and_restarts_its_nodes_on_command() {
     let mut up = Up::start(3, "control");

@@ -2,9 +2,10 @@
 //! signals.
 
 use anyhow::{bail, Context, Result};
-use coterie_node::Config;
+use coterie_node::{Client, ClientError, Config, Credentials};
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// How a command finds the node(s) it talks to: `--config FILE` (every
 /// node, or `--node ID`), or `--addr HOST:PORT` (one client port).
@@ -21,11 +22,27 @@ pub struct Target {
     pub addr: Option<String>,
 }
 
-/// A node to talk to: its id (when known) and client address.
+/// A node to talk to: its id (when known), client address, and what to
+/// prove ourselves with if the cluster has a secret.
 #[derive(Clone, Debug)]
 pub struct NodeAddr {
     pub id: Option<u32>,
     pub addr: String,
+    pub credentials: Option<Arc<Credentials>>,
+}
+
+impl NodeAddr {
+    /// A client session with the node.
+    pub async fn connect(&self) -> Result<Client, ClientError> {
+        Client::connect_with(&self.addr, self.credentials.as_deref()).await
+    }
+}
+
+/// The credentials a cluster's configuration gives (its secret, with
+/// `COTERIE_SECRET_FILE` overriding the file), if any.
+pub fn credentials(cfg: &Config) -> Result<Option<Arc<Credentials>>> {
+    let secret = cfg.secret()?;
+    Ok(secret.map(|secret| Arc::new(Credentials { secret, cluster: cfg.cluster.name.clone() })))
 }
 
 impl Target {
@@ -36,16 +53,30 @@ impl Target {
     /// The nodes the command should address, in id order.
     pub fn nodes(&self) -> Result<Vec<NodeAddr>> {
         if let Some(addr) = &self.addr {
-            return Ok(vec![NodeAddr { id: None, addr: addr.clone() }]);
+            // No configuration: a secret only from the environment, and
+            // whichever cluster the node belongs to.
+            let credentials = match std::env::var_os("COTERIE_SECRET_FILE") {
+                Some(path) if !path.is_empty() => {
+                    let secret = coterie_node::config::read_secret(std::path::Path::new(&path))?;
+                    Some(Arc::new(Credentials { secret, cluster: String::new() }))
+                }
+                _ => None,
+            };
+            return Ok(vec![NodeAddr { id: None, addr: addr.clone(), credentials }]);
         }
         let Some(cfg) = self.load_config()? else {
             bail!("say which cluster: --config FILE (or --addr HOST:PORT for one node)");
         };
+        let credentials = credentials(&cfg)?;
         let nodes: Vec<NodeAddr> = cfg
             .nodes
             .iter()
             .filter(|n| self.node.is_none_or(|id| id == n.id))
-            .map(|n| NodeAddr { id: Some(n.id), addr: n.client.clone() })
+            .map(|n| NodeAddr {
+                id: Some(n.id),
+                addr: n.client.clone(),
+                credentials: credentials.clone(),
+            })
             .collect();
         if nodes.is_empty() {
             bail!("node {} is not in the configuration", self.node.unwrap_or_default());

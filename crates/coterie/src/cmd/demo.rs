@@ -359,15 +359,24 @@ pub(crate) async fn launch(
         let witness_addr = format!("127.0.0.1:{}", ports[2 * n]);
         let Ok(listener) = tokio::net::TcpListener::bind(&witness_addr).await else { continue };
         let mut toml = format!(
-            "[cluster]\nname = \"demo\"\nmutex = \"{}\"\nelection = \"{}\"\ncount = {}\nstate_dir = \"state\"\nstate_sync = false\n\n[security]\nallow_faults = true\n\n[timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n\n[witness]\naddr = \"{witness_addr}\"\n",
+            "[cluster]\nname = \"demo\"\nmutex = \"{}\"\nelection = \"{}\"\ncount = {}\nstate_dir = \"state\"\nstate_sync = false\n\n[security]\nsecret_file = \"secret\"\nallow_faults = true\n\n[timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n\n[witness]\naddr = \"{witness_addr}\"\n",
             shape.mutex, shape.election, shape.count
         );
+        // A fresh secret for every cluster launched: its nodes and this
+        // driver authenticate each other, as a production cluster should.
+        let secret = coterie_node::auth::Secret::generate_hex()?;
+        std::fs::write(dir.join("secret"), &secret)?;
+        let secret = coterie_node::auth::Secret::from_file_bytes(secret.as_bytes())
+            .context("an empty secret")?;
+        let credentials =
+            std::sync::Arc::new(coterie_node::Credentials { secret, cluster: "demo".into() });
         let mut nodes = Vec::new();
         for i in 0..n {
             let (peer, client) =
                 (format!("127.0.0.1:{}", ports[2 * i]), format!("127.0.0.1:{}", ports[2 * i + 1]));
             write!(toml, "\n[[node]]\nid = {}\npeer = \"{peer}\"\nclient = \"{client}\"\n", i + 1)?;
-            nodes.push(NodeAddr { id: Some(i as u32 + 1), addr: client });
+            let credentials = Some(credentials.clone());
+            nodes.push(NodeAddr { id: Some(i as u32 + 1), addr: client, credentials });
         }
         let config = dir.join("cluster.toml");
         std::fs::write(&config, &toml)?;

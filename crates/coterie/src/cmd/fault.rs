@@ -4,7 +4,6 @@
 use super::common::{self, Target};
 use anyhow::Result;
 use coterie_node::protocol::FaultCommand;
-use coterie_node::Client;
 use serde_json::json;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -125,7 +124,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let mut rows = Vec::new();
         for node in &nodes {
             let name = node.id.map_or(node.addr.clone(), |id| format!("n{id}"));
-            let result = match Client::connect(&node.addr).await {
+            let result = match node.connect().await {
                 Ok(mut client) => client.fault(command.clone()).await.map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
@@ -166,7 +165,7 @@ async fn repeat(
     while start.elapsed() < span {
         tick.tick().await;
         for (i, node) in nodes.iter().enumerate() {
-            let result = match Client::connect(&node.addr).await {
+            let result = match node.connect().await {
                 Ok(mut client) => client.fault(command.clone()).await.map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };

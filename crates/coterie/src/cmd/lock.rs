@@ -3,7 +3,7 @@
 
 use super::common::{self, Target};
 use anyhow::{Context, Result};
-use coterie_node::{Acquired, Client, Loss};
+use coterie_node::{Acquired, ClientError, Loss};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -107,7 +107,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let mut session = None;
         let mut errors = Vec::new();
         for node in &nodes {
-            match Client::connect(&node.addr).await {
+            match node.connect().await {
                 Ok(c) => {
                     session = Some((c, node));
                     break;
@@ -116,11 +116,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
             }
         }
         let Some((mut client, node)) = session else {
-            eprintln!("coterie lock: no node answered ({})", errors.join("; "));
+            eprintln!("coterie lock: no node answered and accepted us ({})", errors.join("; "));
             return Ok(ExitCode::from(EXIT_UNAVAILABLE));
         };
         let acquired = tokio::select! {
-            acquired = client.acquire(args.timeout, args.try_lock) => acquired?,
+            acquired = client.acquire(args.timeout, args.try_lock) => match acquired {
+                Ok(acquired) => acquired,
+                Err(ClientError::Refused(why)) => {
+                    eprintln!("coterie lock: {} refused us: {why}", node.addr);
+                    return Ok(ExitCode::from(EXIT_UNAVAILABLE));
+                }
+                Err(e) => return Err(e.into()),
+            },
             (number, name) = signals.recv() => {
                 // Dropping the session withdraws the request (the node
                 // gives up its place, or releases a grant that raced this).

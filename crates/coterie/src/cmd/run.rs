@@ -9,7 +9,6 @@ use anyhow::{bail, Context, Result};
 use coterie_core::{registry, CsState, Epoch, Status};
 use coterie_node::config::humantime_serde_str;
 use coterie_node::protocol::FaultCommand;
-use coterie_node::Client;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -521,11 +520,13 @@ async fn play(
                 );
             }
             let prefix = Compose::prefix(project, file);
+            let credentials = super::common::credentials(&cfg)?;
             let mut nodes = Vec::new();
             for n in &cfg.nodes {
                 let port = n.client.rsplit(':').next().unwrap_or("7200");
                 let ip = Compose::ip(&prefix, &format!("node{}", n.id))?;
-                nodes.push(NodeAddr { id: Some(n.id), addr: format!("{ip}:{port}") });
+                let addr = format!("{ip}:{port}");
+                nodes.push(NodeAddr { id: Some(n.id), addr, credentials: credentials.clone() });
             }
             let witness = cfg.witness.as_ref().map(|w| w.addr.clone()).context("no [witness]")?;
             let port = witness.rsplit(':').next().unwrap_or("7300");
@@ -715,11 +716,10 @@ fn step_percent(step: &Step) -> u8 {
 
 /// Carries out one step.
 async fn act(cluster: &mut Backend, nodes: &mut Reach, step: &Step, id: u32) -> Result<()> {
-    let addr = cluster.nodes().get((id as usize).wrapping_sub(1)).map(|n| n.addr.clone());
-    let fault_addr = addr.clone();
+    let node = cluster.nodes().get((id as usize).wrapping_sub(1)).cloned();
+    let fault_node = node.clone();
     let fault = |command: FaultCommand| async move {
-        let addr = fault_addr.context("no such node")?;
-        let mut client = Client::connect(&addr).await?;
+        let mut client = fault_node.context("no such node")?.connect().await?;
         client.fault(command).await.map_err(anyhow::Error::from)
     };
     match step.action.as_str() {
@@ -755,8 +755,8 @@ async fn act(cluster: &mut Backend, nodes: &mut Reach, step: &Step, id: u32) -> 
             let command = FaultCommand::Reset { peers: step.peers.clone() };
             match (step.every, step.lasting) {
                 (Some(every), Some(lasting)) => {
-                    let addr = addr.context("no such node")?;
-                    tokio::spawn(repeat_fault(addr, command, every, lasting));
+                    let node = node.context("no such node")?;
+                    tokio::spawn(repeat_fault(node, command, every, lasting));
                 }
                 _ => {
                     fault(command).await?;
@@ -765,7 +765,7 @@ async fn act(cluster: &mut Backend, nodes: &mut Reach, step: &Step, id: u32) -> 
         }
         "heal" => {
             for node in cluster.nodes().to_vec() {
-                if let Ok(mut client) = Client::connect(&node.addr).await {
+                if let Ok(mut client) = node.connect().await {
                     let _ = client.fault(FaultCommand::Heal).await;
                 }
             }
@@ -776,14 +776,14 @@ async fn act(cluster: &mut Backend, nodes: &mut Reach, step: &Step, id: u32) -> 
     Ok(())
 }
 
-/// Sends `command` to the node at `addr` every `every` for `lasting` (a
-/// repeating step, in the background).
-async fn repeat_fault(addr: String, command: FaultCommand, every: Duration, lasting: Duration) {
+/// Sends `command` to `node` every `every` for `lasting` (a repeating
+/// step, in the background).
+async fn repeat_fault(node: NodeAddr, command: FaultCommand, every: Duration, lasting: Duration) {
     let end = Instant::now() + lasting;
     let mut tick = tokio::time::interval(every.max(Duration::from_millis(1)));
     while Instant::now() < end {
         tick.tick().await;
-        if let Ok(mut client) = Client::connect(&addr).await {
+        if let Ok(mut client) = node.connect().await {
             let _ = client.fault(command.clone()).await;
         }
     }

@@ -3,7 +3,6 @@
 use super::common::{self, NodeAddr, Target};
 use anyhow::Result;
 use coterie_core::{Epoch, Status};
-use coterie_node::Client;
 use serde_json::{json, Value};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -25,7 +24,7 @@ pub struct Args {
 /// One node's answer, or why there was none.
 pub async fn fetch(node: &NodeAddr) -> Result<Status, String> {
     let ask = async {
-        let mut client = Client::connect(&node.addr).await?;
+        let mut client = node.connect().await?;
         client.status().await
     };
     match tokio::time::timeout(Duration::from_secs(2), ask).await {

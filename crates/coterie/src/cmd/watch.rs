@@ -4,7 +4,6 @@ use super::common::{self, NodeAddr, Target};
 use anyhow::Result;
 use coterie_core::Epoch;
 use coterie_node::protocol::{NodeEvent, WatchEvent};
-use coterie_node::Client;
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -51,7 +50,7 @@ pub fn spawn(nodes: &[NodeAddr], tx: mpsc::UnboundedSender<Watched>) {
         let (node, tx) = (node.clone(), tx.clone());
         tokio::spawn(async move {
             while !tx.is_closed() {
-                if let Ok(client) = Client::connect(&node.addr).await {
+                if let Ok(client) = node.connect().await {
                     if let Ok((first, mut stream)) = client.watch().await {
                         let id = first.node;
                         if tx.send(Watched::Event(first)).is_err() {

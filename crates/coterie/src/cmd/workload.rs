@@ -3,7 +3,7 @@
 use super::common::{self, NodeAddr, Target};
 use super::status;
 use anyhow::{bail, Result};
-use coterie_node::{Acquired, Client, Entry, WitnessClient};
+use coterie_node::{Acquired, Entry, WitnessClient};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::io::Write;
@@ -226,7 +226,7 @@ async fn one_session(
     histogram: &Mutex<Histogram<u64>>,
     past_deadline: &impl Fn() -> bool,
 ) -> Result<()> {
-    let mut client = Client::connect(&node.addr).await?;
+    let mut client = node.connect().await?;
     let mut witness = match &spec.witness {
         Some(addr) => Some(WitnessClient::connect(addr).await?),
         None => None,
