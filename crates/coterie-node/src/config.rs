@@ -121,7 +121,29 @@ fn priority_by_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Priority, 
     name.parse().map_err(serde::de::Error::custom)
 }
 
+/// The environment variables that override `[cluster]` keys, over the
+/// file (a command-line flag, where there is one, wins over both).
+pub const OVERRIDES: [&str; 4] =
+    ["COTERIE_MUTEX", "COTERIE_ELECTION", "COTERIE_COUNT", "COTERIE_LOCK_DELAY"];
+
 impl ClusterSection {
+    /// Sets the key that `var` (one of [`OVERRIDES`]) stands for.
+    fn set(&mut self, var: &str, value: &str) -> Result<(), String> {
+        match var {
+            "COTERIE_MUTEX" => self.mutex = value.to_string(),
+            "COTERIE_ELECTION" => self.election = value.to_string(),
+            "COTERIE_COUNT" => {
+                self.count = value.parse().map_err(|e| format!("not a count: {e}"))?;
+            }
+            "COTERIE_LOCK_DELAY" => {
+                self.lock_delay = humantime::parse_duration(value)
+                    .map_err(|e| format!("not a duration like \"2s\": {e}"))?;
+            }
+            other => return Err(format!("{other} overrides nothing")),
+        }
+        Ok(())
+    }
+
     /// The mutual-exclusion variants chosen by `ra_fault_tolerant` and
     /// `priority`.
     pub fn mutex_options(&self) -> MutexOptions {
@@ -259,7 +281,9 @@ impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-        let mut cfg = Config::parse(&text, path)?;
+        let mut cfg = Config::parse_with(&text, path, |var| {
+            std::env::var(var).ok().filter(|value| !value.is_empty())
+        })?;
         // A relative state directory or secret file is relative to the
         // file that names it.
         if let Some(base) = path.parent() {
@@ -287,9 +311,26 @@ impl Config {
 
     /// Parses and checks `text`; `path` is only for messages.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        Config::parse_with(text, path, |_| None)
+    }
+
+    /// Parses `text`, lets `env` override the `[cluster]` keys a lab
+    /// varies ([`OVERRIDES`]), and checks the result.
+    pub fn parse_with(
+        text: &str,
+        path: &Path,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         let mut cfg: Config = toml::from_str(text)
             .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() })?;
         let invalid = |message: String| ConfigError::Invalid { path: path.to_path_buf(), message };
+        for var in OVERRIDES {
+            if let Some(value) = env(var) {
+                cfg.cluster
+                    .set(var, &value)
+                    .map_err(|e| invalid(format!("{var}={value:?}: {e}")))?;
+            }
+        }
         registry::mutex(&cfg.cluster.mutex).map_err(|e| invalid(e.to_string()))?;
         registry::election(&cfg.cluster.election).map_err(|e| invalid(e.to_string()))?;
         if cfg.nodes.is_empty() {
@@ -404,6 +445,26 @@ mod tests {
         let options = cfg.algo_config(1, 0, Duration::ZERO).mutex_options;
         assert!(options.fault_tolerant);
         assert_eq!(options.priority, Priority::LeastRecent);
+    }
+
+    #[test]
+    fn the_environment_overrides_the_cluster_keys_a_lab_varies() {
+        let env = |var: &str| match var {
+            "COTERIE_MUTEX" => Some("maekawa".to_string()),
+            "COTERIE_LOCK_DELAY" => Some("2s".to_string()),
+            _ => None,
+        };
+        let cfg = Config::parse_with(GOOD, Path::new("t.toml"), env).unwrap();
+        assert_eq!(cfg.cluster.mutex, "maekawa");
+        assert_eq!(cfg.cluster.election, "bully", "not overridden: the file's");
+        assert_eq!(cfg.cluster.lock_delay, Duration::from_secs(2));
+        // An override is checked like the file.
+        let bad = |var: &str| (var == "COTERIE_ELECTION").then(|| "nope".to_string());
+        let err = Config::parse_with(GOOD, Path::new("t.toml"), bad).unwrap_err().to_string();
+        assert!(err.contains("nope"), "{err}");
+        let bad = |var: &str| (var == "COTERIE_COUNT").then(|| "many".to_string());
+        let err = Config::parse_with(GOOD, Path::new("t.toml"), bad).unwrap_err().to_string();
+        assert!(err.contains("COTERIE_COUNT=\"many\""), "{err}");
     }
 
     #[test]

@@ -53,8 +53,14 @@ impl Up {
     /// Starts a cluster whose `[cluster]` section also says `extra`, and
     /// whose `[security]` section says `security`.
     fn start_secured(n: u32, name: &str, extra: &str, security: &str) -> Up {
+        Up::start_in(n, name, extra, security, &[])
+    }
+
+    /// Starts a cluster as [`start_secured`](Up::start_secured) does, with
+    /// `env` set for `coterie up` and its nodes.
+    fn start_in(n: u32, name: &str, extra: &str, security: &str, env: &[(&str, &str)]) -> Up {
         for attempt in 0..3 {
-            let mut up = Up::launch(n, &format!("{name}-{attempt}"), extra, security);
+            let mut up = Up::launch(n, &format!("{name}-{attempt}"), extra, security, env);
             let settled = up.try_wait_for(Duration::from_secs(10), |rows| {
                 agreed(rows).is_some_and(|(c, n_up)| c == n && n_up == n as usize)
             });
@@ -66,7 +72,7 @@ impl Up {
         panic!("a {n}-node cluster never settled in three attempts");
     }
 
-    fn launch(n: u32, name: &str, extra: &str, security: &str) -> Up {
+    fn launch(n: u32, name: &str, extra: &str, security: &str, env: &[(&str, &str)]) -> Up {
         let dir = std::env::temp_dir().join(format!("coterie-cli-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let ports = free_ports(2 * n as usize);
@@ -89,6 +95,7 @@ impl Up {
         let mut child = Command::new(BIN)
             .args(["up", "--config"])
             .arg(&config)
+            .envs(env.iter().copied())
             .stderr(log)
             .stdout(Stdio::null())
             .stdin(Stdio::piped())
@@ -780,6 +787,24 @@ fn with_a_secret_only_those_who_know_it_get_in() {
     let by_addr = lock("1", Some(&secret), Some(&n1));
     assert!(by_addr.status.success(), "{}", String::from_utf8_lossy(&by_addr.stderr));
     drop(nodes);
+}
+
+/// `COTERIE_CONFIG` stands for `--config`, and `COTERIE_MUTEX` overrides
+/// the file's algorithm for every node `up` starts and every command that
+/// reads the file.
+#[test]
+fn the_environment_names_the_configuration_and_overrides_its_algorithm() {
+    // `up` and its nodes inherit the override.
+    let env = [("COTERIE_MUTEX", "ricart-agrawala")];
+    let up = Up::start_in(3, "env", "", "allow_faults = true\n", &env);
+    let out = Command::new(BIN)
+        .args(["status", "--json"])
+        .env("COTERIE_CONFIG", up.config())
+        .output()
+        .unwrap();
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows.len(), 3, "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(rows.iter().all(|r| r["mutex"] == "ricart-agrawala"), "{rows:#?}");
 }
 
 #[test]

@@ -11,8 +11,12 @@ use std::sync::Arc;
 /// node, or `--node ID`), or `--addr HOST:PORT` (one client port).
 #[derive(clap::Args, Clone, Debug)]
 pub struct Target {
-    /// The cluster's configuration file.
-    #[arg(long, short = 'c', value_name = "FILE")]
+    /// The cluster's configuration file (or COTERIE_CONFIG). Its
+    /// `[cluster]` keys `mutex`, `election`, `count` and `lock_delay` can
+    /// be overridden with COTERIE_MUTEX, COTERIE_ELECTION, COTERIE_COUNT
+    /// and COTERIE_LOCK_DELAY: a flag wins over the environment, the
+    /// environment over the file.
+    #[arg(long, short = 'c', value_name = "FILE", env = "COTERIE_CONFIG")]
     pub config: Option<PathBuf>,
     /// Only this node of the configuration.
     #[arg(long, value_name = "ID")]

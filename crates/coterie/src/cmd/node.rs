@@ -13,8 +13,8 @@ use std::process::ExitCode;
 /// and peers going up and down at info level.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The cluster's configuration file.
-    #[arg(long, short = 'c', value_name = "FILE")]
+    /// The cluster's configuration file (or COTERIE_CONFIG).
+    #[arg(long, short = 'c', value_name = "FILE", env = "COTERIE_CONFIG")]
     config: PathBuf,
     /// This node's id in the configuration.
     #[arg(long)]

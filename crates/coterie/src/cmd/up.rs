@@ -17,8 +17,8 @@ use tokio::process::{Child, Command};
 /// reveal), `cont N` (resume), `start N` (bring a killed node back).
 #[derive(clap::Args)]
 pub struct Args {
-    /// The cluster's configuration file.
-    #[arg(long, short = 'c', value_name = "FILE")]
+    /// The cluster's configuration file (or COTERIE_CONFIG).
+    #[arg(long, short = 'c', value_name = "FILE", env = "COTERIE_CONFIG")]
     config: PathBuf,
 }
 
