@@ -35,7 +35,8 @@ enum Command {
     Status(cmd::status::Args),
     /// Stream every node's events as they happen: suspicions, elections, faults.
     Watch(cmd::watch::Args),
-    /// Run a command while holding the cluster's lock.
+    // The help text is cmd::lock::Args's: it explains losing the lock and
+    // the exit statuses.
     Lock(cmd::lock::Args),
     /// Drive clients against a cluster; report throughput, latency, safety.
     Workload(cmd::workload::Args),
@@ -45,7 +46,7 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Run the witness that checks safety, or ask one what it saw.
     Witness(cmd::witness::Args),
-    /// Inject faults into running nodes (partition, delay, drop, pause), or heal.
+    // The help text is cmd::fault::Args's (it says which nodes take faults).
     Fault(cmd::fault::Args),
     /// Play a fault scenario (scenarios/*.toml) against a local cluster.
     Run(cmd::run::Args),

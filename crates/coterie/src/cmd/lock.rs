@@ -27,7 +27,8 @@ const EXIT_LOST: u8 = 76;
 /// failure timeout and a heartbeat. Then the lock is no longer CMD's:
 /// coterie prints one line saying why, sends CMD's process group SIGTERM,
 /// and SIGKILL after --kill-grace, unless --no-kill lets it run on. The
-/// node in turn releases the lock if this process hangs or dies.
+/// node in turn releases the lock if this process hangs or dies (after
+/// the cluster's `lock_delay`, if it has one).
 ///
 /// Signals coterie receives (INT, TERM, HUP, QUIT) are passed on to CMD
 /// while it runs; while the lock is still awaited, they withdraw the
@@ -35,7 +36,9 @@ const EXIT_LOST: u8 = 76;
 ///
 /// Exit status: CMD's, when it ran to its end holding the lock; 75 when
 /// the lock was not acquired within --timeout (or at once, with --try); 69
-/// when no node answered; 76 when the lock was lost while CMD ran;
+/// when no node answered, or none accepted our credentials (the cluster's
+/// secret: `[security] secret_file`, or COTERIE_SECRET_FILE); 76 when the
+/// lock was lost while CMD ran;
 /// 128 + the signal when a signal ended the wait for the lock.
 #[derive(clap::Args)]
 pub struct Args {
