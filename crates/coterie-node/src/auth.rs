@@ -55,49 +55,38 @@ impl Secret {
         Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
     }
 
-    fn mac(
-        &self,
-        cluster: &str,
-        role: Role,
-        id: u32,
-        mine: &[u8; LEN],
-        theirs: &[u8; LEN],
-    ) -> Hmac<Sha256> {
+    fn mac(&self, claim: &Claim) -> Hmac<Sha256> {
         let mut mac =
             Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
         mac.update(b"coterie auth v1\0");
-        mac.update(&(cluster.len() as u64).to_be_bytes());
-        mac.update(cluster.as_bytes());
-        mac.update(&[role as u8]);
-        mac.update(&id.to_be_bytes());
-        mac.update(mine);
-        mac.update(theirs);
+        mac.update(&(claim.cluster.len() as u64).to_be_bytes());
+        mac.update(claim.cluster.as_bytes());
+        mac.update(&[claim.role as u8]);
+        mac.update(&claim.id.to_be_bytes());
+        mac.update(claim.provers);
+        mac.update(claim.others);
         mac
     }
 
-    fn prove(
-        &self,
-        cluster: &str,
-        role: Role,
-        id: u32,
-        mine: &[u8; LEN],
-        theirs: &[u8; LEN],
-    ) -> [u8; LEN] {
-        self.mac(cluster, role, id, mine, theirs).finalize().into_bytes().into()
+    /// The proof of `claim`.
+    fn prove(&self, claim: &Claim) -> [u8; LEN] {
+        self.mac(claim).finalize().into_bytes().into()
     }
 
-    /// Whether `proof` is `role` `id`'s, over the prover's nonce and then
-    /// the other's; in constant time.
-    fn verify(
-        &self,
-        cluster: &str,
-        role: Role,
-        id: u32,
-        (provers, others): (&[u8; LEN], &[u8; LEN]),
-        proof: &[u8; LEN],
-    ) -> bool {
-        self.mac(cluster, role, id, provers, others).verify_slice(proof).is_ok()
+    /// Whether `proof` proves `claim`, in constant time.
+    fn verify(&self, claim: &Claim, proof: &[u8; LEN]) -> bool {
+        self.mac(claim).verify_slice(proof).is_ok()
     }
+}
+
+/// What a proof is about: who proves it (in which cluster, as what) and
+/// for which connection (the prover's nonce, then the other side's).
+struct Claim<'a> {
+    cluster: &'a str,
+    role: Role,
+    id: u32,
+    provers: &'a [u8; LEN],
+    others: &'a [u8; LEN],
 }
 
 /// Who proves what.
@@ -207,12 +196,14 @@ pub async fn dial<S: AsyncRead + AsyncWrite + Unpin>(
             other => return Err(AuthError::Refused(format!("unexpected {}", other.name()))),
         };
         let cluster = if cluster.is_empty() { theirs_cluster.as_str() } else { cluster };
-        if !secret.verify(cluster, Role::Node, node, (&theirs, &mine), &proof) {
+        let node_claim =
+            Claim { cluster, role: Role::Node, id: node, provers: &theirs, others: &mine };
+        if !secret.verify(&node_claim, &proof) {
             let why = "the node's proof does not match our secret: the secrets differ".to_string();
             let _ = write_frame(stream, &AuthFrame::Refused(why.clone())).await;
             return Err(AuthError::Refused(why));
         }
-        let proof = secret.prove(cluster, role, id, &mine, &theirs);
+        let proof = secret.prove(&Claim { cluster, role, id, provers: &mine, others: &theirs });
         write_frame(stream, &AuthFrame::Proof { proof }).await.map_err(FrameError::Io)?;
         Ok(node)
     };
@@ -253,16 +244,15 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
             }
         };
         let mine = nonce()?;
-        let proof = secret.prove(cluster, Role::Node, id, &mine, &theirs);
+        let proof =
+            secret.prove(&Claim { cluster, role: Role::Node, id, provers: &mine, others: &theirs });
         let challenge =
             AuthFrame::Challenge { cluster: cluster.to_string(), id, nonce: mine, proof };
         write_frame(stream, &challenge).await.map_err(FrameError::Io)?;
+        let (role, id) = (dialler.role, dialler.id);
+        let their_claim = Claim { cluster, role, id, provers: &theirs, others: &mine };
         match next(stream).await? {
-            AuthFrame::Proof { proof }
-                if secret.verify(cluster, dialler.role, dialler.id, (&theirs, &mine), &proof) =>
-            {
-                Ok(dialler)
-            }
+            AuthFrame::Proof { proof } if secret.verify(&their_claim, &proof) => Ok(dialler),
             AuthFrame::Proof { .. } => {
                 let why = "wrong secret".to_string();
                 let _ = write_frame(stream, &AuthFrame::Refused(why.clone())).await;
@@ -342,7 +332,14 @@ mod tests {
         // Record a dialler's proof for one acceptor nonce...
         let mine = [1u8; LEN];
         let old_nonce = [2u8; LEN];
-        let recorded = s.prove("test", Role::Client, 0, &mine, &old_nonce);
+        let claim = Claim {
+            cluster: "test",
+            role: Role::Client,
+            id: 0,
+            provers: &mine,
+            others: &old_nonce,
+        };
+        let recorded = s.prove(&claim);
         // ...and replay it against a fresh handshake.
         let (mut a, mut b) = tokio::io::duplex(4096);
         let replay = async {
