@@ -130,7 +130,7 @@ pub struct AlgoConfig {
 /// What a node keeps in stable storage, and gets back when it restarts.
 /// The engine asks its driver to store it
 /// ([`Output::Persist`](crate::engine::Output::Persist)) whenever it
-/// changes, before the messages of the step that changed it leave.
+/// changes, before the messages that rest on it leave.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Restored {
     /// The highest election epoch the node had seen. Elections start above
@@ -275,10 +275,12 @@ pub trait MutexAlgorithm: Send + 'static {
 
     /// What must outlive a crash of this node, encoded: the engine hands
     /// it to its driver for stable storage whenever it changes, before any
-    /// message of the step that changed it leaves, and the next run of the
-    /// node finds it in [`Restored::mutex_of`]. Most algorithms keep
-    /// nothing (`None`): a restarted node learns what it needs from its
-    /// peers. The quorum algorithms keep whom their arbiter granted.
+    /// message of the step that changed it leaves (unless
+    /// [`covered_by`](Self::covered_by) says they rest on an earlier
+    /// record), and the next run of the node finds it in
+    /// [`Restored::mutex_of`]. Most algorithms keep nothing (`None`): a
+    /// restarted node learns what it needs from its peers. The quorum
+    /// algorithms keep who may hold their arbiter's permission.
     fn durable_state(&self) -> Option<Vec<u8>> {
         None
     }

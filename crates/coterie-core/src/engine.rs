@@ -76,11 +76,13 @@ pub enum Output {
     PeerDown(NodeId),
     /// The node has joined: it heard from every peer or waited for them.
     Joined,
-    /// Write this record to stable storage, replacing what was there,
-    /// before carrying out any output that follows; give it back in
-    /// [`AlgoConfig::restored`] when the node restarts. It changes with
-    /// each new epoch and, for the algorithms that keep state across a
-    /// crash, with that state.
+    /// Write this record to stable storage, replacing what was there; give
+    /// it back in [`AlgoConfig::restored`] when the node restarts. It
+    /// changes with each new epoch and, for the algorithms that keep state
+    /// across a crash, with that state. Records are numbered from 1 in the
+    /// order given; an output that rests on one must wait until it is
+    /// durable ([`Engine::poll_output_resting`]), and a driver that writes
+    /// each record before going on meets that for every output.
     Persist(Restored),
 }
 
