@@ -1,11 +1,12 @@
-# coterie's image: nothing but the binary, its shared libraries and the
-# docker cluster config, on top of an empty filesystem. No base image can be
+# coterie's image: nothing but the binary and its shared libraries, on top of
+# an empty filesystem. The cluster file and its secret are mounted at /config
+# (see docker-compose.yml), never baked in. No base image can be
 # pulled where this project is built, so there is no `FROM debian` here.
 #
 # Do not run `docker build` directly: scripts/build-image.sh first builds the
 # release binary and stages the root filesystem in target/docker-rootfs/
 # (binary at /coterie, the libraries `ldd` lists at their usual paths, the
-# dynamic loader, /etc/nsswitch.conf and /config/docker.toml), then builds
+# dynamic loader, /etc/nsswitch.conf and an empty /config), then builds
 # this file. .dockerignore keeps the rest of the repository (and target/)
 # out of the build context.
 FROM scratch

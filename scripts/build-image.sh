@@ -4,8 +4,10 @@
 # No base image can be pulled where coterie is built, so the image holds
 # only what the binary needs: the release build of `coterie` (an ordinary,
 # dynamically linked glibc binary), the shared libraries `ldd` lists for it,
-# the dynamic loader, a one-line /etc/nsswitch.conf and the docker cluster
-# config. Host names (compose service names) are resolved by glibc's
+# the dynamic loader and a one-line /etc/nsswitch.conf. The cluster file and
+# its secret are not in the image: docker-compose.yml mounts config/ at
+# /config, and this script writes config/docker.secret (random, mode 600,
+# ignored by git) when there is none yet. Host names (compose service names) are resolved by glibc's
 # built-in `files` and `dns` NSS backends against the /etc/hosts and
 # /etc/resolv.conf that Docker mounts into every container.
 #
@@ -25,14 +27,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 IMAGE="${COTERIE_IMAGE:-coterie:latest}"
 CARGO="${CARGO:-cargo}"
 STAGE="$ROOT/target/docker-rootfs"
-CONFIG="$ROOT/config/docker.toml"
+SECRET="$ROOT/config/docker.secret"
 
 say() { printf '[build-image] %s\n' "$*"; }
 die() { printf '[build-image] error: %s\n' "$*" >&2; exit 1; }
 
 command -v docker >/dev/null || die "docker is not installed"
 docker version >/dev/null 2>&1 || die "the docker daemon does not answer (docker version failed)"
-[ -f "$CONFIG" ] || die "missing $CONFIG"
 [ -f "$ROOT/Dockerfile" ] || die "missing $ROOT/Dockerfile"
 
 # 1. The binary.
@@ -53,7 +54,6 @@ say "staging root filesystem in ${STAGE#"$ROOT"/}/"
 rm -rf "$STAGE"
 mkdir -p "$STAGE/config" "$STAGE/etc"
 cp "$BIN" "$STAGE/coterie"
-cp "$CONFIG" "$STAGE/config/docker.toml"
 # Without this file glibc looks names up in DNS before /etc/hosts; with it,
 # the container's own /etc/hosts entries answer first, then Docker's DNS.
 printf 'hosts: files dns\n' >"$STAGE/etc/nsswitch.conf"
@@ -127,7 +127,15 @@ if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
     docker image rm "$old_id" >/dev/null 2>&1 || true
 fi
 
-# 4. Smoke test: the binary starts inside the image (loader and libraries
+# 4. The docker lab's secret, on the host, for the compose file to mount.
+if [ -s "$SECRET" ]; then
+    say "keeping the docker lab's secret ${SECRET#"$ROOT"/}"
+else
+    (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$SECRET" && echo >>"$SECRET")
+    say "wrote a random secret for the docker lab to ${SECRET#"$ROOT"/}"
+fi
+
+# 5. Smoke test: the binary starts inside the image (loader and libraries
 # are all there).
 if ! docker run --rm "$IMAGE" --help >/dev/null 2>&1; then
     docker run --rm "$IMAGE" --help || true

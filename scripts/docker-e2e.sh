@@ -10,6 +10,13 @@
 # scenario under compose, and cut nodes' links (docker network disconnect,
 # connect) under a workload that must see every request answered.
 #
+# The cluster runs from a copy of config/ in a temporary directory, mounted
+# into the containers as the compose file does (COTERIE_CONFIG_DIR), with a
+# fresh secret: every command above proves it knows it, and clients with a
+# wrong secret or none are checked to be refused (exit 69). Another
+# algorithm is chosen by the environment alone (no rebuild):
+# COTERIE_MUTEX=ricart-agrawala scripts/docker-e2e.sh.
+#
 # Exits 0 on success; on failure prints why and the last 50 log lines of
 # every container. The compose project gets a name of its own and is always
 # torn down (down -v --remove-orphans), whatever happens.
@@ -27,7 +34,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PROJECT="coterie-e2e-$$"
-CONFIG=/config/docker.toml          # inside the image
+CONFIG=/config/docker.toml          # inside the containers (mounted)
 START_TIMEOUT="${START_TIMEOUT:-60}"
 ELECT_TIMEOUT="${ELECT_TIMEOUT:-15}"
 read -r -a WORKLOAD_FLAGS <<<"${WORKLOAD_ARGS:---clients 2 --requests 50 --hold 1ms}"
@@ -52,6 +59,14 @@ export COTERIE_IMAGE="${COTERIE_IMAGE:-coterie:latest}"
 export NO_COLOR=1
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/coterie-e2e.XXXXXX")"
+# The containers' /config: the repository's docker.toml, a fresh secret, and
+# a wrong one for the refusal checks.
+mkdir -p "$TMP/config"
+cp "$ROOT/config/docker.toml" "$TMP/config/docker.toml"
+new_secret() { (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$1"); }
+new_secret "$TMP/config/docker.secret"
+new_secret "$TMP/config/wrong.secret"
+export COTERIE_CONFIG_DIR="$TMP/config"
 STARTED=0
 WORKLOAD_PIDS=()
 
@@ -96,6 +111,20 @@ cot() {
     shift 2
     timeout --kill-after=5 "$limit" \
         "${DC[@]}" exec -T "$svc" /coterie "$@" </dev/null 2>"${COT_ERR:-$TMP/stderr}"
+}
+
+# refused WHY ENV ARGS...: `coterie lock ARGS` run in node1's container with
+# the environment variable ENV (or none: "-") must be refused with exit 69
+# and say why on stderr.
+refused() {
+    local why="$1" env="$2" rc=0
+    shift 2
+    local envs=()
+    [ "$env" = - ] || envs=(-e "$env")
+    timeout --kill-after=5 20 "${DC[@]}" exec -T "${envs[@]}" node1 /coterie lock "$@" \
+        -- /coterie --version </dev/null >"$TMP/refused.out" 2>"$TMP/refused.err" || rc=$?
+    [ "$rc" -eq 69 ] || { cat "$TMP/refused.out" "$TMP/refused.err"; fail "a client with $why got exit $rc, not 69"; }
+    log "  a client with $why: exit 69, $(tail -n 1 "$TMP/refused.err")"
 }
 
 # Reads `status --json` on stdin. Prints a one-line picture of the cluster;
@@ -283,6 +312,11 @@ wait_for_coordinator node1 5 1,2,3,4,5 "$START_TIMEOUT" \
     || fail "nodes 1-5 did not agree on coordinator 5 within ${START_TIMEOUT}s"
 log "nodes 1-5 agree on coordinator 5"
 
+# --- 2b. the secret ----------------------------------------------------------
+log "clients that do not know the cluster's secret are refused"
+refused "the wrong secret" COTERIE_SECRET_FILE=/config/wrong.secret --config "$CONFIG" --node 1
+refused "no secret" - --addr node1:7200
+
 # --- 3. workload with all five nodes ---------------------------------------
 start_workload all-5 node1 "${WORKLOAD_FLAGS[@]}"
 finish_workload all-5
@@ -396,7 +430,8 @@ wait_for_coordinator node1 5 1,2,3,4,5 "$ELECT_TIMEOUT" "$RESTARTED_AT" \
     || fail "nodes 1-5 did not agree on coordinator 5 after node5 came back"
 log "playing scenarios/coordinator-crash.toml with coterie run --compose"
 (cd "$ROOT" && target/release/coterie run scenarios/coordinator-crash.toml \
-    --compose "$PROJECT" --compose-file "$ROOT/docker-compose.yml") >"$TMP/scenario.log" 2>&1 \
+    --compose "$PROJECT" --compose-file "$ROOT/docker-compose.yml" \
+    --config "$TMP/config/docker.toml") >"$TMP/scenario.log" 2>&1 \
     || { cat "$TMP/scenario.log"; fail "the coordinator-crash scenario failed under compose"; }
 sed 's/^/    /' "$TMP/scenario.log"
 SCENARIO="$(grep -E '^(PASSED|elections after)' "$TMP/scenario.log" | tr '\n' ' ')"
@@ -457,6 +492,7 @@ cat <<EOF
 
 coterie docker e2e summary
   startup:                nodes 1-5 agreed on coordinator 5
+  secret:                 clients with a wrong secret or none refused (exit 69)
   workload, 5 nodes:      $REPORT_ALL5
   kill node5:             nodes 1-4 agreed on coordinator 4: logged ${ELECTION_LOGGED} after node5
                           died, seen by status polling after ${ELECTION_MS} ms

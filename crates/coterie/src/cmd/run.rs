@@ -46,6 +46,18 @@ pub struct Args {
     /// With --compose: the compose file.
     #[arg(long, default_value = "docker-compose.yml", requires = "compose")]
     compose_file: PathBuf,
+    /// With --compose: the cluster file the containers were started with,
+    /// as seen from here (or COTERIE_CONFIG); its secret is used to talk
+    /// to them. Without --compose it is not read: the local cluster is
+    /// the scenario's.
+    #[arg(
+        long,
+        short = 'c',
+        value_name = "FILE",
+        env = "COTERIE_CONFIG",
+        default_value = "config/docker.toml"
+    )]
+    config: PathBuf,
 }
 
 /// The cluster a scenario is played against.
@@ -433,7 +445,7 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
     }
     registry::mutex(&scenario.cluster.mutex)?;
     registry::election(&scenario.cluster.election)?;
-    let compose = args.compose.as_ref().map(|p| (p, &args.compose_file));
+    let compose = args.compose.as_ref().map(|p| (p, &args.compose_file, &args.config));
     if compose.is_some() && (args.mutex.is_some() || args.election.is_some()) {
         bail!(
             "--compose plays against the compose cluster's own algorithms: drop --mutex/--election"
@@ -472,7 +484,7 @@ async fn play(
     s: &Scenario,
     quiet: bool,
     log_format: &str,
-    compose: Option<(&String, &PathBuf)>,
+    compose: Option<(&String, &PathBuf, &PathBuf)>,
 ) -> Result<Report> {
     let c = &s.cluster;
     let dir = std::env::temp_dir().join(format!("coterie-run-{}", std::process::id()));
@@ -509,9 +521,10 @@ async fn play(
             witness.stop().await;
             result?
         }
-        Some((project, file)) => {
-            let cfg = coterie_node::Config::load(std::path::Path::new("config/docker.toml"))
-                .context("--compose reads the containers' cluster from config/docker.toml")?;
+        Some((project, file, config)) => {
+            let cfg = coterie_node::Config::load(config).with_context(|| {
+                format!("--compose reads the containers' cluster from {}", config.display())
+            })?;
             if cfg.nodes.len() != c.nodes as usize {
                 bail!(
                     "the scenario wants {} nodes; the compose cluster has {}",
