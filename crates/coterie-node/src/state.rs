@@ -137,24 +137,10 @@ impl StateFile {
     /// earlier format too short for its own length prefix, was damaged or
     /// never completely written: an error, not a guess.
     pub fn load(&self) -> io::Result<Option<Vec<u8>>> {
-        let Some(bytes) = read_all(&self.path)? else {
-            return Ok(None);
-        };
-        if is_zero(&bytes) {
-            return Ok(None); // created, never written
+        match read_all(&self.path)? {
+            Some(bytes) => parse(&bytes),
+            None => Ok(None),
         }
-        if let Some(slot) = slot_size(bytes.len()) {
-            return match newest(&bytes, slot) {
-                Some((_, _, record)) => Ok(Some(record.to_vec())),
-                None => Err(invalid("neither slot holds a valid record")),
-            };
-        }
-        // The earlier format: a length, then the record (then, perhaps, the
-        // tail of a longer record it overwrote in place).
-        let len = bytes.get(..4).ok_or_else(|| invalid("truncated record"))?;
-        let len = u32::from_le_bytes(len.try_into().expect("four bytes")) as usize;
-        let record = bytes.get(4..4 + len).ok_or_else(|| invalid("truncated record"))?;
-        Ok(Some(record.to_vec()))
     }
 
     /// Replaces the record with `bytes`: writes it, with the next
@@ -246,6 +232,42 @@ impl StateFile {
             None => Ok(()),
         }
     }
+}
+
+/// The record a state file's `bytes` hold, as [`StateFile::load`] reads
+/// it: the newest slot whose checksum holds, or the earlier format's
+/// length-prefixed record. A file of zeros (or none) holds nothing; a file
+/// in slots with no valid record, or in the earlier format too short for
+/// its own length prefix, is an error.
+pub fn parse(bytes: &[u8]) -> io::Result<Option<Vec<u8>>> {
+    if is_zero(bytes) {
+        return Ok(None); // created, never written
+    }
+    if let Some(slot) = slot_size(bytes.len()) {
+        return match newest(bytes, slot) {
+            Some((_, _, record)) => Ok(Some(record.to_vec())),
+            None => Err(invalid("neither slot holds a valid record")),
+        };
+    }
+    // The earlier format: a length, then the record (then, perhaps, the
+    // tail of a longer record it overwrote in place).
+    let len = bytes.get(..4).ok_or_else(|| invalid("truncated record"))?;
+    let len = u32::from_le_bytes(len.try_into().expect("four bytes")) as usize;
+    let end = len.checked_add(4).ok_or_else(|| invalid("truncated record"))?;
+    let record = bytes.get(4..end).ok_or_else(|| invalid("truncated record"))?;
+    Ok(Some(record.to_vec()))
+}
+
+/// A whole state file that holds `record` (generation 1, first slot), as
+/// the first [`StateFile::store`] lays it out: for tests and fuzzing of
+/// [`parse`].
+pub fn image(record: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(record.len()).unwrap_or(u32::MAX);
+    let slot = encode(1, len, record);
+    let size = (slot.len() as u64).next_power_of_two().max(MIN_SLOT) as usize;
+    let mut file = vec![0; 2 * size];
+    file[..slot.len()].copy_from_slice(&slot);
+    file
 }
 
 /// The file's bytes, `None` if there is no file. Reads no more than the
