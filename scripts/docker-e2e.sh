@@ -17,6 +17,11 @@
 # algorithm is chosen by the environment alone (no rebuild):
 # COTERIE_MUTEX=ricart-agrawala scripts/docker-e2e.sh.
 #
+# Last, the Kubernetes cluster file (deploy/kubernetes/coterie.toml) runs in
+# plain docker as the StatefulSet would run it: five containers named
+# coterie-N.coterie on a network of their own, the id from COTERIE_ID, the
+# file and a secret mounted where the pod mounts them, faults refused.
+#
 # Exits 0 on success; on failure prints why and the last 50 log lines of
 # every container. The compose project gets a name of its own and is always
 # torn down (down -v --remove-orphans), whatever happens.
@@ -84,6 +89,10 @@ cleanup() {
         "${DC[@]}" ps 2>&1 || true
         log "last 50 log lines of each container:"
         "${DC[@]}" logs --no-color --tail=50 2>&1 || true
+    fi
+    if [ -n "${K8S_NET:-}" ]; then
+        docker rm -f "${K8S_CONTAINERS[@]}" >/dev/null 2>&1 || true
+        docker network rm "$K8S_NET" >/dev/null 2>&1 || true
     fi
     if [ "$STARTED" = 1 ]; then
         log "tearing down project $PROJECT"
@@ -487,6 +496,49 @@ log "  workload links: $(overlap_note links "$RECONNECTED_AT" "reconnection")"
 ask_witness
 WITNESS_LINKS="$REPORT"
 
+# --- 10. the Kubernetes cluster file, in plain docker -------------------------
+# What the StatefulSet in deploy/kubernetes/ gives each pod, given here by
+# hand: a stable name coterie-N.coterie (a network alias), COTERIE_ID=N (the
+# pod index), the ConfigMap at /config, the Secret at /secret, a volume at
+# /state, and the image's entrypoint with the StatefulSet's args.
+K8S_DIR="$TMP/k8s"
+mkdir -p "$K8S_DIR/config" "$K8S_DIR/secret"
+cp "$ROOT/deploy/kubernetes/coterie.toml" "$K8S_DIR/config/coterie.toml"
+new_secret "$K8S_DIR/secret/secret"
+K8S_NET="coterie-k8s-$$"
+K8S_CONTAINERS=()
+docker network create "$K8S_NET" >/dev/null || fail "docker network create $K8S_NET failed"
+log "the Kubernetes cluster file: five containers coterie-N.coterie on $K8S_NET"
+for id in 1 2 3 4 5; do
+    name="coterie-$id-$$"
+    K8S_CONTAINERS+=("$name")
+    docker run -d --name "$name" --network "$K8S_NET" --network-alias "coterie-$id.coterie" \
+        --init -e COTERIE_ID="$id" -e COTERIE_CONFIG=/config/coterie.toml -e NO_COLOR=1 \
+        -v "$K8S_DIR/config:/config:ro" -v "$K8S_DIR/secret:/secret:ro" --tmpfs /state \
+        "$COTERIE_IMAGE" node --config /config/coterie.toml >/dev/null \
+        || fail "docker run $name failed"
+done
+k8s_status() { docker exec "coterie-1-$$" /coterie status --json 2>"$TMP/k8s.err"; }
+deadline=$(($(date +%s) + START_TIMEOUT))
+until k8s_status | python3 -c "$STATUS_CHECK" 5 1,2,3,4,5 >"$TMP/k8s.line"; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+        cat "$TMP/k8s.line" "$TMP/k8s.err"
+        for c in "${K8S_CONTAINERS[@]}"; do docker logs --tail 20 "$c" 2>&1 | sed "s/^/  $c: /"; done
+        fail "the Kubernetes cluster file's five nodes did not agree on coordinator 5"
+    fi
+    sleep 0.5
+done
+log "  status: $(cat "$TMP/k8s.line")"
+rc=0
+docker exec "coterie-3-$$" /coterie lock --node 3 -- /coterie --version >"$TMP/k8s.lock" 2>&1 || rc=$?
+[ "$rc" -eq 0 ] || { cat "$TMP/k8s.lock"; fail "a lock through node 3 of the Kubernetes file failed ($rc)"; }
+rc=0
+docker exec "coterie-3-$$" /coterie fault --node 3 partition >"$TMP/k8s.fault" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && grep -q allow_faults "$TMP/k8s.fault" \
+    || { cat "$TMP/k8s.fault"; fail "the Kubernetes file's nodes took a fault (exit $rc)"; }
+K8S="5 nodes agreed on 5; a lock through node 3 ran; faults refused naming allow_faults"
+log "  $K8S"
+
 # --- summary ----------------------------------------------------------------
 cat <<EOF
 
@@ -509,5 +561,6 @@ coterie docker e2e summary
                           ${CUT_MS} ms; 5 back in charge ${RECONNECT_MS} ms after its links returned)
   workload over the cuts: $REPORT_LINKS
   witness after the cuts: $WITNESS_LINKS
+  Kubernetes file:        $K8S
 
 EOF

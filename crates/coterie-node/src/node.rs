@@ -69,10 +69,37 @@ pub struct Listeners {
 /// Binds the addresses of node `id` in `cfg`.
 pub async fn bind(cfg: &Config, id: u32) -> Result<Listeners, NodeError> {
     let me = cfg.node(id).ok_or(NodeError::UnknownNode(id))?;
-    let listen = |addr: String| async move {
-        TcpListener::bind(&addr).await.map_err(|source| NodeError::Bind { addr, source })
-    };
-    Ok(Listeners { peer: listen(me.peer.clone()).await?, client: listen(me.client.clone()).await? })
+    Ok(Listeners { peer: listen(&me.peer).await?, client: listen(&me.client).await? })
+}
+
+/// How long a node waits for its own name to resolve, and to an address
+/// of its own: in Kubernetes a pod's DNS record appears a moment after the
+/// pod starts (and may name its previous address for a moment).
+const BIND_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Binds `addr`, a name resolved now, waiting up to [`BIND_PATIENCE`] for
+/// the name to resolve to an address of this host. Any other failure (the
+/// port is taken, say) is reported at once.
+async fn listen(addr: &str) -> Result<TcpListener, NodeError> {
+    let error = |source| NodeError::Bind { addr: addr.to_string(), source };
+    let start = std::time::Instant::now();
+    loop {
+        let e = match tokio::net::lookup_host(addr).await {
+            Ok(resolved) => {
+                let resolved: Vec<_> = resolved.collect();
+                match TcpListener::bind(&resolved[..]).await {
+                    Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => e,
+                    bound => return bound.map_err(error),
+                }
+            }
+            Err(e) => e,
+        };
+        if start.elapsed() >= BIND_PATIENCE {
+            return Err(error(e));
+        }
+        warn!(addr, "cannot bind this node's own address yet ({e}); trying again");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// Runs node `id` of `cfg` on `listeners` until `shutdown` completes.
@@ -139,7 +166,7 @@ pub async fn run(
         warn!(parent: &span, "no secret configured ([security] secret_file): peers and clients are \
             not authenticated; anyone who reaches this node's ports can speak for a member");
     }
-    let settings = Settings { lock_delay: cfg.cluster.lock_delay, secret };
+    let settings = Settings { lock_delay: cfg.cluster.lock_delay, secret, limits: cfg.limits };
     let agent = Arc::new(Agent::new(engine, hello, faults, storage, transport, settings));
     info!(parent: &span, peer = ?listeners.peer.local_addr().ok(), client = ?listeners.client.local_addr().ok(),
         mutex = %cfg.cluster.mutex, election = %cfg.cluster.election, cluster = %cfg.cluster.name, "node starting");

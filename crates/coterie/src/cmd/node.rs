@@ -16,8 +16,9 @@ pub struct Args {
     /// The cluster's configuration file (or COTERIE_CONFIG).
     #[arg(long, short = 'c', value_name = "FILE", env = "COTERIE_CONFIG")]
     config: PathBuf,
-    /// This node's id in the configuration.
-    #[arg(long)]
+    /// This node's id in the configuration (or COTERIE_ID: in Kubernetes,
+    /// from the pod's index).
+    #[arg(long, env = "COTERIE_ID")]
     id: u32,
 }
 
