@@ -438,6 +438,9 @@ impl Engine {
         let result = match &envelope {
             Envelope::Heartbeat(hb) => {
                 Counters::bump(&mut self.counters.received, "heartbeat");
+                if hb.probe {
+                    self.send_heartbeat(from, false);
+                }
                 if self.join_deadline.is_some() && hb.you == Some(self.cfg.incarnation) {
                     self.synced.insert(from);
                 }
@@ -520,17 +523,30 @@ impl Engine {
         self.next_heartbeat = now + self.cfg.timing.heartbeat;
         let peers: Vec<NodeId> = self.cfg.peers().collect();
         for to in peers {
-            self.send_heartbeat(to);
+            self.send_heartbeat(to, false);
         }
     }
 
-    fn send_heartbeat(&mut self, to: NodeId) {
+    /// Asks every peer counted up for a heartbeat back at once, so that
+    /// [`all_peers_heard_since`](Self::all_peers_heard_since) comes true
+    /// within a round trip while they live (a node about to hand on a
+    /// grant under a lock delay asks this). The periodic heartbeats go on
+    /// as before.
+    pub fn probe_peers(&mut self, _now: Time) {
+        let peers: Vec<NodeId> = self.cfg.peers().filter(|&p| self.detector.is_up(p)).collect();
+        for to in peers {
+            self.send_heartbeat(to, true);
+        }
+    }
+
+    fn send_heartbeat(&mut self, to: NodeId, probe: bool) {
         let hb = Heartbeat {
             epoch: self.election.epoch(),
             coordinator: self.election.coordinator(),
             watermark: self.mutex.watermark(),
             incarnation: self.cfg.incarnation,
             you: self.detector.up_incarnation(to),
+            probe,
         };
         self.push_send(to, Envelope::Heartbeat(hb), "heartbeat");
     }
@@ -557,7 +573,7 @@ impl Engine {
         self.emit(Output::PeerUp(peer));
         // Tell it at once that it counts as up here, so that it joins
         // without waiting for the next round of heartbeats.
-        self.send_heartbeat(peer);
+        self.send_heartbeat(peer, false);
         let mut acts = self.take_scratch();
         self.mutex.handle_peer_up(now, peer, &mut acts);
         self.apply(now, Layer::Mutex, acts);
@@ -727,6 +743,7 @@ mod tests {
             watermark: 0,
             incarnation: 1,
             you: Some(0),
+            probe: false,
         })
     }
 
@@ -745,6 +762,34 @@ mod tests {
             .count();
         assert_eq!(sends, 2);
         assert_eq!(e.next_deadline(), Some(ms(50)));
+    }
+
+    #[test]
+    fn a_probe_is_answered_at_once_and_probes_go_to_peers_counted_up() {
+        let mut e = engine(1, 3);
+        e.handle_message(ms(4), NodeId(2), heartbeat()).unwrap(); // n2 is up
+        drain(&mut e);
+        let Envelope::Heartbeat(hb) = heartbeat() else { unreachable!() };
+        let probe = Envelope::Heartbeat(Heartbeat { probe: true, ..hb });
+        e.handle_message(ms(5), NodeId(2), probe).unwrap();
+        let answers: Vec<_> = drain(&mut e)
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::Send { to, envelope: Envelope::Heartbeat(hb), .. } => Some((to, hb.probe)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(answers, [(NodeId(2), false)], "one answer, itself no probe");
+        // Only n2 is counted up: only n2 is asked.
+        e.probe_peers(ms(6));
+        let asked: Vec<_> = drain(&mut e)
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::Send { to, envelope: Envelope::Heartbeat(hb), .. } if hb.probe => Some(to),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(asked, [NodeId(2)]);
     }
 
     #[test]

@@ -46,9 +46,12 @@ impl Epoch {
         NodeId((self.0 & 0xffff) as u32)
     }
 
-    /// The epoch `leader` takes when it wins the round after this one.
+    /// The epoch `leader` takes when it wins the round after this one. At
+    /// the last round (2^48 − 1, reached only by believing a member that
+    /// lies) it stays there instead of wrapping round to epoch 0: epochs,
+    /// and the fences built on them, never go back.
     pub fn next_for(self, leader: NodeId) -> Epoch {
-        Epoch::new(self.round() + 1, leader)
+        Epoch::new((self.round() + 1).min(u64::MAX >> Self::LEADER_BITS), leader)
     }
 }
 
@@ -110,8 +113,12 @@ impl LamportClock {
     }
 
     /// Advances the clock for a local event and returns the new value.
+    /// It stops at `u64::MAX` rather than wrap round to small values: only
+    /// a member that lies sends a timestamp that high, and a clock that
+    /// went back would break every timestamp order; a stopped one keeps
+    /// requests ordered by node id.
     pub fn tick(&mut self) -> u64 {
-        self.0 += 1;
+        self.0 = self.0.saturating_add(1);
         self.0
     }
 
@@ -171,6 +178,16 @@ mod tests {
         assert!(Fence::new(1, 2) > Fence::new(1, 1));
         assert_eq!(Fence::new(7, 9).major(), 7);
         assert_eq!(Fence::new(7, 9).minor(), 9);
+    }
+
+    #[test]
+    fn clocks_and_epochs_stop_at_the_top_instead_of_wrapping() {
+        let mut clock = LamportClock::default();
+        clock.observe(u64::MAX); // a liar's timestamp
+        assert_eq!(clock.tick(), u64::MAX);
+        let top = Epoch(u64::MAX);
+        assert!(top.next_for(NodeId(2)).round() == top.round());
+        assert!(Epoch::new(5, NodeId(1)).next_for(NodeId(1)) > Epoch::new(5, NodeId(9)));
     }
 
     #[test]

@@ -22,6 +22,7 @@
 
 use crate::auth::{self, Dialler, Refusals, Role, Secret};
 use crate::codec::{write_frame, FrameError};
+use crate::config::LimitsSection;
 use crate::faults::{Fate, Faults};
 use crate::gate::Gate;
 use crate::links::PeerLinks;
@@ -93,6 +94,10 @@ pub(crate) struct Agent {
     /// The cluster's secret, if connections are authenticated.
     secret: Option<Secret>,
     /// Connections refused at the handshake, for a rate-limited log line.
+    /// `[limits]`.
+    limits: LimitsSection,
+    /// Client connections open now, handshakes included.
+    clients: std::sync::atomic::AtomicUsize,
     refusals: Refusals,
 }
 
@@ -102,6 +107,30 @@ pub(crate) struct Settings {
     pub(crate) lock_delay: Duration,
     /// The cluster's secret (`[security] secret_file`).
     pub(crate) secret: Option<Secret>,
+    /// `[limits]`.
+    pub(crate) limits: LimitsSection,
+}
+
+/// One client connection counted against `[limits] max_clients`.
+pub(crate) struct ClientSlot<'a> {
+    count: &'a std::sync::atomic::AtomicUsize,
+}
+
+impl Drop for ClientSlot<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// What became of a client's request for the lock ([`Agent::ask`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// It waits in the node's queue.
+    Queued,
+    /// The session already holds the lock.
+    AlreadyHolds,
+    /// `[limits] max_pending` requests already wait here.
+    Full(usize),
 }
 
 impl Agent {
@@ -134,6 +163,8 @@ impl Agent {
             transport,
             lock_delay: settings.lock_delay,
             secret: settings.secret,
+            limits: settings.limits,
+            clients: std::sync::atomic::AtomicUsize::new(0),
             refusals: Refusals::default(),
         }
     }
@@ -181,6 +212,13 @@ impl Agent {
         let mut state = self.lock();
         let result = f(&mut state, now);
         self.carry_out(&mut state, now);
+        if let Some(arrived) = state.local.awaiting_peers() {
+            if state.engine.all_peers_heard_since(arrived) {
+                state.local.recheck_now();
+                self.lock_delay_due(&mut state, now);
+                self.carry_out(&mut state, now);
+            }
+        }
         drop(state);
         self.deadline_changed.notify_one();
         result
@@ -237,7 +275,13 @@ impl Agent {
                                COTERIE_SECRET_FILE)";
                     let _ = write_frame(stream, &ClientResponse::Error(why.into())).await;
                 }
-                self.refusals.refused(port, from, &e);
+                if matches!(e, auth::AuthError::Closed) {
+                    // Closed without a word: a port probe or a scan.
+                    debug!(%from, port, "a connection closed before authenticating");
+                } else {
+                    let why = format_args!("it failed authentication: {e}");
+                    self.refusals.refused(port, from, &why);
+                }
                 Err(())
             }
         }
@@ -412,12 +456,25 @@ impl Agent {
             // The holder this grant follows may have died with its node,
             // and the node that handed the lock on noticed before this one
             // did. So the grant waits until every peer counted up has been
-            // heard from since it came (a heartbeat at most): a dead one
-            // never is, and is suspected, and then the lock delay runs.
+            // heard from since it came: a dead one never is, and is
+            // suspected, and then the lock delay runs. The node asks every
+            // peer for a heartbeat at once (a round trip, not a heartbeat
+            // period), looks again as each arrives ([`Agent::input`]), and
+            // by a fifth of a heartbeat period at the latest.
             let arrived = state.local.arrived(now);
             if !state.engine.all_peers_heard_since(arrived) {
+                if arrived == now {
+                    state.engine.probe_peers(now);
+                }
                 let heartbeat = state.engine.config().timing.heartbeat;
-                state.local.block_until(now + heartbeat / 5);
+                state.local.hold_back(fence, now + heartbeat / 5);
+                debug!(
+                    node = id,
+                    fence = fence.0,
+                    "grant held back until every peer is heard from"
+                );
+                self.deadline_changed.notify_one();
+                return;
             }
         }
         let session = match state.local.grant(fence, now) {
@@ -490,16 +547,41 @@ impl Agent {
     /// Puts `session` in the queue for the critical section, to be granted
     /// through `grant`, and asks the engine if the node is idle. `false`
     /// if the session already holds.
-    pub(crate) fn ask(&self, session: u64, grant: oneshot::Sender<Fence>) -> bool {
+    pub(crate) fn ask(&self, session: u64, grant: oneshot::Sender<Fence>) -> Asked {
         self.input(|s, now| {
+            if s.local.waiting() >= self.limits.max_pending {
+                return Asked::Full(self.limits.max_pending);
+            }
             if !s.local.wait(session, grant) {
-                return false;
+                return Asked::AlreadyHolds;
             }
             if s.engine.cs_state() == CsState::Idle {
                 s.engine.request(now);
             }
-            true
+            Asked::Queued
         })
+    }
+
+    /// Counts a new client connection in, unless `[limits] max_clients`
+    /// are open already: then `Err` with the limit. The count goes down
+    /// when the returned guard is dropped.
+    pub(crate) fn client_slot(&self) -> Result<ClientSlot<'_>, usize> {
+        use std::sync::atomic::Ordering;
+        let max = self.limits.max_clients;
+        self.clients
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .map(|_| ClientSlot { count: &self.clients })
+            .map_err(|_| max)
+    }
+
+    /// Whether connections must authenticate (the node has a secret).
+    pub(crate) fn authenticates(&self) -> bool {
+        self.secret.is_some()
+    }
+
+    /// Logs (at most a line a second) that a connection was turned away.
+    pub(crate) fn turned_away(&self, port: &str, from: std::net::SocketAddr, why: &str) {
+        self.refusals.refused(port, from, &why);
     }
 
     /// Lets `session` go, whether it holds or waits; if it held, the node

@@ -12,18 +12,40 @@
 //! by the node, after the lock delay if one is configured; one that
 //! disconnects while waiting gives up its place. Everything it needs of
 //! the engine it asks of the [`Agent`] through methods.
+//!
+//! Limits (`[limits]`): a connection beyond `max_clients` is told so and
+//! closed; a request beyond `max_pending` waiting ones is refused; and a
+//! connection that sends nothing within [`FIRST_REQUEST_TIMEOUT`] of
+//! opening is dropped (with a secret, the handshake's own timeout comes
+//! first).
 
-use crate::agent::Agent;
+use crate::agent::{Agent, Asked};
+use crate::auth::AuthFrame;
 use crate::codec::{read_frame, write_frame, FrameError};
 use crate::node::stopped;
 use crate::protocol::{ClientRequest, ClientResponse, NodeEvent, WatchEvent};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{broadcast, oneshot, watch};
 use tracing::{debug, info, warn};
+
+/// How long a new connection to the client port may stay silent before
+/// its first request (or, with a secret, its handshake).
+pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a session waits for from its client, at most.
+#[derive(Clone, Copy)]
+enum Deadline {
+    /// The first request of a connection.
+    First,
+    /// The next ping of a session that pings.
+    Lease(Duration),
+    /// Nothing: the client may think as long as it likes.
+    None,
+}
 
 /// Serves one client connection until it closes or the node stops.
 pub(crate) async fn client_session(
@@ -34,33 +56,45 @@ pub(crate) async fn client_session(
 ) {
     let _ = stream.set_nodelay(true);
     let mut stream = stream;
+    let _slot = match agent.client_slot() {
+        Ok(slot) => slot,
+        Err(max) => return turn_away(&agent, stream, from, max).await,
+    };
     if agent.admit(&mut stream, from, "client").await.is_err() {
         return;
     }
     let (mut reader, mut writer) = stream.into_split();
     let session = agent.new_session();
     let mut buf = Vec::new();
-    // Once the client pings, it must be heard from within this long.
-    let mut keepalive: Option<Duration> = None;
+    // Without a handshake, the first request is what a silent connection
+    // is dropped for lacking; once the client pings, it must be heard from
+    // within the failure timeout.
+    let mut deadline = if agent.authenticates() { Deadline::None } else { Deadline::First };
     loop {
         let silence = async {
-            match keepalive {
-                Some(limit) => tokio::time::sleep(limit).await,
-                None => std::future::pending().await,
+            match deadline {
+                Deadline::First => tokio::time::sleep(FIRST_REQUEST_TIMEOUT).await,
+                Deadline::Lease(limit) => tokio::time::sleep(limit).await,
+                Deadline::None => std::future::pending().await,
             }
         };
         let request = tokio::select! {
             r = read_frame::<ClientRequest, _>(&mut reader, &mut buf) => r,
             _ = stopped(&mut stop) => break,
             _ = silence => {
-                let silent_ms = keepalive.unwrap_or_default().as_millis();
-                warn!(%from, session, silent_ms, "client fell silent: its session is lost");
+                match deadline {
+                    Deadline::Lease(limit) => {
+                        let silent_ms = limit.as_millis();
+                        warn!(%from, session, silent_ms, "client fell silent: its session is lost");
+                    }
+                    _ => debug!(%from, "a client connection sent nothing: dropped"),
+                }
                 break;
             }
         };
         // Pings are a lease: after one, the next is due within the limit,
         // until the client asks something else.
-        keepalive = None;
+        deadline = Deadline::None;
         if matches!(request, Ok(Some(ref r)) if !matches!(r, ClientRequest::Fault(_))) {
             agent.unpaused().await;
         }
@@ -82,7 +116,7 @@ pub(crate) async fn client_session(
             Ok(Some(ClientRequest::Status)) => ClientResponse::Status(Box::new(agent.status())),
             Ok(Some(ClientRequest::Ping)) => {
                 let (heartbeat, failure_timeout) = (agent.heartbeat(), agent.failure_timeout());
-                keepalive = Some(failure_timeout);
+                deadline = Deadline::Lease(failure_timeout);
                 ClientResponse::Pong {
                     heartbeat_ms: heartbeat.as_millis() as u64,
                     failure_timeout_ms: failure_timeout.as_millis() as u64,
@@ -156,8 +190,17 @@ async fn acquire(
     reader: &mut OwnedReadHalf,
 ) -> Option<ClientResponse> {
     let (tx, rx) = oneshot::channel();
-    if !agent.ask(session, tx) {
-        return Some(ClientResponse::Error("this session already holds the lock".into()));
+    match agent.ask(session, tx) {
+        Asked::Queued => {}
+        Asked::AlreadyHolds => {
+            return Some(ClientResponse::Error("this session already holds the lock".into()))
+        }
+        Asked::Full(max) => {
+            return Some(ClientResponse::Error(format!(
+                "this node has {max} requests waiting already ([limits] max_pending): \
+                 try again later, or another node"
+            )))
+        }
     }
     let limit = match (timeout_ms, try_lock) {
         (Some(ms), _) => Some(Duration::from_millis(ms)),
@@ -191,4 +234,26 @@ async fn acquire(
             Some(if try_lock { ClientResponse::Busy } else { ClientResponse::TimedOut })
         }
     }
+}
+
+/// Tells a connection beyond `[limits] max_clients` why it is refused,
+/// in the first frame its client reads (the handshake's, with a secret),
+/// and closes it. What the client sent meanwhile is read and dropped, for
+/// a second at most, so that the close does not reset the connection
+/// before the client has read why.
+async fn turn_away(agent: &Agent, mut stream: TcpStream, from: std::net::SocketAddr, max: usize) {
+    let why = format!(
+        "this node serves {max} client connections already ([limits] max_clients): \
+         try again later, or another node"
+    );
+    agent.turned_away("client", from, &why);
+    let _ = if agent.authenticates() {
+        write_frame(&mut stream, &AuthFrame::Refused(why)).await
+    } else {
+        write_frame(&mut stream, &ClientResponse::Error(why)).await
+    };
+    let _ = stream.shutdown().await;
+    let mut sink = [0u8; 512];
+    let drain = async { while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {} };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }

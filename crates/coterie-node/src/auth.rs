@@ -18,6 +18,7 @@
 //! port, which is what the open protocol let in.
 
 use crate::codec::{read_frame, write_frame, FrameError};
+use crate::throttle::Throttle;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -265,31 +266,26 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     tokio::time::timeout(HANDSHAKE_TIMEOUT, run).await.map_err(|_| AuthError::Timeout)?
 }
 
-/// The log line for connections refused at the handshake, at most one a
+/// The log line for connections refused at the door (they failed the
+/// handshake, or the node serves all the clients it may), at most one a
 /// second: whoever knocks without the secret cannot flood the log.
 #[derive(Default)]
 pub(crate) struct Refusals {
-    state: std::sync::Mutex<RefusalState>,
-}
-
-#[derive(Default)]
-struct RefusalState {
-    last_logged: Option<std::time::Instant>,
-    unlogged: u64,
+    throttle: std::sync::Mutex<Throttle>,
 }
 
 impl Refusals {
-    /// A connection from `from` on the `port` port failed the handshake.
-    pub(crate) fn refused(&self, port: &str, from: std::net::SocketAddr, why: &AuthError) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let now = std::time::Instant::now();
-        if state.last_logged.is_some_and(|t| now.duration_since(t) < Duration::from_secs(1)) {
-            state.unlogged += 1;
-            return;
+    /// A connection from `from` on the `port` port was refused, `why`.
+    pub(crate) fn refused(
+        &self,
+        port: &str,
+        from: std::net::SocketAddr,
+        why: &dyn std::fmt::Display,
+    ) {
+        let mut throttle = self.throttle.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(also) = throttle.admit(std::time::Instant::now()) {
+            tracing::warn!(%from, port, also_refused_since_last_line = also, "refused a connection: {why}");
         }
-        let also = std::mem::take(&mut state.unlogged);
-        state.last_logged = Some(now);
-        tracing::warn!(%from, port, also_refused_since_last_line = also, "refused a connection that failed authentication: {why}");
     }
 }
 

@@ -237,6 +237,40 @@ pub struct SecuritySection {
     pub allow_faults: bool,
 }
 
+/// `[limits]`: what one node takes on from its clients, so that none of
+/// them (or anyone who reaches the client port) can exhaust it.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    /// Client connections served at once; one more is refused with a
+    /// message naming this key, and closed.
+    #[serde(default = "LimitsSection::default_max_clients")]
+    pub max_clients: usize,
+    /// Lock requests waiting at the node at once (its own clients'; the
+    /// algorithm queues one request per node); one more is refused.
+    #[serde(default = "LimitsSection::default_max_pending")]
+    pub max_pending: usize,
+}
+
+impl LimitsSection {
+    fn default_max_clients() -> usize {
+        1024
+    }
+
+    fn default_max_pending() -> usize {
+        1024
+    }
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            max_clients: Self::default_max_clients(),
+            max_pending: Self::default_max_pending(),
+        }
+    }
+}
+
 /// `[witness]`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -269,6 +303,9 @@ pub struct Config {
     /// `[security]`.
     #[serde(default)]
     pub security: SecuritySection,
+    /// `[limits]`.
+    #[serde(default)]
+    pub limits: LimitsSection,
     /// `[witness]`.
     pub witness: Option<WitnessSection>,
     /// Every `[[node]]`, sorted by id once loaded.
@@ -347,6 +384,9 @@ impl Config {
         }
         if cfg.cluster.count == 0 {
             return Err(invalid("count must be at least 1".into()));
+        }
+        if cfg.limits.max_clients == 0 || cfg.limits.max_pending == 0 {
+            return Err(invalid("[limits] max_clients and max_pending must be at least 1".into()));
         }
         if cfg.cluster.count > 1 && !registry::mutex(&cfg.cluster.mutex).is_ok_and(|m| m.counting) {
             return Err(invalid(format!(

@@ -13,6 +13,7 @@
 //! - `links`: the reliable session with each peer, in the agent's state.
 //! - `app`: the application task: client sessions and their local queue.
 //! - `faults`: faults injected on request (`coterie fault`).
+//! - `throttle`: at most a log line a second for what a remote party repeats.
 //! - [`state`]: a node's stable storage, one record in two checksummed slots.
 //! - [`storage`]: the group-commit writer that makes records durable off the
 //!   runtime's thread.
@@ -34,6 +35,7 @@ pub mod node;
 pub mod protocol;
 pub mod state;
 pub mod storage;
+mod throttle;
 mod transport;
 pub mod witness;
 

@@ -51,8 +51,12 @@ pub(crate) struct LocalQueue {
     next_session: u64,
     /// No grant is handed to a session before this.
     blocked_until: Duration,
-    /// A grant that came while blocked.
+    /// A grant that came while blocked, or before every peer was heard
+    /// from.
     held_back: Option<Fence>,
+    /// A grant held back until every peer is heard from is looked at again
+    /// by this time at the latest ([`hold_back`](Self::hold_back)).
+    recheck_at: Option<Duration>,
     /// When the grant being handed out first came.
     arrived: Option<Duration>,
     /// The node holds for a session lost while holding, until this.
@@ -74,6 +78,11 @@ impl LocalQueue {
         true
     }
 
+    /// How many sessions wait.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiters.len()
+    }
+
     /// Hands `fence` to the first session still waiting, unless the lock
     /// delay holds it back.
     pub(crate) fn grant(&mut self, fence: Fence, now: Duration) -> Handed {
@@ -89,6 +98,26 @@ impl LocalQueue {
             }
         }
         Handed::Nobody
+    }
+
+    /// Holds `fence` back until `recheck` (or until
+    /// [`recheck_now`](Self::recheck_now)): the node waits to hear from
+    /// every peer before it hands the grant on.
+    pub(crate) fn hold_back(&mut self, fence: Fence, recheck: Duration) {
+        self.held_back = Some(fence);
+        self.recheck_at = Some(recheck);
+    }
+
+    /// When the grant held back until every peer is heard from came, if
+    /// one is.
+    pub(crate) fn awaiting_peers(&self) -> Option<Duration> {
+        self.recheck_at.and(self.held_back).and(self.arrived)
+    }
+
+    /// Every peer has been heard from: the held-back grant is due as soon
+    /// as the lock delay (if any) allows.
+    pub(crate) fn recheck_now(&mut self) {
+        self.recheck_at = None;
     }
 
     /// When the grant about to be handed out first came (`now`, unless it
@@ -126,7 +155,8 @@ impl LocalQueue {
 
     /// When [`due`](Self::due) next has something.
     pub(crate) fn deadline(&self) -> Option<Duration> {
-        let held_back = self.held_back.map(|_| self.blocked_until);
+        let held_back =
+            self.held_back.map(|_| self.blocked_until.max(self.recheck_at.unwrap_or_default()));
         [self.orphaned_until, held_back].into_iter().flatten().min()
     }
 
@@ -136,7 +166,8 @@ impl LocalQueue {
             self.orphaned_until = None;
             return Some(Due::Release);
         }
-        if now >= self.blocked_until {
+        if now >= self.blocked_until && self.recheck_at.is_none_or(|t| t <= now) {
+            self.recheck_at = None;
             return self.held_back.take().map(Due::Grant);
         }
         None
@@ -174,6 +205,26 @@ mod tests {
         q.wait(w, tx);
         assert!(!q.lose(w, ms(900)));
         assert_eq!(q.deadline(), None);
+    }
+
+    #[test]
+    fn a_grant_held_back_for_the_peers_goes_when_they_are_heard_and_not_before_the_delay() {
+        let mut q = LocalQueue::default();
+        assert_eq!(q.arrived(ms(100)), ms(100));
+        q.hold_back(Fence(4), ms(110));
+        assert_eq!(q.awaiting_peers(), Some(ms(100)));
+        assert_eq!(q.deadline(), Some(ms(110)), "looked at again by then at the latest");
+        assert_eq!(q.due(ms(105)), None);
+        q.recheck_now(); // every peer heard from
+        assert_eq!(q.awaiting_peers(), None);
+        assert_eq!(q.due(ms(105)), Some(Due::Grant(Fence(4))));
+        // Heard from, but a lock delay runs: it still waits for the delay.
+        q.hold_back(Fence(5), ms(210));
+        q.block_until(ms(500));
+        q.recheck_now();
+        assert_eq!(q.deadline(), Some(ms(500)));
+        assert_eq!(q.due(ms(300)), None);
+        assert_eq!(q.due(ms(500)), Some(Due::Grant(Fence(5))));
     }
 
     #[test]

@@ -30,6 +30,7 @@ use crate::auth::Role;
 use crate::codec::{read_frame, write_frame, FrameError};
 use crate::links::{Batch, Inbound};
 use crate::node::stopped;
+use crate::throttle::Throttle;
 use coterie_core::wire::{self, Envelope, Hello, PeerFrame};
 use coterie_core::NodeId;
 use std::collections::BTreeMap;
@@ -413,6 +414,8 @@ pub(crate) async fn serve_peer(
         handle.wake.notify_one();
     }
     let mut reset = handle.reset.subscribe();
+    // What the peer sends that cannot be used is logged, a line a second.
+    let mut drops = Throttle::default();
     loop {
         let frame = tokio::select! {
             f = read_frame::<PeerFrame, _>(&mut stream, &mut buf) => f,
@@ -436,13 +439,16 @@ pub(crate) async fn serve_peer(
                     if !admitted {
                         return Ok(()); // an injected partition, above the session
                     }
-                    match wire::decode::<Envelope>(&body) {
+                    let dropped = match wire::decode::<Envelope>(&body) {
                         Ok(envelope) => {
-                            if let Err(e) = s.engine.handle_message(now, peer, envelope) {
-                                warn!(peer = peer.0, "dropped a message: {e}");
-                            }
+                            s.engine.handle_message(now, peer, envelope).err().map(|e| e.to_string())
                         }
-                        Err(e) => warn!(peer = peer.0, "dropped a message: {e}"),
+                        Err(e) => Some(e.to_string()),
+                    };
+                    if let Some(e) = dropped {
+                        if let Some(also) = drops.admit(std::time::Instant::now()) {
+                            warn!(peer = peer.0, also_dropped_since_last_line = also, "dropped a message: {e}");
+                        }
                     }
                     Ok(())
                 });

@@ -816,3 +816,59 @@ fn up_kills_and_restarts_its_nodes_on_command() {
     up.control("start 3");
     up.wait_for(|rows| agreed(rows).is_some_and(|(c, n)| c == 3 && n == 3));
 }
+
+/// `[limits]`: a connection beyond `max_clients` and a request beyond
+/// `max_pending` are refused with a message naming the key (exit 69 for
+/// `lock`), and connections that say nothing are dropped after the
+/// first-request timeout, giving their slots back.
+#[test]
+fn a_node_refuses_clients_beyond_its_limits_and_drops_silent_ones() {
+    let up = Up::start_secured(
+        2,
+        "limits",
+        "",
+        "allow_faults = true\n[limits]\nmax_clients = 3\nmax_pending = 1\n",
+    );
+    let toml = std::fs::read_to_string(up.config()).unwrap();
+    let addr = toml
+        .lines()
+        .find_map(|l| l.strip_prefix("client = \""))
+        .map(|rest| rest.trim_end_matches('"').to_string())
+        .expect("node 1's client address");
+
+    // Three connections that say nothing take every client slot of node 1.
+    let idle: Vec<std::net::TcpStream> =
+        (0..3).map(|_| std::net::TcpStream::connect(&addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let refused = coterie(&["lock", "--config", up.config(), "--node", "1", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(69), "{stderr}");
+    assert!(stderr.contains("max_clients"), "{stderr}");
+    // The node closes them, having heard nothing (5 s).
+    for mut conn in idle {
+        use std::io::Read;
+        conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut byte = [0u8; 1];
+        assert_eq!(conn.read(&mut byte).unwrap(), 0, "a silent connection was kept");
+    }
+
+    // One holder and one waiter: the next request is one too many.
+    let held = scratch("limits-held");
+    let holder = lock_running(up.config(), 1, &[], SLEEPER, &held.0);
+    appears(&held.0.join("pid"));
+    let waited = scratch("limits-waited");
+    let waiter = lock_running(up.config(), 1, &[], "touch $D/ran", &waited.0);
+    std::thread::sleep(Duration::from_millis(500)); // it queues
+    let third = coterie(&["lock", "--config", up.config(), "--node", "1", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&third.stderr);
+    assert_eq!(third.status.code(), Some(69), "{stderr}");
+    assert!(stderr.contains("max_pending"), "{stderr}");
+
+    // The holder's command ends; the waiter gets its turn.
+    let pid: u32 = std::fs::read_to_string(held.0.join("pid")).unwrap().trim().parse().unwrap();
+    unsafe_kill(pid, 15);
+    let _ = finished(holder, &held.0);
+    let (code, stderr) = finished(waiter, &waited.0);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(waited.0.join("ran").exists());
+}

@@ -110,7 +110,13 @@ async fn measure_real(
     let dir =
         std::env::temp_dir().join(format!("coterie-bench-{}-{mutex}-{nodes}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let shape = Shape { nodes, mutex: mutex.to_string(), election: election.to_string(), count: 1 };
+    let shape = Shape {
+        nodes,
+        mutex: mutex.to_string(),
+        election: election.to_string(),
+        count: 1,
+        lock_delay: std::time::Duration::ZERO,
+    };
     let (mut cluster, listener, witness_addr) = demo::launch(&shape, "text", &dir).await?;
     let witness = demo::Witness::serve(listener, 1);
     let result = async {

@@ -239,6 +239,7 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         mutex: args.mutex.clone(),
         election: args.election.clone(),
         count: args.count,
+        lock_delay: std::time::Duration::ZERO,
     };
     let (mut cluster, listener, witness_addr) = launch(&shape, log_format, &dir).await?;
     let nodes = cluster.nodes.clone();
@@ -341,6 +342,8 @@ pub(crate) struct Shape {
     pub mutex: String,
     pub election: String,
     pub count: usize,
+    /// `[cluster] lock_delay`.
+    pub lock_delay: std::time::Duration,
 }
 
 /// Picks free ports, writes the configuration, binds the witness and
@@ -359,8 +362,11 @@ pub(crate) async fn launch(
         let witness_addr = format!("127.0.0.1:{}", ports[2 * n]);
         let Ok(listener) = tokio::net::TcpListener::bind(&witness_addr).await else { continue };
         let mut toml = format!(
-            "[cluster]\nname = \"demo\"\nmutex = \"{}\"\nelection = \"{}\"\ncount = {}\nstate_dir = \"state\"\nstate_sync = false\n\n[security]\nsecret_file = \"secret\"\nallow_faults = true\n\n[timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n\n[witness]\naddr = \"{witness_addr}\"\n",
-            shape.mutex, shape.election, shape.count
+            "[cluster]\nname = \"demo\"\nmutex = \"{}\"\nelection = \"{}\"\ncount = {}\nlock_delay = \"{}ms\"\nstate_dir = \"state\"\nstate_sync = false\n\n[security]\nsecret_file = \"secret\"\nallow_faults = true\n\n[timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n\n[witness]\naddr = \"{witness_addr}\"\n",
+            shape.mutex,
+            shape.election,
+            shape.count,
+            shape.lock_delay.as_millis()
         );
         // A fresh secret for every cluster launched: its nodes and this
         // driver authenticate each other, as a production cluster should.

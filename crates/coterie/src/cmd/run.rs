@@ -8,7 +8,7 @@ use super::{status, workload};
 use anyhow::{bail, Context, Result};
 use coterie_core::{registry, CsState, Epoch, Status};
 use coterie_node::config::humantime_serde_str;
-use coterie_node::protocol::FaultCommand;
+use coterie_node::protocol::{self, FaultCommand};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -218,6 +218,10 @@ struct ClusterSpec {
     election: String,
     #[serde(default = "default_count")]
     count: usize,
+    /// `[cluster] lock_delay` of the nodes: after a holder is lost, nobody
+    /// is granted the lock for this long.
+    #[serde(default, with = "humantime_serde_str::option")]
+    lock_delay: Option<Duration>,
 }
 
 fn default_nodes() -> u32 {
@@ -351,6 +355,11 @@ struct Expect {
     /// (one to a node that dies meanwhile is answered by its death).
     #[serde(default = "yes")]
     every_request_answered: bool,
+    /// After each kill or stop, no entry is granted anywhere for this long
+    /// (the lock delay at work). The time to the first entry after each
+    /// such step is measured and reported whenever this is set.
+    #[serde(default, with = "humantime_serde_str::option")]
+    no_entry_within: Option<Duration>,
 }
 
 fn yes() -> bool {
@@ -367,6 +376,7 @@ impl Default for Expect {
             final_coordinator: None,
             progress_after_last_step: true,
             every_request_answered: true,
+            no_entry_within: None,
         }
     }
 }
@@ -494,6 +504,7 @@ async fn play(
         mutex: c.mutex.clone(),
         election: c.election.clone(),
         count: c.count,
+        lock_delay: c.lock_delay.unwrap_or_default(),
     };
     let timeline = Timeline::new(quiet);
     if !quiet {
@@ -630,6 +641,8 @@ async fn timeline_run(
     let mut elections = Vec::new();
     let mut failed = Vec::new();
     let mut entries_at_last_step = 0;
+    // Kills and stops, for the lock delay: which step, when, of whom.
+    let mut losses = Vec::new();
     for (i, step) in s.steps.iter().enumerate() {
         tokio::time::sleep_until((start + step.at).into()).await;
         let (coordinator, epoch) = current(cluster, &nodes).await;
@@ -648,6 +661,9 @@ async fn timeline_run(
         // come before the command returns.
         let what = describe(step, target);
         timeline.note("step", None, format!("step {}: {what}", i + 1));
+        if ["kill", "stop"].contains(&step.action.as_str()) {
+            losses.push((i + 1, protocol::unix_us(), target));
+        }
         act(cluster, &mut nodes, step, target).await?;
         observer.set_reach(&nodes);
         // From the moment the step took effect (a docker command returns
@@ -692,6 +708,28 @@ async fn timeline_run(
     }
     // Let the last events of the nodes' streams arrive.
     tokio::time::sleep(Duration::from_millis(50)).await;
+    if let Some(quiet) = s.expect.no_entry_within {
+        for (step, at, target) in losses {
+            // The nodes stamp their grants with the same host clock.
+            let Some((granted, node)) = observer.first_grant_after(at, target) else {
+                failed.push(format!("step {step}: no entry was granted after it"));
+                continue;
+            };
+            let gap = Duration::from_micros(granted - at);
+            timeline.note(
+                "note",
+                None,
+                format!(
+                    "step {step}: the first entry after it was granted {gap:.1?} later, at n{node}"
+                ),
+            );
+            if gap < quiet {
+                failed.push(format!(
+                    "step {step}: an entry was granted {gap:.1?} after it, within {quiet:?}"
+                ));
+            }
+        }
+    }
     Ok((report, elections, observer.stop(), failed))
 }
 

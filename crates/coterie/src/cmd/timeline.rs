@@ -135,6 +135,7 @@ pub struct Election {
 pub struct Observer {
     reach: Arc<Mutex<Reach>>,
     elections: Arc<Mutex<Vec<Election>>>,
+    grants: Arc<Mutex<Vec<(u64, u32)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -147,6 +148,13 @@ impl Observer {
     /// The elections seen so far.
     pub fn elections(&self) -> Vec<Election> {
         self.elections.lock().expect("elections lock").clone()
+    }
+
+    /// The first grant a node other than `except` stamped after
+    /// `unix_us`: when (`unix_us`) and at which node.
+    pub fn first_grant_after(&self, unix_us: u64, except: u32) -> Option<(u64, u32)> {
+        let grants = self.grants.lock().expect("grants lock");
+        grants.iter().filter(|&&(at, node)| at > unix_us && node != except).min().copied()
     }
 
     /// Stops watching.
@@ -169,10 +177,12 @@ pub async fn observe(
     let (ready_tx, ready_rx) = oneshot::channel();
     let reach = Arc::new(Mutex::new(Reach::default()));
     let elections = Arc::new(Mutex::new(Vec::new()));
+    let grants = Arc::new(Mutex::new(Vec::new()));
     let mut state = State {
         timeline: timeline.clone(),
         reach: reach.clone(),
         elections: elections.clone(),
+        grants: grants.clone(),
         follows: BTreeMap::new(),
         joined: BTreeSet::new(),
         gone: BTreeSet::new(),
@@ -199,7 +209,7 @@ pub async fn observe(
         }
     });
     let _ = tokio::time::timeout(Duration::from_secs(5), ready_rx).await;
-    Observer { reach, elections, task }
+    Observer { reach, elections, grants, task }
 }
 
 /// Something that may set off an election.
@@ -216,6 +226,8 @@ struct State {
     timeline: Timeline,
     reach: Arc<Mutex<Reach>>,
     elections: Arc<Mutex<Vec<Election>>>,
+    /// Every grant the nodes reported: when (`unix_us`), at which node.
+    grants: Arc<Mutex<Vec<(u64, u32)>>>,
     /// The coordinator and epoch each node follows.
     follows: BTreeMap<u32, (Option<u32>, u64)>,
     /// Nodes that have joined the cluster (a joining node's peer-ups are
@@ -295,9 +307,12 @@ impl State {
                 self.check_agreement(e.unix_us);
             }
             NodeEvent::Missed { .. } => note(self, "note", watch::describe(&e.event)),
-            // Grants are too many to list, and faults are the driver's own
-            // steps, already on the timeline.
-            NodeEvent::Granted { .. } | NodeEvent::Released { .. } | NodeEvent::Fault(_) => {}
+            // Grants are too many to list (they are kept, not written), and
+            // faults are the driver's own steps, already on the timeline.
+            NodeEvent::Granted { .. } => {
+                self.grants.lock().expect("grants lock").push((e.unix_us, node));
+            }
+            NodeEvent::Released { .. } | NodeEvent::Fault(_) => {}
         }
     }
 
