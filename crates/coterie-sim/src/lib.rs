@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 mod network;
+mod record;
 pub mod sim;
 pub mod suite;
 

@@ -1,11 +1,13 @@
 //! One simulated run.
 
 use crate::network::Network;
+use crate::record::Recorder;
 use coterie_core::engine::Output;
 use coterie_core::registry;
 use coterie_core::session::{Limits, Received, Sent, Session};
 use coterie_core::wire::{self, Envelope};
 use coterie_core::{AlgoConfig, Engine, Epoch, Fence, MutexOptions, NodeId, Time, Timing};
+use coterie_diagram::MarkKind;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -103,6 +105,9 @@ pub struct SimConfig {
     pub max_time: Duration,
     /// Record a line per event.
     pub trace: bool,
+    /// Record the run for its space-time diagram
+    /// ([`RunReport::diagram`]).
+    pub record: bool,
     /// Judge safety against this many holders instead of `capacity` (a way
     /// to prove the checker catches an overlap; leave `None` otherwise).
     pub checked_capacity: Option<usize>,
@@ -138,6 +143,7 @@ impl SimConfig {
             think: (Duration::ZERO, Duration::from_millis(20)),
             max_time: Duration::from_secs(120),
             trace: false,
+            record: false,
             checked_capacity: None,
         }
     }
@@ -204,6 +210,12 @@ pub struct RunReport {
     pub violations: Vec<Violation>,
     /// One line per event, when tracing.
     pub trace: Vec<String>,
+    /// Every message sent in the whole run (from the start, not the
+    /// workload's), by kind.
+    pub sent_by_kind: BTreeMap<String, u64>,
+    /// The run, for its space-time diagram, when recording.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagram: Option<coterie_diagram::Run>,
     /// Grants made while a node that asked earlier was still waiting:
     /// earlier by request timestamp for algorithms that stamp requests
     /// (see `MutexAlgorithm::request_stamp`), by time of asking otherwise.
@@ -387,6 +399,8 @@ pub struct Simulation {
     spikes: BTreeMap<NodeId, (u32, Duration)>,
     /// The loss windows in force, by node: the window's id, the share lost.
     losses: BTreeMap<NodeId, (u32, f64)>,
+    /// The run for its diagram, when recording.
+    recorder: Option<Recorder>,
     report: RunReport,
 }
 
@@ -421,6 +435,14 @@ impl Simulation {
             spikes: BTreeMap::new(),
             losses: BTreeMap::new(),
             report: RunReport { seed: cfg.seed, ..RunReport::default() },
+            recorder: cfg.record.then(|| {
+                let nodes: Vec<NodeId> = (1..=cfg.nodes).map(NodeId).collect();
+                let title = format!(
+                    "{} + {}, {} nodes, seed {}",
+                    cfg.mutex, cfg.election, cfg.nodes, cfg.seed
+                );
+                Recorder::new(&nodes, title)
+            }),
             cfg,
         };
         for id in 1..=sim.cfg.nodes {
@@ -622,6 +644,12 @@ impl Simulation {
         }
     }
 
+    /// Tells the recorder, if the run is recorded, with the time in µs.
+    fn record<R>(&mut self, f: impl FnOnce(&mut Recorder, u64) -> R) -> Option<R> {
+        let at = self.now.as_micros() as u64;
+        self.recorder.as_mut().map(|r| f(r, at))
+    }
+
     fn trace(&mut self, line: impl FnOnce() -> String) {
         if self.cfg.trace {
             let t = self.now.as_micros() as f64 / 1000.0;
@@ -631,6 +659,8 @@ impl Simulation {
 
     fn violation(&mut self, invariant: &'static str, detail: String) {
         self.trace(|| format!("VIOLATION {invariant}: {detail}"));
+        let text = format!("{invariant}: {detail}");
+        self.record(|r, at| r.mark(at, None, MarkKind::Violation, text));
         self.report.violations.push(Violation {
             invariant,
             detail,
@@ -662,6 +692,14 @@ impl Simulation {
     fn on_output(&mut self, node: NodeId, output: Output) {
         match output {
             Output::Send { to, envelope, kind } => {
+                *self.report.sent_by_kind.entry(kind.to_string()).or_default() += 1;
+                let recorded = if self.recorder.is_some() {
+                    let text = self.nodes[&node].engine.as_ref().map(|e| e.describe(&envelope));
+                    let text = text.unwrap_or_default();
+                    self.record(|r, at| r.sent(at, node, to, kind, text))
+                } else {
+                    None
+                };
                 if self.now >= self.workload_start {
                     *self.report.messages_by_kind.entry(kind.to_string()).or_default() += 1;
                 }
@@ -693,6 +731,9 @@ impl Simulation {
                 }
                 let bytes = wire::encode(&envelope);
                 let sent = self.session(node, to).send(bytes.clone());
+                if let Some(index) = recorded {
+                    self.record(|r, _| r.numbered(index, sent.seq()));
+                }
                 if let Sent::Overflowed { dropped, .. } = sent {
                     self.report.overflows += 1;
                     self.trace(|| format!("{node}'s session to {to} overflowed: {dropped} frames dropped, {to} declared failed"));
@@ -704,6 +745,8 @@ impl Simulation {
             Output::Granted { fence } => self.on_grant(node, fence),
             Output::Coordinator { leader, epoch } => {
                 self.trace(|| format!("{node} follows {leader} for {epoch}"));
+                let text = format!("{node} follows {leader} ({epoch})");
+                self.record(|r, at| r.mark(at, Some(node), MarkKind::Coordinator, text));
                 self.report.elections.push((
                     self.now.as_micros() as u64,
                     node.0,
@@ -712,7 +755,11 @@ impl Simulation {
                 ));
             }
             Output::PeerUp(p) => self.trace(|| format!("{node} sees {p} up")),
-            Output::PeerDown(p) => self.trace(|| format!("{node} suspects {p}")),
+            Output::PeerDown(p) => {
+                self.trace(|| format!("{node} suspects {p}"));
+                let text = format!("{node} suspects {p}");
+                self.record(|r, at| r.mark(at, Some(node), MarkKind::Suspect, text));
+            }
             Output::Joined => self.trace(|| format!("{node} joined")),
             Output::Persist(record) => {
                 self.report.records += 1;
@@ -737,6 +784,7 @@ impl Simulation {
 
     fn on_grant(&mut self, node: NodeId, fence: Fence) {
         self.trace(|| format!("{node} ENTERS with fence {fence}"));
+        self.record(|r, at| r.enter(at, node, fence.0));
         self.report.entries += 1;
         if let Some(mine) = self.asked.remove(&node) {
             if self.overtook_someone(node, mine) {
@@ -840,6 +888,8 @@ impl Simulation {
                 self.last_fault = self.now;
                 self.report.resets += 1;
                 self.trace(|| format!("RESET: {node}'s connections break"));
+                let text = format!("{node}'s connections break");
+                self.record(|r, at| r.mark(at, Some(node), MarkKind::Reset, text));
                 for peer in self.peers(node) {
                     for (a, b) in [(node, peer), (peer, node)] {
                         if self.nodes[&a].engine.is_some() {
@@ -894,6 +944,7 @@ impl Simulation {
                 self.report.workload_us =
                     now.saturating_sub(self.workload_start).as_micros() as u64;
                 self.trace(|| format!("{node} releases"));
+                self.record(|r, at| r.exit(at, node));
                 self.engine(node).release(now);
                 self.after_input(node);
                 self.after_release(node);
@@ -908,6 +959,8 @@ impl Simulation {
                 self.report.partitions += 1;
                 let names: Vec<String> = side.iter().map(|n| n.to_string()).collect();
                 self.trace(|| format!("PARTITION: {{{}}} cut off from the rest", names.join(", ")));
+                let text = format!("partition: {{{}}} cut off from the rest", names.join(", "));
+                self.record(|r, at| r.begin(at, None, MarkKind::Partition, text));
                 self.cut = Some((id, side));
             }
             Event::Pause { node } => {
@@ -917,6 +970,8 @@ impl Simulation {
                 self.last_fault = self.now;
                 self.report.pauses += 1;
                 self.trace(|| format!("{node} PAUSES"));
+                let text = format!("{node} paused");
+                self.record(|r, at| r.begin(at, Some(node), MarkKind::Pause, text));
                 self.paused.insert(node);
             }
             Event::Resume { node } => {
@@ -925,6 +980,7 @@ impl Simulation {
                 }
                 self.last_fault = self.now;
                 self.trace(|| format!("{node} RESUMES"));
+                self.record(|r, at| r.end(at, Some(node), MarkKind::Pause));
                 // What reached it meanwhile, in order, before anything else.
                 for event in self.deferred.remove(&node).unwrap_or_default() {
                     self.handle(event);
@@ -942,6 +998,8 @@ impl Simulation {
                 self.report.delays += 1;
                 let ms = extra.as_secs_f64() * 1000.0;
                 self.trace(|| format!("DELAY: {node}'s messages take +{ms:.1} ms"));
+                let text = format!("{node}'s messages take +{ms:.1} ms");
+                self.record(|r, at| r.begin(at, Some(node), MarkKind::Degraded, text));
                 self.spikes.insert(node, (id, extra));
             }
             Event::DelayOver { id, node } => {
@@ -949,6 +1007,7 @@ impl Simulation {
                     self.spikes.remove(&node);
                     self.last_fault = self.now;
                     self.trace(|| format!("DELAY over: {node}'s messages back to normal"));
+                    self.record(|r, at| r.end(at, Some(node), MarkKind::Degraded));
                 }
             }
             Event::Loss { id, node, share } => {
@@ -959,6 +1018,8 @@ impl Simulation {
                 self.report.drops += 1;
                 let percent = share * 100.0;
                 self.trace(|| format!("DROP: {node} loses {percent:.0}% of its messages"));
+                let text = format!("{node} loses {percent:.0}% of its messages");
+                self.record(|r, at| r.begin(at, Some(node), MarkKind::Degraded, text));
                 self.losses.insert(node, (id, share));
             }
             Event::LossOver { id, node } => {
@@ -966,6 +1027,7 @@ impl Simulation {
                     self.losses.remove(&node);
                     self.last_fault = self.now;
                     self.trace(|| format!("DROP over: {node} loses nothing more"));
+                    self.record(|r, at| r.end(at, Some(node), MarkKind::Degraded));
                 }
             }
             Event::Heal { id } => {
@@ -973,6 +1035,7 @@ impl Simulation {
                     self.cut = None;
                     self.last_fault = self.now;
                     self.trace(|| "HEAL: the partition is over".to_string());
+                    self.record(|r, at| r.end(at, None, MarkKind::Partition));
                 }
             }
             Event::Restart { node } => {
@@ -981,6 +1044,8 @@ impl Simulation {
                 }
                 self.last_fault = self.now;
                 self.trace(|| format!("{node} RESTARTS"));
+                let text = format!("{node} restarts");
+                self.record(|r, at| r.mark(at, Some(node), MarkKind::Restart, text));
                 let n = self.nodes.get_mut(&node).expect("known");
                 n.incarnation += 1;
                 let incarnation = n.incarnation;
@@ -1022,6 +1087,7 @@ impl Simulation {
         if self.severed(from, to) {
             return self.after_input(to);
         }
+        self.record(|r, at| r.delivered(at, from, to, seq));
         let now = self.now;
         let envelope: Envelope = match wire::decode(&bytes) {
             Ok(e) => e,
@@ -1140,6 +1206,12 @@ impl Simulation {
         self.paused.remove(&node);
         self.deferred.remove(&node);
         self.trace(|| format!("{node} CRASHES{}", if silent { " (silently)" } else { "" }));
+        let text = format!("{node} crashes{}", if silent { " (silently)" } else { "" });
+        self.record(|r, at| {
+            r.exit(at, node);
+            r.end(at, Some(node), MarkKind::Pause);
+            r.mark(at, Some(node), MarkKind::Crash, text)
+        });
         let n = self.nodes.get_mut(&node).expect("known");
         n.engine = None;
         n.wake_at = None;
@@ -1193,7 +1265,7 @@ impl Simulation {
             self.now = at;
             let event = self.events[idx].take().expect("each event runs once");
             self.handle(event);
-            if !self.report.violations.is_empty() && !self.cfg.trace {
+            if !self.report.violations.is_empty() && !self.cfg.trace && !self.cfg.record {
                 break; // the seed will be replayed with a trace
             }
             let quiet_since = self.last_fault.max(self.workload_start);
@@ -1207,6 +1279,8 @@ impl Simulation {
         }
         self.final_checks();
         self.report.end_us = self.now.as_micros() as u64;
+        let end = self.report.end_us;
+        self.report.diagram = self.recorder.take().map(|r| r.finish(end));
 
         self.report
     }

@@ -1,7 +1,7 @@
 //! `coterie sim`: the deterministic simulator from the command line.
 
 use super::common::parse_duration;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use coterie_core::{registry, MutexOptions, Priority};
 use coterie_sim::run_seeds;
 use coterie_sim::sim::{self, Load, SimConfig};
@@ -16,7 +16,7 @@ use std::time::Duration;
 /// random on FIFO links, and (with --crashes) nodes crashing and restarting.
 /// Safety, fences, liveness and agreement on the coordinator are checked
 /// after every step. A violation prints the seed that reproduces it; replay
-/// it with --seed and --trace.
+/// it with --seed and --trace, and draw it with --diagram.
 #[derive(clap::Args)]
 pub struct Args {
     /// Mutual-exclusion algorithm.
@@ -93,6 +93,20 @@ pub struct Args {
     /// Print every event of the run (with --seed).
     #[arg(long)]
     trace: bool,
+    /// Write the run's space-time diagram to this SVG file (with --seed):
+    /// a line per node, an arrow per message, the critical section as a
+    /// bar with its fence, faults, suspicions and elections marked.
+    #[arg(long, value_name = "FILE.svg", requires = "seed")]
+    diagram: Option<std::path::PathBuf>,
+    /// With --diagram: draw the heartbeats too.
+    #[arg(long, requires = "diagram")]
+    heartbeats: bool,
+    /// With --diagram: start the picture at this simulated time (e.g. 700ms).
+    #[arg(long, value_name = "TIME", value_parser = parse_duration, requires = "diagram")]
+    from: Option<Duration>,
+    /// With --diagram: end it at this simulated time.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration, requires = "diagram")]
+    until: Option<Duration>,
     /// Print a JSON report instead of text.
     #[arg(long)]
     json: bool,
@@ -160,11 +174,30 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(s) => s..s + 1,
         None => 0..args.seeds,
     };
-    if args.trace {
+    if args.trace || args.diagram.is_some() {
         for seed in seeds.clone() {
-            let report = sim::run(SimConfig { seed, trace: true, ..base.clone() })?;
+            let config = SimConfig { seed, trace: args.trace, record: true, ..base.clone() };
+            let report = sim::run(config)?;
             for line in &report.trace {
                 println!("{line}");
+            }
+            if let (Some(path), Some(run)) = (&args.diagram, &report.diagram) {
+                let options = coterie_diagram::svg::Options {
+                    heartbeats: args.heartbeats,
+                    from_us: args.from.map(|d| d.as_micros() as u64),
+                    until_us: args.until.map(|d| d.as_micros() as u64),
+                };
+                std::fs::write(path, coterie_diagram::svg::render(run, &options))
+                    .with_context(|| format!("writing {}", path.display()))?;
+                let shown = run.messages.iter().filter(|m| args.heartbeats || !m.heartbeat).count();
+                eprintln!(
+                    "diagram: {} ({} messages{}, {} entries, {:.1} ms)",
+                    path.display(),
+                    shown,
+                    if args.heartbeats { "" } else { " besides heartbeats" },
+                    run.sections.len(),
+                    run.end_us as f64 / 1000.0
+                );
             }
         }
     }
@@ -294,9 +327,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         for f in &summary.failures {
             println!(
-                "  seed {}: {}: {}\n    replay: coterie sim --mutex {} --election {} --nodes {} --crashes {} --partitions {} --pauses {} --delays {} --drops {} --resets {}{}{} --seed {} --trace",
+                "  seed {}: {}: {}\n    replay: coterie sim --mutex {} --election {} --nodes {} --crashes {} --partitions {} --pauses {} --delays {} --drops {} --resets {}{}{} --seed {} --trace --diagram seed-{}.svg",
                 f.seed, f.invariant, f.detail, summary.mutex, summary.election, summary.nodes, args.crashes, args.partitions, args.pauses,
-                args.delays, args.drops, args.resets, extra, options_flags(base.mutex_options), f.seed
+                args.delays, args.drops, args.resets, extra, options_flags(base.mutex_options), f.seed, f.seed
             );
         }
     }

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The diagrams the README shows, drawn from runs: every one is a command a
+# reader can run. Writes docs/figures/*.svg.
+#
+# Usage: scripts/figures.sh        (uses target/release/coterie; builds it
+#                                   first unless COTERIE_BIN names one)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN="${COTERIE_BIN:-target/release/coterie}"
+[ -n "${COTERIE_BIN:-}" ] || cargo build --release -q -p coterie
+OUT=docs/figures
+mkdir -p "$OUT"
+
+say() { printf '[figures] %s\n' "$*"; }
+
+# Ricart-Agrawala on three nodes, two entries each, from the start: the
+# bully election, then REQUEST/REPLY rounds and the critical sections.
+"$BIN" sim --mutex ricart-agrawala --election bully --nodes 3 --requests 2 --seed 3 \
+    --diagram "$OUT/sim-ricart-agrawala.svg" >/dev/null
+say "$OUT/sim-ricart-agrawala.svg"
+
+# A split brain caught by the simulator: centralized trusts timeouts, a
+# partition gives the minority side a coordinator of its own, and two
+# nodes hold at once. The window is the moment it happens.
+"$BIN" sim --mutex centralized --election bully --nodes 5 --partitions 1 --seed 1 \
+    --diagram "$OUT/sim-split-brain.svg" --from 1030ms --until 1070ms >/dev/null || true
+say "$OUT/sim-split-brain.svg"
