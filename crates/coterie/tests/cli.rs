@@ -872,3 +872,28 @@ fn a_node_refuses_clients_beyond_its_limits_and_drops_silent_ones() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(waited.0.join("ran").exists());
 }
+
+/// A failing seed's replay line offers its diagram, and the diagram holds
+/// exactly the messages its trace lists, with the violation marked.
+#[test]
+fn a_failing_seed_is_drawn_with_exactly_the_messages_of_its_trace() {
+    // centralized trusts timeouts: a partition makes a second coordinator.
+    let sweep = coterie(&["sim", "--mutex", "centralized", "--partitions", "1", "--seeds", "5"]);
+    assert!(!sweep.status.success(), "expected violations");
+    let text = String::from_utf8_lossy(&sweep.stdout);
+    let replay = text.lines().find(|l| l.contains("replay:")).expect("a replay line");
+    assert!(replay.contains("--trace --diagram seed-"), "{replay}");
+    let seed = replay.rsplit("--seed ").next().unwrap().split(' ').next().unwrap();
+
+    let dir = scratch("diagram");
+    let svg = dir.0.join("seed.svg");
+    let args = ["sim", "--mutex", "centralized", "--partitions", "1", "--seed", seed, "--trace"];
+    let out = Command::new(BIN).args(args).arg("--diagram").arg(&svg).output().unwrap();
+    let trace = String::from_utf8_lossy(&out.stdout);
+    let sends = trace.lines().filter(|l| l.contains(" -> ")).count();
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert!(sends > 0);
+    assert_eq!(drawn.matches("<g class=\"msg").count(), sends, "an arrow per traced message");
+    assert!(drawn.contains("data-kind=\"violation\""), "the violation is marked");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("diagram: "));
+}
