@@ -8,12 +8,14 @@
 //!
 //! [`Run`] is what a run is reduced to, whoever recorded it (the
 //! simulator, or the nodes' event streams of a real cluster); [`svg`]
-//! draws one. Times are microseconds on one clock: simulated time, or
+//! draws one, and [`shiviz`] writes it as a log with vector clocks for
+//! ShiViz. Times are microseconds on one clock: simulated time, or
 //! positions the recorder worked out for a real run (where a delivery is
 //! never put before its send).
 #![warn(missing_docs)]
 
 pub mod label;
+pub mod shiviz;
 pub mod svg;
 pub mod timeline;
 

@@ -70,3 +70,72 @@ fn a_diagram_draws_every_message_and_entry_of_the_run() {
         }
     }
 }
+
+/// The ShiViz log of a run: ShiViz's expression first, then an event per
+/// send, delivery, entry and exit, each host's own count rising by one,
+/// and no clock entry ever going down at a host.
+#[test]
+fn a_shiviz_log_has_every_event_with_a_consistent_vector_clock() {
+    use coterie_diagram::shiviz;
+    use std::collections::BTreeMap;
+    for (mutex, election) in
+        [("ricart-agrawala", "bully"), ("maekawa", "ring"), ("token-ring", "garcia-molina")]
+    {
+        let cfg = SimConfig {
+            seed: 7,
+            crashes: 1,
+            requests: 3,
+            record: true,
+            ..SimConfig::new(mutex, election)
+        };
+        let report = sim::run(cfg).unwrap();
+        let run = report.diagram.as_ref().unwrap();
+        let log = shiviz::render(run, &Options::default());
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines[0], shiviz::REGEX);
+        assert_eq!(lines[1], "");
+        let events = &lines[2..];
+        assert_eq!(events.len() % 2, 0);
+        let mut seen: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        let (mut sends, mut receives, mut entries) = (0u64, 0u64, 0u64);
+        for pair in events.chunks(2) {
+            let (what, clock) = (pair[0], pair[1]);
+            sends += u64::from(what.contains(" sends "));
+            receives += u64::from(what.contains(" receives "));
+            entries += u64::from(what.contains(" enters the critical section"));
+            let (host, json) = clock.split_once(' ').unwrap();
+            let entries_of: BTreeMap<String, u64> = json
+                .trim_matches(|c| c == '{' || c == '}')
+                .split(',')
+                .map(|kv| {
+                    let (k, v) = kv.split_once(':').unwrap();
+                    (k.trim_matches('"').to_string(), v.parse().unwrap())
+                })
+                .collect();
+            let before = seen.entry(host.to_string()).or_default();
+            assert_eq!(
+                entries_of[host],
+                before.get(host).copied().unwrap_or(0) + 1,
+                "{mutex}: {what}"
+            );
+            for (k, v) in before.iter() {
+                assert!(
+                    entries_of.get(k).copied().unwrap_or(0) >= *v,
+                    "{mutex}: {k} went down at {host}"
+                );
+            }
+            *before = entries_of;
+        }
+        let sent: u64 = report
+            .sent_by_kind
+            .iter()
+            .filter(|(k, _)| k.as_str() != "heartbeat")
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(sends, sent, "{mutex}");
+        let delivered =
+            run.messages.iter().filter(|m| !m.heartbeat && m.delivered_us.is_some()).count() as u64;
+        assert_eq!(receives, delivered, "{mutex}");
+        assert_eq!(entries, report.entries, "{mutex}");
+    }
+}

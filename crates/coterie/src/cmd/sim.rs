@@ -98,14 +98,18 @@ pub struct Args {
     /// bar with its fence, faults, suspicions and elections marked.
     #[arg(long, value_name = "FILE.svg", requires = "seed")]
     diagram: Option<std::path::PathBuf>,
-    /// With --diagram: draw the heartbeats too.
-    #[arg(long, requires = "diagram")]
+    /// Write the run as a ShiViz log with vector clocks (with --seed); the
+    /// file's first line is the expression ShiViz parses it with.
+    #[arg(long, value_name = "FILE.log", requires = "seed")]
+    shiviz: Option<std::path::PathBuf>,
+    /// With --diagram or --shiviz: the heartbeats too.
+    #[arg(long)]
     heartbeats: bool,
-    /// With --diagram: start the picture at this simulated time (e.g. 700ms).
-    #[arg(long, value_name = "TIME", value_parser = parse_duration, requires = "diagram")]
+    /// With --diagram or --shiviz: start at this simulated time (e.g. 700ms).
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
     from: Option<Duration>,
-    /// With --diagram: end it at this simulated time.
-    #[arg(long, value_name = "TIME", value_parser = parse_duration, requires = "diagram")]
+    /// With --diagram or --shiviz: end at this simulated time.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
     until: Option<Duration>,
     /// Print a JSON report instead of text.
     #[arg(long)]
@@ -174,21 +178,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(s) => s..s + 1,
         None => 0..args.seeds,
     };
-    if args.trace || args.diagram.is_some() {
+    if args.trace || args.diagram.is_some() || args.shiviz.is_some() {
+        let options = coterie_diagram::svg::Options {
+            heartbeats: args.heartbeats,
+            from_us: args.from.map(|d| d.as_micros() as u64),
+            until_us: args.until.map(|d| d.as_micros() as u64),
+        };
         for seed in seeds.clone() {
             let config = SimConfig { seed, trace: args.trace, record: true, ..base.clone() };
             let report = sim::run(config)?;
             for line in &report.trace {
                 println!("{line}");
             }
-            if let (Some(path), Some(run)) = (&args.diagram, &report.diagram) {
-                let options = coterie_diagram::svg::Options {
-                    heartbeats: args.heartbeats,
-                    from_us: args.from.map(|d| d.as_micros() as u64),
-                    until_us: args.until.map(|d| d.as_micros() as u64),
-                };
-                std::fs::write(path, coterie_diagram::svg::render(run, &options))
-                    .with_context(|| format!("writing {}", path.display()))?;
+            let Some(run) = &report.diagram else { continue };
+            let write = |path: &std::path::Path, text: String| {
+                std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+            };
+            if let Some(path) = &args.diagram {
+                write(path, coterie_diagram::svg::render(run, &options))?;
                 let shown = run.messages.iter().filter(|m| args.heartbeats || !m.heartbeat).count();
                 eprintln!(
                     "diagram: {} ({} messages{}, {} entries, {:.1} ms)",
@@ -198,6 +205,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     run.sections.len(),
                     run.end_us as f64 / 1000.0
                 );
+            }
+            if let Some(path) = &args.shiviz {
+                write(path, coterie_diagram::shiviz::render(run, &options))?;
+                eprintln!("shiviz log: {} (upload it at ShiViz's input page)", path.display());
             }
         }
     }
