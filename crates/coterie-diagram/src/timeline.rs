@@ -2,8 +2,9 @@
 //! node thinking, the cluster settling) between short busy ones, and a
 //! diagram drawn to one scale is either too wide or a smudge. So the busy
 //! stretches are drawn to a scale where a typical message's flight is a
-//! readable slant, and every quiet stretch longer than a few flights is
-//! squeezed into a fixed gap, marked on the axis with how long it was.
+//! readable slant, and every quiet stretch longer than many flights and a
+//! twentieth of the whole is squeezed into a fixed gap, marked on the axis
+//! with how long it was.
 
 /// A piece of the page: the times `t0..t1` drawn from `x0`, at `scale`
 /// pixels per µs (`None`: a squeezed quiet stretch of [`GAP_PX`]).
@@ -33,7 +34,8 @@ impl TimeMap {
     /// `max_width` pixels starting at `left`. `busy` are the times things
     /// happen; `flight` the typical message's flight (µs), drawn
     /// `flight_px` wide where the width allows; a quiet stretch longer
-    /// than `quiet_flights` flights is squeezed.
+    /// than `quiet_flights` flights and a twentieth of `from..until` is
+    /// squeezed.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         busy: &[u64],
@@ -49,7 +51,9 @@ impl TimeMap {
         times.extend([from, until]);
         times.sort_unstable();
         times.dedup();
-        let quiet = flight.max(1) * quiet_flights.max(1);
+        // Squeezed: quiet for many flights, and for a good share of the
+        // whole (a busy run's short pauses are its texture, not gaps).
+        let quiet = (flight.max(1) * quiet_flights.max(1)).max((until - from) / 20);
         // Stretches: (t0, t1, squeezed).
         let mut stretches: Vec<(u64, u64, bool)> = Vec::new();
         for pair in times.windows(2) {

@@ -84,6 +84,11 @@ pub(crate) struct Agent {
     deadline_changed: Notify,
     /// What watchers (`coterie watch`) are told.
     events: broadcast::Sender<WatchEvent>,
+    /// Watchers that asked for every message, and those of them that
+    /// asked for heartbeats too: while there are none, sends and
+    /// deliveries cost nothing extra.
+    message_watchers: std::sync::atomic::AtomicUsize,
+    heartbeat_watchers: std::sync::atomic::AtomicUsize,
     storage: Storage,
     /// Set when stable storage failed: the node stops, with this reason.
     broken: watch::Sender<Option<String>>,
@@ -109,6 +114,36 @@ pub(crate) struct Settings {
     pub(crate) secret: Option<Secret>,
     /// `[limits]`.
     pub(crate) limits: LimitsSection,
+}
+
+/// A watcher of every message, counted in while it lives
+/// ([`Agent::watch_messages`]).
+pub(crate) struct MessageWatch<'a> {
+    agent: &'a Agent,
+    heartbeats: bool,
+}
+
+impl Drop for MessageWatch<'_> {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.agent.message_watchers.fetch_sub(1, Relaxed);
+        if self.heartbeats {
+            self.agent.heartbeat_watchers.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+/// A message's kind from its text (`StateQuery { .. }` is `state_query`),
+/// as the algorithms' message counters name it.
+fn kind_of(text: &str) -> String {
+    let mut kind = String::new();
+    for (i, c) in text.chars().take_while(char::is_ascii_alphanumeric).enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            kind.push('_');
+        }
+        kind.push(c.to_ascii_lowercase());
+    }
+    kind
 }
 
 /// One client connection counted against `[limits] max_clients`.
@@ -158,6 +193,8 @@ impl Agent {
             paused: watch::channel(false).0,
             deadline_changed: Notify::new(),
             events: broadcast::channel(WATCH_BACKLOG).0,
+            message_watchers: std::sync::atomic::AtomicUsize::new(0),
+            heartbeat_watchers: std::sync::atomic::AtomicUsize::new(0),
             storage,
             broken: watch::channel(None).0,
             transport,
@@ -235,6 +272,39 @@ impl Agent {
     pub(crate) fn emit(&self, event: NodeEvent) {
         if self.events.receiver_count() > 0 {
             let _ = self.events.send(WatchEvent { node: self.id.0, unix_us: unix_us(), event });
+        }
+    }
+
+    /// Whether anyone watches every message.
+    fn watching_messages(&self) -> bool {
+        self.message_watchers.load(std::sync::atomic::Ordering::Relaxed) > 0
+    }
+
+    /// A message's kind and text, for its watchers; `None` for a
+    /// heartbeat nobody watches.
+    fn describe(&self, state: &State, body: &[u8]) -> Option<(String, String)> {
+        let envelope: Envelope = wire::decode(body).ok()?;
+        if let Envelope::Heartbeat(_) = envelope {
+            if self.heartbeat_watchers.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                return None;
+            }
+            return Some(("heartbeat".into(), state.engine.describe(&envelope)));
+        }
+        let text = state.engine.describe(&envelope);
+        Some((kind_of(&text), text))
+    }
+
+    /// The message numbered `seq` from `peer` was delivered to the
+    /// algorithms: told to whoever watches messages.
+    pub(crate) fn delivered(&self, peer: NodeId, seq: u64, heartbeat: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let watched = if heartbeat {
+            self.heartbeat_watchers.load(Relaxed) > 0
+        } else {
+            self.message_watchers.load(Relaxed) > 0
+        };
+        if watched {
+            self.emit(NodeEvent::Delivered { from: peer.0, seq });
         }
     }
 
@@ -437,7 +507,12 @@ impl Agent {
 
     /// Numbers `body` in `peer`'s session and wakes its connection.
     pub(crate) fn send_now(&self, state: &mut State, peer: NodeId, body: Vec<u8>, now: Duration) {
-        if let Some(dropped) = state.links.send(peer, body) {
+        let watched = self.watching_messages().then(|| self.describe(state, &body)).flatten();
+        let (seq, overflow) = state.links.send(peer, body);
+        if let Some((kind, text)) = watched {
+            self.emit(NodeEvent::Sent { to: peer.0, seq, kind, text });
+        }
+        if let Some(dropped) = overflow {
             warn!(
                 node = self.id.0,
                 peer = peer.0,
@@ -649,6 +724,17 @@ impl Agent {
 
     /// A subscription to the node's events, and the snapshot that opens
     /// the stream (taken after subscribing, so nothing falls between).
+    /// Counts a watcher of every message (and of heartbeats, if asked) in,
+    /// until the returned guard is dropped.
+    pub(crate) fn watch_messages(&self, heartbeats: bool) -> MessageWatch<'_> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.message_watchers.fetch_add(1, Relaxed);
+        if heartbeats {
+            self.heartbeat_watchers.fetch_add(1, Relaxed);
+        }
+        MessageWatch { agent: self, heartbeats }
+    }
+
     pub(crate) fn watch(&self) -> (broadcast::Receiver<WatchEvent>, WatchEvent) {
         let events = self.events.subscribe();
         let status = self.status();

@@ -126,6 +126,11 @@ pub(crate) async fn client_session(
                 watch_session(&agent, session, &mut reader, &mut writer, &mut stop).await;
                 break;
             }
+            Ok(Some(ClientRequest::WatchMessages { heartbeats })) => {
+                let _counted = agent.watch_messages(heartbeats);
+                watch_session(&agent, session, &mut reader, &mut writer, &mut stop).await;
+                break;
+            }
             Ok(None) => break,
             Err(FrameError::Io(_)) => break,
             Err(e) => {

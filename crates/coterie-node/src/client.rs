@@ -315,9 +315,27 @@ impl Client {
     /// Turns this session into a stream of the node's events. Returns
     /// once the node has subscribed it, with the first event: a
     /// [`NodeEvent::Snapshot`] of where the node stands.
-    pub async fn watch(mut self) -> Result<(WatchEvent, Watch), ClientError> {
+    pub async fn watch(self) -> Result<(WatchEvent, Watch), ClientError> {
+        self.watch_with(&ClientRequest::Watch).await
+    }
+
+    /// [`watch`](Self::watch), with every message the node sends and takes
+    /// in too ([`NodeEvent::Sent`](crate::protocol::NodeEvent::Sent),
+    /// [`NodeEvent::Delivered`](crate::protocol::NodeEvent::Delivered)),
+    /// heartbeats if asked: what a diagram of the run is drawn from.
+    pub async fn watch_messages(
+        self,
+        heartbeats: bool,
+    ) -> Result<(WatchEvent, Watch), ClientError> {
+        self.watch_with(&ClientRequest::WatchMessages { heartbeats }).await
+    }
+
+    async fn watch_with(
+        mut self,
+        request: &ClientRequest,
+    ) -> Result<(WatchEvent, Watch), ClientError> {
         let conn = &mut self.conn;
-        write_frame(&mut conn.stream, &ClientRequest::Watch).await.map_err(FrameError::Io)?;
+        write_frame(&mut conn.stream, request).await.map_err(FrameError::Io)?;
         let mut watch = Watch { conn: self.conn };
         for _ in 0..watch.conn.pings_due {
             watch.conn.read::<ClientResponse>().await?; // their PONGs

@@ -53,15 +53,16 @@ impl PeerLinks {
         self.links.get_mut(&peer).expect("a session per peer of the configuration")
     }
 
-    /// Numbers `body` for `peer`. `Some(dropped)` when the session
-    /// overflowed (the peer must be declared failed).
-    pub(crate) fn send(&mut self, peer: NodeId, body: Vec<u8>) -> Option<usize> {
+    /// Numbers `body` for `peer`: its number, and `Some(dropped)` when
+    /// the session overflowed (the peer must be declared failed).
+    pub(crate) fn send(&mut self, peer: NodeId, body: Vec<u8>) -> (u64, Option<usize>) {
         let link = self.link(peer);
-        match link.session.send(body) {
-            Sent::Kept(_) => None,
+        let sent = link.session.send(body);
+        match sent {
+            Sent::Kept(_) => (sent.seq(), None),
             Sent::Overflowed { dropped, .. } => {
                 link.overflows += 1;
-                Some(dropped)
+                (sent.seq(), Some(dropped))
             }
         }
     }

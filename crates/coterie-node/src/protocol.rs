@@ -30,6 +30,14 @@ pub enum ClientRequest {
     /// failure timeout, the node takes it for lost (its client hung or
     /// was cut off) and releases what it held, as when it disconnects.
     Ping,
+    /// [`Watch`](Self::Watch), with every message the node sends and
+    /// delivers too ([`NodeEvent::Sent`], [`NodeEvent::Delivered`]), for
+    /// diagrams of the run. The node does this work only while someone
+    /// asks for it.
+    WatchMessages {
+        /// Heartbeats too.
+        heartbeats: bool,
+    },
 }
 
 /// The clock [`WatchEvent`]s are stamped with: microseconds since the Unix
@@ -103,6 +111,27 @@ pub enum NodeEvent {
     },
     /// Someone injected or cleared faults; these are now in force.
     Fault(FaultState),
+    /// The node sent `to` the message numbered `seq` in their session
+    /// (only on a [`ClientRequest::WatchMessages`] stream).
+    Sent {
+        /// The receiver.
+        to: u32,
+        /// Its number in the sender's session with the receiver: the
+        /// receiver's [`NodeEvent::Delivered`] names the same number.
+        seq: u64,
+        /// Its kind (`request`, `heartbeat`).
+        kind: String,
+        /// What it says, in full.
+        text: String,
+    },
+    /// The node's algorithms took in the message `from` numbered `seq` in
+    /// their session (only on a [`ClientRequest::WatchMessages`] stream).
+    Delivered {
+        /// The sender.
+        from: u32,
+        /// Its number in the sender's session.
+        seq: u64,
+    },
     /// The watcher fell this many events behind and they were skipped.
     Missed {
         /// How many.

@@ -441,7 +441,12 @@ pub(crate) async fn serve_peer(
                     }
                     let dropped = match wire::decode::<Envelope>(&body) {
                         Ok(envelope) => {
-                            s.engine.handle_message(now, peer, envelope).err().map(|e| e.to_string())
+                            let heartbeat = matches!(envelope, Envelope::Heartbeat(_));
+                            let result = s.engine.handle_message(now, peer, envelope);
+                            if result.is_ok() {
+                                agent.delivered(peer, seq, heartbeat);
+                            }
+                            result.err().map(|e| e.to_string())
                         }
                         Err(e) => Some(e.to_string()),
                     };

@@ -6,6 +6,7 @@ pub mod demo;
 pub mod fault;
 pub mod lock;
 pub mod node;
+pub mod recording;
 pub mod run;
 pub mod sim;
 pub mod status;

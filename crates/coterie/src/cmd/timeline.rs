@@ -173,7 +173,7 @@ pub async fn observe(
     seen: Option<mpsc::UnboundedReceiver<Seen>>,
 ) -> Observer {
     let (tx, rx) = mpsc::unbounded_channel();
-    watch::spawn(nodes, tx);
+    watch::spawn(nodes, tx, None);
     let (ready_tx, ready_rx) = oneshot::channel();
     let reach = Arc::new(Mutex::new(Reach::default()));
     let elections = Arc::new(Mutex::new(Vec::new()));
@@ -312,7 +312,10 @@ impl State {
             NodeEvent::Granted { .. } => {
                 self.grants.lock().expect("grants lock").push((e.unix_us, node));
             }
-            NodeEvent::Released { .. } | NodeEvent::Fault(_) => {}
+            NodeEvent::Released { .. }
+            | NodeEvent::Fault(_)
+            | NodeEvent::Sent { .. }
+            | NodeEvent::Delivered { .. } => {}
         }
     }
 

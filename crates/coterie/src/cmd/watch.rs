@@ -1,7 +1,8 @@
 //! `coterie watch`: every node's events, merged, as they happen.
 
 use super::common::{self, NodeAddr, Target};
-use anyhow::Result;
+use super::recording::Recording;
+use anyhow::{Context, Result};
 use coterie_core::Epoch;
 use coterie_node::protocol::{NodeEvent, WatchEvent};
 use std::process::ExitCode;
@@ -27,6 +28,24 @@ pub struct Args {
     /// Print one JSON object per line instead.
     #[arg(long)]
     json: bool,
+    /// Record every message too, and write the run's space-time diagram
+    /// to this SVG file when the watch ends (--duration, or Ctrl-C).
+    #[arg(long, value_name = "FILE.svg")]
+    diagram: Option<std::path::PathBuf>,
+    /// Record every message too, and write the run as a ShiViz log with
+    /// vector clocks when the watch ends.
+    #[arg(long, value_name = "FILE.log")]
+    shiviz: Option<std::path::PathBuf>,
+    /// With --diagram or --shiviz: record heartbeats too.
+    #[arg(long)]
+    heartbeats: bool,
+    /// With --diagram or --shiviz: start the picture this long after the
+    /// watch began.
+    #[arg(long, value_name = "TIME", value_parser = common::parse_duration)]
+    from: Option<Duration>,
+    /// With --diagram or --shiviz: end it this long after the watch began.
+    #[arg(long, value_name = "TIME", value_parser = common::parse_duration)]
+    until: Option<Duration>,
 }
 
 /// What a watcher task reports about its node.
@@ -45,13 +64,19 @@ pub enum Watched {
 /// Watches every node in `nodes` until `tx` is closed, reporting on it.
 /// Each stream starts with the node's snapshot; each node's watcher dials
 /// again whenever its stream ends, so a restarted node is watched anew.
-pub fn spawn(nodes: &[NodeAddr], tx: mpsc::UnboundedSender<Watched>) {
+/// With `messages` (`Some(heartbeats too)`), every message sent and taken
+/// in is reported as well.
+pub fn spawn(nodes: &[NodeAddr], tx: mpsc::UnboundedSender<Watched>, messages: Option<bool>) {
     for node in nodes {
         let (node, tx) = (node.clone(), tx.clone());
         tokio::spawn(async move {
             while !tx.is_closed() {
                 if let Ok(client) = node.connect().await {
-                    if let Ok((first, mut stream)) = client.watch().await {
+                    let watched = match messages {
+                        Some(heartbeats) => client.watch_messages(heartbeats).await,
+                        None => client.watch().await,
+                    };
+                    if let Ok((first, mut stream)) = watched {
                         let id = first.node;
                         if tx.send(Watched::Event(first)).is_err() {
                             return;
@@ -106,6 +131,10 @@ pub fn describe(event: &NodeEvent) -> String {
         NodeEvent::Released { session } => format!("session {session} releases"),
         NodeEvent::Fault(state) => format!("faults now: {state}"),
         NodeEvent::Missed { events } => format!("(watcher fell behind: {events} events skipped)"),
+        NodeEvent::Sent { to, seq, text, .. } => {
+            format!("sends n{to} #{seq} {}", coterie_diagram::label::short(text))
+        }
+        NodeEvent::Delivered { from, seq } => format!("takes in #{seq} from n{from}"),
     }
 }
 
@@ -118,9 +147,14 @@ fn clock(unix_us: u64) -> String {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let nodes = args.target.nodes()?;
+    let recording = args.diagram.is_some() || args.shiviz.is_some();
+    let mut record = recording.then(|| {
+        let ids = nodes.iter().enumerate().map(|(i, n)| n.id.unwrap_or(i as u32 + 1)).collect();
+        Recording::new(ids, format!("watched on {} nodes", nodes.len()))
+    });
     common::small_runtime()?.block_on(async {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        spawn(&nodes, tx);
+        spawn(&nodes, tx, recording.then_some(args.heartbeats));
         let deadline = async {
             match args.duration {
                 Some(d) => tokio::time::sleep(d).await,
@@ -136,7 +170,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 _ = &mut shutdown => break,
             };
             let Some(watched) = watched else { break };
+            if let Some(record) = &mut record {
+                record.watched(&watched);
+            }
             match watched {
+                Watched::Event(e) if is_message(&e.event) && !args.json => {}
                 Watched::Event(e) if !args.grants && is_grant(&e.event) => {}
                 Watched::Event(e) if args.json => println!("{}", serde_json::to_string(&e)?),
                 Watched::Event(e) => {
@@ -152,5 +190,35 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         anyhow::Ok(())
     })?;
+    if let Some(record) = record {
+        let run = record.finish();
+        let options = coterie_diagram::svg::Options {
+            heartbeats: args.heartbeats,
+            from_us: args.from.map(|d| d.as_micros() as u64),
+            until_us: args.until.map(|d| d.as_micros() as u64),
+        };
+        let write = |path: &std::path::Path, text: String| {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+        };
+        if let Some(path) = &args.diagram {
+            write(path, coterie_diagram::svg::render(&run, &options))?;
+            eprintln!(
+                "diagram: {} ({} messages, {} entries, {:.1} ms)",
+                path.display(),
+                run.messages.len(),
+                run.sections.len(),
+                run.end_us as f64 / 1000.0
+            );
+        }
+        if let Some(path) = &args.shiviz {
+            write(path, coterie_diagram::shiviz::render(&run, &options))?;
+            eprintln!("shiviz log: {}", path.display());
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `event` reports a message (many: left out of the text stream).
+fn is_message(event: &NodeEvent) -> bool {
+    matches!(event, NodeEvent::Sent { .. } | NodeEvent::Delivered { .. })
 }
