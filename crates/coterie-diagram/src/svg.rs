@@ -78,8 +78,13 @@ impl<'a> Canvas<'a> {
             drawn().flat_map(|m| [Some(m.sent_us), m.delivered_us]).flatten().collect();
         busy.extend(run.sections.iter().flat_map(|c| [Some(c.enter_us), c.exit_us]).flatten());
         busy.extend(run.marks.iter().flat_map(|m| [Some(m.at_us), m.until_us]).flatten());
+        // What lasts is never squeezed: a message in flight, a holder.
+        let mut spans: Vec<(u64, u64)> =
+            drawn().filter_map(|m| m.delivered_us.map(|d| (m.sent_us, d))).collect();
+        spans.extend(run.sections.iter().map(|c| (c.enter_us, c.exit_us.unwrap_or(run.end_us))));
         let map = TimeMap::new(
             &busy,
+            &spans,
             from,
             until,
             typical,

@@ -32,13 +32,16 @@ pub struct TimeMap {
 impl TimeMap {
     /// Lays out `from..=until` over at least `min_width` and at most
     /// `max_width` pixels starting at `left`. `busy` are the times things
-    /// happen; `flight` the typical message's flight (µs), drawn
+    /// happen, `spans` what lasts (a message in flight, a stay in the
+    /// critical section: never squeezed); `flight` the typical message's
+    /// flight (µs), drawn
     /// `flight_px` wide where the width allows; a quiet stretch longer
     /// than `quiet_flights` flights and a twentieth of `from..until` is
     /// squeezed.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         busy: &[u64],
+        spans: &[(u64, u64)],
         from: u64,
         until: u64,
         flight: u64,
@@ -56,9 +59,15 @@ impl TimeMap {
         let quiet = (flight.max(1) * quiet_flights.max(1)).max((until - from) / 20);
         // Stretches: (t0, t1, squeezed).
         let mut stretches: Vec<(u64, u64, bool)> = Vec::new();
+        let covered = merge(spans);
+        let overlaps = |a: u64, b: u64| {
+            // The first merged span ending after `a` starts before `b`?
+            let i = covered.partition_point(|&(_, end)| end <= a);
+            covered.get(i).is_some_and(|&(start, _)| start < b)
+        };
         for pair in times.windows(2) {
             let (a, b) = (pair[0], pair[1]);
-            let squeezed = b - a > quiet;
+            let squeezed = b - a > quiet && !overlaps(a, b);
             match stretches.last_mut() {
                 Some(last) if !last.2 && !squeezed => last.1 = b,
                 _ => stretches.push((a, b, squeezed)),
@@ -121,6 +130,20 @@ impl TimeMap {
     }
 }
 
+/// `spans` sorted and merged where they overlap.
+fn merge(spans: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut sorted: Vec<(u64, u64)> = spans.iter().copied().filter(|(a, b)| a < b).collect();
+    sorted.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(sorted.len());
+    for (a, b) in sorted {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    merged
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,7 +152,7 @@ mod tests {
     fn quiet_stretches_are_squeezed_and_time_only_moves_right() {
         // Busy 0..10 ms, quiet until 700 ms, busy 700..720 ms.
         let busy: Vec<u64> = (0..=10).chain(700..=720).map(|ms| ms * 1000).collect();
-        let map = TimeMap::new(&busy, 0, 2_000_000, 1000, 14.0, 20, (50.0, 300.0, 6000.0));
+        let map = TimeMap::new(&busy, &[], 0, 2_000_000, 1000, 14.0, 20, (50.0, 300.0, 6000.0));
         let kinds: Vec<bool> = map.pieces().iter().map(|p| p.scale.is_some()).collect();
         assert_eq!(kinds, [true, false, true, false]);
         assert_eq!(map.x(0), 50.0);
@@ -146,9 +169,21 @@ mod tests {
     #[test]
     fn too_much_is_drawn_smaller_and_too_little_larger() {
         let busy: Vec<u64> = (0..=10_000).map(|ms| ms * 1000).collect();
-        let wide = TimeMap::new(&busy, 0, 10_000_000, 1000, 14.0, 20, (0.0, 900.0, 6000.0));
+        let wide = TimeMap::new(&busy, &[], 0, 10_000_000, 1000, 14.0, 20, (0.0, 900.0, 6000.0));
         assert!((wide.end() - 6000.0).abs() < 1.0);
-        let narrow = TimeMap::new(&[0, 1000], 0, 1000, 1000, 14.0, 20, (0.0, 900.0, 6000.0));
+        let narrow = TimeMap::new(&[0, 1000], &[], 0, 1000, 1000, 14.0, 20, (0.0, 900.0, 6000.0));
         assert!((narrow.end() - 900.0).abs() < 1.0);
+    }
+
+    #[test]
+    fn what_lasts_across_a_quiet_stretch_keeps_it() {
+        let busy = [0, 1000, 500_000, 501_000];
+        let squeezed = |spans: &[(u64, u64)]| {
+            let map = TimeMap::new(&busy, spans, 0, 501_000, 1000, 14.0, 20, (0.0, 0.0, 1e9));
+            map.pieces().iter().any(|p| p.scale.is_none())
+        };
+        assert!(squeezed(&[]));
+        assert!(!squeezed(&[(900, 500_100)]), "held across it");
+        assert!(squeezed(&[(0, 900), (500_000, 501_000)]));
     }
 }

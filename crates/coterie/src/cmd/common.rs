@@ -144,3 +144,62 @@ pub fn terminate(pid: u32) {
         libc::kill(pid as libc::pid_t, libc::SIGTERM);
     }
 }
+
+/// `--diagram`, `--shiviz` and their options, wherever a run is made or
+/// replayed (`sim --seed`, `watch`, `demo`, `run`).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct Drawing {
+    /// Write the run's space-time diagram to this SVG file: a line per
+    /// node, an arrow per message, the critical section as a bar with its
+    /// fence, faults, suspicions and elections marked.
+    #[arg(long, value_name = "FILE.svg")]
+    pub diagram: Option<std::path::PathBuf>,
+    /// Write the run as a ShiViz log with vector clocks (its first line is
+    /// the expression ShiViz parses it with).
+    #[arg(long, value_name = "FILE.log")]
+    pub shiviz: Option<std::path::PathBuf>,
+    /// With --diagram or --shiviz: heartbeats too.
+    #[arg(long)]
+    pub heartbeats: bool,
+    /// With --diagram or --shiviz: start this long into the run.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub from: Option<std::time::Duration>,
+    /// With --diagram or --shiviz: end this long into the run.
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub until: Option<std::time::Duration>,
+}
+
+impl Drawing {
+    /// Whether anything is to be drawn (so the run must be recorded).
+    pub fn wanted(&self) -> bool {
+        self.diagram.is_some() || self.shiviz.is_some()
+    }
+
+    /// Writes what was asked for of `run`, saying where on standard error.
+    pub fn write(&self, run: &coterie_diagram::Run) -> Result<()> {
+        let options = coterie_diagram::svg::Options {
+            heartbeats: self.heartbeats,
+            from_us: self.from.map(|d| d.as_micros() as u64),
+            until_us: self.until.map(|d| d.as_micros() as u64),
+        };
+        let write = |path: &std::path::Path, text: String| {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+        };
+        if let Some(path) = &self.diagram {
+            write(path, coterie_diagram::svg::render(run, &options))?;
+            let shown = run.messages.iter().filter(|m| self.heartbeats || !m.heartbeat).count();
+            eprintln!(
+                "diagram: {} ({shown} messages{}, {} entries, {:.1} ms)",
+                path.display(),
+                if self.heartbeats { "" } else { " besides heartbeats" },
+                run.sections.len(),
+                run.end_us as f64 / 1000.0
+            );
+        }
+        if let Some(path) = &self.shiviz {
+            write(path, coterie_diagram::shiviz::render(run, &options))?;
+            eprintln!("shiviz log: {} (upload it on ShiViz's input page)", path.display());
+        }
+        Ok(())
+    }
+}

@@ -2,6 +2,7 @@
 //! brought back, and what happened.
 
 use super::common::{self, NodeAddr};
+use super::recording::Recording;
 use super::timeline::{self, Reach, Timeline};
 use super::{status, up, workload};
 use anyhow::{bail, Context, Result};
@@ -61,6 +62,10 @@ pub struct Args {
     /// Print a JSON report instead of text.
     #[arg(long)]
     json: bool,
+    /// --diagram, --shiviz: draw the run (every message, recorded from
+    /// the nodes' streams).
+    #[command(flatten)]
+    drawing: common::Drawing,
 }
 
 #[derive(Serialize)]
@@ -433,7 +438,13 @@ async fn run_timeline(
     let (leader, epoch) = cluster.agreement(Epoch(0), Duration::from_secs(15)).await?;
     // Each node's own account of what follows, as it happens.
     let (seen_tx, seen_rx) = tokio::sync::mpsc::unbounded_channel();
-    let observer = timeline::observe(nodes, timeline, Some(seen_rx)).await;
+    let record = args.drawing.wanted().then(|| {
+        let ids = nodes.iter().filter_map(|n| n.id).collect();
+        let title =
+            format!("coterie demo: {} + {}, {} nodes", args.mutex, args.election, args.nodes);
+        (Recording::new(ids, title), args.drawing.heartbeats)
+    });
+    let observer = timeline::observe(nodes, timeline, Some(seen_rx), record).await;
     let note = |text: String| timeline.note("step", None, text);
     note(format!("cluster up: all {} nodes follow n{leader} ({epoch})", args.nodes));
     elections.push(Election {
@@ -513,6 +524,9 @@ async fn run_timeline(
 
     let report = driver.await.context("workload task")??;
     note(format!("workload done: {} entries", report.entries));
+    if let Some(run) = observer.recorded() {
+        args.drawing.write(&run)?;
+    }
     observer.stop();
     Ok(report)
 }

@@ -3,6 +3,7 @@
 
 use super::common::{self, NodeAddr};
 use super::demo::{self, Cluster, Shape};
+use super::recording::Recording;
 use super::timeline::{self, Reach, Timeline};
 use super::{status, workload};
 use anyhow::{bail, Context, Result};
@@ -58,6 +59,10 @@ pub struct Args {
         default_value = "config/docker.toml"
     )]
     config: PathBuf,
+    /// --diagram, --shiviz: draw the run (every message, recorded from
+    /// the nodes' streams).
+    #[command(flatten)]
+    drawing: common::Drawing,
 }
 
 /// The cluster a scenario is played against.
@@ -461,7 +466,13 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
             "--compose plays against the compose cluster's own algorithms: drop --mutex/--election"
         );
     }
-    let report = common::runtime()?.block_on(play(&scenario, args.json, log_format, compose))?;
+    let report = common::runtime()?.block_on(play(
+        &scenario,
+        args.json,
+        log_format,
+        compose,
+        &args.drawing,
+    ))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -495,6 +506,7 @@ async fn play(
     quiet: bool,
     log_format: &str,
     compose: Option<(&String, &PathBuf, &PathBuf)>,
+    drawing: &common::Drawing,
 ) -> Result<Report> {
     let c = &s.cluster;
     let dir = std::env::temp_dir().join(format!("coterie-run-{}", std::process::id()));
@@ -525,7 +537,7 @@ async fn play(
             let (cluster, listener, witness_addr) = demo::launch(&shape, log_format, &dir).await?;
             let witness = demo::Witness::serve(listener, c.count as u32);
             let mut backend = Backend::Local(cluster);
-            let result = timeline_run(s, &mut backend, &witness_addr, &timeline).await;
+            let result = timeline_run(s, &mut backend, &witness_addr, &timeline, drawing).await;
             if let Backend::Local(cluster) = &mut backend {
                 cluster.stop_all().await;
             }
@@ -556,7 +568,7 @@ async fn play(
             let port = witness.rsplit(':').next().unwrap_or("7300");
             let witness_addr = format!("{}:{port}", Compose::ip(&prefix, "witness")?);
             let mut backend = Backend::Compose(Compose { command: prefix, nodes });
-            timeline_run(s, &mut backend, &witness_addr, &timeline).await?
+            timeline_run(s, &mut backend, &witness_addr, &timeline, drawing).await?
         }
     };
     let e = &s.expect;
@@ -602,11 +614,17 @@ async fn timeline_run(
     cluster: &mut Backend,
     witness_addr: &str,
     timeline: &Timeline,
+    drawing: &common::Drawing,
 ) -> Result<Outcome> {
     let everyone = Reach::default();
     let (leader, epoch) = agree(cluster, &everyone, Epoch(0), Duration::from_secs(30)).await?;
     let (seen_tx, seen_rx) = tokio::sync::mpsc::unbounded_channel();
-    let observer = timeline::observe(cluster.nodes(), timeline, Some(seen_rx)).await;
+    let record = drawing.wanted().then(|| {
+        let ids = cluster.nodes().iter().filter_map(|n| n.id).collect();
+        let title = format!("{}: {} + {}", s.name, s.cluster.mutex, s.cluster.election);
+        (Recording::new(ids, title), drawing.heartbeats)
+    });
+    let observer = timeline::observe(cluster.nodes(), timeline, Some(seen_rx), record).await;
     timeline.note("note", None, format!("cluster up: every node follows n{leader} ({epoch})"));
     let w = &s.workload;
     let clients_on: Vec<_> = cluster
@@ -708,6 +726,9 @@ async fn timeline_run(
     }
     // Let the last events of the nodes' streams arrive.
     tokio::time::sleep(Duration::from_millis(50)).await;
+    if let Some(run) = observer.recorded() {
+        drawing.write(&run)?;
+    }
     if let Some(quiet) = s.expect.no_entry_within {
         for (step, at, target) in losses {
             // The nodes stamp their grants with the same host clock.

@@ -1,7 +1,7 @@
 //! `coterie sim`: the deterministic simulator from the command line.
 
-use super::common::parse_duration;
-use anyhow::{Context, Result};
+use super::common::{self, parse_duration};
+use anyhow::Result;
 use coterie_core::{registry, MutexOptions, Priority};
 use coterie_sim::run_seeds;
 use coterie_sim::sim::{self, Load, SimConfig};
@@ -93,24 +93,9 @@ pub struct Args {
     /// Print every event of the run (with --seed).
     #[arg(long)]
     trace: bool,
-    /// Write the run's space-time diagram to this SVG file (with --seed):
-    /// a line per node, an arrow per message, the critical section as a
-    /// bar with its fence, faults, suspicions and elections marked.
-    #[arg(long, value_name = "FILE.svg", requires = "seed")]
-    diagram: Option<std::path::PathBuf>,
-    /// Write the run as a ShiViz log with vector clocks (with --seed); the
-    /// file's first line is the expression ShiViz parses it with.
-    #[arg(long, value_name = "FILE.log", requires = "seed")]
-    shiviz: Option<std::path::PathBuf>,
-    /// With --diagram or --shiviz: the heartbeats too.
-    #[arg(long)]
-    heartbeats: bool,
-    /// With --diagram or --shiviz: start at this simulated time (e.g. 700ms).
-    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
-    from: Option<Duration>,
-    /// With --diagram or --shiviz: end at this simulated time.
-    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
-    until: Option<Duration>,
+    /// --diagram, --shiviz (with --seed).
+    #[command(flatten)]
+    drawing: common::Drawing,
     /// Print a JSON report instead of text.
     #[arg(long)]
     json: bool,
@@ -178,37 +163,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(s) => s..s + 1,
         None => 0..args.seeds,
     };
-    if args.trace || args.diagram.is_some() || args.shiviz.is_some() {
-        let options = coterie_diagram::svg::Options {
-            heartbeats: args.heartbeats,
-            from_us: args.from.map(|d| d.as_micros() as u64),
-            until_us: args.until.map(|d| d.as_micros() as u64),
-        };
+    if args.drawing.wanted() && args.seed.is_none() {
+        anyhow::bail!("--diagram and --shiviz draw one run: name it with --seed");
+    }
+    if args.trace || args.drawing.wanted() {
         for seed in seeds.clone() {
             let config = SimConfig { seed, trace: args.trace, record: true, ..base.clone() };
             let report = sim::run(config)?;
             for line in &report.trace {
                 println!("{line}");
             }
-            let Some(run) = &report.diagram else { continue };
-            let write = |path: &std::path::Path, text: String| {
-                std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
-            };
-            if let Some(path) = &args.diagram {
-                write(path, coterie_diagram::svg::render(run, &options))?;
-                let shown = run.messages.iter().filter(|m| args.heartbeats || !m.heartbeat).count();
-                eprintln!(
-                    "diagram: {} ({} messages{}, {} entries, {:.1} ms)",
-                    path.display(),
-                    shown,
-                    if args.heartbeats { "" } else { " besides heartbeats" },
-                    run.sections.len(),
-                    run.end_us as f64 / 1000.0
-                );
-            }
-            if let Some(path) = &args.shiviz {
-                write(path, coterie_diagram::shiviz::render(run, &options))?;
-                eprintln!("shiviz log: {} (upload it at ShiViz's input page)", path.display());
+            if let Some(run) = &report.diagram {
+                args.drawing.write(run)?;
             }
         }
     }

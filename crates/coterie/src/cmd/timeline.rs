@@ -4,6 +4,7 @@
 //! (`coterie watch`), stamped by the nodes' clocks.
 
 use super::common::NodeAddr;
+use super::recording::Recording;
 use super::watch::{self, Watched};
 use super::workload::Seen;
 use coterie_core::Epoch;
@@ -136,6 +137,7 @@ pub struct Observer {
     reach: Arc<Mutex<Reach>>,
     elections: Arc<Mutex<Vec<Election>>>,
     grants: Arc<Mutex<Vec<(u64, u32)>>>,
+    recording: Arc<Mutex<Option<Recording>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -157,6 +159,12 @@ impl Observer {
         grants.iter().filter(|&&(at, node)| at > unix_us && node != except).min().copied()
     }
 
+    /// The run recorded so far, for its diagram, if it was asked to
+    /// record ([`observe`]'s `record`); the recording ends here.
+    pub fn recorded(&self) -> Option<coterie_diagram::Run> {
+        self.recording.lock().expect("recording lock").take().map(Recording::finish)
+    }
+
     /// Stops watching.
     pub fn stop(self) -> Vec<Election> {
         self.task.abort();
@@ -167,13 +175,17 @@ impl Observer {
 /// Starts watching `nodes` (and the workload's reports on `seen`), and
 /// returns once every node's watch stream is open (or after five
 /// seconds), so that nothing the caller does next goes unseen.
+/// With `record` (a recording, and whether it takes heartbeats), every
+/// message is recorded too, for the run's diagram ([`Observer::recorded`]).
 pub async fn observe(
     nodes: &[NodeAddr],
     timeline: &Timeline,
     seen: Option<mpsc::UnboundedReceiver<Seen>>,
+    record: Option<(Recording, bool)>,
 ) -> Observer {
     let (tx, rx) = mpsc::unbounded_channel();
-    watch::spawn(nodes, tx, None);
+    watch::spawn(nodes, tx, record.as_ref().map(|(_, heartbeats)| *heartbeats));
+    let recording = Arc::new(Mutex::new(record.map(|(r, _)| r)));
     let (ready_tx, ready_rx) = oneshot::channel();
     let reach = Arc::new(Mutex::new(Reach::default()));
     let elections = Arc::new(Mutex::new(Vec::new()));
@@ -183,6 +195,7 @@ pub async fn observe(
         reach: reach.clone(),
         elections: elections.clone(),
         grants: grants.clone(),
+        recording: recording.clone(),
         follows: BTreeMap::new(),
         joined: BTreeSet::new(),
         gone: BTreeSet::new(),
@@ -209,7 +222,7 @@ pub async fn observe(
         }
     });
     let _ = tokio::time::timeout(Duration::from_secs(5), ready_rx).await;
-    Observer { reach, elections, grants, task }
+    Observer { reach, elections, grants, recording, task }
 }
 
 /// Something that may set off an election.
@@ -228,6 +241,8 @@ struct State {
     elections: Arc<Mutex<Vec<Election>>>,
     /// Every grant the nodes reported: when (`unix_us`), at which node.
     grants: Arc<Mutex<Vec<(u64, u32)>>>,
+    /// The run, message by message, when asked to record it.
+    recording: Arc<Mutex<Option<Recording>>>,
     /// The coordinator and epoch each node follows.
     follows: BTreeMap<u32, (Option<u32>, u64)>,
     /// Nodes that have joined the cluster (a joining node's peer-ups are
@@ -249,6 +264,9 @@ struct State {
 
 impl State {
     fn on_watched(&mut self, watched: Watched) {
+        if let Some(recording) = self.recording.lock().expect("recording lock").as_mut() {
+            recording.watched(&watched);
+        }
         let e = match watched {
             Watched::Lost { node } => {
                 if self.gone.insert(node) {

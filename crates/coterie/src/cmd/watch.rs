@@ -2,7 +2,7 @@
 
 use super::common::{self, NodeAddr, Target};
 use super::recording::Recording;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use coterie_core::Epoch;
 use coterie_node::protocol::{NodeEvent, WatchEvent};
 use std::process::ExitCode;
@@ -28,24 +28,10 @@ pub struct Args {
     /// Print one JSON object per line instead.
     #[arg(long)]
     json: bool,
-    /// Record every message too, and write the run's space-time diagram
-    /// to this SVG file when the watch ends (--duration, or Ctrl-C).
-    #[arg(long, value_name = "FILE.svg")]
-    diagram: Option<std::path::PathBuf>,
-    /// Record every message too, and write the run as a ShiViz log with
-    /// vector clocks when the watch ends.
-    #[arg(long, value_name = "FILE.log")]
-    shiviz: Option<std::path::PathBuf>,
-    /// With --diagram or --shiviz: record heartbeats too.
-    #[arg(long)]
-    heartbeats: bool,
-    /// With --diagram or --shiviz: start the picture this long after the
-    /// watch began.
-    #[arg(long, value_name = "TIME", value_parser = common::parse_duration)]
-    from: Option<Duration>,
-    /// With --diagram or --shiviz: end it this long after the watch began.
-    #[arg(long, value_name = "TIME", value_parser = common::parse_duration)]
-    until: Option<Duration>,
+    /// Record every message too, and draw the run when the watch ends
+    /// (--duration, or Ctrl-C).
+    #[command(flatten)]
+    drawing: common::Drawing,
 }
 
 /// What a watcher task reports about its node.
@@ -147,14 +133,14 @@ fn clock(unix_us: u64) -> String {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let nodes = args.target.nodes()?;
-    let recording = args.diagram.is_some() || args.shiviz.is_some();
+    let recording = args.drawing.wanted();
     let mut record = recording.then(|| {
         let ids = nodes.iter().enumerate().map(|(i, n)| n.id.unwrap_or(i as u32 + 1)).collect();
         Recording::new(ids, format!("watched on {} nodes", nodes.len()))
     });
     common::small_runtime()?.block_on(async {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        spawn(&nodes, tx, recording.then_some(args.heartbeats));
+        spawn(&nodes, tx, recording.then_some(args.drawing.heartbeats));
         let deadline = async {
             match args.duration {
                 Some(d) => tokio::time::sleep(d).await,
@@ -191,29 +177,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         anyhow::Ok(())
     })?;
     if let Some(record) = record {
-        let run = record.finish();
-        let options = coterie_diagram::svg::Options {
-            heartbeats: args.heartbeats,
-            from_us: args.from.map(|d| d.as_micros() as u64),
-            until_us: args.until.map(|d| d.as_micros() as u64),
-        };
-        let write = |path: &std::path::Path, text: String| {
-            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
-        };
-        if let Some(path) = &args.diagram {
-            write(path, coterie_diagram::svg::render(&run, &options))?;
-            eprintln!(
-                "diagram: {} ({} messages, {} entries, {:.1} ms)",
-                path.display(),
-                run.messages.len(),
-                run.sections.len(),
-                run.end_us as f64 / 1000.0
-            );
-        }
-        if let Some(path) = &args.shiviz {
-            write(path, coterie_diagram::shiviz::render(&run, &options))?;
-            eprintln!("shiviz log: {}", path.display());
-        }
+        args.drawing.write(&record.finish())?;
     }
     Ok(ExitCode::SUCCESS)
 }
