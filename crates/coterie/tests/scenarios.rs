@@ -57,6 +57,13 @@ fn every_scenario_passes_with_every_election() {
             for (counter, kind) in [("stale_fences", "stale_fence"), ("violations", "overlap")] {
                 if report["workload"][counter].as_u64().unwrap() > 0 {
                     assert!(kinds.contains(&kind), "{name} with {election}: {kinds:?}");
+                    // Whatever the witness caught can be looked at.
+                    let diagrams = report["incident_diagrams"].as_array().unwrap();
+                    assert!(!diagrams.is_empty(), "{name} with {election}: no incident diagram");
+                    for d in diagrams {
+                        let svg = std::fs::read_to_string(d.as_str().unwrap()).unwrap();
+                        assert!(svg.contains("data-kind=\"violation\""), "{name}: {d}");
+                    }
                 }
             }
         }

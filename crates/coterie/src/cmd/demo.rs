@@ -2,7 +2,7 @@
 //! brought back, and what happened.
 
 use super::common::{self, NodeAddr};
-use super::recording::Recording;
+use super::recording::{write_incidents, Recording};
 use super::timeline::{self, Reach, Timeline};
 use super::{status, up, workload};
 use anyhow::{bail, Context, Result};
@@ -87,6 +87,8 @@ struct DemoReport {
     elections: Vec<Election>,
     timeline: Vec<timeline::Event>,
     logs: String,
+    /// A diagram of the second around each thing the witness caught.
+    incident_diagrams: Vec<String>,
 }
 
 pub(crate) struct Cluster {
@@ -258,10 +260,11 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         println!("logs: {}\n", dir.display());
     }
     let result =
-        run_timeline(&args, &mut cluster, &nodes, &witness_addr, &timeline, &mut elections).await;
+        run_timeline(&args, &mut cluster, &nodes, &witness_addr, &timeline, &mut elections, &dir)
+            .await;
     cluster.stop_all().await;
     witness.stop().await;
-    let report = result?;
+    let (report, incident_diagrams) = result?;
 
     // Overlapping holders fail the demo. A stale fence is a grant the
     // witness refused: after a hang the old coordinator may grant from its
@@ -278,6 +281,7 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         elections,
         timeline: timeline.events(),
         logs: dir.display().to_string(),
+        incident_diagrams,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -433,17 +437,16 @@ async fn run_timeline(
     witness_addr: &str,
     timeline: &Timeline,
     elections: &mut Vec<Election>,
-) -> Result<workload::Report> {
+    dir: &std::path::Path,
+) -> Result<(workload::Report, Vec<String>)> {
     let boot = Instant::now();
     let (leader, epoch) = cluster.agreement(Epoch(0), Duration::from_secs(15)).await?;
     // Each node's own account of what follows, as it happens.
     let (seen_tx, seen_rx) = tokio::sync::mpsc::unbounded_channel();
-    let record = args.drawing.wanted().then(|| {
-        let ids = nodes.iter().filter_map(|n| n.id).collect();
-        let title =
-            format!("coterie demo: {} + {}, {} nodes", args.mutex, args.election, args.nodes);
-        (Recording::new(ids, title), args.drawing.heartbeats)
-    });
+    // Recorded whether drawn or not: whatever the witness catches is drawn.
+    let ids = nodes.iter().filter_map(|n| n.id).collect();
+    let title = format!("coterie demo: {} + {}, {} nodes", args.mutex, args.election, args.nodes);
+    let record = Some((Recording::new(ids, title), args.drawing.heartbeats));
     let observer = timeline::observe(nodes, timeline, Some(seen_rx), record).await;
     let note = |text: String| timeline.note("step", None, text);
     note(format!("cluster up: all {} nodes follow n{leader} ({epoch})", args.nodes));
@@ -524,9 +527,13 @@ async fn run_timeline(
 
     let report = driver.await.context("workload task")??;
     note(format!("workload done: {} entries", report.entries));
-    if let Some(run) = observer.recorded() {
-        args.drawing.write(&run)?;
+    let mut incident_diagrams = Vec::new();
+    if let Some((run, incidents)) = observer.recorded() {
+        if args.drawing.wanted() {
+            args.drawing.write(&run)?;
+        }
+        incident_diagrams = write_incidents(&run, &incidents, dir)?;
     }
     observer.stop();
-    Ok(report)
+    Ok((report, incident_diagrams))
 }

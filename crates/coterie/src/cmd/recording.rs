@@ -42,6 +42,11 @@ impl Recording {
         }
     }
 
+    /// Where a Unix time (µs) falls in the run.
+    pub fn time_of(&self, unix: u64) -> u64 {
+        unix.saturating_sub(self.origin.unwrap_or(unix))
+    }
+
     /// The run's time of a node's stamp.
     fn at(&mut self, unix: u64) -> u64 {
         let origin = *self.origin.get_or_insert(unix);
@@ -142,6 +147,42 @@ impl Recording {
     pub fn finish(self) -> Run {
         self.run
     }
+}
+
+/// For each thing the witness caught (`incidents`: when in the run, µs,
+/// and in words), the diagram of the moments around it (a busy cluster
+/// sends thousands of messages a second: more would be a smudge), the
+/// moment itself marked, written to `dir`: `incident-1.svg`, ... Says
+/// where on standard error; returns the paths.
+pub fn write_incidents(
+    run: &coterie_diagram::Run,
+    incidents: &[(u64, String)],
+    dir: &std::path::Path,
+) -> anyhow::Result<Vec<String>> {
+    const AROUND: u64 = 150_000;
+    let mut paths = Vec::new();
+    for (i, (at, what)) in incidents.iter().enumerate() {
+        let options = coterie_diagram::svg::Options {
+            heartbeats: false,
+            from_us: Some(at.saturating_sub(AROUND)),
+            until_us: Some(at + AROUND),
+        };
+        let mut framed = run.clone();
+        let when = *at as f64 / 1000.0;
+        framed.title = format!("{} — the witness caught {what} at {when:.1} ms", run.title);
+        framed.marks.push(Mark {
+            node: None,
+            at_us: *at,
+            until_us: None,
+            kind: MarkKind::Violation,
+            text: format!("witness: {what}"),
+        });
+        let path = dir.join(format!("incident-{}.svg", i + 1));
+        std::fs::write(&path, coterie_diagram::svg::render(&framed, &options))?;
+        eprintln!("diagram of {what} at {:.1} ms: {}", *at as f64 / 1000.0, path.display());
+        paths.push(path.display().to_string());
+    }
+    Ok(paths)
 }
 
 #[cfg(test)]

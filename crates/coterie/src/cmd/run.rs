@@ -3,7 +3,7 @@
 
 use super::common::{self, NodeAddr};
 use super::demo::{self, Cluster, Shape};
-use super::recording::Recording;
+use super::recording::{write_incidents, Recording};
 use super::timeline::{self, Reach, Timeline};
 use super::{status, workload};
 use anyhow::{bail, Context, Result};
@@ -402,6 +402,8 @@ struct Report {
     workload: workload::Report,
     failed: Vec<String>,
     passed: bool,
+    /// A diagram of the second around each thing the witness caught.
+    incident_diagrams: Vec<String>,
 }
 
 fn load(path: &PathBuf) -> Result<Scenario> {
@@ -532,12 +534,13 @@ async fn play(
             println!("{}\n", s.description.trim());
         }
     }
-    let (workload, elections_ms, elections, mut failed) = match compose {
+    let (workload, elections_ms, elections, mut failed, incident_diagrams) = match compose {
         None => {
             let (cluster, listener, witness_addr) = demo::launch(&shape, log_format, &dir).await?;
             let witness = demo::Witness::serve(listener, c.count as u32);
             let mut backend = Backend::Local(cluster);
-            let result = timeline_run(s, &mut backend, &witness_addr, &timeline, drawing).await;
+            let result =
+                timeline_run(s, &mut backend, &witness_addr, &timeline, drawing, &dir).await;
             if let Backend::Local(cluster) = &mut backend {
                 cluster.stop_all().await;
             }
@@ -568,7 +571,7 @@ async fn play(
             let port = witness.rsplit(':').next().unwrap_or("7300");
             let witness_addr = format!("{}:{port}", Compose::ip(&prefix, "witness")?);
             let mut backend = Backend::Compose(Compose { command: prefix, nodes });
-            timeline_run(s, &mut backend, &witness_addr, &timeline, drawing).await?
+            timeline_run(s, &mut backend, &witness_addr, &timeline, drawing, &dir).await?
         }
     };
     let e = &s.expect;
@@ -604,10 +607,13 @@ async fn play(
         workload,
         passed: failed.is_empty(),
         failed,
+        incident_diagrams,
     })
 }
 
-type Outcome = (workload::Report, Vec<f64>, Vec<timeline::Election>, Vec<String>);
+/// The workload's report, the elections (as measured, and as seen), what
+/// failed, and the diagrams of what the witness caught.
+type Outcome = (workload::Report, Vec<f64>, Vec<timeline::Election>, Vec<String>, Vec<String>);
 
 async fn timeline_run(
     s: &Scenario,
@@ -615,15 +621,15 @@ async fn timeline_run(
     witness_addr: &str,
     timeline: &Timeline,
     drawing: &common::Drawing,
+    dir: &std::path::Path,
 ) -> Result<Outcome> {
     let everyone = Reach::default();
     let (leader, epoch) = agree(cluster, &everyone, Epoch(0), Duration::from_secs(30)).await?;
     let (seen_tx, seen_rx) = tokio::sync::mpsc::unbounded_channel();
-    let record = drawing.wanted().then(|| {
-        let ids = cluster.nodes().iter().filter_map(|n| n.id).collect();
-        let title = format!("{}: {} + {}", s.name, s.cluster.mutex, s.cluster.election);
-        (Recording::new(ids, title), drawing.heartbeats)
-    });
+    // Recorded whether drawn or not: whatever the witness catches is drawn.
+    let ids = cluster.nodes().iter().filter_map(|n| n.id).collect();
+    let title = format!("{}: {} + {}", s.name, s.cluster.mutex, s.cluster.election);
+    let record = Some((Recording::new(ids, title), drawing.heartbeats));
     let observer = timeline::observe(cluster.nodes(), timeline, Some(seen_rx), record).await;
     timeline.note("note", None, format!("cluster up: every node follows n{leader} ({epoch})"));
     let w = &s.workload;
@@ -726,8 +732,12 @@ async fn timeline_run(
     }
     // Let the last events of the nodes' streams arrive.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    if let Some(run) = observer.recorded() {
-        drawing.write(&run)?;
+    let mut incident_diagrams = Vec::new();
+    if let Some((run, incidents)) = observer.recorded() {
+        if drawing.wanted() {
+            drawing.write(&run)?;
+        }
+        incident_diagrams = write_incidents(&run, &incidents, dir)?;
     }
     if let Some(quiet) = s.expect.no_entry_within {
         for (step, at, target) in losses {
@@ -751,7 +761,7 @@ async fn timeline_run(
             }
         }
     }
-    Ok((report, elections, observer.stop(), failed))
+    Ok((report, elections, observer.stop(), failed, incident_diagrams))
 }
 
 /// What a step does, in words, for the timeline.

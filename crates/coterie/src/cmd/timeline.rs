@@ -138,6 +138,7 @@ pub struct Observer {
     elections: Arc<Mutex<Vec<Election>>>,
     grants: Arc<Mutex<Vec<(u64, u32)>>>,
     recording: Arc<Mutex<Option<Recording>>>,
+    incidents: Arc<Mutex<Vec<(u64, String)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -160,9 +161,15 @@ impl Observer {
     }
 
     /// The run recorded so far, for its diagram, if it was asked to
-    /// record ([`observe`]'s `record`); the recording ends here.
-    pub fn recorded(&self) -> Option<coterie_diagram::Run> {
-        self.recording.lock().expect("recording lock").take().map(Recording::finish)
+    /// record ([`observe`]'s `record`), and what the witness caught in it
+    /// (the first stale fence and overlap of each node: when in the run,
+    /// µs, and in words); the recording ends here.
+    pub fn recorded(&self) -> Option<(coterie_diagram::Run, Vec<(u64, String)>)> {
+        let recording = self.recording.lock().expect("recording lock").take()?;
+        let incidents = self.incidents.lock().expect("incidents lock");
+        let incidents = incidents.iter().map(|(at, what)| (recording.time_of(*at), what.clone()));
+        let incidents = incidents.collect();
+        Some((recording.finish(), incidents))
     }
 
     /// Stops watching.
@@ -186,6 +193,7 @@ pub async fn observe(
     let (tx, rx) = mpsc::unbounded_channel();
     watch::spawn(nodes, tx, record.as_ref().map(|(_, heartbeats)| *heartbeats));
     let recording = Arc::new(Mutex::new(record.map(|(r, _)| r)));
+    let incidents = Arc::new(Mutex::new(Vec::new()));
     let (ready_tx, ready_rx) = oneshot::channel();
     let reach = Arc::new(Mutex::new(Reach::default()));
     let elections = Arc::new(Mutex::new(Vec::new()));
@@ -196,6 +204,7 @@ pub async fn observe(
         elections: elections.clone(),
         grants: grants.clone(),
         recording: recording.clone(),
+        incidents: incidents.clone(),
         follows: BTreeMap::new(),
         joined: BTreeSet::new(),
         gone: BTreeSet::new(),
@@ -222,7 +231,7 @@ pub async fn observe(
         }
     });
     let _ = tokio::time::timeout(Duration::from_secs(5), ready_rx).await;
-    Observer { reach, elections, grants, recording, task }
+    Observer { reach, elections, grants, recording, incidents, task }
 }
 
 /// Something that may set off an election.
@@ -243,6 +252,9 @@ struct State {
     grants: Arc<Mutex<Vec<(u64, u32)>>>,
     /// The run, message by message, when asked to record it.
     recording: Arc<Mutex<Option<Recording>>>,
+    /// What the witness caught, the first of each kind per node: when
+    /// (`unix_us`), in words.
+    incidents: Arc<Mutex<Vec<(u64, String)>>>,
     /// The coordinator and epoch each node follows.
     follows: BTreeMap<u32, (Option<u32>, u64)>,
     /// Nodes that have joined the cluster (a joining node's peer-ups are
@@ -410,6 +422,10 @@ impl State {
         let count = self.seen.entry((kind, node)).or_insert(0);
         *count += 1;
         let count = *count;
+        if count == 1 && kind != "unanswered" {
+            let what = format!("n{node}: {}", kind.replace('_', " "));
+            self.incidents.lock().expect("incidents lock").push((unix_us(), what));
+        }
         if count > 1 {
             if power_of_ten(count) {
                 let what = match kind {
