@@ -31,3 +31,26 @@ say "$OUT/sim-split-brain.svg"
 "$BIN" run scenarios/two-requesters.toml --diagram "$OUT/real-two-requesters.svg" \
     --from 1000ms --until 1015ms >/dev/null
 say "$OUT/real-two-requesters.svg"
+
+# The textbook's figures, from real processes (scenarios/figures/): each
+# drawn around the first message of the kind it is about. Real timing
+# decides whether requests cross (an INQUIRE, a FLUSH): a run without one
+# is played again, five times at most.
+figure() {   # figure NAME SCENARIO KIND FROM SPAN
+    local try
+    for try in 1 2 3 4 5; do
+        if "$BIN" run "scenarios/figures/$2.toml" --diagram "$OUT/$1.svg" \
+            --around "$3" --from "$4" --span "$5" >/dev/null 2>"$OUT/.err"; then
+            rm -f "$OUT/.err"
+            say "$OUT/$1.svg"
+            return 0
+        fi
+        say "$1: $(tail -n 1 "$OUT/.err"); again ($try)"
+    done
+    rm -f "$OUT/.err"
+    return 1
+}
+figure real-bully-election bully-election election 900ms 30ms
+figure real-ring-election ring-election election 900ms 60ms
+figure real-maekawa-inquire maekawa-inquire inquire 500ms 12ms
+figure real-lk-flush lk-flush flush 500ms 4ms

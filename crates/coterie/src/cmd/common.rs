@@ -167,6 +167,15 @@ pub struct Drawing {
     /// With --diagram or --shiviz: end this long into the run.
     #[arg(long, value_name = "TIME", value_parser = parse_duration)]
     pub until: Option<std::time::Duration>,
+    /// With --diagram or --shiviz: draw only the moments around the first
+    /// message of this kind (after --from, if given): `election`,
+    /// `inquire`, `flush`...
+    #[arg(long, value_name = "KIND")]
+    pub around: Option<String>,
+    /// With --around: how much of the run to draw (a quarter before the
+    /// message, the rest after).
+    #[arg(long, value_name = "TIME", value_parser = parse_duration, default_value = "40ms")]
+    pub span: std::time::Duration,
 }
 
 impl Drawing {
@@ -177,11 +186,26 @@ impl Drawing {
 
     /// Writes what was asked for of `run`, saying where on standard error.
     pub fn write(&self, run: &coterie_diagram::Run) -> Result<()> {
-        let options = coterie_diagram::svg::Options {
+        let mut options = coterie_diagram::svg::Options {
             heartbeats: self.heartbeats,
             from_us: self.from.map(|d| d.as_micros() as u64),
             until_us: self.until.map(|d| d.as_micros() as u64),
         };
+        if let Some(kind) = &self.around {
+            let after = options.from_us.unwrap_or(0);
+            let Some(first) = run
+                .messages
+                .iter()
+                .filter(|m| &m.kind == kind && m.sent_us >= after)
+                .map(|m| m.sent_us)
+                .min()
+            else {
+                bail!("--around {kind}: the run sent no {kind} message (after --from)");
+            };
+            let span = self.span.as_micros() as u64;
+            options.from_us = Some(first.saturating_sub(span / 4));
+            options.until_us = Some(first + span - span / 4);
+        }
         let write = |path: &std::path::Path, text: String| {
             std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
         };

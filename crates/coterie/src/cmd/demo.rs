@@ -446,7 +446,8 @@ async fn run_timeline(
     // Recorded whether drawn or not: whatever the witness catches is drawn.
     let ids = nodes.iter().filter_map(|n| n.id).collect();
     let title = format!("coterie demo: {} + {}, {} nodes", args.mutex, args.election, args.nodes);
-    let record = Some((Recording::new(ids, title), args.drawing.heartbeats));
+    let origin = Some(timeline.started_unix_us());
+    let record = Some((Recording::since(ids, title, origin), args.drawing.heartbeats));
     let observer = timeline::observe(nodes, timeline, Some(seen_rx), record).await;
     let note = |text: String| timeline.note("step", None, text);
     note(format!("cluster up: all {} nodes follow n{leader} ({epoch})", args.nodes));

@@ -30,11 +30,18 @@ pub struct Recording {
 }
 
 impl Recording {
-    /// A recording of a cluster of `nodes`, titled `title`.
+    /// A recording of a cluster of `nodes`, titled `title`, whose time 0
+    /// is the first event it hears of.
     pub fn new(nodes: Vec<u32>, title: String) -> Recording {
+        Recording::since(nodes, title, None)
+    }
+
+    /// The same with time 0 at `origin` (µs since the Unix epoch): a
+    /// scenario's timeline and its diagram then tell the same times.
+    pub fn since(nodes: Vec<u32>, title: String, origin: Option<u64>) -> Recording {
         Recording {
             run: Run { title, nodes, ..Run::default() },
-            origin: None,
+            origin,
             in_flight: BTreeMap::new(),
             early: BTreeMap::new(),
             holding: BTreeMap::new(),

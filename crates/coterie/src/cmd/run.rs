@@ -629,7 +629,8 @@ async fn timeline_run(
     // Recorded whether drawn or not: whatever the witness catches is drawn.
     let ids = cluster.nodes().iter().filter_map(|n| n.id).collect();
     let title = format!("{}: {} + {}", s.name, s.cluster.mutex, s.cluster.election);
-    let record = Some((Recording::new(ids, title), drawing.heartbeats));
+    let origin = Some(timeline.started_unix_us());
+    let record = Some((Recording::since(ids, title, origin), drawing.heartbeats));
     let observer = timeline::observe(cluster.nodes(), timeline, Some(seen_rx), record).await;
     timeline.note("note", None, format!("cluster up: every node follows n{leader} ({epoch})"));
     let w = &s.workload;

@@ -58,6 +58,12 @@ impl Timeline {
         }
     }
 
+    /// When the timeline began (µs since the Unix epoch): time 0 of its
+    /// lines, and of the diagram of the same run.
+    pub fn started_unix_us(&self) -> u64 {
+        self.started_unix_us
+    }
+
     /// Milliseconds since the timeline began.
     pub fn now_ms(&self) -> f64 {
         self.started.elapsed().as_secs_f64() * 1000.0
