@@ -351,34 +351,7 @@ impl<'a> Canvas<'a> {
                 continue;
             };
             let (x, y) = (self.x(m.at_us), self.y(node));
-            let shape = match m.kind {
-                MarkKind::Crash => cross(x, y, "#c00", 7.0),
-                MarkKind::Violation => cross(x, y, "#f0f", 9.0),
-                MarkKind::Restart => {
-                    format!(
-                        r##"<circle cx="{x:.1}" cy="{y:.1}" r="5" fill="#2a2" stroke="#060"/>"##
-                    )
-                }
-                MarkKind::Suspect => format!(
-                    r##"<polygon points="{x:.1},{a:.1} {l:.1},{b:.1} {r:.1},{b:.1}" fill="#f90"/>"##,
-                    a = y - 13.0,
-                    b = y - 5.0,
-                    l = x - 4.0,
-                    r = x + 4.0
-                ),
-                MarkKind::Coordinator => format!(
-                    r##"<polygon points="{x:.1},{a:.1} {r:.1},{y:.1} {x:.1},{b:.1} {l:.1},{y:.1}" fill="#06c"/>"##,
-                    a = y - 6.0,
-                    b = y + 6.0,
-                    l = x - 6.0,
-                    r = x + 6.0
-                ),
-                _ => format!(
-                    r##"<rect x="{a:.1}" y="{b:.1}" width="6" height="6" fill="#888"/>"##,
-                    a = x - 3.0,
-                    b = y - 3.0
-                ),
-            };
+            let shape = symbol(m.kind, x, y);
             let words = match m.kind {
                 MarkKind::Coordinator | MarkKind::Crash | MarkKind::Restart => {
                     format!(
@@ -418,38 +391,16 @@ impl<'a> Canvas<'a> {
             );
         }
         y += 22.0;
+        let at = |i: usize| LEFT + 150.0 * i as f64 + 4.0;
         let symbols = [
-            (cross(LEFT + 4.0, y, "#c00", 5.0), "crash"),
-            (
-                format!(r##"<circle cx="{:.1}" cy="{y:.1}" r="4" fill="#2a2"/>"##, LEFT + 154.0),
-                "restart",
-            ),
-            (
-                format!(
-                    r##"<polygon points="{a:.1},{b:.1} {c:.1},{d:.1} {e:.1},{d:.1}" fill="#f90"/>"##,
-                    a = LEFT + 304.0,
-                    b = y - 5.0,
-                    c = LEFT + 300.0,
-                    d = y + 3.0,
-                    e = LEFT + 308.0
-                ),
-                "suspects a peer",
-            ),
-            (
-                format!(
-                    r##"<polygon points="{a:.1},{b:.1} {c:.1},{y:.1} {a:.1},{d:.1} {e:.1},{y:.1}" fill="#06c"/>"##,
-                    a = LEFT + 454.0,
-                    b = y - 5.0,
-                    c = LEFT + 459.0,
-                    d = y + 5.0,
-                    e = LEFT + 449.0
-                ),
-                "new coordinator",
-            ),
+            (symbol(MarkKind::Crash, at(0), y), "crash"),
+            (symbol(MarkKind::Restart, at(1), y), "restart"),
+            (symbol(MarkKind::Suspect, at(2), y + 8.0), "suspects a peer"),
+            (symbol(MarkKind::Coordinator, at(3), y), "new coordinator"),
             (
                 format!(
                     r##"<rect x="{:.1}" y="{:.1}" width="14" height="6" fill="#111"/>"##,
-                    LEFT + 597.0,
+                    at(4) - 7.0,
                     y - 3.0
                 ),
                 "critical section",
@@ -457,7 +408,7 @@ impl<'a> Canvas<'a> {
             (
                 format!(
                     r##"<rect x="{:.1}" y="{:.1}" width="14" height="10" fill="#fde0dd"/>"##,
-                    LEFT + 747.0,
+                    at(5) - 7.0,
                     y - 5.0
                 ),
                 "partition",
@@ -478,6 +429,37 @@ impl<'a> Canvas<'a> {
             ty = y + 22.0
         );
         svg.push_str("</g>\n");
+    }
+}
+
+/// The symbol of an instant's mark at `(x, y)` (a node's line), as on
+/// the diagram and in its legend.
+fn symbol(kind: MarkKind, x: f64, y: f64) -> String {
+    match kind {
+        MarkKind::Crash => cross(x, y, "#c00", 7.0),
+        MarkKind::Violation => cross(x, y, "#f0f", 9.0),
+        MarkKind::Restart => {
+            format!(r##"<circle cx="{x:.1}" cy="{y:.1}" r="5" fill="#2a2" stroke="#060"/>"##)
+        }
+        MarkKind::Suspect => format!(
+            r##"<polygon points="{x:.1},{a:.1} {l:.1},{b:.1} {r:.1},{b:.1}" fill="#f90"/>"##,
+            a = y - 13.0,
+            b = y - 5.0,
+            l = x - 4.0,
+            r = x + 4.0
+        ),
+        MarkKind::Coordinator => format!(
+            r##"<polygon points="{x:.1},{a:.1} {r:.1},{y:.1} {x:.1},{b:.1} {l:.1},{y:.1}" fill="#06c"/>"##,
+            a = y - 6.0,
+            b = y + 6.0,
+            l = x - 6.0,
+            r = x + 6.0
+        ),
+        _ => format!(
+            r##"<rect x="{a:.1}" y="{b:.1}" width="6" height="6" fill="#888"/>"##,
+            a = x - 3.0,
+            b = y - 3.0
+        ),
     }
 }
 

@@ -15,6 +15,16 @@ fn attr(tag: &str, attr: &str) -> Option<u64> {
     tag[at..].split('"').next()?.parse().ok()
 }
 
+/// Messages the run sent, by its own counters, heartbeats aside.
+fn sent_besides_heartbeats(report: &sim::RunReport) -> u64 {
+    report
+        .sent_by_kind
+        .iter()
+        .filter(|(kind, _)| kind.as_str() != "heartbeat")
+        .map(|(_, n)| n)
+        .sum()
+}
+
 /// Every opening tag that starts with `start`.
 fn tags<'a>(svg: &'a str, start: &str) -> Vec<&'a str> {
     svg.match_indices(start).map(|(at, _)| &svg[at..at + svg[at..].find('>').unwrap()]).collect()
@@ -40,12 +50,7 @@ fn a_diagram_draws_every_message_and_entry_of_the_run() {
 
                 assert_eq!(tags(&svg, "<line class=\"node\"").len(), nodes, "{pair}");
                 let arrows = tags(&svg, "<g class=\"msg");
-                let sent: u64 = report
-                    .sent_by_kind
-                    .iter()
-                    .filter(|(kind, _)| kind.as_str() != "heartbeat")
-                    .map(|(_, n)| n)
-                    .sum();
+                let sent = sent_besides_heartbeats(&report);
                 assert_eq!(arrows.len() as u64, sent, "{pair}: an arrow per message");
                 for a in &arrows {
                     let t0 = attr(a, "data-t0").expect("a send time");
@@ -126,13 +131,7 @@ fn a_shiviz_log_has_every_event_with_a_consistent_vector_clock() {
             }
             *before = entries_of;
         }
-        let sent: u64 = report
-            .sent_by_kind
-            .iter()
-            .filter(|(k, _)| k.as_str() != "heartbeat")
-            .map(|(_, n)| n)
-            .sum();
-        assert_eq!(sends, sent, "{mutex}");
+        assert_eq!(sends, sent_besides_heartbeats(&report), "{mutex}");
         let delivered =
             run.messages.iter().filter(|m| !m.heartbeat && m.delivered_us.is_some()).count() as u64;
         assert_eq!(receives, delivered, "{mutex}");
