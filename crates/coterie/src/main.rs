@@ -50,6 +50,8 @@ enum Command {
     Fault(cmd::fault::Args),
     /// Play a fault scenario (scenarios/*.toml) against a local cluster.
     Run(cmd::run::Args),
+    /// Serve a live page of a running cluster: nodes, messages, controls.
+    Dashboard(cmd::dashboard::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -68,6 +70,7 @@ fn main() -> std::process::ExitCode {
         Command::Witness(args) => cmd::witness::run(args, log),
         Command::Fault(args) => cmd::fault::run(args),
         Command::Run(args) => cmd::run::run(args, log),
+        Command::Dashboard(args) => cmd::dashboard::run(args),
     };
     match result {
         Ok(code) => code,

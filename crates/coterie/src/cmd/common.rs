@@ -54,6 +54,11 @@ impl Target {
         self.config.as_deref().map(|p| Config::load(p).map_err(Into::into)).transpose()
     }
 
+    /// Every node of the configuration file at `config`.
+    pub fn of(config: &std::path::Path) -> Target {
+        Target { config: Some(config.to_path_buf()), node: None, addr: None }
+    }
+
     /// The nodes the command should address, in id order.
     pub fn nodes(&self) -> Result<Vec<NodeAddr>> {
         if let Some(addr) = &self.addr {

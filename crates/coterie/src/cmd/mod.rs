@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod common;
+pub mod dashboard;
 pub mod demo;
 pub mod fault;
 pub mod lock;

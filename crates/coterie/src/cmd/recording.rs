@@ -154,6 +154,11 @@ impl Recording {
     pub fn finish(self) -> Run {
         self.run
     }
+
+    /// The run so far, the recording going on.
+    pub fn snapshot(&self) -> Run {
+        self.run.clone()
+    }
 }
 
 /// For each thing the witness caught (`incidents`: when in the run, µs,

@@ -14,12 +14,18 @@ use tokio::process::{Child, Command};
 /// Their logs interleave on stderr, each line naming its node. Type
 /// commands on standard input to fail nodes and watch the others elect:
 /// `kill N` (SIGKILL, a crash), `stop N` (SIGSTOP, a hang only heartbeats
-/// reveal), `cont N` (resume), `start N` (bring a killed node back).
+/// reveal), `cont N` (resume), `start N` (bring a killed node back). With
+/// --dashboard, a page in the browser shows the cluster live, and its
+/// buttons do the same.
 #[derive(clap::Args)]
 pub struct Args {
     /// The cluster's configuration file (or COTERIE_CONFIG).
     #[arg(long, short = 'c', value_name = "FILE", env = "COTERIE_CONFIG")]
     config: PathBuf,
+    /// Serve the live dashboard here (e.g. 127.0.0.1:8080), with buttons
+    /// that kill, stop, resume and restart these processes.
+    #[arg(long, value_name = "ADDR")]
+    dashboard: Option<String>,
 }
 
 /// Starts `coterie node` for `id` with this same binary.
@@ -121,6 +127,32 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
             cfg.cluster.mutex,
             cfg.cluster.election
         );
+        // The dashboard's buttons speak the same language as stdin.
+        let (control, mut clicks) = tokio::sync::mpsc::unbounded_channel::<String>();
+        if let Some(addr) = &args.dashboard {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("serving the dashboard on {addr}"))?;
+            eprintln!("coterie up: dashboard on http://{}/", listener.local_addr()?);
+            let title = format!(
+                "{}: {} + {}, {} nodes",
+                cfg.cluster.name,
+                cfg.cluster.mutex,
+                cfg.cluster.election,
+                cfg.nodes.len()
+            );
+            let nodes = common::Target::of(&args.config).nodes()?;
+            tokio::spawn(async move {
+                let stop = std::future::pending();
+                let served =
+                    super::dashboard::serve(listener, nodes, title, Some(control), stop).await;
+                if let Err(e) = served {
+                    eprintln!("coterie up: the dashboard stopped: {e:#}");
+                }
+            });
+        } else {
+            drop(control);
+        }
         let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
         let mut stdin_open = true;
         let shutdown = common::shutdown_signal();
@@ -129,6 +161,7 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
             let line = tokio::select! {
                 _ = &mut shutdown => break,
                 line = lines.next_line(), if stdin_open => line,
+                Some(click) = clicks.recv() => Ok(Some(click)),
             };
             let Ok(Some(line)) = line else {
                 stdin_open = false; // no (more) commands; keep running

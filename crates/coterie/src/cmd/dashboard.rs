@@ -1,0 +1,293 @@
+//! `coterie dashboard`: one page, served by this binary with everything it
+//! needs built in, that shows a running cluster live and lets a person
+//! fail its nodes and watch what follows.
+//!
+//! The server watches every node with messages
+//! ([`watch::spawn`](super::watch::spawn)), one stream per node whoever
+//! looks, and pushes each event to every open page as a server-sent event
+//! (`GET /api/events`: the events so far, then each as it comes). The page
+//! keeps them all, draws the nodes and a scrolling space-time strip from
+//! them, and can stop and step back and forth through them. Controls post
+//! to `/api/fault` (through the nodes' client ports, where the cluster
+//! allows faults), `/api/process` (kill, stop, resume, restart: under
+//! `coterie up --dashboard`, which owns the processes), and
+//! `/api/workload`; `/api/diagram.svg` is the run so far as a diagram.
+
+use super::common::{self, NodeAddr, Target};
+use super::recording::Recording;
+use super::watch::{self, Watched};
+use super::workload;
+use anyhow::{Context, Result};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use coterie_node::protocol::{unix_us, FaultCommand};
+use serde::Deserialize;
+use std::collections::VecDeque;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
+
+/// The page: HTML, CSS and script in one file, built into the binary.
+const PAGE: &str = include_str!("dashboard.html");
+
+/// Events kept for a page that opens late (and for stepping back).
+const HISTORY: usize = 50_000;
+
+/// Serve a live dashboard of a running cluster (docker compose included).
+///
+/// Open the address in a browser: every node's state (up, suspected,
+/// down; coordinator and epoch; idle, wanting or holding, with its fence;
+/// entries, messages a second), the messages flowing between them as a
+/// scrolling space-time strip, and the event timeline, pushed from the
+/// nodes as they happen. Stop the live view to step through what was
+/// recorded, event by event, or replay it at another speed. Partition,
+/// heal, reset and pause nodes where the cluster allows faults; start and
+/// stop a workload; download the run so far as an SVG diagram. To kill
+/// and restart node processes too, use `coterie up --dashboard ADDR`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    target: Target,
+    /// Where to serve the page.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: String,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let nodes = args.target.nodes()?;
+    common::small_runtime()?.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .with_context(|| format!("listening on {}", args.listen))?;
+        let title = format!("{} nodes", nodes.len());
+        eprintln!("coterie dashboard: http://{}/ ({title})", listener.local_addr()?);
+        serve(listener, nodes, title, None, common::shutdown_signal()).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the page's process buttons ask of `coterie up`: a line of its
+/// control language (`kill 3`).
+pub type Control = mpsc::UnboundedSender<String>;
+
+struct Shared {
+    nodes: Vec<NodeAddr>,
+    title: String,
+    /// Every event so far (JSON), oldest first, at most [`HISTORY`].
+    history: Mutex<VecDeque<String>>,
+    live: broadcast::Sender<String>,
+    recording: Mutex<Recording>,
+    control: Option<Control>,
+    workload: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// Serves the dashboard of `nodes` on `listener` until `shutdown`; with
+/// `control`, the page can kill, stop, resume and restart node processes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    nodes: Vec<NodeAddr>,
+    title: String,
+    control: Option<Control>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let ids = nodes.iter().enumerate().map(|(i, n)| n.id.unwrap_or(i as u32 + 1)).collect();
+    let shared = Arc::new(Shared {
+        recording: Mutex::new(Recording::since(ids, title.clone(), Some(unix_us()))),
+        nodes,
+        title,
+        history: Mutex::new(VecDeque::new()),
+        live: broadcast::channel(4096).0,
+        control,
+        workload: Mutex::new(None),
+    });
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    watch::spawn(&shared.nodes, tx, Some(false));
+    let feed = shared.clone();
+    tokio::spawn(async move {
+        while let Some(watched) = rx.recv().await {
+            feed.take_in(watched);
+        }
+    });
+    let app = Router::new()
+        .route("/", get(|| async { Html(PAGE) }))
+        .route("/api/cluster", get(cluster))
+        .route("/api/events", get(events))
+        .route("/api/fault", post(fault))
+        .route("/api/process", post(process))
+        .route("/api/workload", post(work))
+        .route("/api/diagram.svg", get(diagram))
+        .with_state(shared);
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
+    Ok(())
+}
+
+impl Shared {
+    fn take_in(&self, watched: Watched) {
+        self.recording.lock().expect("recording lock").watched(&watched);
+        let json = match &watched {
+            Watched::Event(e) => serde_json::to_string(e),
+            Watched::Lost { node } => serde_json::to_string(
+                &serde_json::json!({"node": node, "unix_us": unix_us(), "event": "Lost"}),
+            ),
+        };
+        let Ok(json) = json else { return };
+        let mut history = self.history.lock().expect("history lock");
+        if history.len() == HISTORY {
+            history.pop_front();
+        }
+        history.push_back(json.clone());
+        let _ = self.live.send(json);
+    }
+}
+
+async fn cluster(State(s): State<Arc<Shared>>) -> Json<serde_json::Value> {
+    let nodes: Vec<serde_json::Value> = s
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| serde_json::json!({"id": n.id.unwrap_or(i as u32 + 1), "addr": n.addr}))
+        .collect();
+    Json(serde_json::json!({
+        "title": s.title,
+        "nodes": nodes,
+        "processes": s.control.is_some(),
+    }))
+}
+
+/// The events so far, then each as it comes, one SSE event each.
+async fn events(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    // Subscribed before the history is read: nothing falls in between
+    // (an event in both is shown twice at worst, and the page drops it).
+    let live = s.live.subscribe();
+    let past: Vec<String> = s.history.lock().expect("history lock").iter().cloned().collect();
+    let past =
+        past.into_iter().map(|j| Ok::<_, std::convert::Infallible>(Event::default().data(j)));
+    let past = futures_util::stream::iter(past);
+    let next = futures_util::stream::unfold(live, |mut live| async move {
+        loop {
+            match live.recv().await {
+                Ok(json) => return Some((Ok(Event::default().data(json)), live)),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    use futures_util::StreamExt;
+    Sse::new(past.chain(next)).keep_alive(KeepAlive::default())
+}
+
+#[derive(Deserialize)]
+struct FaultRequest {
+    node: u32,
+    /// partition | heal | reset | pause | resume | delay
+    command: String,
+    /// For delay.
+    #[serde(default)]
+    ms: u64,
+}
+
+fn bad(why: impl std::fmt::Display) -> Response {
+    (StatusCode::BAD_REQUEST, Json(serde_json::json!({"error": why.to_string()}))).into_response()
+}
+
+async fn fault(State(s): State<Arc<Shared>>, Json(r): Json<FaultRequest>) -> Response {
+    let command = match r.command.as_str() {
+        "partition" => FaultCommand::Partition { peers: vec![] },
+        "heal" => FaultCommand::Heal,
+        "reset" => FaultCommand::Reset { peers: vec![] },
+        "pause" => FaultCommand::Pause,
+        "resume" => FaultCommand::Resume,
+        "delay" => FaultCommand::Delay { peers: vec![], ms: r.ms },
+        other => return bad(format!("unknown fault {other:?}")),
+    };
+    let Some(node) = s.nodes.iter().find(|n| n.id == Some(r.node)) else {
+        return bad(format!("there is no node {}", r.node));
+    };
+    let result = async { node.connect().await?.fault(command).await.map_err(anyhow::Error::from) };
+    match result.await {
+        Ok(state) => {
+            Json(serde_json::json!({"node": r.node, "faults": state.to_string()})).into_response()
+        }
+        Err(e) => bad(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct ProcessRequest {
+    node: u32,
+    /// kill | stop | resume | restart
+    action: String,
+}
+
+async fn process(State(s): State<Arc<Shared>>, Json(r): Json<ProcessRequest>) -> Response {
+    let Some(control) = &s.control else {
+        return bad(
+            "this dashboard does not own the processes: run it with coterie up --dashboard",
+        );
+    };
+    let word = match r.action.as_str() {
+        "kill" => "kill",
+        "stop" => "stop",
+        "resume" => "cont",
+        "restart" => "start",
+        other => return bad(format!("unknown action {other:?}")),
+    };
+    match control.send(format!("{word} {}", r.node)) {
+        Ok(()) => Json(serde_json::json!({"node": r.node, "action": r.action})).into_response(),
+        Err(_) => bad("coterie up has stopped"),
+    }
+}
+
+#[derive(Deserialize)]
+struct WorkRequest {
+    /// start | stop
+    action: String,
+}
+
+/// A workload of one client per node, each asking every 50 ms and
+/// holding 5 ms: slow enough to follow on the page.
+async fn work(State(s): State<Arc<Shared>>, Json(r): Json<WorkRequest>) -> Response {
+    let mut running = s.workload.lock().expect("workload lock");
+    if let Some(task) = running.take() {
+        task.abort();
+    }
+    if r.action == "start" {
+        let spec = workload::Spec {
+            nodes: s.nodes.clone(),
+            clients: 1,
+            requests: u64::MAX,
+            hold: Duration::from_millis(5),
+            think: Duration::from_millis(50),
+            witness: None,
+            deadline: None,
+            progress: false,
+            answer_within: Duration::from_secs(3600),
+            events: None,
+        };
+        *running = Some(tokio::spawn(async move {
+            let _ = workload::drive(spec).await;
+        }));
+    }
+    Json(serde_json::json!({"workload": running.is_some()})).into_response()
+}
+
+async fn diagram(State(s): State<Arc<Shared>>) -> Response {
+    let run = {
+        let recording = s.recording.lock().expect("recording lock");
+        recording.snapshot()
+    };
+    let svg = coterie_diagram::svg::render(&run, &coterie_diagram::svg::Options::default());
+    (
+        [
+            (header::CONTENT_TYPE, "image/svg+xml"),
+            (header::CONTENT_DISPOSITION, "attachment; filename=\"coterie-run.svg\""),
+        ],
+        svg,
+    )
+        .into_response()
+}
