@@ -39,8 +39,9 @@ const QUIET_FLIGHTS: u64 = 25;
 /// Arrow labels are left out (tooltips stay) beyond this many arrows.
 const MAX_LABELS: usize = 600;
 
-/// Colours for message kinds, in order of the kinds' names.
-const PALETTE: [&str; 12] = [
+/// Colours for message kinds, in order of the kinds' names (and for any
+/// other chart of coterie's that wants distinct lines).
+pub const PALETTE: [&str; 12] = [
     "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2",
     "#bcbd22", "#7f7f7f", "#393b79", "#637939",
 ];

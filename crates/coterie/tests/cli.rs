@@ -603,7 +603,10 @@ fn bench_real_runs_real_processes_and_writes_a_plot() {
         );
     }
     let plot = std::fs::read_to_string(&svg).unwrap();
-    assert_eq!(plot.matches("<polyline").count(), 2, "one line per algorithm");
+    // Three panels: messages per entry, throughput, and latency (p50 and
+    // p99): a line per algorithm in each, two in the last.
+    assert_eq!(plot.matches("<polyline").count(), 2 + 2 + 4, "lines per algorithm and panel");
+    assert!(plot.contains("throughput on real processes") && plot.contains("p99"));
     assert!(plot.contains("token-ring") && plot.contains("maekawa"));
     let _ = std::fs::remove_file(svg);
 }

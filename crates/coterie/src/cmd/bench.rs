@@ -1,5 +1,6 @@
 //! `coterie bench`: every algorithm through the simulator, side by side.
 
+use super::chart;
 use super::common;
 use super::demo::{self, Shape};
 use super::workload;
@@ -61,8 +62,9 @@ pub struct Args {
     /// With --real: clients per node, each asking again as soon as it leaves.
     #[arg(long, default_value_t = 1)]
     clients: usize,
-    /// Also write an SVG plot of messages per entry (light load) against
-    /// N, one line per algorithm, to this file.
+    /// Also write SVG plots against N, one line per algorithm, to this
+    /// file: messages per entry at light load, and with --real throughput
+    /// and p50/p99 latency on real processes.
     #[arg(long, value_name = "FILE")]
     svg: Option<std::path::PathBuf>,
 }
@@ -306,91 +308,64 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// An SVG line chart of light-load messages per entry against N, one line
-/// (and legend entry) per algorithm.
+/// The plots of `rows`: messages per entry at light load against N, one
+/// line per algorithm; with `--real` rows, also throughput, and p50 (solid)
+/// and p99 (dashed) latency on real processes.
 fn plot(rows: &[Row]) -> String {
-    const COLOURS: [&str; 10] = [
-        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-        "#bcbd22", "#17becf",
-    ];
-    let (w, h, left, right, top, bottom) = (760.0, 460.0, 60.0, 200.0, 30.0, 50.0);
-    let max_n = rows.iter().map(|r| r.nodes).max().unwrap_or(2) as f64;
-    let min_n = rows.iter().map(|r| r.nodes).min().unwrap_or(2) as f64;
-    let max_y = rows.iter().map(|r| r.light_messages_per_entry).fold(1.0, f64::max);
-    let max_y = (max_y / 10.0).ceil() * 10.0;
-    let span_n = (max_n - min_n).max(1.0);
-    let x = |n: f64| left + (n - min_n) / span_n * (w - left - right);
-    let y = |v: f64| h - bottom - v / max_y * (h - top - bottom);
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
-         font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"18\" text-anchor=\"middle\">messages per entry at light load \
-         (coterie bench)</text>\n",
-        (w - right + left) / 2.0
-    );
-    // Axes, with a tick at every measured N and five on the y axis.
-    svg += &format!(
-        "<line x1=\"{left}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"black\"/>\n\
-         <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{0}\" stroke=\"black\"/>\n",
-        h - bottom,
-        w - right
-    );
-    let mut ns: Vec<u32> = rows.iter().map(|r| r.nodes).collect();
-    ns.sort_unstable();
-    ns.dedup();
-    for n in ns {
-        svg += &format!(
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{n}</text>\n",
-            x(f64::from(n)),
-            h - bottom + 18.0
-        );
-    }
-    for i in 0..=5 {
-        let v = max_y * f64::from(i) / 5.0;
-        svg += &format!(
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.0}</text>\n\
-             <line x1=\"{left}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#ddd\"/>\n",
-            left - 6.0,
-            y(v),
-            w - right
-        );
-    }
-    svg += &format!(
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">N (nodes)</text>\n",
-        (w - right + left) / 2.0,
-        h - 12.0
-    );
     let mut names: Vec<&str> = Vec::new();
     for r in rows {
         if !names.contains(&r.mutex.as_str()) {
             names.push(&r.mutex);
         }
     }
-    for (i, name) in names.iter().enumerate() {
-        let colour = COLOURS[i % COLOURS.len()];
-        let points: Vec<String> = rows
+    let series = |name: &str, label: String, dashed: bool, value: &dyn Fn(&Row) -> Option<f64>| {
+        let points: Vec<(u32, f64)> = rows
             .iter()
-            .filter(|r| r.mutex == *name)
-            .map(|r| format!("{:.1},{:.1}", x(f64::from(r.nodes)), y(r.light_messages_per_entry)))
+            .filter(|r| r.mutex == name)
+            .filter_map(|r| value(r).map(|v| (r.nodes, v)))
             .collect();
-        svg += &format!(
-            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>\n",
-            points.join(" ")
-        );
-        for p in &points {
-            let (px, py) = p.split_once(',').unwrap_or(("0", "0"));
-            svg += &format!("<circle cx=\"{px}\" cy=\"{py}\" r=\"3\" fill=\"{colour}\"/>\n");
+        (!points.is_empty()).then(|| chart::Series {
+            name: label,
+            points,
+            dashed,
+            colour_key: name.to_string(),
+        })
+    };
+    let mut panels = vec![chart::Panel {
+        title: "messages per entry at light load (coterie bench)".into(),
+        unit: "messages per entry".into(),
+        series: names
+            .iter()
+            .filter_map(|n| series(n, n.to_string(), false, &|r| Some(r.light_messages_per_entry)))
+            .collect(),
+    }];
+    if rows.iter().any(|r| r.real.is_some()) {
+        panels.push(chart::Panel {
+            title: "throughput on real processes (coterie bench --real)".into(),
+            unit: "entries per second".into(),
+            series: names
+                .iter()
+                .filter_map(|n| {
+                    series(n, n.to_string(), false, &|r| {
+                        r.real.as_ref().map(|x| x.throughput_per_s)
+                    })
+                })
+                .collect(),
+        });
+        let mut latency = Vec::new();
+        for n in &names {
+            latency.extend(series(n, format!("{n} p50"), false, &|r| {
+                r.real.as_ref().map(|x| x.latency_p50_ms)
+            }));
+            latency.extend(series(n, format!("{n} p99"), true, &|r| {
+                r.real.as_ref().map(|x| x.latency_p99_ms)
+            }));
         }
-        let ly = top + 10.0 + 18.0 * i as f64;
-        svg += &format!(
-            "<line x1=\"{0}\" y1=\"{ly}\" x2=\"{1}\" y2=\"{ly}\" stroke=\"{colour}\" \
-             stroke-width=\"2\"/><text x=\"{2}\" y=\"{3}\">{name}</text>\n",
-            w - right + 15.0,
-            w - right + 35.0,
-            w - right + 40.0,
-            ly + 4.0
-        );
+        panels.push(chart::Panel {
+            title: "latency on real processes, p50 solid, p99 dashed".into(),
+            unit: "milliseconds".into(),
+            series: latency,
+        });
     }
-    svg + "</svg>\n"
+    chart::render(&panels)
 }

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod chart;
 pub mod common;
 pub mod dashboard;
 pub mod demo;
