@@ -8,6 +8,10 @@
 # redial is refused) and stop (SIGSTOP: only the heartbeat timeout, 250 ms,
 # can tell).
 #
+# It also draws the distributions, a dot per run and a bar at the median,
+# per election and fault, to an SVG (default docs/failover.svg; SVG=FILE
+# to choose).
+#
 # Usage: scripts/bench-failover.sh [RUNS] [ELECTIONS]   (default: 20 "bully ring garcia-molina")
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,9 +32,9 @@ for election in $elections; do
 done
 printf '\r%40s\r' '' >&2
 
-python3 - "$out" "$runs" $elections <<'PY'
+python3 - "$out" "$runs" "${SVG:-docs/failover.svg}" $elections <<'PY'
 import json, statistics, sys, glob, os
-out, runs, elections = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+out, runs, svg_path, elections = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 def pct(xs, q):
     xs = sorted(xs); return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 print(f"{'ELECTION':<13} {'FAULT':<5} {'AFTER':<8} {'MEDIAN ms':>10} {'P90 ms':>8} {'MAX ms':>8}  RUNS")
@@ -43,4 +47,41 @@ for e in elections:
         bad = [r for r in reports if r["violations"]]
         if bad:
             print(f"  {len(bad)} runs of {e}/{fault} saw violations")
+
+# The distributions: one row per election, fault and moment, a dot per run
+# (log scale: a kill takes milliseconds, a hang hundreds), the median a bar.
+rows = []
+for e in elections:
+    for fault in ("kill", "stop"):
+        reports = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(out, f"{e}-{fault}-*.json")))]
+        for index, label in ((1, "failure"), (2, "return")):
+            rows.append((f"{e} {fault}, after {label}", [r["elections"][index]["duration_ms"] for r in reports]))
+import math
+lo = min(min(xs) for _, xs in rows if xs); hi = max(max(xs) for _, xs in rows if xs)
+lo, hi = 10 ** math.floor(math.log10(max(lo, 0.1))), 10 ** math.ceil(math.log10(max(hi, 1)))
+W, left, right, top, row_h = 900, 230, 30, 40, 26
+H = top + row_h * len(rows) + 50
+x = lambda v: left + (math.log10(max(v, lo)) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)) * (W - left - right)
+colours = {"kill": "#d62728", "stop": "#1f77b4"}
+svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+       '<rect width="100%" height="100%" fill="white"/>',
+       f'<text x="{W/2}" y="20" text-anchor="middle">time to agree on a coordinator after a failure and after the return ({runs} demo runs each, scripts/bench-failover.sh)</text>']
+decade = lo
+while decade <= hi:
+    svg.append(f'<line x1="{x(decade):.1f}" y1="{top-6}" x2="{x(decade):.1f}" y2="{H-44}" stroke="#ddd"/>'
+               f'<text x="{x(decade):.1f}" y="{H-28}" text-anchor="middle">{decade:g} ms</text>')
+    decade *= 10
+for i, (label, xs) in enumerate(rows):
+    y = top + row_h * i + row_h / 2
+    colour = colours["kill" if " kill" in label else "stop"]
+    svg.append(f'<text x="{left-8}" y="{y+4:.1f}" text-anchor="end">{label}</text>')
+    for v in xs:
+        svg.append(f'<circle cx="{x(v):.1f}" cy="{y:.1f}" r="3.5" fill="{colour}" fill-opacity="0.55"/>')
+    if xs:
+        m = statistics.median(xs)
+        svg.append(f'<line x1="{x(m):.1f}" y1="{y-9:.1f}" x2="{x(m):.1f}" y2="{y+9:.1f}" stroke="black" stroke-width="2"><title>median {m:.1f} ms</title></line>')
+svg.append(f'<text x="{left}" y="{H-8}">red: SIGKILL (connections close); blue: SIGSTOP (only the heartbeat timeout tells); black bar: the median</text>')
+svg.append('</svg>')
+open(svg_path, "w").write("\n".join(svg) + "\n")
+print(f"plot: {svg_path}")
 PY
