@@ -279,7 +279,11 @@ fn try_on_a_held_lock_and_timeouts_exit_75() {
 /// standard error goes to `dir/lock.err` (a file: the command, which
 /// inherits it, may outlive `coterie lock`).
 fn lock_running(config: &str, node: u32, flags: &[&str], script: &str, dir: &Path) -> Child {
+    use std::os::unix::process::CommandExt;
     Command::new(BIN)
+        // A group of its own: a test that stops it (SIGSTOP) must not leave
+        // a stopped member in the test runner's group (see up::spawn_node).
+        .process_group(0)
         .args(["lock", "--config", config, "--node", &node.to_string()])
         .args(flags)
         .args(["--", "sh", "-c", script])

@@ -42,6 +42,12 @@ pub fn spawn_node(
         .args(["--id", &id.to_string()])
         .stdin(std::process::Stdio::null())
         .stderr(stderr)
+        // A process group of its own: a node stopped on purpose (SIGSTOP, a
+        // hang) must not share a group with its siblings and its parent,
+        // or the whole group is sent SIGHUP when it becomes orphaned (POSIX
+        // does that to an orphaned group with a stopped member). Ctrl-C
+        // reaches `up` or `demo`, which stop the nodes themselves.
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("starting node {id}"))
