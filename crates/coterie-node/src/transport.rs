@@ -26,7 +26,7 @@
 //! state.
 
 use crate::agent::Agent;
-use crate::auth::Role;
+use crate::auth::{AuthError, Role};
 use crate::codec::{read_frame, write_frame, FrameError};
 use crate::links::{Batch, Inbound};
 use crate::node::stopped;
@@ -196,8 +196,10 @@ pub(crate) async fn dial_task(agent: Arc<Agent>, peer: NodeId, mut stop: watch::
                     }
                 }
             }
-            Err(DialError::Refused) if lost => {
-                // Connection closed, redial refused: the process is gone.
+            Err(DialError::Refused | DialError::Reset) if lost => {
+                // Connection closed, redial refused (or taken by a listener
+                // that then reset it before a word: the process dying
+                // between accept and answer): the process is gone.
                 info!(peer = peer.0, "peer's connection closed and redial refused");
                 agent.input(|s, now| s.engine.handle_link_down(now, peer));
                 lost = false;
@@ -220,9 +222,26 @@ pub(crate) async fn dial_task(agent: Arc<Agent>, peer: NodeId, mut stop: watch::
 }
 
 enum DialError {
+    /// Nobody listens at the address.
     Refused,
+    /// The connection was taken, then closed or reset before the peer said
+    /// a word: a process dying, or one that is not a coterie node.
+    Reset,
+    /// The peer answered and refused (another cluster, another secret).
     Handshake(String),
     Other,
+}
+
+impl DialError {
+    /// What an I/O error while the dial waited for the peer's first word
+    /// means.
+    fn broken(e: &io::Error) -> DialError {
+        use io::ErrorKind::*;
+        match e.kind() {
+            ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => DialError::Reset,
+            _ => DialError::Other,
+        }
+    }
 }
 
 /// A dial that was answered.
@@ -254,7 +273,12 @@ async fn connect(agent: &Agent, peer: NodeId, addr: &str) -> Result<Connected, D
     let _ = stream.set_nodelay(true);
     let mut stream = stream;
     if let Err(e) = agent.authenticate(&mut stream).await {
-        return Err(DialError::Handshake(e.to_string()));
+        return Err(match e {
+            AuthError::Closed => DialError::Reset,
+            AuthError::Frame(FrameError::Io(e)) => DialError::broken(&e),
+            AuthError::Timeout => DialError::Other,
+            refused => DialError::Handshake(refused.to_string()),
+        });
     }
     let (expects, batch) = agent.with_state(|s| s.links.dialling(peer));
     let mut bytes = Vec::with_capacity(64 + batch.bytes.len());
@@ -273,7 +297,9 @@ async fn connect(agent: &Agent, peer: NodeId, addr: &str) -> Result<Connected, D
         }
         Ok(Ok(Some(PeerFrame::Refused(reason)))) => Err(DialError::Handshake(reason)),
         Ok(Ok(Some(other))) => Err(DialError::Handshake(format!("unexpected answer {other:?}"))),
-        Ok(Ok(None)) | Ok(Err(_)) | Err(_) => Err(DialError::Other),
+        Ok(Ok(None)) => Err(DialError::Reset),
+        Ok(Err(FrameError::Io(e))) => Err(DialError::broken(&e)),
+        Ok(Err(_)) | Err(_) => Err(DialError::Other),
     }
 }
 
