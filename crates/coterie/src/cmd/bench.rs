@@ -2,7 +2,8 @@
 
 use super::chart;
 use super::common;
-use super::demo::{self, Shape};
+use super::harness::{Cluster, LocalCluster, Shape};
+use super::timeline::Reach;
 use super::workload;
 use anyhow::{bail, Context, Result};
 use coterie_core::registry::{self, MUTEXES};
@@ -119,17 +120,17 @@ async fn measure_real(
         count: 1,
         lock_delay: std::time::Duration::ZERO,
     };
-    let (mut cluster, listener, witness_addr) = demo::launch(&shape, "text", &dir).await?;
-    let witness = demo::Witness::serve(listener, 1);
+    let (cluster, witness) = LocalCluster::launch(&shape, "text", &dir).await?;
+    let mut cluster = Cluster::Local(cluster);
     let result = async {
-        cluster.agreement(Epoch(0), Duration::from_secs(15)).await?;
+        cluster.agree(&Reach::default(), Epoch(0), Duration::from_secs(15)).await?;
         workload::drive(workload::Spec {
-            nodes: cluster.nodes.clone(),
+            nodes: cluster.nodes().to_vec(),
             clients,
             requests: u64::MAX,
             hold: Duration::ZERO,
             think: Duration::ZERO,
-            witness: Some(witness_addr.clone()),
+            witness: Some(witness.addr().to_string()),
             deadline: Some(std::time::Instant::now() + duration),
             progress: false,
             answer_within: Duration::from_secs(10),

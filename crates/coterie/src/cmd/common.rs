@@ -141,12 +141,13 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         .map_err(|e| format!("{text:?} is not a duration like \"5s\": {e}"))
 }
 
-/// Sends SIGTERM to a child process.
-pub fn terminate(pid: u32) {
-    // SAFETY: kill(2) with a pid we spawned and a valid signal number has no
-    // memory-safety preconditions.
+/// Sends signal number `signal` to process `pid` (to process group
+/// `-pid` when negative). The one place this binary calls kill(2).
+pub fn signal(pid: i32, signal: i32) {
+    // SAFETY: kill(2) has no memory-safety preconditions; a pid that is no
+    // longer ours, or a bad number, only makes it fail.
     unsafe {
-        libc::kill(pid as libc::pid_t, libc::SIGTERM);
+        libc::kill(pid as libc::pid_t, signal);
     }
 }
 

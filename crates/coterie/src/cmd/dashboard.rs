@@ -7,14 +7,18 @@
 //! looks, and pushes each event to every open page as a server-sent event
 //! (`GET /api/events`: the events so far, then each as it comes). The page
 //! keeps them all, draws the nodes and a scrolling space-time strip from
-//! them, and can stop and step back and forth through them. Controls post
-//! to `/api/fault` (through the nodes' client ports, where the cluster
-//! allows faults), `/api/process` (kill, stop, resume, restart: under
-//! `coterie up --dashboard`, which owns the processes), and
-//! `/api/workload`; `/api/diagram.svg` is the run so far as a diagram.
+//! them, and can stop and step back and forth through them. Its buttons
+//! post steps to `/api/step`, in the language of scenario files
+//! (`{"do": "partition", "node": 3}`): faults go to the nodes' client
+//! ports (where the cluster allows faults); kill, stop, resume and restart
+//! go to `coterie up --dashboard`, which owns the processes. A workload
+//! starts and stops at `/api/workload`; `/api/diagram.svg` is the run so
+//! far as a diagram.
 
 use super::common::{self, NodeAddr, Target};
+use super::harness::{self, step::StepText, Target as StepTarget};
 use super::recording::Recording;
+use super::up::{Control, Order};
 use super::watch::{self, Watched};
 use super::workload;
 use anyhow::{Context, Result};
@@ -24,13 +28,13 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use coterie_node::protocol::{unix_us, FaultCommand};
+use coterie_node::protocol::unix_us;
 use serde::Deserialize;
 use std::collections::VecDeque;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 /// The page: HTML, CSS and script in one file, built into the binary.
 const PAGE: &str = include_str!("dashboard.html");
@@ -70,10 +74,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
     })?;
     Ok(ExitCode::SUCCESS)
 }
-
-/// What the page's process buttons ask of `coterie up`: a line of its
-/// control language (`kill 3`).
-pub type Control = mpsc::UnboundedSender<String>;
 
 struct Shared {
     nodes: Vec<NodeAddr>,
@@ -117,8 +117,7 @@ pub async fn serve(
         .route("/", get(|| async { Html(PAGE) }))
         .route("/api/cluster", get(cluster))
         .route("/api/events", get(events))
-        .route("/api/fault", post(fault))
-        .route("/api/process", post(process))
+        .route("/api/step", post(step))
         .route("/api/workload", post(work))
         .route("/api/diagram.svg", get(diagram))
         .with_state(shared);
@@ -181,65 +180,41 @@ async fn events(State(s): State<Arc<Shared>>) -> impl IntoResponse {
     Sse::new(past.chain(next)).keep_alive(KeepAlive::default())
 }
 
-#[derive(Deserialize)]
-struct FaultRequest {
-    node: u32,
-    /// partition | heal | reset | pause | resume | delay
-    command: String,
-    /// For delay.
-    #[serde(default)]
-    ms: u64,
-}
-
 fn bad(why: impl std::fmt::Display) -> Response {
     (StatusCode::BAD_REQUEST, Json(serde_json::json!({"error": why.to_string()}))).into_response()
 }
 
-async fn fault(State(s): State<Arc<Shared>>, Json(r): Json<FaultRequest>) -> Response {
-    let command = match r.command.as_str() {
-        "partition" => FaultCommand::Partition { peers: vec![] },
-        "heal" => FaultCommand::Heal,
-        "reset" => FaultCommand::Reset { peers: vec![] },
-        "pause" => FaultCommand::Pause,
-        "resume" => FaultCommand::Resume,
-        "delay" => FaultCommand::Delay { peers: vec![], ms: r.ms },
-        other => return bad(format!("unknown fault {other:?}")),
+/// Carries out a step the page sent: through `coterie up` when it owns
+/// the processes (it then also resolves roles such as "coordinator"),
+/// otherwise a fault through the node's client port.
+async fn step(State(s): State<Arc<Shared>>, Json(text): Json<StepText>) -> Response {
+    let step = match text.step() {
+        Ok(step) => step,
+        Err(e) => return bad(e),
     };
-    let Some(node) = s.nodes.iter().find(|n| n.id == Some(r.node)) else {
-        return bad(format!("there is no node {}", r.node));
-    };
-    let result = async { node.connect().await?.fault(command).await.map_err(anyhow::Error::from) };
-    match result.await {
-        Ok(state) => {
-            Json(serde_json::json!({"node": r.node, "faults": state.to_string()})).into_response()
+    let done = match &s.control {
+        Some(control) => {
+            let (reply, answer) = oneshot::channel();
+            if control.send(Order { step, reply }).is_err() {
+                return bad("coterie up has stopped");
+            }
+            answer.await.unwrap_or_else(|_| Err("coterie up has stopped".into()))
         }
+        None if step.action.on_process() => Err(format!(
+            "this dashboard does not own the processes, so it cannot {}: \
+             run it with coterie up --dashboard",
+            text.action
+        )),
+        None => match step.node {
+            None => harness::fault(&s.nodes, &step.action, None).await,
+            Some(StepTarget::Node(id)) => harness::fault(&s.nodes, &step.action, Some(id)).await,
+            Some(other) => Err(anyhow::anyhow!("name a node by its id, not {other}")),
+        }
+        .map_err(|e| format!("{e:#}")),
+    };
+    match done {
+        Ok(done) => Json(serde_json::json!({"done": done})).into_response(),
         Err(e) => bad(e),
-    }
-}
-
-#[derive(Deserialize)]
-struct ProcessRequest {
-    node: u32,
-    /// kill | stop | resume | restart
-    action: String,
-}
-
-async fn process(State(s): State<Arc<Shared>>, Json(r): Json<ProcessRequest>) -> Response {
-    let Some(control) = &s.control else {
-        return bad(
-            "this dashboard does not own the processes: run it with coterie up --dashboard",
-        );
-    };
-    let word = match r.action.as_str() {
-        "kill" => "kill",
-        "stop" => "stop",
-        "resume" => "cont",
-        "restart" => "start",
-        other => return bad(format!("unknown action {other:?}")),
-    };
-    match control.send(format!("{word} {}", r.node)) {
-        Ok(()) => Json(serde_json::json!({"node": r.node, "action": r.action})).into_response(),
-        Err(_) => bad("coterie up has stopped"),
     }
 }
 

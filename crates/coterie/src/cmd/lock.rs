@@ -95,11 +95,7 @@ impl Signals {
 
 /// Sends `signal` to CMD's process group.
 fn signal_group(pgid: u32, signal: i32) {
-    // SAFETY: kill(2) with a negative pid signals a process group; it has
-    // no memory effects.
-    unsafe {
-        libc::kill(-(pgid as libc::pid_t), signal);
-    }
+    super::common::signal(-(pgid as i32), signal);
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {

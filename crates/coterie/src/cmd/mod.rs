@@ -6,6 +6,7 @@ pub mod common;
 pub mod dashboard;
 pub mod demo;
 pub mod fault;
+pub mod harness;
 pub mod lock;
 pub mod node;
 pub mod recording;

@@ -1,0 +1,266 @@
+//! A cluster of node processes on this machine: launched on free ports of
+//! 127.0.0.1 with a configuration written for it (`demo`, `run`, `bench
+//! --real`), or from a user's configuration file (`up`).
+
+use super::process::{Process, Signal};
+use crate::cmd::common::NodeAddr;
+use crate::cmd::status;
+use anyhow::{bail, Context, Result};
+use coterie_core::Status;
+use coterie_node::witness;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// What a launched cluster runs: its size and algorithms.
+pub struct Shape {
+    pub nodes: u32,
+    pub mutex: String,
+    pub election: String,
+    pub count: usize,
+    /// `[cluster] lock_delay`.
+    pub lock_delay: Duration,
+}
+
+/// Node processes this command started and owns.
+pub struct LocalCluster {
+    config: PathBuf,
+    nodes: Vec<NodeAddr>,
+    processes: Vec<Option<Process>>,
+    /// Where each node's log goes: `DIR/nodeN.log`, or this command's
+    /// stderr when `None`.
+    log_dir: Option<PathBuf>,
+    log_format: String,
+}
+
+impl LocalCluster {
+    /// Starts every node of the configuration file `config`, their logs
+    /// on this command's stderr (`up`).
+    pub fn from_config(config: &Path, log_format: &str) -> Result<LocalCluster> {
+        let nodes = crate::cmd::common::Target::of(config).nodes()?;
+        let mut cluster = LocalCluster {
+            config: config.to_path_buf(),
+            processes: nodes.iter().map(|_| None).collect(),
+            nodes,
+            log_dir: None,
+            log_format: log_format.to_string(),
+        };
+        for id in cluster.ids() {
+            cluster.start(id)?;
+        }
+        Ok(cluster)
+    }
+
+    /// Picks free ports, writes a configuration into `dir`, binds a
+    /// witness and starts every node; returns the cluster and its witness.
+    /// Ports are found by binding and releasing them, so another process
+    /// may take one in between; a node that exits at start-up (its port
+    /// taken) makes this try again with fresh ports.
+    pub async fn launch(
+        shape: &Shape,
+        log_format: &str,
+        dir: &Path,
+    ) -> Result<(LocalCluster, Witness)> {
+        let mut last_error = None;
+        for _attempt in 0..5 {
+            let n = shape.nodes as usize;
+            let ports = free_ports(2 * n + 1)?;
+            let witness_addr = format!("127.0.0.1:{}", ports[2 * n]);
+            let Ok(listener) = tokio::net::TcpListener::bind(&witness_addr).await else {
+                continue;
+            };
+            let mut cluster = LocalCluster::configure(shape, &ports, &witness_addr, dir)?;
+            log_format.clone_into(&mut cluster.log_format);
+            for id in cluster.ids() {
+                cluster.start(id)?;
+            }
+            // Every node up and listening, or one gone (its port taken).
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(id) = cluster.exited() {
+                    last_error = Some(format!(
+                        "node {id} exited at start-up (see {}/node{id}.log)",
+                        dir.display()
+                    ));
+                    cluster.stop_all().await;
+                    break;
+                }
+                if cluster.views(&[]).await.iter().all(|(_, v)| v.is_ok()) {
+                    let witness = Witness::serve(listener, witness_addr, shape.count as u32);
+                    return Ok((cluster, witness));
+                }
+                if Instant::now() > deadline {
+                    cluster.stop_all().await;
+                    bail!("the nodes did not start within 10 s (logs in {})", dir.display());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        bail!(
+            "could not start the cluster: {}",
+            last_error.unwrap_or_else(|| "no free ports".into())
+        )
+    }
+
+    /// Writes `dir/cluster.toml` and a fresh secret for a cluster on
+    /// `ports` (a peer and a client port per node).
+    fn configure(
+        shape: &Shape,
+        ports: &[u16],
+        witness_addr: &str,
+        dir: &Path,
+    ) -> Result<LocalCluster> {
+        let mut toml = format!(
+            "[cluster]\nname = \"demo\"\nmutex = \"{}\"\nelection = \"{}\"\ncount = {}\nlock_delay = \"{}ms\"\nstate_dir = \"state\"\nstate_sync = false\n\n[security]\nsecret_file = \"secret\"\nallow_faults = true\n\n[timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n\n[witness]\naddr = \"{witness_addr}\"\n",
+            shape.mutex,
+            shape.election,
+            shape.count,
+            shape.lock_delay.as_millis()
+        );
+        // A fresh secret for every cluster launched: its nodes and this
+        // driver authenticate each other, as a production cluster should.
+        let secret = coterie_node::auth::Secret::generate_hex()?;
+        std::fs::write(dir.join("secret"), &secret)?;
+        let secret = coterie_node::auth::Secret::from_file_bytes(secret.as_bytes())
+            .context("an empty secret")?;
+        let credentials =
+            std::sync::Arc::new(coterie_node::Credentials { secret, cluster: "demo".into() });
+        let mut nodes = Vec::new();
+        for i in 0..shape.nodes as usize {
+            let (peer, client) =
+                (format!("127.0.0.1:{}", ports[2 * i]), format!("127.0.0.1:{}", ports[2 * i + 1]));
+            write!(toml, "\n[[node]]\nid = {}\npeer = \"{peer}\"\nclient = \"{client}\"\n", i + 1)?;
+            let credentials = Some(credentials.clone());
+            nodes.push(NodeAddr { id: Some(i as u32 + 1), addr: client, credentials });
+        }
+        let config = dir.join("cluster.toml");
+        std::fs::write(&config, &toml)?;
+        Ok(LocalCluster {
+            config,
+            processes: nodes.iter().map(|_| None).collect(),
+            nodes,
+            log_dir: Some(dir.to_path_buf()),
+            log_format: String::new(),
+        })
+    }
+
+    /// The nodes' client addresses, in id order.
+    pub fn nodes(&self) -> &[NodeAddr] {
+        &self.nodes
+    }
+
+    fn ids(&self) -> Vec<u32> {
+        self.nodes.iter().enumerate().map(|(i, n)| n.id.unwrap_or(i as u32 + 1)).collect()
+    }
+
+    fn slot(&mut self, id: u32) -> Result<&mut Option<Process>> {
+        let index = self.nodes.iter().position(|n| n.id == Some(id));
+        match index {
+            Some(i) => Ok(&mut self.processes[i]),
+            None => bail!("there is no node {id}"),
+        }
+    }
+
+    /// Starts node `id` (again); an error if it runs.
+    pub fn start(&mut self, id: u32) -> Result<()> {
+        let stderr = match &self.log_dir {
+            Some(dir) => {
+                let path = dir.join(format!("node{id}.log"));
+                std::fs::OpenOptions::new().create(true).append(true).open(&path)?.into()
+            }
+            None => std::process::Stdio::inherit(),
+        };
+        let (config, format) = (self.config.clone(), self.log_format.clone());
+        let slot = self.slot(id)?;
+        if slot.is_some() {
+            bail!("node {id} is running");
+        }
+        *slot = Some(Process::node(&config, id, &format, stderr)?);
+        Ok(())
+    }
+
+    /// Kills node `id` (SIGKILL: no goodbye, as in a crash).
+    pub async fn kill(&mut self, id: u32) -> Result<()> {
+        match self.slot(id)?.take() {
+            Some(process) => process.kill().await,
+            None => bail!("node {id} is not running"),
+        }
+    }
+
+    /// Sends `signal` to node `id`'s process.
+    pub fn signal(&mut self, id: u32, signal: Signal) -> Result<()> {
+        match self.slot(id)? {
+            Some(process) => {
+                process.signal(signal);
+                Ok(())
+            }
+            None => bail!("node {id} is not running"),
+        }
+    }
+
+    /// The process id of node `id`, while it runs.
+    pub fn pid(&mut self, id: u32) -> Option<u32> {
+        self.slot(id).ok()?.as_ref().and_then(Process::pid)
+    }
+
+    /// The first node whose process has exited on its own, if any.
+    fn exited(&mut self) -> Option<u32> {
+        let ids = self.ids();
+        let mut processes = self.processes.iter_mut();
+        ids.into_iter()
+            .find(|_| processes.next().is_some_and(|p| p.as_mut().is_some_and(Process::exited)))
+    }
+
+    /// Stops every node (SIGTERM, after a SIGCONT for a stopped one).
+    pub async fn stop_all(&mut self) {
+        Process::terminate_all(self.processes.iter_mut().filter_map(Option::take)).await;
+    }
+
+    /// The status of every running node but those in `absent`.
+    pub async fn views(&self, absent: &[u32]) -> Vec<(u32, Result<Status, String>)> {
+        let mut out = Vec::new();
+        for (node, process) in self.nodes.iter().zip(&self.processes) {
+            let id = node.id.unwrap_or_default();
+            if process.is_some() && !absent.contains(&id) {
+                out.push((id, status::fetch(node).await));
+            }
+        }
+        out
+    }
+}
+
+/// Reserves `n` free ports on 127.0.0.1 (bound, read, released).
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let listeners: Vec<std::net::TcpListener> =
+        (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0")).collect::<Result<_, _>>()?;
+    Ok(listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<Result<_, _>>()?)
+}
+
+/// A witness served by this process, on a real socket.
+pub struct Witness {
+    addr: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Witness {
+    /// Serves a witness admitting `capacity` holders at once.
+    fn serve(listener: tokio::net::TcpListener, addr: String, capacity: u32) -> Witness {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(witness::serve(listener, capacity, async {
+            let _ = stopped.await;
+        }));
+        Witness { addr, stop, task }
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Stops serving, once every connection has been answered.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}

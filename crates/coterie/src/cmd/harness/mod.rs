@@ -1,0 +1,233 @@
+//! The one harness every command that launches or steers a cluster under
+//! test goes through (`demo`, `run`, `bench --real`, `up`, `dashboard`):
+//! start the processes, carry out a [`Step`] on them, ask the nodes where
+//! they stand, wait for agreement on a coordinator, and play a scenario
+//! against them.
+
+mod compose;
+mod local;
+pub mod play;
+mod process;
+pub mod scenario;
+pub mod step;
+
+pub use compose::Compose;
+pub use local::{LocalCluster, Shape};
+pub use process::{Process, Signal};
+pub use step::{Action, Step, Target};
+
+use super::common::NodeAddr;
+use super::timeline::Reach;
+use anyhow::{bail, Context, Result};
+use coterie_core::{CsState, Epoch, Status};
+use std::time::{Duration, Instant};
+
+/// A cluster under test.
+pub enum Cluster {
+    /// Processes this command started.
+    Local(LocalCluster),
+    /// A docker compose project someone else started.
+    Compose(Compose),
+}
+
+impl Cluster {
+    /// The nodes' client addresses, in id order.
+    pub fn nodes(&self) -> &[NodeAddr] {
+        match self {
+            Cluster::Local(c) => c.nodes(),
+            Cluster::Compose(c) => c.nodes(),
+        }
+    }
+
+    /// How long a step may take to carry out (a docker command takes
+    /// seconds).
+    pub fn step_overhead(&self) -> Duration {
+        match self {
+            Cluster::Local(_) => Duration::ZERO,
+            Cluster::Compose(_) => Duration::from_secs(5),
+        }
+    }
+
+    /// The status of every running node but those in `skip` (a dead
+    /// container's address would only time out).
+    pub async fn views(&self, skip: &[u32]) -> Vec<(u32, Result<Status, String>)> {
+        match self {
+            Cluster::Local(c) => c.views(skip).await,
+            Cluster::Compose(c) => {
+                let mut out = Vec::new();
+                for node in c.nodes() {
+                    let id = node.id.unwrap_or_default();
+                    if !skip.contains(&id) {
+                        out.push((id, super::status::fetch(node).await));
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    /// Carries out `action` on node `id` (on every node: a heal without
+    /// one); returns what the node says of its faults, for a fault.
+    pub async fn apply(&mut self, action: &Action, id: Option<u32>) -> Result<String> {
+        if !action.on_process() {
+            return fault(self.nodes(), action, id).await;
+        }
+        let id = id.context("a process step needs a node")?;
+        match self {
+            Cluster::Local(c) => match action {
+                Action::Kill => c.kill(id).await?,
+                Action::Restart => c.start(id)?,
+                Action::Stop => c.signal(id, Signal::Stop)?,
+                _ => c.signal(id, Signal::Continue)?,
+            },
+            Cluster::Compose(c) => {
+                let verb = match action {
+                    Action::Kill => "kill",
+                    Action::Restart => "start",
+                    Action::Stop => "pause",
+                    _ => "unpause",
+                };
+                c.node_command(verb, id)?
+            }
+        }
+        Ok(String::new())
+    }
+
+    /// The status of every node in reach (a stopped node is not asked: it
+    /// would answer only when its client gave up).
+    pub async fn in_reach(&self, reach: &Reach) -> Vec<(u32, Result<Status, String>)> {
+        let out: Vec<u32> = reach.down.iter().chain(&reach.away).copied().collect();
+        self.views(&out).await
+    }
+
+    /// The coordinator the first node in reach that answers follows now.
+    pub async fn current(&self, reach: &Reach) -> (Option<u32>, Epoch) {
+        let views = self.in_reach(reach).await;
+        let first = views.into_iter().find_map(|(_, v)| v.ok());
+        first.map_or((None, Epoch(0)), |s| (s.coordinator, Epoch(s.epoch)))
+    }
+
+    /// The node `target` names now, among those in reach; `previous` is
+    /// the node the step before acted on. A holder or a waiter is sampled
+    /// for up to a second (a busy cluster has one within milliseconds).
+    pub async fn resolve(
+        &self,
+        target: Target,
+        reach: &Reach,
+        previous: Option<u32>,
+    ) -> Option<u32> {
+        let want = match target {
+            Target::Node(id) => return Some(id),
+            Target::Previous => return previous,
+            Target::Coordinator => return self.current(reach).await.0,
+            Target::Holder => CsState::Held,
+            Target::Waiter => CsState::Wanting,
+        };
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until {
+            for (id, v) in self.in_reach(reach).await {
+                if v.is_ok_and(|s| s.cs_state == want) {
+                    return Some(id);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        None
+    }
+
+    /// Waits until every node in reach has joined and follows the same
+    /// coordinator at an epoch newer than `after`; returns it.
+    pub async fn agree(
+        &self,
+        reach: &Reach,
+        after: Epoch,
+        limit: Duration,
+    ) -> Result<(u32, Epoch)> {
+        let start = Instant::now();
+        loop {
+            let views = self.in_reach(reach).await;
+            if let Some(agreed) = settled(&views, after) {
+                return Ok(agreed);
+            }
+            if start.elapsed() > limit {
+                let seen: Vec<String> = views
+                    .iter()
+                    .map(|(id, v)| match v {
+                        Ok(s) => {
+                            format!("n{id} follows {:?} at {}", s.coordinator, Epoch(s.epoch))
+                        }
+                        Err(e) => format!("n{id}: {e}"),
+                    })
+                    .collect();
+                bail!("no agreement on a new coordinator within {limit:?}: {}", seen.join("; "));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Entries granted so far, over the nodes in reach that answer.
+    pub async fn total_entries(&self, reach: &Reach) -> u64 {
+        let views = self.in_reach(reach).await;
+        views.into_iter().filter_map(|(_, v)| v.ok()).map(|s| s.cs_entries).sum()
+    }
+
+    /// Stops the processes this command started (a compose project is
+    /// left running: it is someone else's).
+    pub async fn stop_all(&mut self) {
+        if let Cluster::Local(c) = self {
+            c.stop_all().await;
+        }
+    }
+}
+
+/// The coordinator and epoch every node of `views` follows, once all have
+/// joined, answer, and agree on an epoch newer than `after`.
+fn settled(views: &[(u32, Result<Status, String>)], after: Epoch) -> Option<(u32, Epoch)> {
+    let first = views.first().and_then(|(_, v)| v.as_ref().ok()).map(|s| (s.coordinator, s.epoch));
+    let all = views.iter().all(|(_, v)| {
+        v.as_ref().is_ok_and(|s| s.joined && Some((s.coordinator, s.epoch)) == first)
+    });
+    match (all, first) {
+        (true, Some((Some(leader), epoch))) if Epoch(epoch) > after => Some((leader, Epoch(epoch))),
+        _ => None,
+    }
+}
+
+/// Sends the agent fault `action` to node `id`'s client port (every
+/// node's, for a heal without one, where errors are skipped); returns the
+/// faults now in force there. A repeated reset goes on in the background.
+pub async fn fault(nodes: &[NodeAddr], action: &Action, id: Option<u32>) -> Result<String> {
+    let command = action.fault_command().context("not a fault of the agent")?;
+    let Some(id) = id else {
+        for node in nodes {
+            if let Ok(mut client) = node.connect().await {
+                let _ = client.fault(command.clone()).await;
+            }
+        }
+        return Ok("healed".into());
+    };
+    let node = nodes.iter().find(|n| n.id == Some(id)).with_context(|| format!("no node {id}"))?;
+    if let Action::Reset { repeat: Some(r), .. } = action {
+        tokio::spawn(repeat_fault(node.clone(), command, r.every, r.lasting));
+        return Ok(format!("resetting every {:?}", r.every));
+    }
+    let state = node.connect().await?.fault(command).await?;
+    Ok(state.to_string())
+}
+
+/// Sends `command` to `node` every `every` for `lasting`.
+async fn repeat_fault(
+    node: NodeAddr,
+    command: coterie_node::protocol::FaultCommand,
+    every: Duration,
+    lasting: Duration,
+) {
+    let end = Instant::now() + lasting;
+    let mut tick = tokio::time::interval(every.max(Duration::from_millis(1)));
+    while Instant::now() < end {
+        tick.tick().await;
+        if let Ok(mut client) = node.connect().await {
+            let _ = client.fault(command.clone()).await;
+        }
+    }
+}
