@@ -16,7 +16,7 @@ write_cluster() {
     read -r -a ports <<<"$(free_ports 10)"
     {
         printf '[cluster]\nname = "bench"\nmutex = "%s"\nelection = "bully"\n%s\n' "$mutex" "$extra"
-        printf '[security]\nallow_faults = true\n
+        printf '[security]\nallow_faults = true\n\n'
         for i in 0 1 2 3 4; do
             printf '[[node]]\nid = %d\npeer = "127.0.0.1:%s"\nclient = "127.0.0.1:%s"\n' \
                 $((i + 1)) "${ports[2*i]}" "${ports[2*i+1]}"

@@ -164,26 +164,53 @@ async fn watch_session(
     }
     debug!(session, "watcher subscribed");
     let mut probe = [0u8; 1];
+    let mut batch = Vec::new();
     loop {
-        let event = tokio::select! {
-            e = events.recv() => e,
-            // A watcher sends nothing more: a read returning is it leaving.
-            _ = reader.read(&mut probe) => return,
-            _ = stopped(stop) => return,
-        };
-        let event = match event {
-            Ok(e) => e,
-            Err(broadcast::error::RecvError::Lagged(missed)) => {
-                let event = NodeEvent::Missed { events: missed };
-                WatchEvent { node: agent.id().0, unix_us: crate::protocol::unix_us(), event }
+        // The first event wakes the stream; what follows within
+        // WATCH_LINGER goes out with it in one write, so a busy node wakes
+        // its watchers (and makes a system call) once per batch rather
+        // than once per event.
+        let mut deadline = None;
+        loop {
+            let linger = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let event = tokio::select! {
+                e = events.recv() => e,
+                // A watcher sends nothing more: a read returning is it leaving.
+                _ = reader.read(&mut probe) => return,
+                _ = stopped(stop) => return,
+                () = linger => break,
+            };
+            let event = match event {
+                Ok(e) => e,
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    let event = NodeEvent::Missed { events: missed };
+                    WatchEvent { node: agent.id().0, unix_us: crate::protocol::unix_us(), event }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            };
+            coterie_core::wire::write_frame(&ClientResponse::Event(event), &mut batch);
+            if batch.len() >= WATCH_BATCH {
+                break;
             }
-            Err(broadcast::error::RecvError::Closed) => return,
-        };
-        if write_frame(writer, &ClientResponse::Event(event)).await.is_err() {
+            deadline.get_or_insert_with(|| tokio::time::Instant::now() + WATCH_LINGER);
+        }
+        if writer.write_all(&batch).await.is_err() {
             return;
         }
+        batch.clear();
     }
 }
+
+/// How long a watch stream waits for more events to send with one.
+const WATCH_LINGER: Duration = Duration::from_millis(2);
+
+/// A watch stream writes at once when this many bytes are waiting.
+const WATCH_BATCH: usize = 64 * 1024;
 
 /// Waits for the critical section on behalf of `session`. `None` when the
 /// client disconnected meanwhile (its place is given up).
