@@ -78,9 +78,10 @@ impl std::str::FromStr for Priority {
     }
 }
 
-/// Variants of the mutual-exclusion algorithms that have them. Only
-/// `ricart-agrawala` and `raymond-k` (see [`MutexOptions::USED_BY`]) read
-/// these; the defaults give the classic algorithms.
+/// Variants of the mutual-exclusion algorithms that have them: those
+/// whose registry entry claims the option (see
+/// [`Claims::options`](crate::registry::Claims::options)) read these; the
+/// defaults give the classic algorithms.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MutexOptions {
     /// Seed 002's fault-tolerant form: a deferred request is answered at
@@ -90,11 +91,6 @@ pub struct MutexOptions {
     pub fault_tolerant: bool,
     /// The order concurrent requests are served in.
     pub priority: Priority,
-}
-
-impl MutexOptions {
-    /// The algorithms that honour these options.
-    pub const USED_BY: [&'static str; 2] = ["ricart-agrawala", "raymond-k"];
 }
 
 /// What an algorithm instance is told when it is built.

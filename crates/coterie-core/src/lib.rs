@@ -42,4 +42,4 @@ pub use algorithm::{
 };
 pub use engine::{Engine, EngineError, Output, Status};
 pub use outbox::{Action, Message, Outbox, Time, TimerId};
-pub use types::{CsState, Epoch, Fence, LamportClock, NodeId, Stamp};
+pub use types::{CsState, Epoch, Fence, LamportClock, NodeId, Stamp, Way};

@@ -24,6 +24,53 @@ use crate::types::{CsState, Epoch, NodeId, Stamp};
 use crate::wire::{self, WireError};
 use std::marker::PhantomData;
 
+/// A variant of a mutual-exclusion algorithm that [`MutexOptions`]
+/// selects.
+///
+/// [`MutexOptions`]: crate::MutexOptions
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MutexOption {
+    /// [`MutexOptions::fault_tolerant`](crate::MutexOptions::fault_tolerant).
+    FaultTolerant,
+    /// [`MutexOptions::priority`](crate::MutexOptions::priority).
+    Priority,
+}
+
+/// What a mutual-exclusion algorithm promises beyond mutual exclusion
+/// with rising fences (which all promise while nothing is suspected
+/// wrongly). The simulator's conformance suite and `coterie check` read
+/// these, and hold each algorithm to each: a new algorithm needs its file
+/// and its line in [`MUTEXES`], nothing more.
+#[derive(Clone, Copy, Debug)]
+pub struct Claims {
+    /// `count`/capacity > 1 is honoured: up to k holders at once.
+    pub counting: bool,
+    /// Entries follow request-timestamp order (no grant while an older
+    /// request waits) while nothing fails.
+    pub fair: bool,
+    /// Safe (and live once healed) when a live peer is suspected: under a
+    /// partition, a pause or a delay spike longer than the failure
+    /// timeout. Permission comes from intersecting quorums, never from a
+    /// timeout. Algorithms without it may grant on both sides of a
+    /// partition, and the suite checks that they do (so the partition is
+    /// known to be real).
+    pub safe_under_partitions: bool,
+    /// The variants it honours.
+    pub options: &'static [MutexOption],
+}
+
+impl Claims {
+    /// The claims of a classic algorithm: one holder, no promise of order,
+    /// safety resting on the failure detector, no variants.
+    pub const BASIC: Claims =
+        Claims { counting: false, fair: false, safe_under_partitions: false, options: &[] };
+
+    /// Whether it honours `option`.
+    pub fn takes(&self, option: MutexOption) -> bool {
+        self.options.contains(&option)
+    }
+}
+
 /// A registered mutual-exclusion algorithm.
 #[derive(Clone, Copy)]
 pub struct MutexInfo {
@@ -31,8 +78,8 @@ pub struct MutexInfo {
     pub name: &'static str,
     /// One line for `--help` and the README.
     pub summary: &'static str,
-    /// Whether `count`/capacity > 1 is honoured.
-    pub counting: bool,
+    /// What it promises.
+    pub claims: Claims,
     /// Messages one entry costs at light load (one request at a time, no
     /// failures) in a cluster of `n`, when the requester is (`true`) or is
     /// not the coordinator: the inclusive range theory allows.
@@ -41,9 +88,14 @@ pub struct MutexInfo {
     /// wants the critical section (no failures, capacity 1): the inclusive
     /// range theory allows in a cluster of `n`.
     pub heavy_load: fn(n: u64) -> (f64, f64),
-    /// Whether entries follow request-timestamp order (no grant while an
-    /// older request waits), which the simulator checks when nothing fails.
-    pub fair: bool,
+    /// Messages per entry, averaged over a run, when every node asks at
+    /// the same instant, once (a burst; no failures, capacity 1): the
+    /// inclusive range theory allows in a cluster of `n`.
+    pub burst_load: fn(n: u64) -> (f64, f64),
+    /// Message kinds every burst on five nodes or more shows: the
+    /// machinery contention sets going (Maekawa's FAILED, INQUIRE and
+    /// YIELD; Lodha-Kshemkalyani's FLUSH).
+    pub burst_kinds: &'static [&'static str],
     /// Builds an instance.
     pub build: fn(&AlgoConfig) -> Box<dyn DynMutex>,
 }
@@ -64,89 +116,104 @@ pub const MUTEXES: &[MutexInfo] = &[
     MutexInfo {
         name: "centralized",
         summary: "coordinator with a FIFO queue; count > 1 makes it a counting semaphore",
-        counting: true,
+        claims: Claims { counting: true, ..Claims::BASIC },
         light_load: |_, local| if local { (0, 0) } else { (3, 3) },
         // The coordinator's own entries are free; everyone enters as often.
         heavy_load: |n| (3.0 * (n - 1) as f64 / n as f64, 3.0),
-        fair: false,
+        // Everyone but the coordinator: REQUEST, GRANT, RELEASE.
+        burst_load: |n| (3.0 * (n - 1) as f64 / n as f64, 3.0 * (n - 1) as f64 / n as f64),
+        burst_kinds: &["request", "grant", "release"],
         build: |cfg| erase_mutex(Centralized::new(cfg)),
     },
     MutexInfo {
         name: "bakery",
         summary: "Lamport's bakery: take a ticket above every number read; the smallest enters",
-        counting: false,
+        claims: Claims { fair: true, ..Claims::BASIC },
         // A doorway READ and VALUE, then a check READ and VALUE, per peer;
         // a check VALUE is held until the reader may pass, never polled.
         light_load: |n, _| (4 * (n - 1), 4 * (n - 1)),
         heavy_load: |n| (4.0 * (n - 1) as f64, 4.0 * (n - 1) as f64),
-        fair: true,
+        burst_load: |n| (4.0 * (n - 1) as f64, 4.0 * (n - 1) as f64),
+        burst_kinds: &[],
         build: |cfg| erase_mutex(Bakery::new(cfg)),
     },
     MutexInfo {
         name: "lamport",
         summary: "a request queue replicated on every node: REQUEST, REPLY, RELEASE",
-        counting: false,
+        claims: Claims { fair: true, ..Claims::BASIC },
         light_load: |n, _| (3 * (n - 1), 3 * (n - 1)),
         heavy_load: |n| (3.0 * (n - 1) as f64, 3.0 * (n - 1) as f64),
-        fair: true,
+        burst_load: |n| (3.0 * (n - 1) as f64, 3.0 * (n - 1) as f64),
+        burst_kinds: &["request", "reply", "release"],
         build: |cfg| erase_mutex(Lamport::new(cfg)),
     },
     MutexInfo {
         name: "ricart-agrawala",
         summary: "timestamped requests to everyone, replies deferred by the earlier requester",
-        counting: false,
+        claims: Claims { fair: true, options: &[MutexOption::FaultTolerant, MutexOption::Priority], ..Claims::BASIC },
         light_load: |n, _| (2 * (n - 1), 2 * (n - 1)),
         heavy_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),
-        fair: true,
+        burst_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),
+        burst_kinds: &["request", "reply"],
         build: |cfg| erase_mutex(RicartAgrawala::new(cfg)),
     },
     MutexInfo {
         name: "raymond-k",
         summary: "Ricart-Agrawala for k holders: enter with at most k-1 replies outstanding",
-        counting: true,
+        claims: Claims { counting: true, fair: true, options: &[MutexOption::FaultTolerant, MutexOption::Priority], ..Claims::BASIC },
         light_load: |n, _| (2 * (n - 1), 2 * (n - 1)),
         heavy_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),
-        fair: true,
+        burst_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),
+        burst_kinds: &["request", "reply"],
         build: |cfg| erase_mutex(RaymondK::with_capacity(cfg)),
     },
     MutexInfo {
         name: "lodha-kshemkalyani",
         summary: "local request queues: concurrent requests answer each other, FLUSH hands over",
-        counting: false,
+        claims: Claims { fair: true, ..Claims::BASIC },
         light_load: |n, _| (2 * (n - 1), 2 * (n - 1)),
         // Every entry sends a REQUEST to each peer; REPLYs and at most one
         // FLUSH add up to N-1 more, fewer the more requests are concurrent.
         heavy_load: |n| ((n - 1) as f64, 2.0 * (n - 1) as f64),
-        fair: true,
+        // All N requests concurrent: N-1 REQUESTs, which answer each
+        // other, and a FLUSH from each holder but the burst's last: N at
+        // most (Kshemkalyani & Singhal, ch. 9), against 2(N-1).
+        burst_load: |n| ((n - 1) as f64, n as f64),
+        burst_kinds: &["request", "flush"],
         build: |cfg| erase_mutex(LodhaKshemkalyani::new(cfg)),
     },
     MutexInfo {
         name: "token-ring",
         summary:
             "one token round the ring of live nodes; parks after an idle lap, regenerated when lost",
-        counting: false,
         // WANT to the parker, the token straight back, then an idle lap.
+        claims: Claims::BASIC,
         light_load: |n, _| (n, n + 2),
         heavy_load: |_| (1.0, 2.0),
-        fair: false,
+        // A WANT from each waiter, the token's lap through them, and an
+        // idle lap before it parks again: under 3 per entry.
+        burst_load: |_| (1.0, 3.0),
+        burst_kinds: &[],
         build: |cfg| erase_mutex(TokenRing::new(cfg)),
     },
     MutexInfo {
         name: "maekawa",
         summary: "permission from a request set of about sqrt(N) (projective plane or grid), with FAILED/INQUIRE/YIELD",
-        counting: false,
+        claims: Claims { safe_under_partitions: true, ..Claims::BASIC },
         light_load: |n, _| maekawa::light_load(n),
         heavy_load: maekawa::heavy_load,
-        fair: false,
+        burst_load: maekawa::heavy_load,
+        burst_kinds: &["failed", "inquire", "yield"],
         build: |cfg| erase_mutex(Maekawa::new(cfg)),
     },
     MutexInfo {
         name: "tree-quorum",
         summary: "Agarwal-El Abbadi: permission from a root-to-leaf path, failed nodes replaced by both subtrees",
-        counting: false,
+        claims: Claims { safe_under_partitions: true, ..Claims::BASIC },
         light_load: |n, _| tree_quorum::light_load(n),
         heavy_load: tree_quorum::heavy_load,
-        fair: false,
+        burst_load: tree_quorum::heavy_load,
+        burst_kinds: &["failed"],
         build: |cfg| erase_mutex(TreeQuorum::new(cfg)),
     },
 ];
@@ -189,6 +256,11 @@ pub fn mutex(name: &str) -> Result<&'static MutexInfo, UnknownAlgorithm> {
         name: name.to_string(),
         known: MUTEXES.iter().map(|m| m.name).collect::<Vec<_>>().join(", "),
     })
+}
+
+/// The names of the algorithms that honour `option`.
+pub fn taking(option: MutexOption) -> impl Iterator<Item = &'static str> {
+    MUTEXES.iter().filter(move |m| m.claims.takes(option)).map(|m| m.name)
 }
 
 /// Looks up an election algorithm by name.

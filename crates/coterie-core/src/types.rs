@@ -168,6 +168,34 @@ impl fmt::Display for CsState {
     }
 }
 
+/// Which way a partition cuts a link between a node (or a side) and its
+/// peers (or the rest).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Way {
+    /// Nothing passes either way.
+    #[default]
+    Both,
+    /// The node (side) hears nothing from the peers (the rest), which
+    /// still hear it.
+    Inbound,
+    /// The peers (the rest) hear nothing from the node (side), which
+    /// still hears them.
+    Outbound,
+}
+
+impl Way {
+    /// Whether it stops what comes in.
+    pub fn cuts_inbound(self) -> bool {
+        matches!(self, Way::Both | Way::Inbound)
+    }
+
+    /// Whether it stops what goes out.
+    pub fn cuts_outbound(self) -> bool {
+        matches!(self, Way::Both | Way::Outbound)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

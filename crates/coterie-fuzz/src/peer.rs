@@ -59,7 +59,7 @@ impl Node {
             1 => coterie_core::Priority::FewestEntries,
             _ => coterie_core::Priority::LeastRecent,
         };
-        if mutex.counting {
+        if mutex.claims.counting {
             cfg.capacity = 1 + usize::from(shape >> 6);
         }
         let members = cfg.members.clone();

@@ -7,7 +7,7 @@ use coterie_core::wire::{self, Envelope, Hello, PeerFrame, PROTOCOL_VERSION};
 use coterie_core::{registry, AlgoConfig, Engine, NodeId, Output, Restored};
 use coterie_node::auth::{AuthFrame, Role};
 use coterie_node::protocol::{
-    ClientRequest, ClientResponse, FaultCommand, FaultState, WitnessRequest,
+    ClientRequest, ClientResponse, FaultCommand, FaultState, Way, WitnessRequest,
 };
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -63,7 +63,8 @@ pub fn client() -> Vec<Vec<u8>> {
         ClientRequest::Release,
         ClientRequest::Status,
         ClientRequest::Ping,
-        ClientRequest::Fault(FaultCommand::Partition { peers: vec![2, 3] }),
+        ClientRequest::Fault(FaultCommand::Partition { peers: vec![2, 3], way: Way::Both }),
+        ClientRequest::Fault(FaultCommand::Partition { peers: vec![2], way: Way::Inbound }),
         ClientRequest::Fault(FaultCommand::Delay { peers: vec![], ms: 100 }),
         ClientRequest::Fault(FaultCommand::Drop { peers: vec![4], percent: 50 }),
         ClientRequest::Fault(FaultCommand::Reset { peers: vec![] }),

@@ -29,7 +29,7 @@
 //! client = "127.0.0.1:7201"   # clients and status
 //! ```
 
-use coterie_core::registry;
+use coterie_core::registry::{self, MutexOption};
 use coterie_core::{AlgoConfig, MutexOptions, NodeId, Priority, Timing};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -388,21 +388,27 @@ impl Config {
         if cfg.limits.max_clients == 0 || cfg.limits.max_pending == 0 {
             return Err(invalid("[limits] max_clients and max_pending must be at least 1".into()));
         }
-        if cfg.cluster.count > 1 && !registry::mutex(&cfg.cluster.mutex).is_ok_and(|m| m.counting) {
+        let claims = registry::mutex(&cfg.cluster.mutex).map(|m| m.claims).ok();
+        if cfg.cluster.count > 1 && !claims.is_some_and(|c| c.counting) {
             return Err(invalid(format!(
                 "count = {} but {} admits one holder at a time",
                 cfg.cluster.count, cfg.cluster.mutex
             )));
         }
         let options = cfg.cluster.mutex_options();
-        if options != MutexOptions::default()
-            && !MutexOptions::USED_BY.contains(&cfg.cluster.mutex.as_str())
-        {
-            return Err(invalid(format!(
-                "ra_fault_tolerant and priority apply to {} only, not {}",
-                MutexOptions::USED_BY.join(" and "),
-                cfg.cluster.mutex
-            )));
+        let asked = [
+            ("ra_fault_tolerant", options.fault_tolerant, MutexOption::FaultTolerant),
+            ("priority", options.priority != Priority::default(), MutexOption::Priority),
+        ];
+        for (key, asked, option) in asked {
+            if asked && !claims.is_some_and(|c| c.takes(option)) {
+                let takers: Vec<&str> = registry::taking(option).collect();
+                return Err(invalid(format!(
+                    "{key} applies to {} only, not {}",
+                    takers.join(" and "),
+                    cfg.cluster.mutex
+                )));
+            }
         }
         let t = &cfg.timing;
         if t.heartbeat.is_zero() || t.failure_timeout <= t.heartbeat {
@@ -536,7 +542,14 @@ mod tests {
                     "election = \"bully\"",
                     "election = \"bully\"\nra_fault_tolerant = true",
                 ),
-                "apply to ricart-agrawala and raymond-k only, not centralized",
+                "ra_fault_tolerant applies to ricart-agrawala and raymond-k only, not centralized",
+            ),
+            (
+                GOOD.replace(
+                    "election = \"bully\"",
+                    "election = \"bully\"\npriority = \"least-recent\"",
+                ),
+                "priority applies to ricart-agrawala and raymond-k only, not centralized",
             ),
         ];
         for (text, expected) in cases {

@@ -1,5 +1,5 @@
 //! Faults a node injects into its own traffic on request (`coterie fault`):
-//! cut peers off both ways, delay or drop what it sends them, or pause.
+//! cut peers off (both ways, or one), delay or drop what it sends them, or pause.
 //! They act on whole messages above the reliable session (see
 //! `transport`), so connections stay up, what they drop is never numbered
 //! (the session cannot send it again), and the failure detector sees
@@ -35,7 +35,10 @@ pub(crate) struct Faults {
     /// `[security] allow_faults`.
     allowed: bool,
     peers: Vec<NodeId>,
-    partitioned: BTreeSet<NodeId>,
+    /// Peers whose messages are not let in.
+    cut_in: BTreeSet<NodeId>,
+    /// Peers this node's messages are not sent to.
+    cut_out: BTreeSet<NodeId>,
     delay: BTreeMap<NodeId, Duration>,
     drop_percent: BTreeMap<NodeId, u8>,
     paused: bool,
@@ -50,7 +53,8 @@ impl Faults {
         Faults {
             allowed,
             peers,
-            partitioned: BTreeSet::new(),
+            cut_in: BTreeSet::new(),
+            cut_out: BTreeSet::new(),
             delay: BTreeMap::new(),
             drop_percent: BTreeMap::new(),
             paused: false,
@@ -94,7 +98,15 @@ impl Faults {
     pub(crate) fn apply(&mut self, command: &FaultCommand) -> Result<(), String> {
         let targets = |ids: &[u32]| self.targets(ids);
         match command {
-            FaultCommand::Partition { peers } => self.partitioned.extend(targets(peers)?),
+            FaultCommand::Partition { peers, way } => {
+                let peers = targets(peers)?;
+                if way.cuts_inbound() {
+                    self.cut_in.extend(&peers);
+                }
+                if way.cuts_outbound() {
+                    self.cut_out.extend(&peers);
+                }
+            }
             FaultCommand::Delay { peers, ms } => {
                 for p in targets(peers)? {
                     if *ms == 0 {
@@ -119,7 +131,8 @@ impl Faults {
             FaultCommand::Pause => self.paused = true,
             FaultCommand::Resume => self.paused = false,
             FaultCommand::Heal => {
-                self.partitioned.clear();
+                self.cut_in.clear();
+                self.cut_out.clear();
                 self.delay.clear();
                 self.drop_percent.clear();
                 self.paused = false;
@@ -134,7 +147,7 @@ impl Faults {
 
     /// What becomes of the next message to `peer`.
     pub(crate) fn outgoing(&mut self, peer: NodeId) -> Fate {
-        if self.partitioned.contains(&peer) {
+        if self.cut_out.contains(&peer) {
             return Fate::Drop;
         }
         if let Some(&percent) = self.drop_percent.get(&peer) {
@@ -150,13 +163,15 @@ impl Faults {
 
     /// Whether a message from `peer` is let in.
     pub(crate) fn admits(&self, peer: NodeId) -> bool {
-        !self.partitioned.contains(&peer)
+        !self.cut_in.contains(&peer)
     }
 
     /// The faults in force, for the client.
     pub(crate) fn state(&self) -> FaultState {
         FaultState {
-            partitioned: self.partitioned.iter().map(|p| p.0).collect(),
+            partitioned: self.cut_in.intersection(&self.cut_out).map(|p| p.0).collect(),
+            deaf_to: self.cut_in.difference(&self.cut_out).map(|p| p.0).collect(),
+            mute_to: self.cut_out.difference(&self.cut_in).map(|p| p.0).collect(),
             delay_ms: self.delay.iter().map(|(p, d)| (p.0, d.as_millis() as u64)).collect(),
             drop_percent: self.drop_percent.iter().map(|(p, &d)| (p.0, d)).collect(),
             paused: self.paused,
@@ -167,6 +182,7 @@ impl Faults {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::Way;
 
     fn faults() -> Faults {
         Faults::new(vec![NodeId(2), NodeId(3)], 7, true)
@@ -175,13 +191,31 @@ mod tests {
     #[test]
     fn a_partition_cuts_both_ways_and_heal_restores() {
         let mut f = faults();
-        f.apply(&FaultCommand::Partition { peers: vec![3] }).unwrap();
+        f.apply(&FaultCommand::Partition { peers: vec![3], way: Way::Both }).unwrap();
         assert_eq!(f.outgoing(NodeId(3)), Fate::Drop);
         assert!(!f.admits(NodeId(3)));
         assert_eq!(f.outgoing(NodeId(2)), Fate::Pass);
+        assert_eq!(f.state().to_string(), "cut off from n3");
         f.apply(&FaultCommand::Heal).unwrap();
         assert_eq!(f.outgoing(NodeId(3)), Fate::Pass);
         assert!(f.admits(NodeId(3)));
+    }
+
+    #[test]
+    fn a_one_way_partition_cuts_one_way() {
+        let mut f = faults();
+        f.apply(&FaultCommand::Partition { peers: vec![3], way: Way::Inbound }).unwrap();
+        assert!(!f.admits(NodeId(3)), "deaf to n3");
+        assert_eq!(f.outgoing(NodeId(3)), Fate::Pass, "n3 still hears it");
+        f.apply(&FaultCommand::Partition { peers: vec![2], way: Way::Outbound }).unwrap();
+        assert!(f.admits(NodeId(2)), "it still hears n2");
+        assert_eq!(f.outgoing(NodeId(2)), Fate::Drop, "n2 hears nothing");
+        assert_eq!(f.state().to_string(), "hears nothing from n3; unheard by n2");
+        // The other way too: cut both ways.
+        f.apply(&FaultCommand::Partition { peers: vec![3], way: Way::Outbound }).unwrap();
+        assert_eq!(f.state().partitioned, vec![3]);
+        f.apply(&FaultCommand::Heal).unwrap();
+        assert!(f.admits(NodeId(3)) && f.outgoing(NodeId(2)) == Fate::Pass);
     }
 
     #[test]
@@ -202,7 +236,7 @@ mod tests {
     #[test]
     fn unknown_peers_and_impossible_rates_are_refused_without_effect() {
         let mut f = faults();
-        assert!(f.apply(&FaultCommand::Partition { peers: vec![2, 9] }).is_err());
+        assert!(f.apply(&FaultCommand::Partition { peers: vec![2, 9], way: Way::Both }).is_err());
         assert!(f.state().partitioned.is_empty());
         assert!(f.apply(&FaultCommand::Drop { peers: vec![], percent: 101 }).is_err());
     }

@@ -142,11 +142,13 @@ pub enum NodeEvent {
 /// A fault the agent injects into its own traffic, for experiments.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FaultCommand {
-    /// Drop every message to and from these peers (all peers if empty):
-    /// a network partition as this node sees it.
+    /// Drop every message to and from these peers (all peers if empty),
+    /// or only one way: a network partition as this node sees it.
     Partition {
         /// Peer ids.
         peers: Vec<u32>,
+        /// Which way the link is cut.
+        way: Way,
     },
     /// Hold every message to these peers (all if empty) this long first.
     Delay {
@@ -181,11 +183,17 @@ pub enum FaultCommand {
     Show,
 }
 
+pub use coterie_core::Way;
+
 /// The faults in force at a node.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultState {
     /// Peers cut off, both ways.
     pub partitioned: Vec<u32>,
+    /// Peers the node hears nothing from, while they still hear it.
+    pub deaf_to: Vec<u32>,
+    /// Peers that hear nothing from the node, while it still hears them.
+    pub mute_to: Vec<u32>,
     /// Added delay per peer, in milliseconds.
     pub delay_ms: Vec<(u32, u64)>,
     /// Share of messages dropped per peer, in percent.
@@ -201,9 +209,16 @@ impl std::fmt::Display for FaultState {
         if self.paused {
             parts.push("paused".to_string());
         }
+        let names =
+            |ids: &[u32]| ids.iter().map(|p| format!("n{p}")).collect::<Vec<_>>().join(", ");
         if !self.partitioned.is_empty() {
-            let ids: Vec<String> = self.partitioned.iter().map(|p| format!("n{p}")).collect();
-            parts.push(format!("cut off from {}", ids.join(", ")));
+            parts.push(format!("cut off from {}", names(&self.partitioned)));
+        }
+        if !self.deaf_to.is_empty() {
+            parts.push(format!("hears nothing from {}", names(&self.deaf_to)));
+        }
+        if !self.mute_to.is_empty() {
+            parts.push(format!("unheard by {}", names(&self.mute_to)));
         }
         for (p, ms) in &self.delay_ms {
             parts.push(format!("+{ms} ms to n{p}"));

@@ -8,7 +8,11 @@
 //! restart, clients ask for the critical section and leave it. Faults on
 //! demand: partitions, pauses, delay spikes (a node's messages slowed,
 //! FIFO kept), loss windows (a share of a node's messages lost, above the
-//! sessions) and connection resets (frames in flight lost below them). The same seed always replays the same run.
+//! sessions) and connection resets (frames in flight lost below them).
+//!
+//! Every choice a run makes (delays, faults, the next requester, ties)
+//! comes from one [`chooser`]: a seeded generator (the same seed always
+//! replays the same run), or a depth-first enumeration of every choice.
 //!
 //! After every step the invariants are checked:
 //! - **safety**: never more than `capacity` live nodes hold at once;
@@ -20,6 +24,7 @@
 //!   live id, at the same epoch.
 //!
 //! ## Layout
+//! - [`chooser`]: where a run's choices come from.
 //! - [`sim`]: one run: the event queue, the nodes, the workload, the checks.
 //! - `network`: the connections under each node's sessions, which
 //!   resets break.
@@ -27,6 +32,7 @@
 //!   (in `tests/`) and `coterie sim` are built on it.
 #![warn(missing_docs)]
 
+pub mod chooser;
 mod network;
 mod record;
 pub mod sim;

@@ -1,15 +1,14 @@
 //! One simulated run.
 
+use crate::chooser::{Chooser, Random};
 use crate::network::Network;
 use crate::record::Recorder;
 use coterie_core::engine::Output;
 use coterie_core::registry;
 use coterie_core::session::{Limits, Received, Sent, Session};
 use coterie_core::wire::{self, Envelope};
-use coterie_core::{AlgoConfig, Engine, Epoch, Fence, MutexOptions, NodeId, Time, Timing};
+use coterie_core::{AlgoConfig, Engine, Epoch, Fence, MutexOptions, NodeId, Time, Timing, Way};
 use coterie_diagram::MarkKind;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -24,6 +23,11 @@ pub enum Load {
     /// a quiet gap after each release: the messages each entry costs are
     /// counted exactly.
     Sequential,
+    /// Every live node asks at the same instant, once; the next burst comes
+    /// when every entry of this one is done and its messages have landed.
+    /// `requests` bursts in all. The case the textbook states
+    /// Lodha-Kshemkalyani's saving for: all N requests concurrent.
+    Burst,
 }
 
 /// The parameters of one run.
@@ -49,6 +53,12 @@ pub struct SimConfig {
     /// one to six failure timeouts, then healed. Algorithms that trust
     /// timeouts may grant on both sides meanwhile.
     pub partitions: u32,
+    /// This many one-way partitions during the workload, drawn as
+    /// `partitions` are, but cutting one way only: the minority hears
+    /// nothing from the rest, or the rest nothing from the minority (the
+    /// way drawn too). It is the fault that confuses failure detectors
+    /// most: one side suspects the other, which suspects nobody.
+    pub one_way_partitions: u32,
     /// This many pauses during the workload: a random node freezes, state
     /// and all, for half a failure timeout to four, then carries on where
     /// it stopped (a stopped process, a long GC pause, a VM migration).
@@ -91,7 +101,7 @@ pub struct SimConfig {
     /// The shape of the workload.
     pub load: Load,
     /// Critical-section entries each node's client makes (concurrent load),
-    /// or entries in all (sequential load).
+    /// entries in all (sequential load), or bursts (burst load).
     pub requests: u32,
     /// Heartbeat and failure-detection periods.
     pub timing: Timing,
@@ -125,6 +135,7 @@ impl SimConfig {
             seed: 1,
             crashes: 0,
             partitions: 0,
+            one_way_partitions: 0,
             pauses: 0,
             delays: 0,
             delay_spike: (
@@ -181,8 +192,10 @@ pub struct RunReport {
     pub elections: Vec<(u64, u32, u32, u64)>,
     /// Crashes injected.
     pub crashes: u32,
-    /// Partitions injected.
+    /// Partitions injected, one-way ones included.
     pub partitions: u32,
+    /// One-way partitions injected.
+    pub one_way_partitions: u32,
     /// Pauses injected.
     pub pauses: u32,
     /// Delay spikes injected.
@@ -284,6 +297,8 @@ enum Event {
     },
     /// Sequential load: choose the next requester.
     NextSequential,
+    /// Burst load: every live node asks now, if the last burst is over.
+    NextBurst,
     Crash {
         node: NodeId,
         silent: bool,
@@ -291,11 +306,12 @@ enum Event {
     Restart {
         node: NodeId,
     },
-    /// Cut `side` off from every other node, both ways (unless another
-    /// partition is in force).
+    /// Cut `side` off from every other node, both ways or one (unless
+    /// another partition is in force).
     Partition {
         id: u32,
         side: BTreeSet<NodeId>,
+        way: Way,
     },
     /// End partition `id`.
     Heal {
@@ -358,10 +374,12 @@ struct SimNode {
     stable: Option<coterie_core::Restored>,
 }
 
-/// One run of the simulator; see the crate documentation.
-pub struct Simulation {
+/// One run of the simulator, its choices made by `C`; see the crate
+/// documentation.
+pub struct Simulation<C: Chooser = Random> {
     cfg: SimConfig,
-    rng: ChaCha8Rng,
+    /// Where every choice of the run comes from.
+    chooser: C,
     now: Time,
     seq: u64,
     queue: BinaryHeap<Reverse<(Time, u64, usize)>>,
@@ -386,11 +404,14 @@ pub struct Simulation {
     /// requester was coordinator) and entries left.
     sequential: Option<(NodeId, u64, bool)>,
     sequential_left: u32,
+    /// Burst load: bursts still to come, and whether the next is queued.
+    bursts_left: u32,
+    burst_due: bool,
     mutex_sent_total: u64,
     /// Mutex messages sent and not yet delivered (or dropped).
     mutex_in_flight: u64,
     /// The side of the partition in force, if any.
-    cut: Option<(u32, BTreeSet<NodeId>)>,
+    cut: Option<(u32, BTreeSet<NodeId>, Way)>,
     /// Paused nodes.
     paused: BTreeSet<NodeId>,
     /// What reached each paused node, in order.
@@ -407,12 +428,25 @@ pub struct Simulation {
 const STEP: Duration = Duration::from_micros(1);
 
 impl Simulation {
-    /// Prepares a run; fails on an unknown algorithm name.
+    /// Prepares a run of seed `cfg.seed`; fails on an unknown algorithm
+    /// name.
     pub fn new(cfg: SimConfig) -> Result<Simulation, registry::UnknownAlgorithm> {
+        let chooser = Random::new(cfg.seed);
+        Simulation::with_chooser(cfg, chooser)
+    }
+}
+
+impl<C: Chooser> Simulation<C> {
+    /// Prepares a run whose choices come from `chooser` (`cfg.seed` only
+    /// names it in reports).
+    pub fn with_chooser(
+        cfg: SimConfig,
+        chooser: C,
+    ) -> Result<Simulation<C>, registry::UnknownAlgorithm> {
         registry::mutex(&cfg.mutex)?;
         registry::election(&cfg.election)?;
         let mut sim = Simulation {
-            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+            chooser,
             now: Time::ZERO,
             seq: 0,
             queue: BinaryHeap::new(),
@@ -427,6 +461,8 @@ impl Simulation {
             last_fault: Time::ZERO,
             sequential: None,
             sequential_left: cfg.requests,
+            bursts_left: cfg.requests,
+            burst_due: false,
             mutex_sent_total: 0,
             mutex_in_flight: 0,
             cut: None,
@@ -449,7 +485,7 @@ impl Simulation {
             let node = NodeId(id);
             let remaining = match sim.cfg.load {
                 Load::Concurrent => sim.cfg.requests,
-                Load::Sequential => 0,
+                Load::Sequential | Load::Burst => 0,
             };
             sim.nodes.insert(
                 node,
@@ -568,11 +604,12 @@ impl Simulation {
     }
 
     fn uniform(&mut self, (lo, hi): (Duration, Duration)) -> Duration {
-        if hi <= lo {
-            lo
-        } else {
-            self.rng.random_range(lo..=hi)
-        }
+        self.chooser.duration(lo, hi)
+    }
+
+    /// A node, any of the cluster's.
+    fn any_node(&mut self) -> NodeId {
+        NodeId(self.chooser.number(1, self.cfg.nodes))
     }
 
     fn schedule_workload(&mut self) {
@@ -586,6 +623,10 @@ impl Simulation {
                 }
             }
             Load::Sequential => self.push(start, Event::NextSequential),
+            Load::Burst => {
+                self.burst_due = true;
+                self.push(start, Event::NextBurst);
+            }
         }
     }
 
@@ -596,34 +637,29 @@ impl Simulation {
         let ft = self.cfg.timing.failure_timeout;
         for _ in 0..self.cfg.crashes {
             let at = self.workload_start + self.uniform((Duration::ZERO, window));
-            let node = NodeId(self.rng.random_range(1..=self.cfg.nodes));
-            let silent = self.rng.random_bool(0.5);
+            let node = self.any_node();
+            let silent = self.chooser.chance(0.5);
             self.push(at, Event::Crash { node, silent });
             let down_for = self.uniform((ft / 2, ft * 4));
             self.push(at + down_for, Event::Restart { node });
         }
         for _ in 0..self.cfg.pauses {
             let at = self.workload_start + self.uniform((Duration::ZERO, window));
-            let node = NodeId(self.rng.random_range(1..=self.cfg.nodes));
+            let node = self.any_node();
             let until = at + self.uniform((ft / 2, ft * 4));
             self.push(at, Event::Pause { node });
             self.push(until, Event::Resume { node });
         }
         for id in 0..self.cfg.partitions {
             let at = self.workload_start + self.uniform((Duration::ZERO, window));
-            let minority = self.rng.random_range(1..=(self.cfg.nodes / 2).max(1));
-            let mut ids: Vec<NodeId> = (1..=self.cfg.nodes).map(NodeId).collect();
-            let mut side = BTreeSet::new();
-            for _ in 0..minority {
-                side.insert(ids.swap_remove(self.rng.random_range(0..ids.len())));
-            }
-            self.push(at, Event::Partition { id, side });
+            let side = self.minority();
+            self.push(at, Event::Partition { id, side, way: Way::Both });
             let lasts = self.uniform((ft, ft * 6));
             self.push(at + lasts, Event::Heal { id });
         }
         for id in 0..self.cfg.delays {
             let at = self.workload_start + self.uniform((Duration::ZERO, window));
-            let node = NodeId(self.rng.random_range(1..=self.cfg.nodes));
+            let node = self.any_node();
             let extra = self.uniform(self.cfg.delay_spike);
             let lasts = self.uniform((ft, ft * 6));
             self.push(at, Event::DelaySpike { id, node, extra });
@@ -631,17 +667,39 @@ impl Simulation {
         }
         for _ in 0..self.cfg.resets {
             let at = self.workload_start + self.uniform((Duration::ZERO, window));
-            let node = NodeId(self.rng.random_range(1..=self.cfg.nodes));
+            let node = self.any_node();
             self.push(at, Event::Reset { node });
         }
         for id in 0..self.cfg.drops {
             let at = self.workload_start + self.uniform((Duration::ZERO, window));
-            let node = NodeId(self.rng.random_range(1..=self.cfg.nodes));
-            let share = self.rng.random_range(0.1..=0.5);
+            let node = self.any_node();
+            let share = self.chooser.fraction(0.1, 0.5);
             let lasts = self.uniform((ft, ft * 6));
             self.push(at, Event::Loss { id, node, share });
             self.push(at + lasts, Event::LossOver { id, node });
         }
+        // After the others, so that runs without them draw what they
+        // always drew.
+        for n in 0..self.cfg.one_way_partitions {
+            let id = self.cfg.partitions + n;
+            let at = self.workload_start + self.uniform((Duration::ZERO, window));
+            let side = self.minority();
+            let way = if self.chooser.chance(0.5) { Way::Inbound } else { Way::Outbound };
+            self.push(at, Event::Partition { id, side, way });
+            let lasts = self.uniform((ft, ft * 6));
+            self.push(at + lasts, Event::Heal { id });
+        }
+    }
+
+    /// A random minority of the cluster (one node of two).
+    fn minority(&mut self) -> BTreeSet<NodeId> {
+        let minority = self.chooser.number(1, (self.cfg.nodes / 2).max(1));
+        let mut ids: Vec<NodeId> = (1..=self.cfg.nodes).map(NodeId).collect();
+        let mut side = BTreeSet::new();
+        for _ in 0..minority {
+            side.insert(ids.swap_remove(self.chooser.index(ids.len())));
+        }
+        side
     }
 
     /// Tells the recorder, if the run is recorded, with the time in µs.
@@ -713,7 +771,7 @@ impl Simulation {
                 // In a loss window, a share of the node's messages never
                 // arrive, heartbeats as much as the rest.
                 let lost = match self.losses.get(&node) {
-                    Some(&(_, share)) => self.rng.random_bool(share),
+                    Some(&(_, share)) => self.chooser.chance(share),
                     None => false,
                 };
                 if lost {
@@ -833,9 +891,16 @@ impl Simulation {
         self.push(self.now + hold, Event::Release { node, incarnation });
     }
 
-    /// Whether a partition separates `a` from `b` now.
-    fn severed(&self, a: NodeId, b: NodeId) -> bool {
-        self.cut.as_ref().is_some_and(|(_, side)| side.contains(&a) != side.contains(&b))
+    /// Whether a partition stops what `from` sends `to` now.
+    fn severed(&self, from: NodeId, to: NodeId) -> bool {
+        self.cut.as_ref().is_some_and(|(_, side, way)| {
+            let (from_side, to_side) = (side.contains(&from), side.contains(&to));
+            match way {
+                Way::Both => from_side != to_side,
+                Way::Inbound => !from_side && to_side,
+                Way::Outbound => from_side && !to_side,
+            }
+        })
     }
 
     fn live(&self, node: NodeId, incarnation: u32) -> bool {
@@ -950,18 +1015,28 @@ impl Simulation {
                 self.after_release(node);
             }
             Event::NextSequential => self.next_sequential(),
+            Event::NextBurst => self.next_burst(),
             Event::Crash { node, silent } => self.crash(node, silent),
-            Event::Partition { id, side } => {
+            Event::Partition { id, side, way } => {
                 if self.cut.is_some() {
                     return; // one partition at a time
                 }
                 self.last_fault = self.now;
                 self.report.partitions += 1;
+                if way != Way::Both {
+                    self.report.one_way_partitions += 1;
+                }
                 let names: Vec<String> = side.iter().map(|n| n.to_string()).collect();
-                self.trace(|| format!("PARTITION: {{{}}} cut off from the rest", names.join(", ")));
-                let text = format!("partition: {{{}}} cut off from the rest", names.join(", "));
+                let names = names.join(", ");
+                let what = match way {
+                    Way::Both => format!("{{{names}}} cut off from the rest"),
+                    Way::Inbound => format!("{{{names}}} hear nothing from the rest"),
+                    Way::Outbound => format!("the rest hear nothing from {{{names}}}"),
+                };
+                self.trace(|| format!("PARTITION: {what}"));
+                let text = format!("partition: {what}");
                 self.record(|r, at| r.begin(at, None, MarkKind::Partition, text));
-                self.cut = Some((id, side));
+                self.cut = Some((id, side, way));
             }
             Event::Pause { node } => {
                 if self.nodes[&node].engine.is_none() || self.paused.contains(&node) {
@@ -1031,7 +1106,7 @@ impl Simulation {
                 }
             }
             Event::Heal { id } => {
-                if self.cut.as_ref().is_some_and(|(current, _)| *current == id) {
+                if self.cut.as_ref().is_some_and(|(current, _, _)| *current == id) {
                     self.cut = None;
                     self.last_fault = self.now;
                     self.trace(|| "HEAL: the partition is over".to_string());
@@ -1167,6 +1242,48 @@ impl Simulation {
                 let quiet = self.cfg.delay.1 * 4 + STEP;
                 self.push(self.now + quiet, Event::NextSequential);
             }
+            Load::Burst => {
+                n.client = ClientState::Done;
+                self.after_burst_entry();
+            }
+        }
+    }
+
+    /// Burst load: once every live node's entry of this burst is done (or
+    /// its node died), the next burst comes after a quiet gap.
+    fn after_burst_entry(&mut self) {
+        if self.burst_over() && self.bursts_left > 0 && !self.burst_due {
+            self.burst_due = true;
+            let quiet = self.cfg.delay.1 * 4 + STEP;
+            self.push(self.now + quiet, Event::NextBurst);
+        }
+    }
+
+    /// Whether every live node's entry of the burst under way is done.
+    fn burst_over(&self) -> bool {
+        self.nodes.values().all(|n| n.engine.is_none() || n.client == ClientState::Done)
+    }
+
+    fn next_burst(&mut self) {
+        if self.mutex_in_flight > 0 {
+            // The last burst's messages are still moving: wait for them.
+            let wait = self.cfg.delay.1 + STEP;
+            self.push(self.now + wait, Event::NextBurst);
+            return;
+        }
+        self.burst_due = false;
+        let Some(left) = self.bursts_left.checked_sub(1) else { return };
+        self.bursts_left = left;
+        self.trace(|| "BURST: every live node asks".to_string());
+        let live: Vec<(NodeId, u32)> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.engine.is_some())
+            .map(|(&id, n)| (id, n.incarnation))
+            .collect();
+        for (node, incarnation) in live {
+            self.nodes.get_mut(&node).expect("known").client = ClientState::Thinking;
+            self.push(self.now, Event::Request { node, incarnation });
         }
     }
 
@@ -1189,7 +1306,7 @@ impl Simulation {
         self.sequential_left -= 1;
         let live: Vec<NodeId> =
             self.nodes.iter().filter(|(_, n)| n.engine.is_some()).map(|(&id, _)| id).collect();
-        let node = live[self.rng.random_range(0..live.len())];
+        let node = live[self.chooser.index(live.len())];
         let local = self.nodes[&node].engine.as_ref().and_then(Engine::coordinator) == Some(node);
         self.sequential = Some((node, self.mutex_sent_total, local));
         let incarnation = self.nodes[&node].incarnation;
@@ -1223,6 +1340,11 @@ impl Simulation {
             self.sequential = None;
             self.push(self.now, Event::NextSequential);
         }
+        if self.cfg.load == Load::Burst {
+            // The entry it waited for, or held, will not come: the burst
+            // may be over without it.
+            self.after_burst_entry();
+        }
         if !silent {
             // Every peer's connection closes once what was in flight lands.
             let peers: Vec<(NodeId, u32)> = self
@@ -1249,6 +1371,7 @@ impl Simulation {
                 self.nodes.values().all(|n| n.engine.is_none() || n.client == ClientState::Done)
             }
             Load::Sequential => self.sequential_left == 0 && self.sequential.is_none(),
+            Load::Burst => self.bursts_left == 0 && self.burst_over(),
         }
     }
 
@@ -1257,7 +1380,7 @@ impl Simulation {
         // Once the workload is done and faults are over, give the cluster
         // time to settle before judging agreement.
         let settle = self.cfg.timing.failure_timeout * 6;
-        while let Some(Reverse((at, _, idx))) = self.queue.pop() {
+        while let Some((at, idx)) = self.next_event() {
             if at > self.cfg.max_time {
                 self.now = self.cfg.max_time;
                 break;
@@ -1283,6 +1406,31 @@ impl Simulation {
         self.report.diagram = self.recorder.take().map(|r| r.finish(end));
 
         self.report
+    }
+
+    /// The next event: the earliest due, and among several due at the
+    /// same instant the first queued, unless the chooser orders ties.
+    fn next_event(&mut self) -> Option<(Time, usize)> {
+        let Reverse((at, _, idx)) = self.queue.pop()?;
+        if !self.chooser.orders_ties() {
+            return Some((at, idx));
+        }
+        let mut tied = vec![idx];
+        while let Some(&Reverse((next, _, other))) = self.queue.peek() {
+            if next != at {
+                break;
+            }
+            self.queue.pop();
+            tied.push(other);
+        }
+        let chosen = tied.remove(self.chooser.index(tied.len()));
+        for other in tied {
+            // Back in the queue, behind nothing: their order among
+            // themselves is chosen again at the next pop.
+            self.seq += 1;
+            self.queue.push(Reverse((at, self.seq, other)));
+        }
+        Some((at, chosen))
     }
 
     fn compact(&mut self) {

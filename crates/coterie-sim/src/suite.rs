@@ -42,6 +42,8 @@ pub struct Summary {
     pub crashes: u64,
     /// Partitions injected, over all runs.
     pub partitions: u64,
+    /// One-way partitions injected.
+    pub one_way_partitions: u64,
     /// Pauses injected, over all runs.
     pub pauses: u64,
     /// Delay spikes injected, over all runs.
@@ -89,6 +91,7 @@ pub fn run_seeds(
         coordinator_entries: 0,
         crashes: 0,
         partitions: 0,
+        one_way_partitions: 0,
         pauses: 0,
         delays: 0,
         drops: 0,
@@ -109,6 +112,7 @@ pub fn run_seeds(
         summary.coordinator_entries += report.coordinator_entries;
         summary.crashes += u64::from(report.crashes);
         summary.partitions += u64::from(report.partitions);
+        summary.one_way_partitions += u64::from(report.one_way_partitions);
         summary.pauses += u64::from(report.pauses);
         summary.delays += u64::from(report.delays);
         summary.drops += u64::from(report.drops);

@@ -4,7 +4,7 @@
 //! with no new test code. A failure prints the seed, the command that
 //! replays it, and the end of its trace.
 
-use coterie_core::registry::{MutexInfo, ELECTIONS, MUTEXES};
+use coterie_core::registry::{MutexInfo, MutexOption, ELECTIONS, MUTEXES};
 use coterie_core::{MutexOptions, Priority};
 use coterie_sim::sim::{self, Load, SimConfig};
 use coterie_sim::{run_seeds, Summary};
@@ -161,7 +161,7 @@ fn sessions_overflow_on_a_crashed_peer_and_every_invariant_holds() {
 #[test]
 fn sessions_to_a_paused_node_overflow_and_quorum_algorithms_stay_safe() {
     let session_limits = coterie_core::session::Limits { max_frames: 16, max_bytes: 1 << 20 };
-    for name in mutexes().into_iter().map(|m| m.name).filter(|n| QUORUM.contains(n)) {
+    for name in partition_safe() {
         for e in ELECTIONS {
             let base = SimConfig::new(name, e.name);
             let cfg = SimConfig { pauses: 3, resets: 6, crashes: 1, session_limits, ..base };
@@ -185,7 +185,7 @@ fn every_pair_at_every_size_survives_crashes() {
 
 #[test]
 fn counting_semaphores_admit_k_holders_and_no_more() {
-    for m in mutexes().into_iter().filter(|m| m.counting) {
+    for m in mutexes().into_iter().filter(|m| m.claims.counting) {
         for e in ELECTIONS {
             let cfg = SimConfig { capacity: 2, crashes: 1, ..SimConfig::new(m.name, e.name) };
             let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
@@ -222,6 +222,52 @@ fn light_load_message_counts_match_theory() {
     }
 }
 
+/// Every node asks at the same instant: each algorithm at its textbook
+/// figure for N concurrent requests. Ricart-Agrawala stays at 2(N-1);
+/// Lodha-Kshemkalyani, whose concurrent requests answer each other, costs
+/// less than that (the textbook's N: N-1 REQUESTs and one FLUSH, when the
+/// requests are all concurrent); Maekawa's arbiters, asked by everyone at
+/// once, INQUIRE, YIELD and FAIL.
+#[test]
+fn burst_message_counts_match_theory() {
+    for m in mutexes() {
+        for n in [3, 5, 7] {
+            let cfg = SimConfig {
+                nodes: n,
+                load: Load::Burst,
+                requests: 5,
+                ..SimConfig::new(m.name, ELECTIONS[0].name)
+            };
+            let (mut messages, mut entries) = (0, 0);
+            let mut kinds = std::collections::BTreeMap::<String, u64>::new();
+            for seed in 0..20 {
+                let report = sim::run(SimConfig { seed, ..cfg.clone() }).unwrap();
+                assert!(report.violations.is_empty(), "{:?}", report.violations);
+                assert_eq!(report.entries, u64::from(n) * 5, "{} n={n} seed {seed}", m.name);
+                messages += report.mutex_messages;
+                entries += report.entries;
+                for (kind, count) in report.messages_by_kind {
+                    *kinds.entry(kind).or_default() += count;
+                }
+            }
+            let per_entry = messages as f64 / entries as f64;
+            let (lo, hi) = (m.burst_load)(u64::from(n));
+            eprintln!("{} n={n} burst: {per_entry:.2} messages per entry", m.name);
+            assert!(
+                per_entry >= lo - 1e-9 && per_entry <= hi + 1e-9,
+                "{} n={n}: {per_entry:.2} messages per entry in bursts, theory {lo:.2}..={hi:.2}",
+                m.name
+            );
+            if n >= 5 {
+                for kind in m.burst_kinds {
+                    let seen = kinds.get(*kind).copied().unwrap_or(0);
+                    assert!(seen > 0, "{} n={n}: no {kind} in 20 runs of bursts", m.name);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn heavy_load_message_counts_match_theory() {
     for m in mutexes() {
@@ -250,7 +296,7 @@ fn heavy_load_message_counts_match_theory() {
 
 #[test]
 fn fair_algorithms_grant_in_timestamp_order() {
-    for m in mutexes().into_iter().filter(|m| m.fair) {
+    for m in mutexes().into_iter().filter(|m| m.claims.fair) {
         for nodes in [3, 5, 9] {
             let cfg = SimConfig { nodes, ..SimConfig::new(m.name, ELECTIONS[0].name) };
             let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
@@ -294,14 +340,22 @@ fn the_checker_catches_two_holders_and_names_the_seed() {
 /// The registered algorithms that have the fault-tolerant form and the
 /// dynamic priorities.
 fn with_options() -> Vec<&'static MutexInfo> {
-    mutexes().into_iter().filter(|m| MutexOptions::USED_BY.contains(&m.name)).collect()
+    mutexes().into_iter().filter(|m| !m.claims.options.is_empty()).collect()
 }
 
-/// Every choice of options but the default, which the tests above cover.
-fn every_variant() -> Vec<MutexOptions> {
+/// Every choice of the options `m` claims but the default, which the tests
+/// above cover.
+fn every_variant(m: &MutexInfo) -> Vec<MutexOptions> {
+    let priorities = if m.claims.takes(MutexOption::Priority) {
+        &Priority::ALL[..]
+    } else {
+        &[Priority::Timestamp]
+    };
+    let tolerances =
+        if m.claims.takes(MutexOption::FaultTolerant) { &[false, true][..] } else { &[false] };
     let mut variants = Vec::new();
-    for priority in Priority::ALL {
-        for fault_tolerant in [false, true] {
+    for &priority in priorities {
+        for &fault_tolerant in tolerances {
             variants.push(MutexOptions { fault_tolerant, priority });
         }
     }
@@ -312,13 +366,13 @@ fn every_variant() -> Vec<MutexOptions> {
 #[test]
 fn ricart_agrawala_variants_are_safe_and_live_with_and_without_crashes() {
     for m in with_options() {
-        for mutex_options in every_variant() {
+        for mutex_options in every_variant(m) {
             for nodes in [3, 5, 7] {
                 for crashes in [0, 2] {
                     let cfg = SimConfig {
                         nodes,
                         crashes,
-                        capacity: if m.counting { 2 } else { 1 },
+                        capacity: if m.claims.counting { 2 } else { 1 },
                         mutex_options,
                         ..SimConfig::new(m.name, ELECTIONS[0].name)
                     };
@@ -343,7 +397,7 @@ fn ricart_agrawala_variants_cost_2n_minus_2_at_light_load() {
     // request asks again only after another overtook it: one request at a
     // time costs what the classic algorithm costs.
     for m in with_options() {
-        for mutex_options in every_variant() {
+        for mutex_options in every_variant(m) {
             for n in [3, 5, 7] {
                 let cfg = SimConfig {
                     nodes: n,
@@ -371,7 +425,7 @@ fn ricart_agrawala_variants_cost_2n_minus_2_at_light_load() {
 
 #[test]
 fn fault_tolerant_ricart_agrawala_still_grants_in_timestamp_order() {
-    for m in with_options().into_iter().filter(|m| m.fair) {
+    for m in with_options().into_iter().filter(|m| m.claims.fair) {
         for nodes in [3, 5, 9] {
             let cfg = SimConfig {
                 nodes,
@@ -387,13 +441,15 @@ fn fault_tolerant_ricart_agrawala_still_grants_in_timestamp_order() {
 }
 
 /// The algorithms whose safety does not rest on timeouts.
-const QUORUM: [&str; 2] = ["maekawa", "tree-quorum"];
+fn partition_safe() -> impl Iterator<Item = &'static str> {
+    mutexes().into_iter().filter(|m| m.claims.safe_under_partitions).map(|m| m.name)
+}
 
 /// Safety, fences, liveness after the heal and agreement, all of them,
 /// whatever the partition: the quorum algorithms never trust a timeout.
 #[test]
 fn quorum_algorithms_stay_safe_and_live_under_partitions() {
-    for name in mutexes().into_iter().map(|m| m.name).filter(|n| QUORUM.contains(n)) {
+    for name in partition_safe() {
         for nodes in [3, 5, 7] {
             for e in ELECTIONS {
                 let cfg = SimConfig { nodes, partitions: 2, ..SimConfig::new(name, e.name) };
@@ -405,12 +461,41 @@ fn quorum_algorithms_stay_safe_and_live_under_partitions() {
     }
 }
 
+/// A one-way partition (one side hears nothing from the other, which
+/// still hears it) gets one side suspected by the other and not the other
+/// way round: the failure detectors disagree. The quorum algorithms never
+/// trust a suspicion for safety, so no two holders and no stale fence,
+/// whichever way the cut. Liveness is not asserted: what the deaf side
+/// missed is lost above the sessions and nothing tells the other side to
+/// send it again (see the README's table of what each algorithm makes of
+/// it).
+#[test]
+fn quorum_algorithms_stay_safe_under_one_way_partitions() {
+    for name in partition_safe() {
+        for nodes in [3, 5, 7] {
+            for e in ELECTIONS {
+                let base = SimConfig::new(name, e.name);
+                let cfg = SimConfig { nodes, one_way_partitions: 2, ..base };
+                let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+                assert!(summary.one_way_partitions > 0, "no one-way partition was injected");
+                let broken = unsafe_runs(&summary);
+                assert_eq!(
+                    broken, 0,
+                    "{name}/{} n={nodes}: {broken} runs broke safety or fences under one-way \
+                     partitions: {:?}",
+                    e.name, summary.failures
+                );
+            }
+        }
+    }
+}
+
 /// With crashes on top of partitions every invariant still holds, liveness
 /// included: after the heal, a restarted arbiter's stored grant and every
 /// node's RECOVER put each permission back where it belongs.
 #[test]
 fn quorum_algorithms_stay_safe_and_live_under_partitions_and_crashes() {
-    for name in mutexes().into_iter().map(|m| m.name).filter(|n| QUORUM.contains(n)) {
+    for name in partition_safe() {
         for nodes in [3, 5, 7] {
             for e in ELECTIONS {
                 let cfg =
@@ -427,7 +512,7 @@ fn quorum_algorithms_stay_safe_and_live_under_partitions_and_crashes() {
 /// on both sides of a partition, and the checker sees it.
 #[test]
 fn timeout_algorithms_grant_on_both_sides_of_a_partition() {
-    for m in mutexes().into_iter().filter(|m| !QUORUM.contains(&m.name)) {
+    for m in mutexes().into_iter().filter(|m| !m.claims.safe_under_partitions) {
         let cfg = SimConfig { partitions: 1, ..SimConfig::new(m.name, ELECTIONS[0].name) };
         let summary = run_seeds(&cfg, 0..50, |_, _| {}).unwrap();
         assert!(
@@ -444,7 +529,7 @@ fn timeout_algorithms_grant_on_both_sides_of_a_partition() {
 /// permission is paused finds whom it granted in stable storage.
 #[test]
 fn quorum_algorithms_stay_safe_and_live_around_pauses_and_crashes() {
-    for name in mutexes().into_iter().map(|m| m.name).filter(|n| QUORUM.contains(n)) {
+    for name in partition_safe() {
         for nodes in [3, 5, 7] {
             for e in ELECTIONS {
                 for crashes in [0, 2] {
@@ -502,7 +587,7 @@ fn delay_spikes_break_only_the_algorithms_that_trust_timeouts() {
             let cfg = SimConfig { crashes: 1, delays: 2, ..SimConfig::new(m.name, e.name) };
             let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
             assert!(summary.delays > 200, "{}/{}: spikes were injected", m.name, e.name);
-            if QUORUM.contains(&m.name) {
+            if m.claims.safe_under_partitions {
                 assert_clean(&cfg, &summary);
             } else {
                 eprintln!(
@@ -517,7 +602,7 @@ fn delay_spikes_break_only_the_algorithms_that_trust_timeouts() {
             }
         }
         assert!(
-            QUORUM.contains(&m.name) || broken > 0,
+            m.claims.safe_under_partitions || broken > 0,
             "{}: 600 runs with long delay spikes and never two holders nor a stale fence; \
              are the spikes real?",
             m.name
@@ -554,7 +639,7 @@ fn delay_spikes_within_the_detectors_slack_hurt_no_one() {
 /// invariant, so a run whose fence broke first is not checked further.
 #[test]
 fn quorum_algorithms_never_grant_twice_under_message_loss() {
-    for name in mutexes().into_iter().map(|m| m.name).filter(|n| QUORUM.contains(n)) {
+    for name in partition_safe() {
         for e in ELECTIONS {
             let cfg = SimConfig { drops: 1, ..SimConfig::new(name, e.name) };
             let summary = run_seeds(&cfg, 0..300, |_, _| {}).unwrap();

@@ -536,7 +536,7 @@ fn demo_succeeds_for_every_mutual_exclusion_algorithm() {
         assert!(report["entries"].as_u64().unwrap() > 0, "{}: no entries", m.name);
         assert_eq!(report["violations"], 0, "{}", m.name);
     }
-    for m in coterie_core::registry::MUTEXES.iter().filter(|m| m.counting) {
+    for m in coterie_core::registry::MUTEXES.iter().filter(|m| m.claims.counting) {
         let out =
             coterie(&["demo", "--mutex", m.name, "--count", "2", "--duration", "2s", "--json"]);
         assert!(
@@ -562,6 +562,7 @@ fn bench_reports_every_algorithm_against_theory() {
             "nodes",
             "light_messages_per_entry",
             "heavy_messages_per_entry",
+            "burst_messages_per_entry",
             "sync_delay",
             "out_of_order",
         ] {
@@ -570,6 +571,7 @@ fn bench_reports_every_algorithm_against_theory() {
         let n = row["nodes"].as_f64().unwrap();
         if row["mutex"] == "ricart-agrawala" {
             assert_eq!(row["light_messages_per_entry"].as_f64(), Some(2.0 * (n - 1.0)));
+            assert_eq!(row["burst_messages_per_entry"].as_f64(), Some(2.0 * (n - 1.0)));
         }
         if row["mutex"] == "lamport" {
             assert_eq!(row["light_messages_per_entry"].as_f64(), Some(3.0 * (n - 1.0)));

@@ -15,13 +15,15 @@ use std::time::Duration;
 
 /// Compare mutual-exclusion algorithms in the simulator.
 ///
-/// For each algorithm and cluster size, two workloads run over several
+/// For each algorithm and cluster size, three workloads run over several
 /// seeds with no faults:
 /// - light load: one request at a time in the whole cluster; the messages
 ///   each entry costs are counted exactly;
-/// - heavy load: every node always wanting (no think time, 1 ms inside).
+/// - heavy load: every node always wanting (no think time, 1 ms inside);
+/// - bursts: every node asking at the same instant, once per burst (the
+///   textbook's case of N concurrent requests).
 ///
-/// Columns: messages per entry at light and heavy load; synchronisation
+/// Columns: messages per entry at light and heavy load and in bursts; synchronisation
 /// delay (from a release to the next grant while someone waits) in mean
 /// one-way message delays; entries per simulated second under heavy load;
 /// grants made while a request that came earlier still waited (out of
@@ -77,6 +79,7 @@ struct Row {
     nodes: u32,
     light_messages_per_entry: f64,
     heavy_messages_per_entry: f64,
+    burst_messages_per_entry: f64,
     sync_delay: f64,
     throughput_per_s: f64,
     out_of_order: u64,
@@ -166,6 +169,7 @@ fn measure(
     let mean_delay = (base.delay.0 + base.delay.1).as_secs_f64() / 2.0;
     let (mut light_msgs, mut light_entries) = (0u64, 0u64);
     let (mut heavy_msgs, mut heavy_entries, mut heavy_us) = (0u64, 0u64, 0u64);
+    let (mut burst_msgs, mut burst_entries) = (0u64, 0u64);
     let (mut delays, mut out_of_order, mut violations) = (Vec::new(), 0, 0);
     for seed in 0..seeds {
         let light =
@@ -180,12 +184,16 @@ fn measure(
             think: (Duration::ZERO, Duration::ZERO),
             ..base.clone()
         })?;
+        let burst = sim::run(SimConfig { seed, load: Load::Burst, requests: 5, ..base.clone() })?;
+        burst_msgs += burst.mutex_messages;
+        burst_entries += burst.entries;
         heavy_msgs += heavy.mutex_messages;
         heavy_entries += heavy.entries;
         heavy_us += heavy.workload_us;
         delays.extend(heavy.sync_delays_us.iter().copied());
         out_of_order += heavy.out_of_order;
-        violations += (light.violations.len() + heavy.violations.len()) as u64;
+        violations +=
+            (light.violations.len() + heavy.violations.len() + burst.violations.len()) as u64;
     }
     let per = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     let mean_sync = per(delays.iter().sum(), delays.len() as u64) / 1e6;
@@ -194,6 +202,7 @@ fn measure(
         nodes,
         light_messages_per_entry: per(light_msgs, light_entries),
         heavy_messages_per_entry: per(heavy_msgs, heavy_entries),
+        burst_messages_per_entry: per(burst_msgs, burst_entries),
         sync_delay: mean_sync / mean_delay,
         throughput_per_s: per(heavy_entries * 1_000_000, heavy_us),
         out_of_order,
@@ -247,16 +256,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         eprint!("\r{:60}\r", "");
         println!(
-            "{:<20} {:>3}  {:>11}  {:>11}  {:>10}  {:>11}  {:>12}",
-            "MUTEX", "N", "MSGS LIGHT", "MSGS HEAVY", "SYNC (T)", "ENTRIES/S", "OUT OF ORDER"
+            "{:<20} {:>3}  {:>11}  {:>11}  {:>11}  {:>10}  {:>11}  {:>12}",
+            "MUTEX",
+            "N",
+            "MSGS LIGHT",
+            "MSGS HEAVY",
+            "MSGS BURST",
+            "SYNC (T)",
+            "ENTRIES/S",
+            "OUT OF ORDER"
         );
         for r in &rows {
             println!(
-                "{:<20} {:>3}  {:>11.2}  {:>11.2}  {:>10.2}  {:>11.0}  {:>12}",
+                "{:<20} {:>3}  {:>11.2}  {:>11.2}  {:>11.2}  {:>10.2}  {:>11.0}  {:>12}",
                 r.mutex,
                 r.nodes,
                 r.light_messages_per_entry,
                 r.heavy_messages_per_entry,
+                r.burst_messages_per_entry,
                 r.sync_delay,
                 r.throughput_per_s,
                 r.out_of_order

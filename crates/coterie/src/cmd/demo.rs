@@ -96,7 +96,7 @@ struct DemoReport {
 pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
     let info = registry::mutex(&args.mutex)?;
     registry::election(&args.election)?;
-    if args.count == 0 || (args.count > 1 && !info.counting) {
+    if args.count == 0 || (args.count > 1 && !info.claims.counting) {
         bail!(
             "--count {} does not fit {}, which admits one holder at a time",
             args.count,

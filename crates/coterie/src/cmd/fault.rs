@@ -3,7 +3,7 @@
 
 use super::common::{self, Target};
 use anyhow::Result;
-use coterie_node::protocol::FaultCommand;
+use coterie_node::protocol::{FaultCommand, Way};
 use serde_json::json;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -37,11 +37,20 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 enum Fault {
-    /// Cut the node off from these peers, both ways (all peers if none).
+    /// Cut the node off from these peers (all peers if none): both ways,
+    /// or one way with --inbound or --outbound.
     Partition {
         /// Peer ids, comma-separated.
         #[arg(value_delimiter = ',')]
         peers: Vec<u32>,
+        /// Only what comes in: the node hears nothing from the peers,
+        /// which still hear it.
+        #[arg(long, conflicts_with = "outbound")]
+        inbound: bool,
+        /// Only what goes out: the peers hear nothing from the node, which
+        /// still hears them.
+        #[arg(long)]
+        outbound: bool,
     },
     /// Delay what the node sends (to --peers, or to everyone); 0 removes.
     Delay {
@@ -88,7 +97,14 @@ enum Fault {
 impl Fault {
     fn command(&self) -> FaultCommand {
         match self {
-            Fault::Partition { peers } => FaultCommand::Partition { peers: peers.clone() },
+            Fault::Partition { peers, inbound, outbound } => {
+                let way = match (inbound, outbound) {
+                    (true, _) => Way::Inbound,
+                    (_, true) => Way::Outbound,
+                    _ => Way::Both,
+                };
+                FaultCommand::Partition { peers: peers.clone(), way }
+            }
             Fault::Delay { delay, peers } => {
                 FaultCommand::Delay { peers: peers.clone(), ms: delay.as_millis() as u64 }
             }

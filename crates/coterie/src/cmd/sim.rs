@@ -41,6 +41,11 @@ pub struct Args {
     /// cut off for one to six failure timeouts, then healed.
     #[arg(long, default_value_t = 0, num_args = 0..=1, default_missing_value = "1")]
     partitions: u32,
+    /// Partition the network one way this many times per run: a random
+    /// minority hears nothing from the rest, or the rest nothing from it,
+    /// for one to six failure timeouts, then healed.
+    #[arg(long, default_value_t = 0, num_args = 0..=1, default_missing_value = "1")]
+    one_way_partitions: u32,
     /// Pause a random node this many times per run (frozen with its state
     /// for up to four failure timeouts, then carrying on).
     #[arg(long, default_value_t = 0, num_args = 0..=1, default_missing_value = "1")]
@@ -88,8 +93,12 @@ pub struct Args {
     #[arg(long, default_value_t = 10)]
     requests: u32,
     /// One request at a time in the whole cluster (exact message counts).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "burst")]
     sequential: bool,
+    /// Every node asks at the same instant, once per burst; --requests
+    /// bursts (the textbook's case of N concurrent requests).
+    #[arg(long)]
+    burst: bool,
     /// Print every event of the run (with --seed).
     #[arg(long)]
     trace: bool,
@@ -143,6 +152,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         },
         crashes: args.crashes,
         partitions: args.partitions,
+        one_way_partitions: args.one_way_partitions,
         pauses: args.pauses,
         delays: args.delays,
         drops: args.drops,
@@ -156,7 +166,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         stable_storage: !args.no_stable_storage,
         delay_spike: args.delay_spike.unwrap_or(defaults.delay_spike),
         requests: args.requests,
-        load: if args.sequential { Load::Sequential } else { Load::Concurrent },
+        load: if args.sequential {
+            Load::Sequential
+        } else if args.burst {
+            Load::Burst
+        } else {
+            Load::Concurrent
+        },
         ..defaults
     };
     let seeds = match args.seed {
@@ -199,6 +215,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             (c, p) => format!(", up to {c} crashes and {p} partitions each"),
         };
         for (n, what) in [
+            (args.one_way_partitions, "one-way partitions"),
             (args.pauses, "pauses"),
             (args.delays, "delay spikes"),
             (args.drops, "loss windows"),
@@ -231,14 +248,23 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 summary.records
             );
         }
-        if args.crashes + args.partitions + args.pauses + args.delays + args.drops + args.resets > 0
-        {
+        let asked = [
+            args.crashes,
+            args.partitions,
+            args.one_way_partitions,
+            args.pauses,
+            args.delays,
+            args.drops,
+            args.resets,
+        ];
+        if asked.iter().sum::<u32>() > 0 {
             println!(
-                "injected: {} crashes, {} partitions, {} pauses, {} delay spikes, {} loss windows \
+                "injected: {} crashes, {} partitions ({} one-way), {} pauses, {} delay spikes, {} loss windows \
                  ({} messages lost), {} connection resets ({} frames written again); {} sessions \
                  overflowed, {} gaps seen",
                 summary.crashes,
                 summary.partitions,
+                summary.one_way_partitions,
                 summary.pauses,
                 summary.delays,
                 summary.drops,
@@ -255,18 +281,23 @@ pub fn run(args: Args) -> Result<ExitCode> {
                  served (a liveness violation), but two holders at once is a real bug"
             );
         }
-        if args.partitions > 0 {
+        let info = registry::mutex(&args.mutex)?;
+        if args.partitions + args.one_way_partitions > 0 && !info.claims.safe_under_partitions {
             println!(
-                "note: under partitions the algorithms that trust timeouts may grant on both \
-                 sides; see the README's partition table"
+                "note: {} trusts timeouts, so under partitions it may grant on both sides; see \
+                 the README's partition table",
+                args.mutex
             );
         }
-        let info = registry::mutex(&args.mutex)?;
         let n = u64::from(args.nodes);
         let (remote, local) = ((info.light_load)(n, false), (info.light_load)(n, true));
         let range =
             |(lo, hi): (u64, u64)| if lo == hi { lo.to_string() } else { format!("{lo}..{hi}") };
-        if remote == local {
+        if args.burst {
+            let (lo, hi) = (info.burst_load)(n);
+            let range = if lo == hi { format!("{lo:.2}") } else { format!("{lo:.2}..{hi:.2}") };
+            println!("theory under a burst: {range} per entry");
+        } else if remote == local {
             println!("theory: {} per entry", range(remote));
         } else {
             println!(
@@ -298,6 +329,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         if args.sequential {
             extra.push_str(" --sequential");
+        }
+        if args.burst {
+            extra.push_str(" --burst");
+        }
+        if args.one_way_partitions > 0 {
+            extra.push_str(&format!(" --one-way-partitions {}", args.one_way_partitions));
         }
         if let Some(cap) = args.session_cap {
             extra.push_str(&format!(" --session-cap {cap}"));

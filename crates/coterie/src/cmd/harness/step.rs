@@ -10,7 +10,7 @@
 //! peers=1,2`, `heal`.
 
 use coterie_node::config::humantime_serde_str;
-use coterie_node::protocol::FaultCommand;
+use coterie_node::protocol::{FaultCommand, Way};
 use serde::Deserialize;
 use std::fmt;
 use std::time::Duration;
@@ -101,8 +101,9 @@ pub enum Action {
     Pause,
     /// The agent goes on.
     Unpause,
-    /// The node's links to `peers` (every peer when empty) carry nothing.
-    Partition { peers: Vec<u32> },
+    /// The node's links to `peers` (every peer when empty) carry nothing,
+    /// or nothing one `way`.
+    Partition { peers: Vec<u32>, way: Way },
     /// What the node sends to `peers` waits `by` first.
     Delay { peers: Vec<u32>, by: Duration },
     /// The node loses `percent` of what it sends to `peers`.
@@ -137,7 +138,9 @@ impl Action {
         Some(match self {
             Action::Pause => FaultCommand::Pause,
             Action::Unpause => FaultCommand::Resume,
-            Action::Partition { peers } => FaultCommand::Partition { peers: peers.clone() },
+            Action::Partition { peers, way } => {
+                FaultCommand::Partition { peers: peers.clone(), way: *way }
+            }
             Action::Delay { peers, by } => {
                 FaultCommand::Delay { peers: peers.clone(), ms: by.as_millis() as u64 }
             }
@@ -160,7 +163,15 @@ impl Action {
             Action::Resume => format!("resume {n} (SIGCONT)"),
             Action::Pause => format!("pause {n}'s agent"),
             Action::Unpause => format!("unpause {n}'s agent"),
-            Action::Partition { peers } => format!("cut {n} off from {}", peers_text(peers)),
+            Action::Partition { peers, way: Way::Both } => {
+                format!("cut {n} off from {}", peers_text(peers))
+            }
+            Action::Partition { peers, way: Way::Inbound } => {
+                format!("{n} hears nothing from {}", peers_text(peers))
+            }
+            Action::Partition { peers, way: Way::Outbound } => {
+                format!("{} hear nothing from {n}", peers_text(peers))
+            }
             Action::Delay { peers, by } => {
                 format!("{n} delays what it sends to {} by {by:?}", peers_text(peers))
             }
@@ -216,6 +227,10 @@ pub struct StepText {
     /// all).
     #[serde(default)]
     pub peers: Vec<u32>,
+    /// partition: "both" (the default), "inbound" (the node hears
+    /// nothing from the peers) or "outbound" (they hear nothing from it).
+    #[serde(default)]
+    pub way: Option<Way>,
     /// delay: how long (default 50ms).
     #[serde(default, with = "humantime_serde_str::option")]
     pub delay: Option<Duration>,
@@ -265,6 +280,9 @@ impl StepText {
         if self.percent.is_some() && self.action != "drop" {
             return Err("`percent` goes only with do = \"drop\"".into());
         }
+        if self.way.is_some() && self.action != "partition" {
+            return Err("`way` goes only with do = \"partition\"".into());
+        }
         let action = match self.action.as_str() {
             "kill" => Action::Kill,
             "restart" | "start" => Action::Restart,
@@ -272,7 +290,7 @@ impl StepText {
             "resume" | "cont" => Action::Resume,
             "pause" => Action::Pause,
             "unpause" => Action::Unpause,
-            "partition" => Action::Partition { peers },
+            "partition" => Action::Partition { peers, way: self.way.unwrap_or_default() },
             "delay" => Action::Delay { peers, by: self.delay.unwrap_or(Duration::from_millis(50)) },
             "drop" => match self.percent.unwrap_or(10) {
                 percent @ 0..=100 => Action::Drop { peers, percent },
@@ -309,6 +327,7 @@ impl std::str::FromStr for Step {
             action: action.to_string(),
             node: None,
             peers: Vec::new(),
+            way: None,
             delay: None,
             percent: None,
             every: None,
@@ -316,7 +335,14 @@ impl std::str::FromStr for Step {
             settle: false,
         };
         for word in words {
-            if let Some(list) = word.strip_prefix("peers=") {
+            if let Some(way) = word.strip_prefix("way=") {
+                text.way = Some(match way {
+                    "both" => Way::Both,
+                    "inbound" => Way::Inbound,
+                    "outbound" => Way::Outbound,
+                    _ => return Err(format!("{word:?}: a way is both, inbound or outbound")),
+                });
+            } else if let Some(list) = word.strip_prefix("peers=") {
                 text.peers = list
                     .split(',')
                     .map(|p| p.parse::<u32>().map_err(|_| format!("{p:?} is no node id")))
@@ -337,7 +363,7 @@ impl std::str::FromStr for Step {
 
 /// What the typed language takes, for a help line.
 pub const HELP: &str = "kill N, restart N, stop N (hang), resume N, pause N / unpause N (agent), \
-partition N [peers=1,2], delay N 100ms, drop N 10%, reset N, heal [N]; \
+partition N [peers=1,2] [way=inbound|outbound], delay N 100ms, drop N 10%, reset N, heal [N]; \
 N is an id, coordinator, holder, waiter or previous";
 
 #[cfg(test)]
@@ -359,6 +385,11 @@ mod tests {
             step("drop 2 25%").map(|s| s.action),
             Ok(Action::Drop { peers: vec![], percent: 25 })
         );
+        assert_eq!(
+            step("partition 3 way=inbound").map(|s| s.action),
+            Ok(Action::Partition { peers: vec![], way: Way::Inbound })
+        );
+        assert!(step("partition 3 way=sideways").unwrap_err().contains("a way is"));
         assert_eq!(step("heal"), Ok(Step { action: Action::Heal, node: None }));
         assert!(step("kill").unwrap_err().contains("names no node"));
         assert!(step("kill 0").unwrap_err().contains("is no node"));
