@@ -205,7 +205,7 @@ impl AlgoConfig {
 /// [`handle_peer_up`](Self::handle_peer_up) when it is first heard from and
 /// [`handle_peer_down`](Self::handle_peer_down) when the failure detector
 /// suspects it.
-pub trait MutexAlgorithm: Send + 'static {
+pub trait MutexAlgorithm: Send + Clone + std::hash::Hash + 'static {
     /// The algorithm's messages.
     type Msg: Message;
 
@@ -300,7 +300,7 @@ pub trait MutexAlgorithm: Send + 'static {
 /// Peers start out unknown, as for [`MutexAlgorithm`]. The engine calls
 /// [`handle_start`](Self::handle_start) once the node has joined: it has
 /// heard from every peer, or waited one failure timeout for the silent ones.
-pub trait ElectionAlgorithm: Send + 'static {
+pub trait ElectionAlgorithm: Send + Clone + std::hash::Hash + 'static {
     /// The algorithm's messages.
     type Msg: Message;
 

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// A change of opinion about one peer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Verdict {
     /// The peer was heard from and is now counted as up.
     Up(NodeId),
@@ -34,7 +34,7 @@ pub enum Verdict {
     Down(NodeId),
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Hash)]
 struct Health {
     /// When the peer was last heard from (or when watching began).
     last_heard: Time,
@@ -45,7 +45,7 @@ struct Health {
 }
 
 /// Tracks which peers are up.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 pub struct FailureDetector {
     timeout: Duration,
     peers: BTreeMap<NodeId, Health>,

@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 const LOOK_BACK: usize = 8;
 
 /// The numbered records; see the module documentation.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Records {
     /// The latest record handed over (or restored).
     latest: Restored,

@@ -22,6 +22,7 @@ use crate::mutex::{
 use crate::outbox::{Action, Message, Outbox, Time, TimerId};
 use crate::types::{CsState, Epoch, NodeId, Stamp};
 use crate::wire::{self, WireError};
+use std::hash::Hasher;
 use std::marker::PhantomData;
 
 /// A variant of a mutual-exclusion algorithm that [`MutexOptions`]
@@ -320,6 +321,10 @@ pub trait DynMutex: Send {
     fn covered_by(&self, record: &[u8]) -> bool;
     /// Decodes `bytes` for a trace line.
     fn describe(&self, bytes: &[u8]) -> String;
+    /// A copy of this instance, state and all (a checker forks runs).
+    fn clone_box(&self) -> Box<dyn DynMutex>;
+    /// Feeds the instance's whole state to `h` (a checker's state hash).
+    fn hash_state(&self, h: &mut dyn Hasher);
 }
 
 /// An [`ElectionAlgorithm`] with its message type erased.
@@ -355,6 +360,10 @@ pub trait DynElection: Send {
     fn epoch(&self) -> Epoch;
     /// Decodes `bytes` for a trace line.
     fn describe(&self, bytes: &[u8]) -> String;
+    /// A copy of this instance, state and all (a checker forks runs).
+    fn clone_box(&self) -> Box<dyn DynElection>;
+    /// Feeds the instance's whole state to `h` (a checker's state hash).
+    fn hash_state(&self, h: &mut dyn Hasher);
 }
 
 /// Wraps a typed algorithm: its outbox is drained after every call, and
@@ -400,6 +409,14 @@ impl<A, M: Message> Erased<A, M> {
         let kind = msg.kind();
         self.with(out, |a, o| f(a, msg, o));
         Ok(kind)
+    }
+
+    /// A copy of the algorithm, with an empty outbox of its own.
+    fn fork(&self) -> Self
+    where
+        A: Clone,
+    {
+        Erased { alg: self.alg.clone(), scratch: Outbox::new(), _msg: PhantomData }
     }
 
     fn describe_bytes(bytes: &[u8]) -> String {
@@ -459,6 +476,12 @@ impl<A: MutexAlgorithm> DynMutex for Erased<A, A::Msg> {
     fn describe(&self, bytes: &[u8]) -> String {
         Self::describe_bytes(bytes)
     }
+    fn clone_box(&self) -> Box<dyn DynMutex> {
+        Box::new(self.fork())
+    }
+    fn hash_state(&self, mut h: &mut dyn Hasher) {
+        self.alg.hash(&mut h);
+    }
 }
 
 impl<A: ElectionAlgorithm> DynElection for Erased<A, A::Msg> {
@@ -501,6 +524,12 @@ impl<A: ElectionAlgorithm> DynElection for Erased<A, A::Msg> {
     }
     fn describe(&self, bytes: &[u8]) -> String {
         Self::describe_bytes(bytes)
+    }
+    fn clone_box(&self) -> Box<dyn DynElection> {
+        Box::new(self.fork())
+    }
+    fn hash_state(&self, mut h: &mut dyn Hasher) {
+        self.alg.hash(&mut h);
     }
 }
 

@@ -103,7 +103,7 @@ impl fmt::Display for Fence {
 }
 
 /// A Lamport logical clock.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LamportClock(u64);
 
 impl LamportClock {
@@ -147,7 +147,7 @@ impl From<Stamp> for Fence {
 }
 
 /// Where a node stands with respect to the critical section.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CsState {
     /// Not interested.

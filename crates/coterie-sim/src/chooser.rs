@@ -65,6 +65,7 @@ impl<C: Chooser + ?Sized> Chooser for &mut C {
 }
 
 /// The seeded random chooser: `sim --seed N`.
+#[derive(Clone)]
 pub struct Random {
     rng: ChaCha8Rng,
 }

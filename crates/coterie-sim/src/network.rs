@@ -50,7 +50,7 @@ pub(crate) struct Conn {
 }
 
 /// Every connection of the cluster.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Network {
     conns: BTreeMap<(NodeId, NodeId), Conn>,
     next_id: u64,

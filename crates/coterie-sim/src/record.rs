@@ -14,6 +14,7 @@ use coterie_diagram::{Mark, MarkKind, Message, Run, Section};
 use std::collections::BTreeMap;
 
 /// The run being recorded.
+#[derive(Clone)]
 pub(crate) struct Recorder {
     run: Run,
     /// Messages in their sessions, not yet delivered: by sender, receiver

@@ -359,6 +359,7 @@ enum ClientState {
     Done,
 }
 
+#[derive(Clone)]
 struct SimNode {
     engine: Option<Engine>,
     incarnation: u32,
@@ -375,7 +376,9 @@ struct SimNode {
 }
 
 /// One run of the simulator, its choices made by `C`; see the crate
-/// documentation.
+/// documentation. A copy (with a copy of its chooser) goes on exactly as
+/// the original would: a checker forks runs at a state.
+#[derive(Clone)]
 pub struct Simulation<C: Chooser = Random> {
     cfg: SimConfig,
     /// Where every choice of the run comes from.
@@ -1377,34 +1380,47 @@ impl<C: Chooser> Simulation<C> {
 
     /// Runs to the end and returns what was seen.
     pub fn run(mut self) -> RunReport {
+        while self.step() {}
+        self.finish()
+    }
+
+    /// Carries out the next event; `false` once the run is over: nothing
+    /// left to happen, the time limit reached, a violation seen (unless
+    /// tracing or recording, when the run goes on to show what follows),
+    /// or the workload done and the cluster quiet long enough to judge
+    /// agreement.
+    pub fn step(&mut self) -> bool {
+        let Some((at, idx)) = self.next_event() else { return false };
+        if at > self.cfg.max_time {
+            self.now = self.cfg.max_time;
+            return false;
+        }
+        self.now = at;
+        let event = self.events[idx].take().expect("each event runs once");
+        self.handle(event);
+        if !self.report.violations.is_empty() && !self.cfg.trace && !self.cfg.record {
+            return false; // the seed will be replayed with a trace
+        }
         // Once the workload is done and faults are over, give the cluster
         // time to settle before judging agreement.
         let settle = self.cfg.timing.failure_timeout * 6;
-        while let Some((at, idx)) = self.next_event() {
-            if at > self.cfg.max_time {
-                self.now = self.cfg.max_time;
-                break;
-            }
-            self.now = at;
-            let event = self.events[idx].take().expect("each event runs once");
-            self.handle(event);
-            if !self.report.violations.is_empty() && !self.cfg.trace && !self.cfg.record {
-                break; // the seed will be replayed with a trace
-            }
-            let quiet_since = self.last_fault.max(self.workload_start);
-            if self.workload_done() && self.now >= quiet_since + settle {
-                break;
-            }
-            // Keep the payload table from growing without bound.
-            if self.events.len() > 4096 && self.events.len() > self.queue.len() * 4 {
-                self.compact();
-            }
+        let quiet_since = self.last_fault.max(self.workload_start);
+        if self.workload_done() && self.now >= quiet_since + settle {
+            return false;
         }
+        // Keep the payload table from growing without bound.
+        if self.events.len() > 4096 && self.events.len() > self.queue.len() * 4 {
+            self.compact();
+        }
+        true
+    }
+
+    /// Judges the end state and returns what the run saw.
+    pub fn finish(mut self) -> RunReport {
         self.final_checks();
         self.report.end_us = self.now.as_micros() as u64;
         let end = self.report.end_us;
         self.report.diagram = self.recorder.take().map(|r| r.finish(end));
-
         self.report
     }
 

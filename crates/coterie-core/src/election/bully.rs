@@ -49,7 +49,7 @@ use std::time::Duration;
 
 /// The messages of [`Bully`]. Each carries the highest epoch its sender has
 /// seen.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub enum BullyMsg {
     /// To a higher node: are you alive? I am holding an election.
     Election {
@@ -83,7 +83,7 @@ const ANSWER: TimerId = TimerId(1);
 /// Waiting for the COORDINATOR of the node that said OK.
 const ANNOUNCE: TimerId = TimerId(2);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Phase {
     Idle,
     Electing,
@@ -91,7 +91,7 @@ enum Phase {
 }
 
 /// The bully algorithm; see the module documentation.
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 pub struct Bully {
     id: NodeId,
     alive: BTreeSet<NodeId>,

@@ -96,7 +96,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// A node's state, with the seed's names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub enum State {
     /// Recovered (or just started) and in no group yet.
     Down,
@@ -109,7 +109,7 @@ pub enum State {
 }
 
 /// What a node says of itself when it polls, answers a poll or refuses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub struct View {
     /// Its state.
     pub state: State,
@@ -127,7 +127,7 @@ impl View {
 }
 
 /// Which message of a candidate an [`GarciaMolinaMsg::Ack`] answers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub enum Stage {
     /// Phase 2's ELECTION (the HALT).
     Halt,
@@ -138,7 +138,7 @@ pub enum Stage {
 }
 
 /// The messages of [`GarciaMolina`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub enum GarciaMolinaMsg {
     /// Are you there, and how are you? Phase 1 of an election (to the
     /// higher nodes) and the coordinator's check (to everyone).
@@ -217,7 +217,7 @@ const WAIT: TimerId = TimerId(2);
 const CHECK: TimerId = TimerId(3);
 
 /// A node's state, with the epoch that goes with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Standing {
     Down,
     /// Halted by the candidate named in the epoch it proposed.
@@ -229,7 +229,7 @@ enum Standing {
 }
 
 /// The phases of this node's own election.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Phase {
     Poll,
     Halt,
@@ -238,7 +238,7 @@ enum Phase {
 }
 
 /// This node's own election in progress.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 struct Attempt {
     phase: Phase,
     /// The proposed epoch (zero while polling).
@@ -250,7 +250,7 @@ struct Attempt {
 }
 
 /// Garcia-Molina's election; see the module documentation.
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 pub struct GarciaMolina {
     id: NodeId,
     alive: BTreeSet<NodeId>,

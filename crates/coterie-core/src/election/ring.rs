@@ -56,7 +56,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// The messages of [`Ring`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub enum RingMsg {
     /// Collecting the live ids.
     Election {
@@ -101,7 +101,7 @@ const RETURN: TimerId = TimerId(1);
 const CATCH_UP: TimerId = TimerId(2);
 
 /// The ring election; see the module documentation.
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 pub struct Ring {
     id: NodeId,
     members: Vec<NodeId>,

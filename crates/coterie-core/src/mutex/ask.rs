@@ -6,7 +6,7 @@ use crate::types::{CsState, NodeId, Stamp};
 use std::collections::BTreeSet;
 
 /// Where this node's request stands.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Ask {
     /// No request.
     Idle,

@@ -100,7 +100,7 @@ const RETRY: TimerId = TimerId(0);
 const MAX_NUMBER: u64 = u64::MAX >> Fence::MINOR_BITS;
 
 /// The messages of [`Bakery`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub enum BakeryMsg {
     /// Tell me your `choosing` flag and your number.
     Read {
@@ -140,7 +140,7 @@ impl Message for BakeryMsg {
 }
 
 /// A READ sent and not answered yet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Pending {
     /// The read's sequence number.
     seq: u64,
@@ -149,7 +149,7 @@ struct Pending {
 }
 
 /// A check READ held back: its reader may not pass this node yet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct HeldRead {
     /// The read's sequence number, echoed by the eventual VALUE.
     seq: u64,
@@ -158,7 +158,7 @@ struct HeldRead {
 }
 
 /// Where this node's request stands.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Phase {
     /// No request; number 0.
     Idle,
@@ -198,7 +198,7 @@ impl Phase {
 }
 
 /// Lamport's bakery algorithm over messages; see the module documentation.
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 pub struct Bakery {
     id: NodeId,
     /// Every other member: messages from anyone else are ignored.

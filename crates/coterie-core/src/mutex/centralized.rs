@@ -48,7 +48,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// The messages of [`Centralized`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub enum CentralizedMsg {
     /// Client to coordinator: queue me.
     Request {
@@ -90,7 +90,7 @@ pub enum CentralizedMsg {
 }
 
 /// One client's account of itself, for a coordinator that rebuilds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub enum Report {
     /// Not interested.
     Idle,
@@ -113,7 +113,7 @@ impl Message for CentralizedMsg {
 }
 
 /// The coordinator's side, present only on the coordinator.
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 struct Manager {
     /// The epoch this node coordinates.
     epoch: Epoch,
@@ -132,7 +132,7 @@ struct Manager {
 }
 
 /// One holder, as the coordinator knows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Holder {
     fence: Fence,
     /// The request this coordinator granted (none for a holder it learnt of
@@ -175,7 +175,7 @@ impl Manager {
 }
 
 /// Where this node stands as a client.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Client {
     Idle,
     Waiting(Stamp),
@@ -183,7 +183,7 @@ enum Client {
 }
 
 /// The centralized algorithm; see the module documentation.
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 pub struct Centralized {
     id: NodeId,
     capacity: usize,

@@ -43,7 +43,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The messages of [`Lamport`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub enum LamportMsg {
     /// Queue my request.
     Request {
@@ -78,7 +78,7 @@ impl Message for LamportMsg {
 }
 
 /// Lamport's algorithm; see the module documentation.
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 pub struct Lamport {
     id: NodeId,
     alive: BTreeSet<NodeId>,

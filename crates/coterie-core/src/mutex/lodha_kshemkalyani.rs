@@ -86,7 +86,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// The messages of [`LodhaKshemkalyani`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub enum LkMsg {
     /// I want the critical section; this is my place in line.
     Request {
@@ -133,7 +133,7 @@ const MAX_TS: u64 = (u64::MAX >> Fence::MINOR_BITS) - 1;
 
 /// The FLUSH a node sent when it left, kept so that it can be handed on if
 /// its receiver goes down before passing it further.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Baton {
     /// The entry that ended.
     done: Stamp,
@@ -144,7 +144,7 @@ struct Baton {
 }
 
 /// The Lodha–Kshemkalyani algorithm; see the module documentation.
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 pub struct LodhaKshemkalyani {
     id: NodeId,
     alive: BTreeSet<NodeId>,

@@ -49,7 +49,7 @@ use std::collections::BTreeSet;
 pub type Maekawa = QuorumLock<RequestSets>;
 
 /// The fixed request set of one node.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 pub struct RequestSets {
     set: BTreeSet<NodeId>,
 }

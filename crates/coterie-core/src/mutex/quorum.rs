@@ -95,7 +95,7 @@ use std::fmt::Debug;
 
 /// Whose permission a node needs: the one thing that differs between the
 /// quorum algorithms.
-pub trait QuorumRule: Debug + Send + 'static {
+pub trait QuorumRule: Debug + Clone + std::hash::Hash + Send + 'static {
     /// Whether the rule can route round a failed member. If not, a
     /// requester waits for a failed member of its quorum to come back.
     const REPLACES_FAILED: bool;
@@ -109,7 +109,7 @@ pub trait QuorumRule: Debug + Send + 'static {
 }
 
 /// The messages of [`QuorumLock`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub enum QuorumMsg {
     /// Requester to arbiter: may I? (A new stamp from the same requester
     /// replaces its earlier request.)
@@ -201,7 +201,7 @@ impl Message for QuorumMsg {
 }
 
 /// A request under way.
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 struct Want {
     stamp: Stamp,
     /// The members asked; `None` while no quorum can be formed.
@@ -240,7 +240,7 @@ impl Want {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 enum Requester {
     Idle,
     Wanting(Want),
@@ -258,7 +258,7 @@ const GRANT_RESERVE: u64 = 1024;
 const RECENT: usize = 4;
 
 /// What an arbiter keeps in stable storage.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, Clone, Hash)]
 struct Durable {
     /// Every other node that may hold this arbiter's permission: its
     /// holder, and the request next in line, written down ahead.
@@ -268,7 +268,7 @@ struct Durable {
 }
 
 /// The arbiter's side of one node.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Hash)]
 struct Arbiter {
     /// The request holding this arbiter's permission.
     lock: Option<Stamp>,
@@ -301,7 +301,7 @@ struct Arbiter {
 
 /// A quorum-locking mutual-exclusion algorithm; see the module
 /// documentation and [`QuorumRule`].
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 pub struct QuorumLock<R> {
     id: NodeId,
     /// Where `now` starts on the cluster's shared clock.

@@ -127,7 +127,7 @@ pub struct Place {
 }
 
 /// The messages of [`RicartAgrawala`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub enum RaMsg {
     /// I want the critical section; this is my place in line.
     Request {
@@ -174,7 +174,7 @@ impl Message for RaMsg {
 }
 
 /// The Ricart–Agrawala algorithm; see the module documentation.
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 pub struct RicartAgrawala {
     id: NodeId,
     /// Holders allowed at once: a node enters with at most `capacity - 1`
@@ -204,7 +204,7 @@ pub struct RicartAgrawala {
 }
 
 /// What a fault-tolerant requester keeps about the peers it awaits.
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 struct Tolerance {
     /// How long a peer may stay silent before it is probed: the failure
     /// timeout.

@@ -65,7 +65,7 @@ use std::time::Duration;
 
 /// The token. Its generation is a ballot ([`Epoch`]): a round counter in
 /// the high bits and the id of the coordinator that made it in the low ones.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub struct Token {
     /// The generation; tokens of older generations are discarded.
     pub generation: Epoch,
@@ -77,7 +77,7 @@ pub struct Token {
 }
 
 /// The messages of [`TokenRing`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub enum TokenMsg {
     /// The token itself.
     Token(Token),
@@ -128,7 +128,7 @@ impl Message for TokenMsg {
 }
 
 /// The coordinator's probe round in progress.
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 struct Round {
     generation: Epoch,
     awaiting: BTreeSet<NodeId>,
@@ -139,7 +139,7 @@ struct Round {
 const PATIENCE: TimerId = TimerId(1);
 
 /// The token-ring algorithm; see the module documentation.
-#[derive(Debug)]
+#[derive(Debug, Clone, Hash)]
 pub struct TokenRing {
     id: NodeId,
     failure_timeout: Duration,

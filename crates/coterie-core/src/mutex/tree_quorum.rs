@@ -44,7 +44,7 @@ use std::collections::BTreeSet;
 pub type TreeQuorum = QuorumLock<Tree>;
 
 /// The members laid out as a binary tree, and where this node sits.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 pub struct Tree {
     members: Vec<NodeId>,
     me: usize,
