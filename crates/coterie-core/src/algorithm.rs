@@ -127,7 +127,7 @@ pub struct AlgoConfig {
 /// The engine asks its driver to store it
 /// ([`Output::Persist`](crate::engine::Output::Persist)) whenever it
 /// changes, before the messages that rest on it leave.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Restored {
     /// The highest election epoch the node had seen. Elections start above
     /// it, so epochs, and the fences built from them, keep rising even

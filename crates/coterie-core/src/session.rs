@@ -67,7 +67,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
 /// How much one session may keep unacknowledged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Limits {
     /// Frames kept at most.
     pub max_frames: usize,
@@ -150,7 +150,7 @@ pub struct SessionStatus {
 }
 
 /// One node's session with one peer; see the module documentation.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 pub struct Session {
     limits: Limits,
     /// The peer's incarnation this session is bound to; `None` until a

@@ -170,7 +170,7 @@ impl fmt::Display for CsState {
 
 /// Which way a partition cuts a link between a node (or a side) and its
 /// peers (or the rest).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Way {
     /// Nothing passes either way.

@@ -120,17 +120,53 @@ pub struct Choice {
 pub struct Enumerate {
     /// The answers a duration may take, as whole ticks.
     tick: Duration,
+    /// At most this many answers to a duration: a wider range is tried at
+    /// evenly spaced ticks, its ends included.
+    spread: usize,
     /// The current path.
     path: Vec<Choice>,
     /// How far into the path the run under way has got.
     at: usize,
+    /// While off, every choice takes its first answer and is not part of
+    /// the path (a checker's run up to where exploring begins).
+    exploring: bool,
 }
 
 impl Enumerate {
     /// A chooser whose durations are whole multiples of `tick`.
     pub fn new(tick: Duration) -> Enumerate {
         assert!(!tick.is_zero(), "a tick is longer than nothing");
-        Enumerate { tick, path: Vec::new(), at: 0 }
+        Enumerate { tick, spread: usize::MAX, path: Vec::new(), at: 0, exploring: true }
+    }
+
+    /// Turns exploring off (every choice its first answer, unrecorded) or
+    /// on again.
+    pub fn exploring(&mut self, on: bool) {
+        self.exploring = on;
+    }
+
+    /// The same, answering a duration with at most `n` ticks (2 or more):
+    /// a range wider than that is tried at its ends and evenly between.
+    pub fn spread(self, n: usize) -> Enumerate {
+        Enumerate { spread: n.max(2), ..self }
+    }
+
+    /// How many choices of the current path are prescribed: a run
+    /// replays these before it makes fresh ones.
+    pub fn prescribed(&self) -> usize {
+        self.path.len()
+    }
+
+    /// Takes the path of `other` (a chooser that walked on from this
+    /// one's position), keeping this one's position: a run restored from
+    /// a snapshot follows the path the walk has moved to.
+    pub fn follow(&mut self, other: &Enumerate) {
+        self.path.clone_from(&other.path);
+    }
+
+    /// How many choices the run under way has made.
+    pub fn position(&self) -> usize {
+        self.at
     }
 
     /// The choices of the run just made.
@@ -140,7 +176,7 @@ impl Enumerate {
 
     /// Follows `path` (a schedule found earlier) in the next run.
     pub fn replay(tick: Duration, path: Vec<Choice>) -> Enumerate {
-        Enumerate { tick, path, at: 0 }
+        Enumerate { tick, spread: usize::MAX, path, at: 0, exploring: true }
     }
 
     /// Moves to the next path: the deepest choice with an answer left
@@ -167,13 +203,16 @@ impl Enumerate {
 
     /// The answer to a choice among `of`.
     fn choose(&mut self, of: usize) -> usize {
-        if of <= 1 {
+        if of <= 1 || !self.exploring {
             return 0;
         }
         let taken = match self.path.get(self.at) {
             // A deterministic run asks the same question at the same step.
             Some(choice) if choice.of == of => choice.taken,
-            Some(_) => panic!("a run diverged from its own path at choice {}", self.at),
+            Some(c) => panic!(
+                "a run diverged from its own path at choice {}: {c:?}, asked of {of}",
+                self.at
+            ),
             None => {
                 self.path.push(Choice { taken: 0, of });
                 0
@@ -194,8 +233,11 @@ impl Chooser for Enumerate {
         if last < first {
             return lo;
         }
-        let n = (last - first + 1).min(u128::from(u32::MAX)) as usize;
-        let k = first + self.choose(n) as u128;
+        let width = (last - first + 1).min(u128::from(u32::MAX)) as usize;
+        let n = width.min(self.spread);
+        let i = self.choose(n) as u128;
+        // The i-th of n evenly spaced ticks from first to last.
+        let k = if n <= 1 { first } else { first + i * (last - first) / (n as u128 - 1) };
         self.tick * u32::try_from(k).unwrap_or(u32::MAX)
     }
 
@@ -294,6 +336,15 @@ mod tests {
         assert_eq!(seen, [ms(1), ms(2), ms(3)]);
         assert_eq!(Enumerate::new(ms(1)).duration(ms(2), ms(2)), ms(2));
         assert_eq!(Enumerate::new(ms(5)).duration(ms(1), ms(2)), ms(1), "no tick inside");
+        let mut wide = Enumerate::new(ms(1)).spread(3);
+        let mut seen = Vec::new();
+        loop {
+            seen.push(wide.duration(ms(10), ms(80)));
+            if !wide.advance() {
+                break;
+            }
+        }
+        assert_eq!(seen, [ms(10), ms(45), ms(80)], "ends and middle");
     }
 
     #[test]

@@ -25,6 +25,7 @@
 //!
 //! ## Layout
 //! - [`chooser`]: where a run's choices come from.
+//! - [`check`]: every schedule of a small configuration, explored.
 //! - [`sim`]: one run: the event queue, the nodes, the workload, the checks.
 //! - `network`: the connections under each node's sessions, which
 //!   resets break.
@@ -32,6 +33,7 @@
 //!   (in `tests/`) and `coterie sim` are built on it.
 #![warn(missing_docs)]
 
+pub mod check;
 pub mod chooser;
 mod network;
 mod record;

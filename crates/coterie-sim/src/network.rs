@@ -19,7 +19,7 @@ use coterie_core::{NodeId, Time};
 use std::collections::BTreeMap;
 
 /// Where a connection stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Phase {
     /// No connection, and none being made: the dialler waits for a poke
     /// (the peer dialling in) or a restart.
@@ -31,7 +31,7 @@ pub(crate) enum Phase {
 }
 
 /// One dialled connection, `from` → `to`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Hash)]
 pub(crate) struct Conn {
     /// Bumped every time the connection is broken or redialled.
     pub(crate) id: u64,
@@ -50,7 +50,7 @@ pub(crate) struct Conn {
 }
 
 /// Every connection of the cluster.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Hash)]
 pub(crate) struct Network {
     conns: BTreeMap<(NodeId, NodeId), Conn>,
     next_id: u64,

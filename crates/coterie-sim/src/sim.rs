@@ -107,6 +107,12 @@ pub struct SimConfig {
     pub timing: Timing,
     /// One-way message delay, drawn uniformly from this range.
     pub delay: (Duration, Duration),
+    /// Heartbeats take exactly this long instead, when set: the checker
+    /// explores every delay of the algorithms' messages and every order of
+    /// simultaneous events, but not every delay of every heartbeat, which
+    /// would multiply the states by three at every beat and change
+    /// nothing but the detectors' last-heard times.
+    pub heartbeat_delay: Option<Duration>,
     /// Time spent in the critical section, drawn uniformly.
     pub hold: (Duration, Duration),
     /// Time between a release and the next request, drawn uniformly.
@@ -150,6 +156,7 @@ impl SimConfig {
             requests: 10,
             timing: Timing::default(),
             delay: (Duration::from_micros(500), Duration::from_millis(5)),
+            heartbeat_delay: None,
             hold: (Duration::from_millis(1), Duration::from_millis(10)),
             think: (Duration::ZERO, Duration::from_millis(20)),
             max_time: Duration::from_secs(120),
@@ -240,7 +247,18 @@ pub struct RunReport {
     pub workload_us: u64,
 }
 
-#[derive(Clone, Debug)]
+/// A share of messages lost, hashed by its bits (a run's state is hashed
+/// for the checker).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Share(f64);
+
+impl std::hash::Hash for Share {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.to_bits().hash(h);
+    }
+}
+
+#[derive(Clone, Debug, Hash)]
 enum Event {
     /// A frame reaches `to`, unless its connection broke meanwhile.
     Deliver {
@@ -342,7 +360,7 @@ enum Event {
     Loss {
         id: u32,
         node: NodeId,
-        share: f64,
+        share: Share,
     },
     /// End loss window `id` on `node`.
     LossOver {
@@ -351,7 +369,7 @@ enum Event {
     },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum ClientState {
     Thinking,
     Waiting,
@@ -422,7 +440,7 @@ pub struct Simulation<C: Chooser = Random> {
     /// The delay spikes in force, by node: the spike's id, the extra delay.
     spikes: BTreeMap<NodeId, (u32, Duration)>,
     /// The loss windows in force, by node: the window's id, the share lost.
-    losses: BTreeMap<NodeId, (u32, f64)>,
+    losses: BTreeMap<NodeId, (u32, Share)>,
     /// The run for its diagram, when recording.
     recorder: Option<Recorder>,
     report: RunReport,
@@ -596,7 +614,14 @@ impl<C: Chooser> Simulation<C> {
         if mutex {
             self.mutex_in_flight += 1;
         }
-        let at = self.flight(from, to);
+        let fixed = self
+            .cfg
+            .heartbeat_delay
+            .filter(|_| matches!(wire::decode::<Envelope>(&bytes), Ok(Envelope::Heartbeat(_))));
+        let at = match fixed {
+            Some(delay) => self.net.land(from, to, self.now + delay, STEP),
+            None => self.flight(from, to),
+        };
         self.push(at, Event::Deliver { from, to, conn: conn.id, seq, ack, bytes, mutex });
     }
 
@@ -678,7 +703,7 @@ impl<C: Chooser> Simulation<C> {
             let node = self.any_node();
             let share = self.chooser.fraction(0.1, 0.5);
             let lasts = self.uniform((ft, ft * 6));
-            self.push(at, Event::Loss { id, node, share });
+            self.push(at, Event::Loss { id, node, share: Share(share) });
             self.push(at + lasts, Event::LossOver { id, node });
         }
         // After the others, so that runs without them draw what they
@@ -774,7 +799,7 @@ impl<C: Chooser> Simulation<C> {
                 // In a loss window, a share of the node's messages never
                 // arrive, heartbeats as much as the rest.
                 let lost = match self.losses.get(&node) {
-                    Some(&(_, share)) => self.chooser.chance(share),
+                    Some(&(_, share)) => self.chooser.chance(share.0),
                     None => false,
                 };
                 if lost {
@@ -1094,7 +1119,7 @@ impl<C: Chooser> Simulation<C> {
                 }
                 self.last_fault = self.now;
                 self.report.drops += 1;
-                let percent = share * 100.0;
+                let percent = share.0 * 100.0;
                 self.trace(|| format!("DROP: {node} loses {percent:.0}% of its messages"));
                 let text = format!("{node} loses {percent:.0}% of its messages");
                 self.record(|r, at| r.begin(at, Some(node), MarkKind::Degraded, text));
@@ -1424,6 +1449,87 @@ impl<C: Chooser> Simulation<C> {
         self.report
     }
 
+    /// The chooser the run draws from.
+    pub fn chooser(&self) -> &C {
+        &self.chooser
+    }
+
+    /// The same, to change.
+    pub fn chooser_mut(&mut self) -> &mut C {
+        &mut self.chooser
+    }
+
+    /// Whether the workload has begun (the cluster had its start-up).
+    pub fn workload_started(&self) -> bool {
+        self.now >= self.workload_start
+    }
+
+    /// Whether the run has seen a broken invariant.
+    pub fn violated(&self) -> bool {
+        !self.report.violations.is_empty()
+    }
+
+    /// A hash of the run's state, for the checker: two runs with the same
+    /// fingerprint go on alike, whatever led to it. It covers each node
+    /// (its engine's state, incarnation, client, sessions and stable
+    /// storage), the connections, every queued event with its time
+    /// relative to now (as a set: the chooser orders ties), the holders
+    /// and the highest fence granted, the faults in force and the
+    /// workload left. Left out, since they decide nothing that follows:
+    /// the report's counters and measurements, when each waiting client
+    /// asked (used only to count out-of-order grants), the recorder.
+    /// Times inside the engines are absolute, so states at different
+    /// moments never merge; interleavings that meet at the same moment do.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let now = self.now;
+        for (id, n) in &self.nodes {
+            id.hash(&mut h);
+            n.incarnation.hash(&mut h);
+            n.client.hash(&mut h);
+            n.remaining.hash(&mut h);
+            n.wake_at.map(|t| t.saturating_sub(now)).hash(&mut h);
+            match &n.engine {
+                Some(engine) => {
+                    true.hash(&mut h);
+                    engine.hash_state(&mut h);
+                }
+                None => false.hash(&mut h),
+            }
+            n.sessions.hash(&mut h);
+            n.stable.hash(&mut h);
+        }
+        self.net.hash(&mut h);
+        // The queue as a set of (when, what): the order in which events
+        // due at the same moment were queued decides nothing when the
+        // chooser orders ties, and with a random chooser nobody hashes.
+        let mut queued: Vec<(Time, u64)> = self
+            .queue
+            .iter()
+            .map(|Reverse((at, _, idx))| {
+                let mut e = std::collections::hash_map::DefaultHasher::new();
+                self.events[*idx].hash(&mut e);
+                (at.saturating_sub(now), e.finish())
+            })
+            .collect();
+        queued.sort_unstable();
+        queued.hash(&mut h);
+        self.holders.hash(&mut h);
+        self.fences.last().hash(&mut h);
+        self.cut.hash(&mut h);
+        self.paused.hash(&mut h);
+        self.deferred.hash(&mut h);
+        self.spikes.hash(&mut h);
+        self.losses.hash(&mut h);
+        self.sequential.map(|(node, _, local)| (node, local)).hash(&mut h);
+        self.sequential_left.hash(&mut h);
+        self.bursts_left.hash(&mut h);
+        self.burst_due.hash(&mut h);
+        now.saturating_sub(self.last_fault).hash(&mut h);
+        h.finish()
+    }
+
     /// The next event: the earliest due, and among several due at the
     /// same instant the first queued, unless the chooser orders ties.
     fn next_event(&mut self) -> Option<(Time, usize)> {
@@ -1439,7 +1545,15 @@ impl<C: Chooser> Simulation<C> {
             self.queue.pop();
             tied.push(other);
         }
-        let chosen = tied.remove(self.chooser.index(tied.len()));
+        // Events at different nodes commute (each touches its own node's
+        // state, and what it sends lands a tick later at the earliest), so
+        // only the order among one node's events is chosen: the node with
+        // the lowest id goes first (a fault, at no node, before any).
+        let node_of = |idx: &usize| self.events[*idx].as_ref().and_then(Self::target);
+        let first = tied.iter().map(node_of).min().flatten();
+        let mine: Vec<usize> = (0..tied.len()).filter(|&i| node_of(&tied[i]) == first).collect();
+        let pick = mine[self.chooser.index(mine.len())];
+        let chosen = tied.remove(pick);
         for other in tied {
             // Back in the queue, behind nothing: their order among
             // themselves is chosen again at the next pop.

@@ -42,6 +42,8 @@ enum Command {
     Workload(cmd::workload::Args),
     /// Run the deterministic simulator over many seeds and report violations.
     Sim(cmd::sim::Args),
+    /// Explore every schedule of a small cluster, exhaustively.
+    Check(cmd::check::Args),
     /// Compare mutual-exclusion algorithms in the simulator: messages, delay, order.
     Bench(cmd::bench::Args),
     /// Run the witness that checks safety, or ask one what it saw.
@@ -66,6 +68,7 @@ fn main() -> std::process::ExitCode {
         Command::Lock(args) => cmd::lock::run(args),
         Command::Workload(args) => cmd::workload::run(args),
         Command::Sim(args) => cmd::sim::run(args),
+        Command::Check(args) => cmd::check::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Witness(args) => cmd::witness::run(args, log),
         Command::Fault(args) => cmd::fault::run(args),

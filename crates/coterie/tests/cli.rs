@@ -972,3 +972,40 @@ fn watch_draws_a_real_run_with_every_message_the_nodes_counted() {
         "a bar per entry"
     );
 }
+
+#[test]
+fn check_reports_an_exhausted_space_and_a_found_split_brain_as_json() {
+    let out = coterie(&["check", "--mutex", "token-ring", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for field in
+        ["mutex", "election", "nodes", "states", "distinct_states", "max_depth", "states_per_s"]
+    {
+        assert!(!r[field].is_null(), "{field} missing in {r}");
+    }
+    assert_eq!(r["exhausted"], true);
+    assert_eq!(r["violations"], 0);
+
+    let out = coterie(&[
+        "check",
+        "--mutex",
+        "centralized",
+        "--partitions",
+        "1",
+        "--hold-ticks",
+        "20",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "a violation exits 1");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["violations"].as_u64().unwrap() > 0);
+    let first = &r["counterexamples"][0];
+    assert_eq!(first["invariant"], "safety");
+    let schedule = first["schedule"].as_array().unwrap();
+    assert!(schedule.last().unwrap().as_str().unwrap().contains("VIOLATION"));
+
+    let out = coterie(&["check", "--mutex", "lamport", "--max-states", "1000", "--json"]);
+    assert_eq!(out.status.code(), Some(3), "a bound hit exits 3");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["exhausted"], false);
+}

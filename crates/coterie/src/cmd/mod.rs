@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod chart;
+pub mod check;
 pub mod common;
 pub mod dashboard;
 pub mod demo;

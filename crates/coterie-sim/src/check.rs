@@ -1,0 +1,319 @@
+//! Exhaustive checking: every schedule of a small configuration, explored
+//! depth first with the simulator's own code.
+//!
+//! Each run is a [`Simulation`] whose choices come from an [`Enumerate`]
+//! chooser: time is discrete (whole ticks), a message's delay is one of a
+//! few ticks, a wider range (when a crash comes, how long a node stays
+//! down) is tried at its ends and middle, and events due at the same tick
+//! happen in every order. After every step of a run's fresh part the
+//! state is hashed ([`Simulation::fingerprint`]); a state seen before is
+//! not explored again (its continuations were, from its first visit:
+//! depth-first order finishes every choice below a state before changing
+//! one above it), and the run is cut there. A run that ends is judged by
+//! the simulator's own invariants: safety, fences, liveness and agreement.
+//!
+//! A new path resumes from a copy of the run taken on the way down, before
+//! the choice it changes (copies are taken every few steps), and replays
+//! at most those few steps. Bounds: `max_depth` steps per run, and
+//! heartbeats travel in exactly one tick (their delays would multiply the
+//! states at every beat and change only the detectors' last-heard times).
+
+use crate::chooser::{Choice, Enumerate};
+use crate::sim::{Load, SimConfig, Simulation};
+use coterie_core::Timing;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// Fresh steps between two snapshots of a run.
+const SNAPSHOT_EVERY: usize = 8;
+
+/// What to check.
+#[derive(Clone, Debug)]
+pub struct CheckConfig {
+    /// Mutual-exclusion algorithm, by registry name.
+    pub mutex: String,
+    /// Election algorithm, by registry name.
+    pub election: String,
+    /// Cluster size.
+    pub nodes: u32,
+    /// Critical-section entries each node asks for.
+    pub requests: u32,
+    /// Crash-and-restart faults per run.
+    pub crashes: u32,
+    /// Partitions per run.
+    pub partitions: u32,
+    /// One-way partitions per run.
+    pub one_way_partitions: u32,
+    /// Steps per run before the run is cut (a bound: the report says
+    /// whether it was hit).
+    pub max_depth: usize,
+    /// A message takes one to this many ticks.
+    pub delay_ticks: u32,
+    /// Stop after this many distinct states (a bound, like `max_depth`).
+    pub max_states: u64,
+    /// A holder stays in the critical section one to this many ticks
+    /// (tried at the ends and the middle). Past the failure timeout (16),
+    /// a holder cut off by a partition is still inside when the others
+    /// give up on it.
+    pub hold_ticks: u32,
+}
+
+impl CheckConfig {
+    /// One request per node on `nodes` nodes, no faults.
+    pub fn new(mutex: &str, election: &str, nodes: u32) -> CheckConfig {
+        CheckConfig {
+            mutex: mutex.into(),
+            election: election.into(),
+            nodes,
+            requests: 1,
+            crashes: 0,
+            partitions: 0,
+            one_way_partitions: 0,
+            max_depth: 5_000,
+            delay_ticks: 2,
+            max_states: 20_000_000,
+            hold_ticks: 1,
+        }
+    }
+
+    /// The tick every duration is a whole number of.
+    pub const TICK: Duration = Duration::from_millis(1);
+
+    /// The simulator configuration each run uses: delays of one to
+    /// `delay_ticks` ticks, heartbeats every four ticks and one tick in flight, a
+    /// failure timeout of sixteen ticks (so that no timeout fires on a
+    /// live, connected peer), one to `hold_ticks` ticks inside the
+    /// critical section and no thinking.
+    pub fn sim_config(&self) -> SimConfig {
+        let tick = Self::TICK;
+        SimConfig {
+            nodes: self.nodes,
+            requests: self.requests,
+            crashes: self.crashes,
+            partitions: self.partitions,
+            one_way_partitions: self.one_way_partitions,
+            load: Load::Concurrent,
+            timing: Timing { heartbeat: tick * 4, failure_timeout: tick * 16 },
+            delay: (tick, tick * self.delay_ticks.max(1)),
+            heartbeat_delay: Some(tick),
+            hold: (tick, tick * self.hold_ticks.max(1)),
+            think: (Duration::ZERO, Duration::ZERO),
+            delay_spike: (tick, tick),
+            max_time: Duration::from_secs(2),
+            ..SimConfig::new(&self.mutex, &self.election)
+        }
+    }
+}
+
+/// A broken invariant and a schedule that reaches it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Counterexample {
+    /// `safety`, `fence`, `liveness`, `agreement` or `wire`.
+    pub invariant: String,
+    /// What was seen.
+    pub detail: String,
+    /// The run's trace up to the violation (as `sim --trace` prints it).
+    pub schedule: Vec<String>,
+    /// Steps the run took.
+    pub steps: usize,
+    /// The choices that make it, for a replay.
+    #[serde(skip)]
+    pub path: Vec<Choice>,
+}
+
+/// What a check found.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckReport {
+    /// Mutual-exclusion algorithm.
+    pub mutex: String,
+    /// Election algorithm.
+    pub election: String,
+    /// Cluster size.
+    pub nodes: u32,
+    /// Entries each node asked for.
+    pub requests: u32,
+    /// Crashes per run.
+    pub crashes: u32,
+    /// Partitions per run (two-way).
+    pub partitions: u32,
+    /// Steps taken in the fresh part of the runs (states reached,
+    /// repeats included).
+    pub states: u64,
+    /// Distinct states.
+    pub distinct_states: u64,
+    /// Runs (paths through the tree of choices).
+    pub runs: u64,
+    /// The most steps a run took.
+    pub max_depth: usize,
+    /// Whether every schedule was explored: no bound (`max_depth`,
+    /// `max_states`) was hit.
+    pub exhausted: bool,
+    /// How long the check took.
+    pub seconds: f64,
+    /// States reached per second.
+    pub states_per_s: f64,
+    /// Runs that broke an invariant.
+    pub violations: u64,
+    /// For each invariant broken, the shortest schedule found that breaks it.
+    pub counterexamples: Vec<Counterexample>,
+}
+
+/// How far a check has got, for progress lines.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// Runs so far.
+    pub runs: u64,
+    /// States reached so far.
+    pub states: u64,
+    /// Distinct states so far.
+    pub distinct_states: u64,
+    /// Time since the check began.
+    pub elapsed: Duration,
+}
+
+/// Explores every schedule of `cfg`; `progress` is called now and then.
+pub fn check(
+    cfg: &CheckConfig,
+    mut progress: impl FnMut(Progress),
+) -> Result<CheckReport, coterie_core::registry::UnknownAlgorithm> {
+    let sim_cfg = cfg.sim_config();
+    Simulation::new(sim_cfg.clone())?; // names checked once
+    let start = Instant::now();
+    let root = start_up(&sim_cfg)?;
+    // The walk's position in the tree of choices.
+    let mut walk = root.chooser().clone();
+    // Copies of the run taken on the way down (every SNAPSHOT_EVERY fresh
+    // steps), each with the number of choices made before it: a new path
+    // resumes from the deepest one taken before the choice it changes,
+    // instead of replaying from the start.
+    let mut snapshots: Vec<(usize, usize, Simulation<Enumerate>)> = vec![(0, 0, root)];
+    let mut seen: HashSet<u64> = HashSet::new();
+    let (mut states, mut runs, mut max_depth, mut violations) = (0u64, 0u64, 0usize, 0u64);
+    let mut bound_hit = false;
+    let mut shortest: BTreeMap<String, Counterexample> = BTreeMap::new();
+    let mut last_progress = Instant::now();
+    loop {
+        runs += 1;
+        let prescribed = walk.prescribed();
+        // The deepest snapshot taken before the first choice this path
+        // changes (snapshot positions only grow along the stack).
+        while snapshots.len() > 1 && snapshots.last().is_some_and(|s| s.0 >= prescribed) {
+            snapshots.pop();
+        }
+        let (_, steps, base) = snapshots.last().expect("the root is taken before any choice");
+        let mut steps = *steps;
+        let mut sim = base.clone();
+        sim.chooser_mut().follow(&walk);
+
+        let mut cut = false;
+        let mut fresh = 0usize;
+        while sim.step() {
+            steps += 1;
+            if sim.chooser().position() < prescribed {
+                continue; // still replaying the path's known prefix
+            }
+            states += 1;
+            if !seen.insert(sim.fingerprint()) {
+                cut = true;
+                break;
+            }
+            if steps >= cfg.max_depth {
+                bound_hit = true;
+                cut = true;
+                break;
+            }
+            fresh += 1;
+            if fresh.is_multiple_of(SNAPSHOT_EVERY) {
+                snapshots.push((sim.chooser().position(), steps, sim.clone()));
+            }
+        }
+        max_depth = max_depth.max(steps);
+        walk = sim.chooser().clone();
+        if !cut {
+            let report = sim.finish();
+            if let Some(v) = report.violations.first() {
+                violations += 1;
+                if shortest.get(v.invariant).is_none_or(|c| steps < c.steps) {
+                    let path = walk.path().to_vec();
+                    shortest.insert(
+                        v.invariant.to_string(),
+                        Counterexample {
+                            invariant: v.invariant.to_string(),
+                            detail: v.detail.clone(),
+                            schedule: Vec::new(),
+                            steps,
+                            path,
+                        },
+                    );
+                }
+            }
+        }
+        if last_progress.elapsed() > Duration::from_millis(500) {
+            last_progress = Instant::now();
+            let distinct_states = seen.len() as u64;
+            progress(Progress { runs, states, distinct_states, elapsed: start.elapsed() });
+        }
+        if seen.len() as u64 >= cfg.max_states {
+            bound_hit = true;
+            break;
+        }
+        if !walk.advance() {
+            break;
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let mut counterexamples: Vec<Counterexample> = shortest.into_values().collect();
+    for c in &mut counterexamples {
+        c.schedule = replay(&sim_cfg, &c.path);
+    }
+    counterexamples.sort_by_key(|c| c.steps);
+    Ok(CheckReport {
+        mutex: cfg.mutex.clone(),
+        election: cfg.election.clone(),
+        nodes: cfg.nodes,
+        requests: cfg.requests,
+        crashes: cfg.crashes,
+        partitions: cfg.partitions,
+        states,
+        distinct_states: seen.len() as u64,
+        runs,
+        max_depth,
+        exhausted: !bound_hit,
+        seconds,
+        states_per_s: if seconds > 0.0 { states as f64 / seconds } else { 0.0 },
+        violations,
+        counterexamples,
+    })
+}
+
+/// The run at the start of the workload: start-up (dials, joins, the
+/// first election) is run once, every choice its first answer, and the
+/// exploring begins from there.
+fn start_up(
+    sim_cfg: &SimConfig,
+) -> Result<Simulation<Enumerate>, coterie_core::registry::UnknownAlgorithm> {
+    let mut chooser = Enumerate::new(CheckConfig::TICK).spread(3);
+    chooser.exploring(false);
+    let mut sim = Simulation::with_chooser(sim_cfg.clone(), chooser)?;
+    while !sim.workload_started() && sim.step() {}
+    sim.chooser_mut().exploring(true);
+    Ok(sim)
+}
+
+/// The trace of the run that `path` makes.
+pub fn replay(sim_cfg: &SimConfig, path: &[Choice]) -> Vec<String> {
+    let cfg = SimConfig { trace: true, ..sim_cfg.clone() };
+    match start_up(&cfg) {
+        Ok(mut sim) => {
+            sim.chooser_mut().follow(&Enumerate::replay(CheckConfig::TICK, path.to_vec()));
+            let mut trace = sim.run().trace;
+            // Up to the first broken invariant: what follows is not needed.
+            if let Some(end) = trace.iter().position(|l| l.contains("VIOLATION")) {
+                trace.truncate(end + 1);
+            }
+            trace
+        }
+        Err(e) => vec![e.to_string()],
+    }
+}
