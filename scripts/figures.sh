@@ -26,7 +26,7 @@ say "$OUT/sim-ricart-agrawala.svg"
     --diagram "$OUT/sim-split-brain.svg" --from 1030ms --until 1070ms >/dev/null || true
 say "$OUT/sim-split-brain.svg"
 
-# Seed 001's two requesters on real processes: Ricart-Agrawala's
+# The textbook's two requesters on real processes: Ricart-Agrawala's
 # REQUEST/REPLY rounds and the critical sections taking turns.
 "$BIN" run scenarios/two-requesters.toml --diagram "$OUT/real-two-requesters.svg" \
     --from 1000ms --until 1015ms >/dev/null

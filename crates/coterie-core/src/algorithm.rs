@@ -26,7 +26,8 @@ impl Default for Timing {
 }
 
 /// The order in which `ricart-agrawala` and `raymond-k` serve concurrent
-/// requests (seed 002, "Breaking ties"). The value is frozen when a request
+/// requests (D. W. Jones, lecture notes for 22C:116, University of Iowa,
+/// 2002, "Breaking ties"). The value is frozen when a request
 /// goes out and kept until that request is done; the request's stamp, and
 /// through it the node id, breaks ties.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -84,7 +85,7 @@ impl std::str::FromStr for Priority {
 /// defaults give the classic algorithms.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MutexOptions {
-    /// Seed 002's fault-tolerant form: a deferred request is answered at
+    /// The fault-tolerant form of Jones's lecture notes (22C:116, Iowa, 2002): a deferred request is answered at
     /// once with a negative acknowledgement, a silent peer is probed ("are
     /// you still there?") and, after a few unanswered probes, given up on
     /// for the request.

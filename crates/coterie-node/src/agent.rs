@@ -1,4 +1,5 @@
-//! The agent: the node's protocol driver, after seed 002's "agent" picture
+//! The agent: the node's protocol driver, after the "agent" picture of
+//! Jones's lecture notes (22C:116, Iowa, 2002)
 //! and quinn's connection driver. It owns the engine (detector → election
 //! → mutex), feeds it every input (a frame from the transport, a timer, a
 //! client's request or release) and carries out every output: frames to

@@ -1,4 +1,5 @@
-//! The application task, after seed 002's picture: it serves the node's
+//! The application task, after the picture in Jones's
+//! lecture notes (22C:116, Iowa, 2002): it serves the node's
 //! clients. The algorithms grant the *node*; the node hands each grant to
 //! one client session at a time, from its own queue
 //! ([`LocalQueue`](crate::local::LocalQueue)).

@@ -1,4 +1,5 @@
-//! The node's own wait queue, after seed 002's picture: the algorithms
+//! The node's own wait queue, after the picture in Jones's
+//! lecture notes (22C:116, Iowa, 2002): the algorithms
 //! grant the *node*, and the node hands each grant to one client session
 //! at a time, in the order they asked.
 //!

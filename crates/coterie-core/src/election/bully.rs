@@ -1,6 +1,7 @@
 //! # `bully` — the highest live id wins
 //!
-//! **Source.** Garcia-Molina (1982), as told in seed 003: a node that notices
+//! **Source.** Garcia-Molina (1982), as told by Tanenbaum, *Distributed Operating
+//! Systems* (1995), §3.3.1: a node that notices
 //! the coordinator is gone sends ELECTION to every higher node; any higher
 //! node that is alive answers OK and takes over the election; a node that
 //! hears no OK wins and announces itself with COORDINATOR to everyone. A node

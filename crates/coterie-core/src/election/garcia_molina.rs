@@ -1,6 +1,7 @@
 //! # `garcia-molina` — a four-phase election and a coordinator that checks
 //!
-//! **Source.** Seed 000's variant of Garcia-Molina's (1982) election for a
+//! **Source.** Garcia-Molina, "Elections in a distributed computing system"
+//! (IEEE Trans. Computers, 1982): the election for a
 //! *semi-synchronous* system, one where messages arrive within a known
 //! deadline, so a node that has not answered in time can be taken for down.
 //! Each node is in one of four states: DOWN (just recovered, in nobody's

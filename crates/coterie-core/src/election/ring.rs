@@ -1,6 +1,7 @@
 //! # `ring` — an election that travels the ring
 //!
-//! **Source.** The ring algorithm of seed 003 (Tanenbaum's textbook): the
+//! **Source.** The ring algorithm of Tanenbaum, *Distributed Operating Systems*
+//! (1995), §3.3.2: the
 //! nodes form a logical ring by id; a node that notices the coordinator is
 //! gone sends an ELECTION message holding its own id to its successor,
 //! skipping successors that are down; each node adds its id and passes it

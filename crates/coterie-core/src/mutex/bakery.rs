@@ -1,6 +1,6 @@
 //! # `bakery` — Lamport's bakery, every node serving its own slot
 //!
-//! **Source.** Lamport's bakery algorithm (1974) as reviewed in seed 002,
+//! **Source.** Lamport's bakery algorithm (1974) as reviewed in Jones's lecture notes (22C:116, Iowa, 2002),
 //! with the seed's "moving to a distributed context": each node keeps its
 //! own `choosing` flag and ticket `number` and answers the other nodes'
 //! reads of them; a node that does not answer is taken for failed.

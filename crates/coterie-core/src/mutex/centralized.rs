@@ -1,8 +1,9 @@
 //! # `centralized` — one coordinator, a queue, and an optional count
 //!
-//! **Source.** The manager process of seed 000 (a `resourceIsFree` flag and
-//! a FIFO `rqueue`) and the message-passing semaphore server of seed 002 (a
-//! `count` and a queue of blocked clients). With a capacity `k > 1` the
+//! **Source.** The centralized algorithm (Tanenbaum, *Distributed Operating
+//! Systems*, 1995, §3.2: a manager with a `resourceIsFree` flag and a FIFO
+//! queue) and the message-passing semaphore server of Jones's lecture
+//! notes (22C:116, Iowa, 2002: a `count` and a queue of blocked clients). With a capacity `k > 1` the
 //! coordinator is a counting semaphore: up to `k` nodes hold at once.
 //!
 //! **Assumptions.** Reliable FIFO links while both ends are up; crash-stop
@@ -22,7 +23,7 @@
 //! across coordinators.
 //!
 //! **Recovery.** A node that becomes coordinator knows nothing of its
-//! predecessor's queue, but every node knows its own part of it (seed 000).
+//! predecessor's queue, but every node knows its own part of it.
 //! The new coordinator sends STATE_QUERY to every live peer and *rebuilds*:
 //! each STATE_REPORT says idle, waiting (with the original stamp) or holding
 //! (with its fence). Holders keep holding, and waiters are queued by their

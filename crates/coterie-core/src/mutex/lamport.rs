@@ -1,7 +1,7 @@
 //! # `lamport` — a replicated request queue
 //!
 //! **Source.** Lamport, "Time, Clocks, and the Ordering of Events in a
-//! Distributed System" (1978), the algorithm seed 004 measures the others
+//! Distributed System" (1978), the algorithm Kshemkalyani & Singhal (2008, ch. 9) measure the others
 //! against: every node keeps a copy of one queue of requests ordered by
 //! timestamp, and the head of the queue may enter.
 //!

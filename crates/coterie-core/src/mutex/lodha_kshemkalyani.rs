@@ -1,7 +1,7 @@
 //! # `lodha-kshemkalyani` — local request queues, REPLY and FLUSH
 //!
 //! **Source.** Lodha and Kshemkalyani, "A fair distributed mutual exclusion
-//! algorithm" (IEEE TPDS, 2000), as Algorithm 9.4 of seed 004 (section 9.6)
+//! algorithm" (IEEE TPDS, 2000), as Algorithm 9.4 of Kshemkalyani & Singhal (2008, §9.6)
 //! gives it: REQUEST, REPLY and FLUSH messages, a local request queue (LRQ)
 //! and a reply vector (RV) on every node, and the example of figures
 //! 9.11–9.15.
@@ -509,7 +509,7 @@ mod tests {
         ]
     }
 
-    /// Seed 004, figures 9.11–9.15. P1 and P2 ask concurrently, P1 first
+    /// Kshemkalyani & Singhal (2008), figures 9.11–9.15. P1 and P2 ask concurrently, P1 first
     /// in priority; P1's REQUEST to P3 is slow. P3, idle, replies to P2,
     /// then asks itself, concurrently with P1 but after P2. P1 enters and
     /// hands over to P2 with one FLUSH; P2, which had P3's REQUEST deferred,

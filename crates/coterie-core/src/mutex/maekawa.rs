@@ -1,8 +1,8 @@
 //! # `maekawa` — permission from a √N-sized request set
 //!
-//! **Source.** Maekawa (1985), seed 004 §9.8 (algorithm 9.5 and the
-//! deadlock handling with FAILED, INQUIRE and YIELD); seed 001 for the
-//! √N message count.
+//! **Source.** Maekawa (1985); Kshemkalyani & Singhal (2008) §9.8
+//! (algorithm 9.5 and the deadlock handling with FAILED, INQUIRE and
+//! YIELD) for the √N message count.
 //!
 //! **Request sets.** Any two must intersect, each must contain its owner,
 //! and ideally all have the same size K and every node sits in K of them.

@@ -1,7 +1,7 @@
 //! # `raymond-k` — Ricart–Agrawala for k holders
 //!
 //! **Source.** Raymond, "A distributed algorithm for multiple entries to a
-//! critical section" (1989), which seed 000 names as the extension of
+//! critical section" (1989), the extension of
 //! Ricart–Agrawala "to the case where more than 1 process can be in the
 //! critical region at one time".
 //!

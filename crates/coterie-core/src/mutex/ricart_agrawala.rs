@@ -1,9 +1,11 @@
 //! # `ricart-agrawala` — requests in line, deferred replies
 //!
-//! **Source.** Ricart and Agrawala (1981), as given in seeds 000 (the
-//! `pending`/`need` formulation with a communication thread and a semaphore),
-//! 001 (the protocol and the REQUEST(5)/REQUEST(3) trace) and 002, which
-//! also gives the two variants built in here: the fault-tolerant form (an
+//! **Source.** Ricart and Agrawala, "An optimal algorithm for mutual
+//! exclusion in computer networks" (CACM 24(1), 1981), in the
+//! `pending`/`need` formulation with a communication thread and a
+//! semaphore; the REQUEST(5)/REQUEST(3) race is the textbook exercise; and
+//! D. W. Jones's lecture notes (22C:116, University of Iowa, 2002) give the
+//! two variants built in here: the fault-tolerant form (an
 //! immediate "I got your request and I can't reply yet", "are you still
 //! there?" probes, a few retries, then giving up on the silent peer) and
 //! dynamic priorities (fewest entries first, or least recently served
@@ -592,7 +594,7 @@ mod tests {
         Action::SetTimer { timer: PATIENCE, at }
     }
 
-    /// Seed 001, exercise 2: P1 sends REQUEST(5), P2 sends REQUEST(3), P3 is
+    /// The textbook two-requester exercise: P1 sends REQUEST(5), P2 sends REQUEST(3), P3 is
     /// not interested. P2 enters first; P1 enters after P2's deferred reply.
     #[test]
     fn two_requester_trace_from_seed_001() {

@@ -1,8 +1,9 @@
 //! # `token-ring` — one token, passed round a logical ring
 //!
-//! **Source.** The token-ring algorithm of seeds 001 and 002: the live nodes
+//! **Source.** The token-ring algorithm (Tanenbaum 1995, §3.2; Jones's
+//! lecture notes, 22C:116, Iowa, 2002): the live nodes
 //! form a ring in id order, a single token travels round it, and only the
-//! node holding the token may enter. Seed 001's exercise 3 supplies the
+//! node holding the token may enter. The usual textbook exercise supplies the
 //! repair: a regenerated token carries a higher sequence number (here, a
 //! *generation*) and a token of an older generation is discarded.
 //!

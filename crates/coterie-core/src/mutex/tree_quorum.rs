@@ -1,6 +1,6 @@
 //! # `tree-quorum` — Agarwal and El Abbadi's tree-structured quorums
 //!
-//! **Source.** Agarwal and El Abbadi (1991), seed 004 §9.9 (algorithm 9.6,
+//! **Source.** Agarwal and El Abbadi (1991), Kshemkalyani & Singhal (2008) §9.9 (algorithm 9.6,
 //! `GetQuorum`).
 //!
 //! **Quorums.** The members, in id order, fill a binary tree level by level
