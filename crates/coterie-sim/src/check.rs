@@ -19,6 +19,7 @@
 //! states at every beat and change only the detectors' last-heard times).
 
 use crate::chooser::{Choice, Enumerate};
+use crate::invariant::Invariant;
 use crate::sim::{Load, SimConfig, Simulation};
 use coterie_core::Timing;
 use serde::Serialize;
@@ -109,8 +110,8 @@ impl CheckConfig {
 /// A broken invariant and a schedule that reaches it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Counterexample {
-    /// `safety`, `fence`, `liveness`, `agreement` or `wire`.
-    pub invariant: String,
+    /// Which invariant.
+    pub invariant: Invariant,
     /// What was seen.
     pub detail: String,
     /// The run's trace up to the violation (as `sim --trace` prints it).
@@ -191,7 +192,7 @@ pub fn check(
     let mut seen: HashSet<u64> = HashSet::new();
     let (mut states, mut runs, mut max_depth, mut violations) = (0u64, 0u64, 0usize, 0u64);
     let mut bound_hit = false;
-    let mut shortest: BTreeMap<String, Counterexample> = BTreeMap::new();
+    let mut shortest: BTreeMap<Invariant, Counterexample> = BTreeMap::new();
     let mut last_progress = Instant::now();
     loop {
         runs += 1;
@@ -234,12 +235,12 @@ pub fn check(
             let report = sim.finish();
             if let Some(v) = report.violations.first() {
                 violations += 1;
-                if shortest.get(v.invariant).is_none_or(|c| steps < c.steps) {
+                if shortest.get(&v.invariant).is_none_or(|c| steps < c.steps) {
                     let path = walk.path().to_vec();
                     shortest.insert(
-                        v.invariant.to_string(),
+                        v.invariant,
                         Counterexample {
-                            invariant: v.invariant.to_string(),
+                            invariant: v.invariant,
                             detail: v.detail.clone(),
                             schedule: Vec::new(),
                             steps,

@@ -35,10 +35,12 @@
 
 pub mod check;
 pub mod chooser;
+pub mod invariant;
 mod network;
 mod record;
 pub mod sim;
 pub mod suite;
 
+pub use invariant::Invariant;
 pub use sim::{Load, RunReport, SimConfig, Violation};
 pub use suite::{run_seeds, Failure, Summary};

@@ -1,6 +1,7 @@
 //! One simulated run.
 
 use crate::chooser::{Chooser, Random};
+use crate::invariant::Invariant;
 use crate::network::Network;
 use crate::record::Recorder;
 use coterie_core::engine::Output;
@@ -170,8 +171,8 @@ impl SimConfig {
 /// A broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Violation {
-    /// `safety`, `fence`, `liveness` or `agreement`.
-    pub invariant: &'static str,
+    /// Which one.
+    pub invariant: Invariant,
     /// What was seen.
     pub detail: String,
     /// Simulated time, in microseconds.
@@ -743,7 +744,7 @@ impl<C: Chooser> Simulation<C> {
         }
     }
 
-    fn violation(&mut self, invariant: &'static str, detail: String) {
+    fn violation(&mut self, invariant: Invariant, detail: String) {
         self.trace(|| format!("VIOLATION {invariant}: {detail}"));
         let text = format!("{invariant}: {detail}");
         self.record(|r, at| r.mark(at, None, MarkKind::Violation, text));
@@ -887,7 +888,7 @@ impl<C: Chooser> Simulation<C> {
         if self.holders.len() >= allowed {
             let holders: Vec<String> = self.holders.keys().map(|h| h.to_string()).collect();
             self.violation(
-                "safety",
+                Invariant::Safety,
                 format!("{node} entered while {} held (capacity {allowed})", holders.join(", ")),
             );
         }
@@ -898,7 +899,7 @@ impl<C: Chooser> Simulation<C> {
         let stale = self.cfg.capacity == 1 && max.is_some_and(|m| fence <= m);
         if stale || self.fences.contains(&fence) {
             self.violation(
-                "fence",
+                Invariant::Fence,
                 format!(
                     "{node} was granted fence {fence}, not above the earlier {}",
                     max.unwrap_or_default()
@@ -910,7 +911,10 @@ impl<C: Chooser> Simulation<C> {
         let n = self.nodes.get_mut(&node).expect("known node");
         if n.client != ClientState::Waiting {
             let state = n.client;
-            self.violation("safety", format!("{node} was granted while its client was {state:?}"));
+            self.violation(
+                Invariant::Safety,
+                format!("{node} was granted while its client was {state:?}"),
+            );
             return;
         }
         n.client = ClientState::Holding;
@@ -1194,10 +1198,10 @@ impl<C: Chooser> Simulation<C> {
         let now = self.now;
         let envelope: Envelope = match wire::decode(&bytes) {
             Ok(e) => e,
-            Err(e) => return self.violation("wire", format!("{from} -> {to}: {e}")),
+            Err(e) => return self.violation(Invariant::Wire, format!("{from} -> {to}: {e}")),
         };
         if let Err(e) = self.engine(to).handle_message(now, from, envelope) {
-            return self.violation("wire", format!("{to} refused a message: {e}"));
+            return self.violation(Invariant::Wire, format!("{to} refused a message: {e}"));
         }
         self.after_input(to);
     }
@@ -1593,7 +1597,10 @@ impl<C: Chooser> Simulation<C> {
                     )
                 })
                 .collect();
-            self.violation("liveness", format!("requests never served by {}", stuck.join(", ")));
+            self.violation(
+                Invariant::Liveness,
+                format!("requests never served by {}", stuck.join(", ")),
+            );
             return;
         }
         let live: Vec<(NodeId, Option<NodeId>, Epoch)> = self
@@ -1612,7 +1619,7 @@ impl<C: Chooser> Simulation<C> {
                     })
                     .collect();
                 self.violation(
-                    "agreement",
+                    Invariant::Agreement,
                     format!(
                         "{id} disagrees; expected {} everywhere, views {}",
                         highest.map_or("none".into(), |h| h.to_string()),

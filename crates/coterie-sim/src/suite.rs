@@ -1,5 +1,6 @@
 //! Many seeds of one configuration, summarised.
 
+use crate::invariant::Invariant;
 use crate::sim::{self, RunReport, SimConfig};
 use coterie_core::registry::UnknownAlgorithm;
 use serde::Serialize;
@@ -11,7 +12,7 @@ pub struct Failure {
     /// Replays the failing run: `coterie sim --seed SEED --trace ...`.
     pub seed: u64,
     /// Which invariant broke.
-    pub invariant: String,
+    pub invariant: Invariant,
     /// What was seen.
     pub detail: String,
 }
@@ -31,7 +32,7 @@ pub struct Summary {
     pub violations: u64,
     /// Those runs, by the first invariant each broke (`safety`, `fence`,
     /// `liveness`, `agreement`, `wire`).
-    pub violations_by_invariant: BTreeMap<String, u64>,
+    pub violations_by_invariant: BTreeMap<Invariant, u64>,
     /// Mutex messages per entry, over all runs.
     pub messages_per_entry: f64,
     /// Critical-section entries, over all runs.
@@ -129,11 +130,11 @@ pub fn run_seeds(
         }
         if let Some(v) = report.violations.first() {
             summary.violations += 1;
-            *summary.violations_by_invariant.entry(v.invariant.to_string()).or_default() += 1;
+            *summary.violations_by_invariant.entry(v.invariant).or_default() += 1;
             if summary.failures.len() < 50 {
                 summary.failures.push(Failure {
                     seed,
-                    invariant: v.invariant.to_string(),
+                    invariant: v.invariant,
                     detail: v.detail.clone(),
                 });
             }

@@ -21,7 +21,7 @@ fn check_finds_a_partition_breaking_a_timeout_trusting_algorithm() {
     let safety = report
         .counterexamples
         .iter()
-        .find(|c| c.invariant == "safety")
+        .find(|c| c.invariant == coterie_sim::Invariant::Safety)
         .expect("a safety counterexample");
     let last = safety.schedule.last().expect("a schedule");
     assert!(last.contains("VIOLATION safety"), "the schedule ends at the violation: {last}");

@@ -7,7 +7,7 @@
 use coterie_core::registry::{MutexInfo, MutexOption, ELECTIONS, MUTEXES};
 use coterie_core::{MutexOptions, Priority};
 use coterie_sim::sim::{self, Load, SimConfig};
-use coterie_sim::{run_seeds, Summary};
+use coterie_sim::{run_seeds, Invariant, Summary};
 use std::time::Duration;
 
 /// Seeds per algorithm pair and fault setting.
@@ -332,7 +332,7 @@ fn the_checker_catches_two_holders_and_names_the_seed() {
     let summary = run_seeds(&cfg, 0..20, |_, _| {}).unwrap();
     assert!(summary.violations > 0, "an overlap went unnoticed");
     let first = &summary.failures[0];
-    assert_eq!(first.invariant, "safety");
+    assert_eq!(first.invariant, Invariant::Safety);
     let replay = sim::run(SimConfig { seed: first.seed, ..cfg }).unwrap();
     assert_eq!(replay.violations[0].detail, first.detail);
 }
@@ -516,7 +516,7 @@ fn timeout_algorithms_grant_on_both_sides_of_a_partition() {
         let cfg = SimConfig { partitions: 1, ..SimConfig::new(m.name, ELECTIONS[0].name) };
         let summary = run_seeds(&cfg, 0..50, |_, _| {}).unwrap();
         assert!(
-            summary.failures.iter().any(|f| f.invariant == "safety"),
+            summary.failures.iter().any(|f| f.invariant == Invariant::Safety),
             "{}: 50 partitioned runs and never two holders; is the partition real?",
             m.name
         );
@@ -564,7 +564,7 @@ fn without_stable_storage_a_restarted_arbiter_can_grant_twice() {
         assert!(with.violations.is_empty(), "{mutex} seed {seed}: {:?}", with.violations);
         let without = sim::run(SimConfig { stable_storage: false, ..base }).unwrap();
         assert!(
-            without.violations.iter().any(|v| v.invariant == "safety" || v.invariant == "fence"),
+            without.violations.iter().any(|v| v.invariant.is_unsafe()),
             "{mutex} seed {seed} without stable storage: {:?}",
             without.violations
         );
@@ -573,7 +573,8 @@ fn without_stable_storage_a_restarted_arbiter_can_grant_twice() {
 
 /// Runs whose first broken invariant is safety or fences.
 fn unsafe_runs(summary: &Summary) -> u64 {
-    ["safety", "fence"].iter().filter_map(|i| summary.violations_by_invariant.get(*i)).sum()
+    let by = &summary.violations_by_invariant;
+    by.iter().filter(|(i, _)| i.is_unsafe()).map(|(_, n)| n).sum()
 }
 
 /// A delay spike longer than the failure timeout gets a live node
@@ -645,7 +646,7 @@ fn quorum_algorithms_never_grant_twice_under_message_loss() {
             let summary = run_seeds(&cfg, 0..300, |_, _| {}).unwrap();
             assert_eq!(summary.drops, 300, "{name}/{}: one loss window per run", e.name);
             assert!(summary.lost > 0, "{name}/{}: nothing was lost", e.name);
-            if let Some(f) = summary.failures.iter().find(|f| f.invariant == "safety") {
+            if let Some(f) = summary.failures.iter().find(|f| f.invariant == Invariant::Safety) {
                 panic!(
                     "{name}/{} under message loss: seed {} {}: {}\n{}",
                     e.name,
@@ -655,7 +656,12 @@ fn quorum_algorithms_never_grant_twice_under_message_loss() {
                     replay_hint(&cfg, f.seed)
                 );
             }
-            assert_eq!(summary.violations_by_invariant.get("safety"), None, "{name}/{}", e.name);
+            assert_eq!(
+                summary.violations_by_invariant.get(&Invariant::Safety),
+                None,
+                "{name}/{}",
+                e.name
+            );
             eprintln!(
                 "{name}/{} under message loss: {:?} (of 300 runs)",
                 e.name, summary.violations_by_invariant
