@@ -4,8 +4,11 @@
 //! Each run is a [`Simulation`] whose choices come from an [`Enumerate`]
 //! chooser: time is discrete (whole ticks), a message's delay is one of a
 //! few ticks, a wider range (when a crash comes, how long a node stays
-//! down) is tried at its ends and middle, and events due at the same tick
-//! happen in every order. After every step of a run's fresh part the
+//! down) is tried at its ends and middle, and one node's events due at
+//! the same tick happen in every order (events at different nodes
+//! commute, and run in node order). Start-up (dials, joins, the first
+//! election) runs once, every choice its first answer; the exploring
+//! begins with the workload. After every step of a run's fresh part the
 //! state is hashed ([`Simulation::fingerprint`]); a state seen before is
 //! not explored again (its continuations were, from its first visit:
 //! depth-first order finishes every choice below a state before changing
@@ -179,7 +182,6 @@ pub fn check(
     mut progress: impl FnMut(Progress),
 ) -> Result<CheckReport, coterie_core::registry::UnknownAlgorithm> {
     let sim_cfg = cfg.sim_config();
-    Simulation::new(sim_cfg.clone())?; // names checked once
     let start = Instant::now();
     let root = start_up(&sim_cfg)?;
     // The walk's position in the tree of choices.

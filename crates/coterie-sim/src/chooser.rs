@@ -34,9 +34,10 @@ pub trait Chooser {
     fn fraction(&mut self, lo: f64, hi: f64) -> f64;
     /// Yes, with probability `p`.
     fn chance(&mut self, p: f64) -> bool;
-    /// Whether the order of events due at the same instant is a choice
-    /// ([`index`](Chooser::index) over them); when not, they happen in
-    /// the order they were queued.
+    /// Whether the order of one node's events due at the same instant is
+    /// a choice ([`index`](Chooser::index) over them; events at different
+    /// nodes run in node order); when not, every tie goes in the order it
+    /// was queued.
     fn orders_ties(&self) -> bool {
         false
     }
