@@ -255,6 +255,29 @@ impl Engine {
         self.fence.hash(h);
     }
 
+    /// Feeds to `h` the state of the two algorithms and the grant under
+    /// way, without the failure detector's last-heard times: what stays
+    /// the same while only heartbeats pass (see [`idle`](Self::idle)).
+    pub fn hash_algorithms<H: std::hash::Hasher>(&self, h: &mut H) {
+        use std::hash::Hash;
+        self.election.hash_state(h);
+        self.mutex.hash_state(h);
+        self.fence.hash(h);
+    }
+
+    /// Whether nothing will happen here of the engine's own accord but
+    /// heartbeats: no algorithm timer is armed, the node has joined, every
+    /// peer counts as up and no output waits to be drained. An idle engine
+    /// changes state only when a message other than a heartbeat arrives,
+    /// a peer falls silent, or a heartbeat says something new.
+    pub fn idle(&self) -> bool {
+        self.timers.is_empty()
+            && self.join_deadline.is_none()
+            && !self.request_pending
+            && self.outputs.is_empty()
+            && self.cfg.members.iter().all(|&p| self.is_up(p))
+    }
+
     /// Builds the stack for `cfg` running the named algorithms, starting at
     /// `now`.
     pub fn new(

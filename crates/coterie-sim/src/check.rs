@@ -13,7 +13,10 @@
 //! not explored again (its continuations were, from its first visit:
 //! depth-first order finishes every choice below a state before changing
 //! one above it), and the run is cut there. A run that ends is judged by
-//! the simulator's own invariants: safety, fences, liveness and agreement.
+//! the simulator's own invariants: safety, fences, deadlock, liveness and
+//! agreement. Each broken invariant judged at a state (all but liveness
+//! and agreement) is then searched for again, no deeper than the schedule
+//! found, to prove its counterexample the shortest there is.
 //!
 //! A new path resumes from a copy of the run taken on the way down, before
 //! the choice it changes (copies are taken every few steps), and replays
@@ -26,7 +29,7 @@ use crate::invariant::Invariant;
 use crate::sim::{Load, SimConfig, Simulation};
 use coterie_core::Timing;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// Fresh steps between two snapshots of a run.
@@ -121,6 +124,11 @@ pub struct Counterexample {
     pub schedule: Vec<String>,
     /// Steps the run took.
     pub steps: usize,
+    /// Whether no schedule breaks the invariant in fewer steps: proven by
+    /// a second pass for what is judged at a state (safety, fences, the
+    /// wire, deadlock); what is judged at a run's end (liveness,
+    /// agreement) is the shortest found.
+    pub proven_shortest: bool,
     /// The choices that make it, for a replay.
     #[serde(skip)]
     pub path: Vec<Choice>,
@@ -141,10 +149,13 @@ pub struct CheckReport {
     pub crashes: u32,
     /// Partitions per run (two-way).
     pub partitions: u32,
+    /// One-way partitions per run.
+    pub one_way_partitions: u32,
     /// Steps taken in the fresh part of the runs (states reached,
-    /// repeats included).
+    /// repeats included), over both passes when there was a second (see
+    /// [`Counterexample::proven_shortest`]).
     pub states: u64,
-    /// Distinct states.
+    /// Distinct states, in the first pass.
     pub distinct_states: u64,
     /// Runs (paths through the tree of choices).
     pub runs: u64,
@@ -184,85 +195,27 @@ pub fn check(
     let sim_cfg = cfg.sim_config();
     let start = Instant::now();
     let root = start_up(&sim_cfg)?;
-    // The walk's position in the tree of choices.
-    let mut walk = root.chooser().clone();
-    // Copies of the run taken on the way down (every SNAPSHOT_EVERY fresh
-    // steps), each with the number of choices made before it: a new path
-    // resumes from the deepest one taken before the choice it changes,
-    // instead of replaying from the start.
-    let mut snapshots: Vec<(usize, usize, Simulation<Enumerate>)> = vec![(0, 0, root)];
-    let mut seen: HashSet<u64> = HashSet::new();
-    let (mut states, mut runs, mut max_depth, mut violations) = (0u64, 0u64, 0usize, 0u64);
-    let mut bound_hit = false;
-    let mut shortest: BTreeMap<Invariant, Counterexample> = BTreeMap::new();
-    let mut last_progress = Instant::now();
-    loop {
-        runs += 1;
-        let prescribed = walk.prescribed();
-        // The deepest snapshot taken before the first choice this path
-        // changes (snapshot positions only grow along the stack).
-        while snapshots.len() > 1 && snapshots.last().is_some_and(|s| s.0 >= prescribed) {
-            snapshots.pop();
-        }
-        let (_, steps, base) = snapshots.last().expect("the root is taken before any choice");
-        let mut steps = *steps;
-        let mut sim = base.clone();
-        sim.chooser_mut().follow(&walk);
-
-        let mut cut = false;
-        let mut fresh = 0usize;
-        while sim.step() {
-            steps += 1;
-            if sim.chooser().position() < prescribed {
-                continue; // still replaying the path's known prefix
-            }
-            states += 1;
-            if !seen.insert(sim.fingerprint()) {
-                cut = true;
-                break;
-            }
-            if steps >= cfg.max_depth {
-                bound_hit = true;
-                cut = true;
-                break;
-            }
-            fresh += 1;
-            if fresh.is_multiple_of(SNAPSHOT_EVERY) {
-                snapshots.push((sim.chooser().position(), steps, sim.clone()));
-            }
-        }
-        max_depth = max_depth.max(steps);
-        walk = sim.chooser().clone();
-        if !cut {
-            let report = sim.finish();
-            if let Some(v) = report.violations.first() {
-                violations += 1;
-                if shortest.get(&v.invariant).is_none_or(|c| steps < c.steps) {
-                    let path = walk.path().to_vec();
-                    shortest.insert(
-                        v.invariant,
-                        Counterexample {
-                            invariant: v.invariant,
-                            detail: v.detail.clone(),
-                            schedule: Vec::new(),
-                            steps,
-                            path,
-                        },
-                    );
+    let mut search = Search { root, start, progress: &mut progress, states: 0, runs: 0 };
+    let found = search.explore(cfg.max_depth, cfg.max_states, Seen::Once(HashSet::new()));
+    // A state-invariant counterexample is the shortest found, not yet the
+    // shortest there is: depth-first order may first reach a state by a
+    // long way round, and cut the short way when it gets there later. A
+    // second pass, as deep as the longest of them, explores again and
+    // cuts a state only if it was reached before in as few steps: every
+    // state is then explored from its shallowest visit, so the first
+    // violating state of every schedule within the bound is met by its
+    // shortest path.
+    let mut shortest = found.shortest.clone();
+    let bound = shortest.values().filter(|c| c.invariant.at_a_state()).map(|c| c.steps).max();
+    if let Some(bound) = bound {
+        let again = search.explore(bound + 1, cfg.max_states, Seen::Shallowest(HashMap::new()));
+        for (invariant, c) in again.shortest {
+            if invariant.at_a_state() && !again.bound_hit_by_states {
+                let best = shortest.entry(invariant).or_insert_with(|| c.clone());
+                if c.steps <= best.steps {
+                    *best = Counterexample { proven_shortest: true, ..c };
                 }
             }
-        }
-        if last_progress.elapsed() > Duration::from_millis(500) {
-            last_progress = Instant::now();
-            let distinct_states = seen.len() as u64;
-            progress(Progress { runs, states, distinct_states, elapsed: start.elapsed() });
-        }
-        if seen.len() as u64 >= cfg.max_states {
-            bound_hit = true;
-            break;
-        }
-        if !walk.advance() {
-            break;
         }
     }
     let seconds = start.elapsed().as_secs_f64();
@@ -278,16 +231,174 @@ pub fn check(
         requests: cfg.requests,
         crashes: cfg.crashes,
         partitions: cfg.partitions,
-        states,
-        distinct_states: seen.len() as u64,
-        runs,
-        max_depth,
-        exhausted: !bound_hit,
+        one_way_partitions: cfg.one_way_partitions,
+        states: search.states,
+        distinct_states: found.distinct,
+        runs: search.runs,
+        max_depth: found.max_depth,
+        exhausted: !found.bound_hit,
         seconds,
-        states_per_s: if seconds > 0.0 { states as f64 / seconds } else { 0.0 },
-        violations,
+        states_per_s: if seconds > 0.0 { search.states as f64 / seconds } else { 0.0 },
+        violations: found.violations,
         counterexamples,
     })
+}
+
+/// The states a pass has been to.
+enum Seen {
+    /// Each once: a state seen before is cut.
+    Once(HashSet<u64>),
+    /// Each with the fewest steps it was reached in: a state is cut only
+    /// if it was reached before in as few.
+    Shallowest(HashMap<u64, usize>),
+}
+
+impl Seen {
+    /// Records `state`, reached in `steps`; whether it is to be explored.
+    fn visit(&mut self, state: u64, steps: usize) -> bool {
+        match self {
+            Seen::Once(seen) => seen.insert(state),
+            Seen::Shallowest(seen) => match seen.get_mut(&state) {
+                Some(fewest) if *fewest <= steps => false,
+                Some(fewest) => {
+                    *fewest = steps;
+                    true
+                }
+                None => {
+                    seen.insert(state, steps);
+                    true
+                }
+            },
+        }
+    }
+
+    fn len(&self) -> u64 {
+        match self {
+            Seen::Once(seen) => seen.len() as u64,
+            Seen::Shallowest(seen) => seen.len() as u64,
+        }
+    }
+}
+
+/// What one depth-first pass found.
+struct Pass {
+    distinct: u64,
+    max_depth: usize,
+    violations: u64,
+    /// A bound cut the pass short: a run's depth or the distinct states.
+    bound_hit: bool,
+    /// The distinct-states bound, in particular.
+    bound_hit_by_states: bool,
+    /// For each invariant broken, the shortest schedule the pass found.
+    shortest: BTreeMap<Invariant, Counterexample>,
+}
+
+/// A depth-first search of the tree of choices below `root`.
+struct Search<'a, P: FnMut(Progress)> {
+    root: Simulation<Enumerate>,
+    start: Instant,
+    progress: &'a mut P,
+    /// States reached and runs made, over every pass.
+    states: u64,
+    runs: u64,
+}
+
+impl<P: FnMut(Progress)> Search<'_, P> {
+    /// One pass over every schedule, runs cut at `max_depth` steps and
+    /// the pass at `max_states` distinct states.
+    fn explore(&mut self, max_depth: usize, max_states: u64, mut seen: Seen) -> Pass {
+        // The walk's position in the tree of choices.
+        let mut walk = self.root.chooser().clone();
+        // Copies of the run taken on the way down (every SNAPSHOT_EVERY
+        // fresh steps), each with the number of choices made before it and
+        // the steps taken: a new path resumes from the deepest one taken
+        // before the choice it changes, instead of replaying from the start.
+        let mut snapshots: Vec<(usize, usize, Simulation<Enumerate>)> =
+            vec![(0, 0, self.root.clone())];
+        let mut pass = Pass {
+            distinct: 0,
+            max_depth: 0,
+            violations: 0,
+            bound_hit: false,
+            bound_hit_by_states: false,
+            shortest: BTreeMap::new(),
+        };
+        let mut last_progress = Instant::now();
+        loop {
+            self.runs += 1;
+            let prescribed = walk.prescribed();
+            // The deepest snapshot taken before the first choice this path
+            // changes (snapshot positions only grow along the stack).
+            while snapshots.len() > 1 && snapshots.last().is_some_and(|s| s.0 >= prescribed) {
+                snapshots.pop();
+            }
+            let (_, steps, base) = snapshots.last().expect("the root is taken before any choice");
+            let mut steps = *steps;
+            let mut sim = base.clone();
+            sim.chooser_mut().follow(&walk);
+
+            let mut cut = false;
+            let mut fresh = 0usize;
+            while sim.step() {
+                steps += 1;
+                if sim.chooser().position() < prescribed {
+                    continue; // still replaying the path's known prefix
+                }
+                self.states += 1;
+                if !seen.visit(sim.fingerprint(), steps) {
+                    cut = true;
+                    break;
+                }
+                if steps >= max_depth {
+                    pass.bound_hit = true;
+                    cut = true;
+                    break;
+                }
+                fresh += 1;
+                if fresh.is_multiple_of(SNAPSHOT_EVERY) {
+                    snapshots.push((sim.chooser().position(), steps, sim.clone()));
+                }
+            }
+            pass.max_depth = pass.max_depth.max(steps);
+            walk = sim.chooser().clone();
+            if !cut {
+                let report = sim.finish();
+                if let Some(v) = report.violations.first() {
+                    pass.violations += 1;
+                    if pass.shortest.get(&v.invariant).is_none_or(|c| steps < c.steps) {
+                        let c = Counterexample {
+                            invariant: v.invariant,
+                            detail: v.detail.clone(),
+                            schedule: Vec::new(),
+                            steps,
+                            proven_shortest: false,
+                            path: walk.path().to_vec(),
+                        };
+                        pass.shortest.insert(v.invariant, c);
+                    }
+                }
+            }
+            if last_progress.elapsed() > Duration::from_millis(500) {
+                last_progress = Instant::now();
+                (self.progress)(Progress {
+                    runs: self.runs,
+                    states: self.states,
+                    distinct_states: seen.len(),
+                    elapsed: self.start.elapsed(),
+                });
+            }
+            if seen.len() >= max_states {
+                pass.bound_hit = true;
+                pass.bound_hit_by_states = true;
+                break;
+            }
+            if !walk.advance() {
+                break;
+            }
+        }
+        pass.distinct = seen.len();
+        pass
+    }
 }
 
 /// The run at the start of the workload: start-up (dials, joins, the

@@ -14,6 +14,13 @@ pub enum Invariant {
     Fence,
     /// Every request of a node that stays up is granted.
     Liveness,
+    /// No state is reached where a client waits, no fault is pending or in
+    /// force, and nothing but heartbeats can ever happen again: every node
+    /// idle (no algorithm timer armed, every peer up), no other message in
+    /// flight, and a failure timeout of heartbeats changing nothing. It is
+    /// a liveness failure caught the moment it is certain, rather than at
+    /// the run's time limit.
+    Deadlock,
     /// Once faults stop, every live node follows the highest live id, at
     /// the same epoch.
     Agreement,
@@ -28,9 +35,17 @@ impl Invariant {
             Invariant::Safety => "safety",
             Invariant::Fence => "fence",
             Invariant::Liveness => "liveness",
+            Invariant::Deadlock => "deadlock",
             Invariant::Agreement => "agreement",
             Invariant::Wire => "wire",
         }
+    }
+
+    /// Whether it is judged at a state, the moment it breaks (safety,
+    /// fences, the wire, deadlock), rather than at a run's end (liveness at
+    /// the time limit, agreement once the cluster has settled).
+    pub fn at_a_state(self) -> bool {
+        matches!(self, Invariant::Safety | Invariant::Fence | Invariant::Wire | Invariant::Deadlock)
     }
 
     /// Whether breaking it lets two holders act at once (safety or a

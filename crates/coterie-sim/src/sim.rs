@@ -259,6 +259,27 @@ impl std::hash::Hash for Share {
     }
 }
 
+/// What a frame carries, as far as the simulator cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Carries {
+    /// A heartbeat: a fixed delay when checking, and no sign of progress.
+    Heartbeat,
+    /// An election-layer message.
+    Election,
+    /// A mutex-layer message (counted while in flight).
+    Mutex,
+}
+
+impl Carries {
+    fn of(envelope: &Envelope) -> Carries {
+        match envelope {
+            Envelope::Heartbeat(_) => Carries::Heartbeat,
+            Envelope::Election(_) => Carries::Election,
+            Envelope::Mutex(_) => Carries::Mutex,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash)]
 enum Event {
     /// A frame reaches `to`, unless its connection broke meanwhile.
@@ -269,8 +290,7 @@ enum Event {
         seq: u64,
         ack: u64,
         bytes: Vec<u8>,
-        /// Whether it is a mutex-layer message (counted while in flight).
-        mutex: bool,
+        carries: Carries,
     },
     /// `from`'s dial reaches `to`.
     Hello {
@@ -442,6 +462,9 @@ pub struct Simulation<C: Chooser = Random> {
     spikes: BTreeMap<NodeId, (u32, Duration)>,
     /// The loss windows in force, by node: the window's id, the share lost.
     losses: BTreeMap<NodeId, (u32, Share)>,
+    /// Since when, and in which state of the algorithms, the run has been
+    /// stuck but for heartbeats (see [`Invariant::Deadlock`]).
+    stuck: Option<(Time, u64)>,
     /// The run for its diagram, when recording.
     recorder: Option<Recorder>,
     report: RunReport,
@@ -492,6 +515,7 @@ impl<C: Chooser> Simulation<C> {
             deferred: BTreeMap::new(),
             spikes: BTreeMap::new(),
             losses: BTreeMap::new(),
+            stuck: None,
             report: RunReport { seed: cfg.seed, ..RunReport::default() },
             recorder: cfg.record.then(|| {
                 let nodes: Vec<NodeId> = (1..=cfg.nodes).map(NodeId).collect();
@@ -594,8 +618,11 @@ impl<C: Chooser> Simulation<C> {
             self.session(from, to).after(0).map(|(seq, body)| (seq, body.to_vec())).collect();
         for (seq, body) in frames {
             self.report.resent += 1;
-            let mutex = matches!(wire::decode::<Envelope>(&body), Ok(Envelope::Mutex(_)));
-            self.write(from, to, seq, body, mutex);
+            let carries = match wire::decode::<Envelope>(&body) {
+                Ok(envelope) => Carries::of(&envelope),
+                Err(_) => Carries::Mutex, // reported as a wire violation on arrival
+            };
+            self.write(from, to, seq, body, carries);
         }
     }
 
@@ -607,23 +634,20 @@ impl<C: Chooser> Simulation<C> {
 
     /// Writes frame `seq` of `from`'s session with `to` into their
     /// connection, if there is one; otherwise it waits in the session.
-    fn write(&mut self, from: NodeId, to: NodeId, seq: u64, bytes: Vec<u8>, mutex: bool) {
+    fn write(&mut self, from: NodeId, to: NodeId, seq: u64, bytes: Vec<u8>, carries: Carries) {
         let Some(conn) = self.net.writable(from, to) else {
             return;
         };
         let ack = self.session(from, to).ack();
-        if mutex {
+        if carries == Carries::Mutex {
             self.mutex_in_flight += 1;
         }
-        let fixed = self
-            .cfg
-            .heartbeat_delay
-            .filter(|_| matches!(wire::decode::<Envelope>(&bytes), Ok(Envelope::Heartbeat(_))));
+        let fixed = self.cfg.heartbeat_delay.filter(|_| carries == Carries::Heartbeat);
         let at = match fixed {
             Some(delay) => self.net.land(from, to, self.now + delay, STEP),
             None => self.flight(from, to),
         };
-        self.push(at, Event::Deliver { from, to, conn: conn.id, seq, ack, bytes, mutex });
+        self.push(at, Event::Deliver { from, to, conn: conn.id, seq, ack, bytes, carries });
     }
 
     fn push(&mut self, at: Time, event: Event) {
@@ -790,8 +814,8 @@ impl<C: Chooser> Simulation<C> {
                 if self.now >= self.workload_start {
                     *self.report.messages_by_kind.entry(kind.to_string()).or_default() += 1;
                 }
-                let mutex = matches!(envelope, Envelope::Mutex(_));
-                if mutex {
+                let carries = Carries::of(&envelope);
+                if carries == Carries::Mutex {
                     self.mutex_sent_total += 1;
                     if self.now >= self.workload_start {
                         self.report.mutex_messages += 1;
@@ -827,7 +851,7 @@ impl<C: Chooser> Simulation<C> {
                     let now = self.now;
                     self.engine(node).handle_link_down(now, to);
                 }
-                self.write(node, to, sent.seq(), bytes, mutex);
+                self.write(node, to, sent.seq(), bytes, carries);
             }
             Output::Granted { fence } => self.on_grant(node, fence),
             Output::Coordinator { leader, epoch } => {
@@ -968,8 +992,8 @@ impl<C: Chooser> Simulation<C> {
             }
         }
         match event {
-            Event::Deliver { from, to, conn, seq, ack, bytes, mutex } => {
-                if mutex {
+            Event::Deliver { from, to, conn, seq, ack, bytes, carries } => {
+                if carries == Carries::Mutex {
                     self.mutex_in_flight -= 1;
                 }
                 self.deliver(from, to, conn, seq, ack, bytes);
@@ -1396,6 +1420,91 @@ impl<C: Chooser> Simulation<C> {
         }
     }
 
+    /// Reports a deadlock once the run has been stuck (see
+    /// [`stuck_state`](Self::stuck_state)) in one state of the algorithms
+    /// for a whole failure timeout. By then every node has heard every
+    /// peer's heartbeat, sent in that state, and changed nothing; the next
+    /// heartbeats say the same (a heartbeat carries only the sender's
+    /// state), so nothing ever changes again. This rests on the handlers
+    /// acting on what a heartbeat says, never on the time alone: an
+    /// algorithm that waits for time to pass arms a timer, and an armed
+    /// timer means not stuck.
+    fn watch_for_deadlock(&mut self) {
+        let Some(state) = self.stuck_state() else {
+            self.stuck = None;
+            return;
+        };
+        match self.stuck {
+            Some((since, same)) if same == state => {
+                if self.now >= since + self.cfg.timing.failure_timeout {
+                    self.stuck = None;
+                    let waiting = self.describe(|n| n.client == ClientState::Waiting);
+                    self.violation(
+                        Invariant::Deadlock,
+                        format!("{waiting} wait, and nothing but heartbeats is left to happen"),
+                    );
+                }
+            }
+            _ => self.stuck = Some((self.now, state)),
+        }
+    }
+
+    /// A hash of the algorithms' state if the run is stuck but for
+    /// heartbeats: a client waits; every node is up, unpaused and idle
+    /// ([`Engine::idle`]); no partition, spike or loss is in force; and
+    /// nothing is queued but heartbeats and wake-ups (so no fault, no
+    /// client step and no other message is to come).
+    fn stuck_state(&self) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let waiting = self.nodes.values().any(|n| n.client == ClientState::Waiting);
+        if !waiting
+            || self.mutex_in_flight > 0
+            || self.cut.is_some()
+            || !self.paused.is_empty()
+            || !self.spikes.is_empty()
+            || !self.losses.is_empty()
+            || !self.nodes.values().all(|n| n.engine.as_ref().is_some_and(Engine::idle))
+        {
+            return None;
+        }
+        let only_beats = self.queue.iter().all(|Reverse((_, _, idx))| {
+            matches!(
+                self.events[*idx],
+                Some(Event::Deliver { carries: Carries::Heartbeat, .. } | Event::Wake { .. })
+            )
+        });
+        if !only_beats {
+            return None;
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for (id, n) in &self.nodes {
+            id.hash(&mut h);
+            n.client.hash(&mut h);
+            n.engine.as_ref().expect("checked above").hash_algorithms(&mut h);
+        }
+        Some(h.finish())
+    }
+
+    /// The live nodes `which` picks, each with its client's and engine's
+    /// state and the coordinator it follows, for a violation's detail.
+    fn describe(&self, which: impl Fn(&SimNode) -> bool) -> String {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| which(n))
+            .filter_map(|(id, n)| {
+                let e = n.engine.as_ref()?;
+                let coordinator = e.coordinator().map_or("none".into(), |c| c.to_string());
+                Some(format!(
+                    "{id} ({:?}, engine {}, coordinator {coordinator})",
+                    n.client,
+                    e.cs_state()
+                ))
+            })
+            .collect();
+        nodes.join(", ")
+    }
+
     /// Whether the workload has finished on every node that is up.
     fn workload_done(&self) -> bool {
         match self.cfg.load {
@@ -1427,6 +1536,7 @@ impl<C: Chooser> Simulation<C> {
         self.now = at;
         let event = self.events[idx].take().expect("each event runs once");
         self.handle(event);
+        self.watch_for_deadlock();
         if !self.report.violations.is_empty() && !self.cfg.trace && !self.cfg.record {
             return false; // the seed will be replayed with a trace
         }
@@ -1481,7 +1591,10 @@ impl<C: Chooser> Simulation<C> {
     /// and the highest fence granted, the faults in force and the
     /// workload left. Left out, since they decide nothing that follows:
     /// the report's counters and measurements, when each waiting client
-    /// asked (used only to count out-of-order grants), the recorder.
+    /// asked (used only to count out-of-order grants), the recorder, and
+    /// since when the run has been stuck (a state is stuck or not by
+    /// itself, and a stuck one is reported as a deadlock by every run that
+    /// reaches it; only the moment differs).
     /// Times inside the engines are absolute, so states at different
     /// moments never merge; interleavings that meet at the same moment do.
     pub fn fingerprint(&self) -> u64 {
@@ -1583,24 +1696,8 @@ impl<C: Chooser> Simulation<C> {
             return;
         }
         if !self.workload_done() {
-            let stuck: Vec<String> = self
-                .nodes
-                .iter()
-                .filter(|(_, n)| n.engine.is_some() && n.client != ClientState::Done)
-                .map(|(id, n)| {
-                    let e = n.engine.as_ref().expect("live");
-                    format!(
-                        "{id} ({:?}, engine {}, coordinator {:?})",
-                        n.client,
-                        e.cs_state(),
-                        e.coordinator()
-                    )
-                })
-                .collect();
-            self.violation(
-                Invariant::Liveness,
-                format!("requests never served by {}", stuck.join(", ")),
-            );
+            let stuck = self.describe(|n| n.client != ClientState::Done);
+            self.violation(Invariant::Liveness, format!("requests never served by {stuck}"));
             return;
         }
         let live: Vec<(NodeId, Option<NodeId>, Epoch)> = self

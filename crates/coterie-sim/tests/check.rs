@@ -23,12 +23,40 @@ fn check_finds_a_partition_breaking_a_timeout_trusting_algorithm() {
         .iter()
         .find(|c| c.invariant == coterie_sim::Invariant::Safety)
         .expect("a safety counterexample");
+    // 22 steps from the workload's start, and a second pass proves no
+    // schedule does it in fewer.
+    assert_eq!((safety.steps, safety.proven_shortest), (22, true));
     let last = safety.schedule.last().expect("a schedule");
     assert!(last.contains("VIOLATION safety"), "the schedule ends at the violation: {last}");
     assert!(safety.schedule.iter().any(|l| l.contains("PARTITION")), "{:#?}", safety.schedule);
     // The path replays to the same violation.
     let again = check::replay(&cfg.sim_config(), &safety.path);
     assert_eq!(again, safety.schedule);
+}
+
+/// Ricart-Agrawala never asks again for a message it lost: a one-way
+/// partition swallows a REQUEST, the partition heals, and the requester
+/// waits forever while the others hear its heartbeats. The checker calls
+/// it a deadlock at the moment it is certain (every node idle, only
+/// heartbeats left, a failure timeout of them changing nothing), not a
+/// liveness failure at the time limit, with the shortest schedule.
+#[test]
+fn check_finds_a_deadlock_after_a_one_way_partition() {
+    let cfg =
+        CheckConfig { one_way_partitions: 1, ..CheckConfig::new("ricart-agrawala", "bully", 3) };
+    let report = check::check(&cfg, |_| {}).unwrap();
+    assert!(report.exhausted);
+    let deadlock = report
+        .counterexamples
+        .iter()
+        .find(|c| c.invariant == coterie_sim::Invariant::Deadlock)
+        .unwrap_or_else(|| panic!("no deadlock among {:#?}", report.counterexamples));
+    assert!(deadlock.proven_shortest);
+    let last = deadlock.schedule.last().expect("a schedule");
+    assert!(last.contains("VIOLATION deadlock"), "{last}");
+    assert!(deadlock.schedule.iter().any(|l| l.contains("HEAL")), "{:#?}", deadlock.schedule);
+    let again = check::replay(&cfg.sim_config(), &deadlock.path);
+    assert_eq!(again, deadlock.schedule);
 }
 
 /// The same configuration with a holder that leaves within a tick: nothing

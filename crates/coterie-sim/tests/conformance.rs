@@ -691,3 +691,26 @@ fn delays_and_drops_replay_exactly_and_are_counted() {
     assert!(a.trace.iter().any(|l| l.contains("DROP: ")));
     assert!(a.trace.iter().any(|l| l.ends_with(" LOST")));
 }
+
+/// A request lost to a one-way partition is never asked for again by
+/// Ricart-Agrawala: once the partition heals, every node is idle and only
+/// heartbeats pass. That is reported as a deadlock the moment it is certain
+/// (a failure timeout of heartbeats changing nothing), long before the
+/// run's time limit, and never in a run without faults (the other tests).
+#[test]
+fn a_stall_after_a_one_way_partition_is_a_deadlock_found_at_once() {
+    let cfg = SimConfig { one_way_partitions: 1, ..SimConfig::new("ricart-agrawala", "bully") };
+    let summary = run_seeds(&cfg, 0..50, |_, _| {}).unwrap();
+    let deadlocks: Vec<u64> = summary
+        .failures
+        .iter()
+        .filter(|f| f.invariant == Invariant::Deadlock)
+        .map(|f| f.seed)
+        .collect();
+    assert!(!deadlocks.is_empty(), "50 runs and no deadlock: {:?}", summary.failures);
+    for seed in deadlocks {
+        let report = sim::run(SimConfig { seed, ..cfg.clone() }).unwrap();
+        let end = Duration::from_micros(report.end_us);
+        assert!(end < cfg.max_time / 2, "seed {seed}: deadlock reported only at {end:?}");
+    }
+}

@@ -17,8 +17,9 @@ use std::process::ExitCode;
 /// the same tick, and every moment and victim of each fault (at its ends
 /// and middle) is tried. A state seen before is not explored again. Every
 /// run that ends is judged by the simulator's invariants (safety, fences,
-/// liveness, agreement), and each broken one is printed with the shortest
-/// schedule found that breaks it. Exits 1 if one was broken, 3 if a bound
+/// deadlock, liveness, agreement), and each broken one is printed with the
+/// shortest schedule that breaks it (proven shortest by a second pass for
+/// all but liveness and agreement, which are judged at a run's end). Exits 1 if one was broken, 3 if a bound
 /// was hit before the whole space was explored.
 #[derive(clap::Args)]
 pub struct Args {
@@ -98,13 +99,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "{} + {} on {} nodes, {} request(s) each, {} crash(es), {} partition(s): {}",
+            "{} + {} on {} nodes, {} request(s) each, {} crash(es), {} partition(s), {} one-way: {}",
             report.mutex,
             report.election,
             report.nodes,
             report.requests,
             report.crashes,
             report.partitions,
+            report.one_way_partitions,
             if report.exhausted { "every schedule explored" } else { "stopped at a bound" }
         );
         println!(
@@ -118,7 +120,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
         println!("violations: {} run(s)", report.violations);
         for c in &report.counterexamples {
-            println!("\n{}: {} (shortest found: {} steps)", c.invariant, c.detail, c.steps);
+            let shortest = if c.proven_shortest { "the shortest" } else { "the shortest found" };
+            println!("\n{}: {} ({shortest}: {} steps)", c.invariant, c.detail, c.steps);
             for line in &c.schedule {
                 println!("  {line}");
             }
