@@ -270,6 +270,16 @@ pub trait MutexAlgorithm: Send + Clone + std::hash::Hash + 'static {
     /// A peer's [`watermark`](Self::watermark), seen on its heartbeat.
     fn observe_watermark(&mut self, _watermark: u64) {}
 
+    /// Feeds the whole state to a checker's hash, every time in it as seen
+    /// from `now`, so that states alike but for the moment hash alike. The
+    /// default hashes the state as it is, right for the algorithms that
+    /// keep no time of their own (their timers are the engine's); one that
+    /// keeps a time overrides it.
+    fn hash_at(&self, h: &mut dyn std::hash::Hasher, _now: Time) {
+        let mut h = h;
+        self.hash(&mut h);
+    }
+
     /// What must outlive a crash of this node, encoded: the engine hands
     /// it to its driver for stable storage whenever it changes, before any
     /// message of the step that changed it leaves (unless

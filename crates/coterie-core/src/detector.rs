@@ -64,6 +64,19 @@ impl FailureDetector {
         }
     }
 
+    /// Feeds the detector's state to `h`, its times as seen from `now`
+    /// (see [`relative`](crate::outbox::relative)).
+    pub fn hash_at<H: std::hash::Hasher>(&self, h: &mut H, now: Time) {
+        use std::hash::Hash;
+        self.timeout.hash(h);
+        for (peer, health) in &self.peers {
+            peer.hash(h);
+            crate::outbox::relative(health.last_heard, now).hash(h);
+            health.up.hash(h);
+            health.incarnation.hash(h);
+        }
+    }
+
     /// Something arrived from `peer`. Returns [`Verdict::Up`] if that
     /// changes the peer's standing. Unknown peers are ignored.
     pub fn heard_from(&mut self, peer: NodeId, now: Time) -> Option<Verdict> {

@@ -239,16 +239,19 @@ impl Engine {
     /// (a driver drains them after every step), and the numbering of
     /// stable-storage records (it decides only when the driver writes,
     /// and what is written follows from the algorithms' state).
-    pub fn hash_state<H: std::hash::Hasher>(&self, h: &mut H) {
+    pub fn hash_state<H: std::hash::Hasher>(&self, h: &mut H, now: Time) {
         use std::hash::Hash;
+        let at = |t: Time| crate::outbox::relative(t, now);
         self.cfg.incarnation.hash(h);
-        self.detector.hash(h);
+        self.detector.hash_at(h, now);
         self.election.hash_state(h);
-        self.mutex.hash_state(h);
-        self.timers.hash(h);
-        self.next_heartbeat.hash(h);
-        self.last_tick.hash(h);
-        self.join_deadline.hash(h);
+        self.mutex.hash_state(h, now);
+        for (key, &deadline) in &self.timers {
+            (key, at(deadline)).hash(h);
+        }
+        at(self.next_heartbeat).hash(h);
+        at(self.last_tick).hash(h);
+        self.join_deadline.map(at).hash(h);
         self.synced.hash(h);
         self.request_pending.hash(h);
         self.coordinator_pending.hash(h);
@@ -258,10 +261,10 @@ impl Engine {
     /// Feeds to `h` the state of the two algorithms and the grant under
     /// way, without the failure detector's last-heard times: what stays
     /// the same while only heartbeats pass (see [`idle`](Self::idle)).
-    pub fn hash_algorithms<H: std::hash::Hasher>(&self, h: &mut H) {
+    pub fn hash_algorithms<H: std::hash::Hasher>(&self, h: &mut H, now: Time) {
         use std::hash::Hash;
         self.election.hash_state(h);
-        self.mutex.hash_state(h);
+        self.mutex.hash_state(h, now);
         self.fence.hash(h);
     }
 
@@ -825,7 +828,7 @@ mod tests {
 
     fn state_hash(e: &Engine) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        e.hash_state(&mut h);
+        e.hash_state(&mut h, Time::ZERO);
         std::hash::Hasher::finish(&h)
     }
 

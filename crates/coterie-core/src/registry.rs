@@ -323,8 +323,8 @@ pub trait DynMutex: Send {
     fn describe(&self, bytes: &[u8]) -> String;
     /// A copy of this instance, state and all (a checker forks runs).
     fn clone_box(&self) -> Box<dyn DynMutex>;
-    /// Feeds the instance's whole state to `h` (a checker's state hash).
-    fn hash_state(&self, h: &mut dyn Hasher);
+    /// See [`MutexAlgorithm::hash_at`].
+    fn hash_state(&self, h: &mut dyn Hasher, now: Time);
 }
 
 /// An [`ElectionAlgorithm`] with its message type erased.
@@ -479,8 +479,8 @@ impl<A: MutexAlgorithm> DynMutex for Erased<A, A::Msg> {
     fn clone_box(&self) -> Box<dyn DynMutex> {
         Box::new(self.fork())
     }
-    fn hash_state(&self, mut h: &mut dyn Hasher) {
-        self.alg.hash(&mut h);
+    fn hash_state(&self, h: &mut dyn Hasher, now: Time) {
+        self.alg.hash_at(h, now);
     }
 }
 

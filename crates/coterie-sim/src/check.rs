@@ -8,7 +8,10 @@
 //! the same tick happen in every order (events at different nodes
 //! commute, and run in node order). Start-up (dials, joins, the first
 //! election) runs once, every choice its first answer; the exploring
-//! begins with the workload. After every step of a run's fresh part the
+//! begins with the workload, and the fault schedule is drawn there
+//! ([`FaultDraw::AtWorkload`]): every victim, every moment of the first
+//! `fault_window_ticks` and every length at their ends and middle, crashes
+//! silent and not. After every step of a run's fresh part the
 //! state is hashed ([`Simulation::fingerprint`]); a state seen before is
 //! not explored again (its continuations were, from its first visit:
 //! depth-first order finishes every choice below a state before changing
@@ -26,7 +29,7 @@
 
 use crate::chooser::{Choice, Enumerate};
 use crate::invariant::Invariant;
-use crate::sim::{Load, SimConfig, Simulation};
+use crate::sim::{FaultDraw, Load, SimConfig, Simulation};
 use coterie_core::Timing;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -64,6 +67,10 @@ pub struct CheckConfig {
     /// a holder cut off by a partition is still inside when the others
     /// give up on it.
     pub hold_ticks: u32,
+    /// Each fault begins zero to this many ticks into the workload (tried
+    /// at the ends and the middle): at the requests, while they are
+    /// answered, around the first grant.
+    pub fault_window_ticks: u32,
 }
 
 impl CheckConfig {
@@ -81,6 +88,7 @@ impl CheckConfig {
             delay_ticks: 2,
             max_states: 20_000_000,
             hold_ticks: 1,
+            fault_window_ticks: 4,
         }
     }
 
@@ -108,6 +116,8 @@ impl CheckConfig {
             think: (Duration::ZERO, Duration::ZERO),
             delay_spike: (tick, tick),
             max_time: Duration::from_secs(2),
+            fault_draw: FaultDraw::AtWorkload,
+            fault_window: Some(tick * self.fault_window_ticks),
             ..SimConfig::new(&self.mutex, &self.election)
         }
     }
@@ -410,7 +420,7 @@ fn start_up(
     let mut chooser = Enumerate::new(CheckConfig::TICK).spread(3);
     chooser.exploring(false);
     let mut sim = Simulation::with_chooser(sim_cfg.clone(), chooser)?;
-    while !sim.workload_started() && sim.step() {}
+    while sim.in_start_up() && sim.step() {}
     sim.chooser_mut().exploring(true);
     Ok(sim)
 }

@@ -31,7 +31,7 @@ pub(crate) enum Phase {
 }
 
 /// One dialled connection, `from` → `to`.
-#[derive(Clone, Copy, Debug, Hash)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Conn {
     /// Bumped every time the connection is broken or redialled.
     pub(crate) id: u64,
@@ -50,13 +50,26 @@ pub(crate) struct Conn {
 }
 
 /// Every connection of the cluster.
-#[derive(Clone, Debug, Default, Hash)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Network {
     conns: BTreeMap<(NodeId, NodeId), Conn>,
     next_id: u64,
 }
 
 impl Network {
+    /// Feeds every connection to `h`, for a state's fingerprint, with its
+    /// tail as seen from `now`: a tail already past decides nothing (a
+    /// frame written now lands a tick later at the earliest), so it hashes
+    /// as zero.
+    pub(crate) fn hash_at<H: std::hash::Hasher>(&self, h: &mut H, now: Time) {
+        use std::hash::Hash;
+        for (&(from, to), c) in &self.conns {
+            (from, to, c.id, c.phase, c.from_boot, c.to_boot, c.expects, c.accepted).hash(h);
+            c.tail.saturating_sub(now).hash(h);
+        }
+        self.next_id.hash(h);
+    }
+
     /// The connection `from` → `to`, if it was ever dialled.
     pub(crate) fn get(&self, from: NodeId, to: NodeId) -> Option<&Conn> {
         self.conns.get(&(from, to))

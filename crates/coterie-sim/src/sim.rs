@@ -31,6 +31,19 @@ pub enum Load {
     Burst,
 }
 
+/// When a run draws its fault schedule (every fault's moment, victim and
+/// length).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultDraw {
+    /// When the run is made, before start-up: what every seed has always
+    /// drawn, so replay lines keep working.
+    Upfront,
+    /// When the workload begins, after start-up: the checker runs start-up
+    /// once, with every choice its first answer, and explores every fault
+    /// schedule from there.
+    AtWorkload,
+}
+
 /// The parameters of one run.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -120,6 +133,12 @@ pub struct SimConfig {
     pub think: (Duration, Duration),
     /// The run gives up (and reports a liveness failure) at this time.
     pub max_time: Duration,
+    /// When the fault schedule is drawn.
+    pub fault_draw: FaultDraw,
+    /// Faults begin within this long of the workload's start; by default
+    /// half the time a client spends holding and thinking over all its
+    /// requests, at the most.
+    pub fault_window: Option<Duration>,
     /// Record a line per event.
     pub trace: bool,
     /// Record the run for its space-time diagram
@@ -161,6 +180,8 @@ impl SimConfig {
             hold: (Duration::from_millis(1), Duration::from_millis(10)),
             think: (Duration::ZERO, Duration::from_millis(20)),
             max_time: Duration::from_secs(120),
+            fault_draw: FaultDraw::Upfront,
+            fault_window: None,
             trace: false,
             record: false,
             checked_capacity: None,
@@ -334,6 +355,8 @@ enum Event {
         node: NodeId,
         incarnation: u32,
     },
+    /// Draw the fault schedule now (see [`FaultDraw::AtWorkload`]).
+    DrawFaults,
     /// Sequential load: choose the next requester.
     NextSequential,
     /// Burst load: every live node asks now, if the last burst is over.
@@ -472,6 +495,14 @@ pub struct Simulation<C: Chooser = Random> {
 
 const STEP: Duration = Duration::from_micros(1);
 
+/// The hasher of states: the same seed every run, so a state always
+/// hashes alike. (foldhash's quality variant: 64 bits well spread, at a
+/// fraction of SipHash's cost on the many small writes a state makes.)
+fn state_hasher() -> impl std::hash::Hasher {
+    use std::hash::BuildHasher;
+    foldhash::quality::FixedState::with_seed(0x636f_7465_7269_6521).build_hasher()
+}
+
 impl Simulation {
     /// Prepares a run of seed `cfg.seed`; fails on an unknown algorithm
     /// name.
@@ -553,7 +584,10 @@ impl<C: Chooser> Simulation<C> {
             sim.dial_peers(NodeId(id));
         }
         sim.schedule_workload();
-        sim.schedule_faults();
+        match sim.cfg.fault_draw {
+            FaultDraw::Upfront => sim.schedule_faults(),
+            FaultDraw::AtWorkload => sim.push(sim.workload_start, Event::DrawFaults),
+        }
         Ok(sim)
     }
 
@@ -686,7 +720,8 @@ impl<C: Chooser> Simulation<C> {
     /// Crashes land at random moments of the first part of the workload;
     /// each restarts after a random downtime of up to four failure timeouts.
     fn schedule_faults(&mut self) {
-        let window = (self.cfg.hold.1 + self.cfg.think.1) * self.cfg.requests.max(1) / 2;
+        let typical = (self.cfg.hold.1 + self.cfg.think.1) * self.cfg.requests.max(1) / 2;
+        let window = self.cfg.fault_window.unwrap_or(typical);
         let ft = self.cfg.timing.failure_timeout;
         for _ in 0..self.cfg.crashes {
             let at = self.workload_start + self.uniform((Duration::ZERO, window));
@@ -1070,6 +1105,7 @@ impl<C: Chooser> Simulation<C> {
                 self.after_input(node);
                 self.after_release(node);
             }
+            Event::DrawFaults => self.schedule_faults(),
             Event::NextSequential => self.next_sequential(),
             Event::NextBurst => self.next_burst(),
             Event::Crash { node, silent } => self.crash(node, silent),
@@ -1476,11 +1512,11 @@ impl<C: Chooser> Simulation<C> {
         if !only_beats {
             return None;
         }
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut h = state_hasher();
         for (id, n) in &self.nodes {
             id.hash(&mut h);
             n.client.hash(&mut h);
-            n.engine.as_ref().expect("checked above").hash_algorithms(&mut h);
+            n.engine.as_ref().expect("checked above").hash_algorithms(&mut h, self.now);
         }
         Some(h.finish())
     }
@@ -1573,9 +1609,10 @@ impl<C: Chooser> Simulation<C> {
         &mut self.chooser
     }
 
-    /// Whether the workload has begun (the cluster had its start-up).
-    pub fn workload_started(&self) -> bool {
-        self.now >= self.workload_start
+    /// Whether the next event is still part of start-up: due before the
+    /// workload begins.
+    pub fn in_start_up(&self) -> bool {
+        self.queue.peek().is_some_and(|Reverse((at, _, _))| *at < self.workload_start)
     }
 
     /// Whether the run has seen a broken invariant.
@@ -1599,7 +1636,7 @@ impl<C: Chooser> Simulation<C> {
     /// moments never merge; interleavings that meet at the same moment do.
     pub fn fingerprint(&self) -> u64 {
         use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut h = state_hasher();
         let now = self.now;
         for (id, n) in &self.nodes {
             id.hash(&mut h);
@@ -1610,14 +1647,14 @@ impl<C: Chooser> Simulation<C> {
             match &n.engine {
                 Some(engine) => {
                     true.hash(&mut h);
-                    engine.hash_state(&mut h);
+                    engine.hash_state(&mut h, now);
                 }
                 None => false.hash(&mut h),
             }
             n.sessions.hash(&mut h);
             n.stable.hash(&mut h);
         }
-        self.net.hash(&mut h);
+        self.net.hash_at(&mut h, now);
         // The queue as a set of (when, what): the order in which events
         // due at the same moment were queued decides nothing when the
         // chooser orders ties, and with a random chooser nobody hashes.
@@ -1625,7 +1662,7 @@ impl<C: Chooser> Simulation<C> {
             .queue
             .iter()
             .map(|Reverse((at, _, idx))| {
-                let mut e = std::collections::hash_map::DefaultHasher::new();
+                let mut e = state_hasher();
                 self.events[*idx].hash(&mut e);
                 (at.saturating_sub(now), e.finish())
             })
@@ -1643,7 +1680,11 @@ impl<C: Chooser> Simulation<C> {
         self.sequential_left.hash(&mut h);
         self.bursts_left.hash(&mut h);
         self.burst_due.hash(&mut h);
-        now.saturating_sub(self.last_fault).hash(&mut h);
+        // How long the cluster has been quiet decides when the run ends,
+        // once the workload is done: up to the settling time.
+        let settle = self.cfg.timing.failure_timeout * 6;
+        let quiet_since = self.last_fault.max(self.workload_start);
+        now.saturating_sub(quiet_since).min(settle).hash(&mut h);
         h.finish()
     }
 

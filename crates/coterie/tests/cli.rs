@@ -994,6 +994,8 @@ fn check_reports_an_exhausted_space_and_a_found_split_brain_as_json() {
         "1",
         "--hold-ticks",
         "20",
+        "--delay-ticks",
+        "1",
         "--json",
     ]);
     assert_eq!(out.status.code(), Some(1), "a violation exits 1");

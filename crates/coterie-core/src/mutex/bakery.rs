@@ -525,6 +525,16 @@ impl MutexAlgorithm for Bakery {
     fn observe_watermark(&mut self, watermark: u64) {
         self.observe(watermark);
     }
+
+    /// The state with each unanswered READ's sending time as its age.
+    fn hash_at(&self, h: &mut dyn std::hash::Hasher, now: Time) {
+        let mut aged = self.clone();
+        for pending in aged.phase.awaiting_mut().into_iter().flat_map(|a| a.values_mut()) {
+            pending.sent_at = now.saturating_sub(pending.sent_at);
+        }
+        let mut h = h;
+        std::hash::Hash::hash(&aged, &mut h);
+    }
 }
 
 #[cfg(test)]

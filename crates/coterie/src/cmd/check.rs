@@ -52,6 +52,10 @@ pub struct Args {
     /// still inside when the others give up on it.
     #[arg(long, default_value_t = 1)]
     hold_ticks: u32,
+    /// Each fault begins zero to this many ticks into the workload (tried
+    /// at the ends and the middle).
+    #[arg(long, default_value_t = 4)]
+    fault_window_ticks: u32,
     /// Steps per run before it is cut (a bound).
     #[arg(long, default_value_t = 5_000)]
     max_depth: usize,
@@ -78,6 +82,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         delay_ticks: args.delay_ticks,
         max_states: args.max_states,
         hold_ticks: args.hold_ticks,
+        fault_window_ticks: args.fault_window_ticks,
         ..CheckConfig::new(&args.mutex, &args.election, args.nodes)
     };
     let tty = std::io::stderr().is_terminal();
