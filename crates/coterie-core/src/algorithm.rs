@@ -5,7 +5,7 @@
 //! never read a clock and never touch a socket; the engine (and through it
 //! the simulator or the tokio node) performs what the outbox asks.
 
-use crate::outbox::{Message, Outbox, Time, TimerId};
+use crate::outbox::{Message, Outbox, Time, Timer};
 use crate::types::{CsState, Epoch, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -194,27 +194,18 @@ impl AlgoConfig {
     }
 }
 
-/// A distributed mutual-exclusion algorithm, seen from one node.
-///
-/// The node's application asks for the critical section with
-/// [`handle_request`](Self::handle_request) and leaves it with
-/// [`handle_release`](Self::handle_release); between them the algorithm
-/// emits exactly one [`Action::Grant`](crate::Action::Grant). A node asks
-/// for one entry at a time (the node multiplexes its own clients).
+/// What every algorithm handles, mutual exclusion and election alike: its
+/// peers' messages, its own timers, and peers coming and going.
 ///
 /// Peers start out unknown: the engine reports each one with
 /// [`handle_peer_up`](Self::handle_peer_up) when it is first heard from and
 /// [`handle_peer_down`](Self::handle_peer_down) when the failure detector
 /// suspects it.
-pub trait MutexAlgorithm: Send + Clone + std::hash::Hash + 'static {
+pub trait Algorithm: Send + Clone + std::hash::Hash + 'static {
     /// The algorithm's messages.
     type Msg: Message;
-
-    /// The local application wants the critical section.
-    fn handle_request(&mut self, now: Time, out: &mut Outbox<Self::Msg>);
-
-    /// The local application left the critical section.
-    fn handle_release(&mut self, now: Time, out: &mut Outbox<Self::Msg>);
+    /// The algorithm's timers ([`NoTimer`](crate::NoTimer) if it arms none).
+    type Timer: Timer;
 
     /// A message arrived from a peer.
     fn handle_message(
@@ -222,17 +213,65 @@ pub trait MutexAlgorithm: Send + Clone + std::hash::Hash + 'static {
         now: Time,
         from: NodeId,
         msg: Self::Msg,
-        out: &mut Outbox<Self::Msg>,
+        out: &mut Outbox<Self::Msg, Self::Timer>,
     );
 
     /// One of this algorithm's timers fired.
-    fn handle_timer(&mut self, _now: Time, _timer: TimerId, _out: &mut Outbox<Self::Msg>) {}
+    fn handle_timer(
+        &mut self,
+        _now: Time,
+        _timer: Self::Timer,
+        _out: &mut Outbox<Self::Msg, Self::Timer>,
+    ) {
+    }
 
     /// The failure detector heard from `peer` after not counting it as up.
-    fn handle_peer_up(&mut self, _now: Time, _peer: NodeId, _out: &mut Outbox<Self::Msg>) {}
+    fn handle_peer_up(
+        &mut self,
+        _now: Time,
+        _peer: NodeId,
+        _out: &mut Outbox<Self::Msg, Self::Timer>,
+    ) {
+    }
 
     /// The failure detector suspects `peer` has crashed.
-    fn handle_peer_down(&mut self, _now: Time, _peer: NodeId, _out: &mut Outbox<Self::Msg>) {}
+    fn handle_peer_down(
+        &mut self,
+        _now: Time,
+        _peer: NodeId,
+        _out: &mut Outbox<Self::Msg, Self::Timer>,
+    ) {
+    }
+
+    /// Feeds the whole state to a checker's hash, every time in it as seen
+    /// from `now`, so that states alike but for the moment hash alike. The
+    /// default hashes the state as it is, right for the algorithms that
+    /// keep no time of their own (their timers are the engine's); one that
+    /// keeps a time overrides it.
+    fn hash_at(&self, h: &mut dyn std::hash::Hasher, _now: Time) {
+        let mut h = h;
+        self.hash(&mut h);
+    }
+}
+
+/// The outbox of algorithm `A`.
+pub type Out<A> = Outbox<<A as Algorithm>::Msg, <A as Algorithm>::Timer>;
+
+/// A distributed mutual-exclusion algorithm, seen from one node.
+///
+/// The node's application asks for the critical section with
+/// [`handle_request`](Self::handle_request) and leaves it with
+/// [`handle_release`](Self::handle_release); between them the algorithm
+/// emits exactly one [`Action::Grant`](crate::Action::Grant). A node asks
+/// for one entry at a time (the node multiplexes its own clients). What
+/// it shares with an election (messages, timers, peers) is
+/// [`Algorithm`]'s.
+pub trait MutexAlgorithm: Algorithm {
+    /// The local application wants the critical section.
+    fn handle_request(&mut self, now: Time, out: &mut Out<Self>);
+
+    /// The local application left the critical section.
+    fn handle_release(&mut self, now: Time, out: &mut Out<Self>);
 
     /// The election layer settled on `leader` for `epoch`.
     fn handle_coordinator(
@@ -240,7 +279,7 @@ pub trait MutexAlgorithm: Send + Clone + std::hash::Hash + 'static {
         _now: Time,
         _leader: NodeId,
         _epoch: Epoch,
-        _out: &mut Outbox<Self::Msg>,
+        _out: &mut Out<Self>,
     ) {
     }
 
@@ -270,16 +309,6 @@ pub trait MutexAlgorithm: Send + Clone + std::hash::Hash + 'static {
     /// A peer's [`watermark`](Self::watermark), seen on its heartbeat.
     fn observe_watermark(&mut self, _watermark: u64) {}
 
-    /// Feeds the whole state to a checker's hash, every time in it as seen
-    /// from `now`, so that states alike but for the moment hash alike. The
-    /// default hashes the state as it is, right for the algorithms that
-    /// keep no time of their own (their timers are the engine's); one that
-    /// keeps a time overrides it.
-    fn hash_at(&self, h: &mut dyn std::hash::Hasher, _now: Time) {
-        let mut h = h;
-        self.hash(&mut h);
-    }
-
     /// What must outlive a crash of this node, encoded: the engine hands
     /// it to its driver for stable storage whenever it changes, before any
     /// message of the step that changed it leaves (unless
@@ -308,34 +337,13 @@ pub trait MutexAlgorithm: Send + Clone + std::hash::Hash + 'static {
 
 /// A leader-election algorithm, seen from one node.
 ///
-/// Peers start out unknown, as for [`MutexAlgorithm`]. The engine calls
+/// Peers start out unknown, as for every [`Algorithm`]. The engine calls
 /// [`handle_start`](Self::handle_start) once the node has joined: it has
 /// heard from every peer, or waited one failure timeout for the silent ones.
-pub trait ElectionAlgorithm: Send + Clone + std::hash::Hash + 'static {
-    /// The algorithm's messages.
-    type Msg: Message;
-
+pub trait ElectionAlgorithm: Algorithm {
     /// The node has joined the cluster: time to find (or become) the
     /// coordinator.
-    fn handle_start(&mut self, now: Time, out: &mut Outbox<Self::Msg>);
-
-    /// A message arrived from a peer.
-    fn handle_message(
-        &mut self,
-        now: Time,
-        from: NodeId,
-        msg: Self::Msg,
-        out: &mut Outbox<Self::Msg>,
-    );
-
-    /// One of this algorithm's timers fired.
-    fn handle_timer(&mut self, _now: Time, _timer: TimerId, _out: &mut Outbox<Self::Msg>) {}
-
-    /// The failure detector heard from `peer` after not counting it as up.
-    fn handle_peer_up(&mut self, _now: Time, _peer: NodeId, _out: &mut Outbox<Self::Msg>) {}
-
-    /// The failure detector suspects `peer` has crashed.
-    fn handle_peer_down(&mut self, _now: Time, _peer: NodeId, _out: &mut Outbox<Self::Msg>) {}
+    fn handle_start(&mut self, now: Time, out: &mut Out<Self>);
 
     /// A peer's heartbeat said it follows `coordinator` at `epoch`.
     fn handle_epoch_hint(
@@ -344,7 +352,7 @@ pub trait ElectionAlgorithm: Send + Clone + std::hash::Hash + 'static {
         _from: NodeId,
         _epoch: Epoch,
         _coordinator: Option<NodeId>,
-        _out: &mut Outbox<Self::Msg>,
+        _out: &mut Out<Self>,
     ) {
     }
 

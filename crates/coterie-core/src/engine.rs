@@ -244,7 +244,7 @@ impl Engine {
         let at = |t: Time| crate::outbox::relative(t, now);
         self.cfg.incarnation.hash(h);
         self.detector.hash_at(h, now);
-        self.election.hash_state(h);
+        self.election.hash_state(h, now);
         self.mutex.hash_state(h, now);
         for (key, &deadline) in &self.timers {
             (key, at(deadline)).hash(h);
@@ -263,7 +263,7 @@ impl Engine {
     /// the same while only heartbeats pass (see [`idle`](Self::idle)).
     pub fn hash_algorithms<H: std::hash::Hasher>(&self, h: &mut H, now: Time) {
         use std::hash::Hash;
-        self.election.hash_state(h);
+        self.election.hash_state(h, now);
         self.mutex.hash_state(h, now);
         self.fence.hash(h);
     }

@@ -23,6 +23,7 @@ pub mod algorithm;
 pub mod detector;
 pub mod election;
 pub mod engine;
+pub mod erased;
 pub mod mutex;
 pub mod outbox;
 mod records;
@@ -37,9 +38,9 @@ pub mod wire;
 pub const CLUSTER_ERA: std::time::Duration = std::time::Duration::from_secs(1_577_836_800);
 
 pub use algorithm::{
-    AlgoConfig, ElectionAlgorithm, MutexAlgorithm, MutexOptions, Priority, Restored, Timing,
-    UnknownPriority,
+    AlgoConfig, Algorithm, ElectionAlgorithm, MutexAlgorithm, MutexOptions, Priority, Restored,
+    Timing, UnknownPriority,
 };
 pub use engine::{Engine, EngineError, Output, Status};
-pub use outbox::{Action, Message, Outbox, Time, TimerId};
+pub use outbox::{Action, Message, NoTimer, Outbox, Time, Timer, TimerId};
 pub use types::{CsState, Epoch, Fence, LamportClock, NodeId, Stamp, Way};

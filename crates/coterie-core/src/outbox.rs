@@ -24,15 +24,44 @@ pub trait Message: Serialize + DeserializeOwned + Clone + Debug + Send + 'static
     fn kind(&self) -> &'static str;
 }
 
-/// Names one of an algorithm's timers. Each algorithm has its own namespace;
-/// the engine keys timers by layer and id, so ids may repeat across layers.
+/// An algorithm's timers: an enum of its own, one variant per thing it
+/// waits for (as quinn-proto's `connection::timer::Timer`). A handler
+/// arms and matches variants; the engine keeps them as [`TimerId`]s.
+pub trait Timer: Copy + Eq + std::hash::Hash + Debug + Send + 'static {
+    /// Every variant, each once: its place in this list is its id.
+    const ALL: &'static [Self];
+
+    /// The timer's id, its place in [`ALL`](Self::ALL).
+    fn id(self) -> TimerId {
+        let place = Self::ALL.iter().position(|&t| t == self);
+        TimerId(place.expect("Timer::ALL lists every variant") as u32)
+    }
+
+    /// The timer `id` names, if any.
+    fn from_id(id: TimerId) -> Option<Self> {
+        Self::ALL.get(id.0 as usize).copied()
+    }
+}
+
+/// The timers of an algorithm that arms none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NoTimer {}
+
+impl Timer for NoTimer {
+    const ALL: &'static [Self] = &[];
+}
+
+/// A timer with its algorithm's type erased: what the engine keys armed
+/// timers by, with the layer. Ids repeat across layers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TimerId(pub u32);
 
 /// One effect an algorithm asks for. It is a plain value so that tests can
-/// assert exactly what a handler emitted.
+/// assert exactly what a handler emitted. `T` names the timers: the
+/// algorithm's own [`Timer`] enum ([`NoTimer`] if it has none), or
+/// [`TimerId`] once erased.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Action<M> {
+pub enum Action<M, T = NoTimer> {
     /// Send `msg` to `to`. Links are assumed FIFO and reliable while both
     /// ends are up; a message to a node that is down is lost.
     Send {
@@ -44,14 +73,14 @@ pub enum Action<M> {
     /// Arm `timer` to fire at `at`, replacing any earlier deadline it had.
     SetTimer {
         /// Which timer.
-        timer: TimerId,
+        timer: T,
         /// The absolute deadline.
         at: Time,
     },
     /// Disarm `timer`. Cancelling a timer that is not armed is harmless.
     CancelTimer {
         /// Which timer.
-        timer: TimerId,
+        timer: T,
     },
     /// Mutual exclusion only: this node may enter the critical section.
     Grant {
@@ -69,17 +98,17 @@ pub enum Action<M> {
 
 /// The buffer handlers push their actions into, in the order they happen.
 #[derive(Debug)]
-pub struct Outbox<M> {
-    actions: Vec<Action<M>>,
+pub struct Outbox<M, T = NoTimer> {
+    actions: Vec<Action<M, T>>,
 }
 
-impl<M> Default for Outbox<M> {
+impl<M, T> Default for Outbox<M, T> {
     fn default() -> Self {
         Outbox { actions: Vec::new() }
     }
 }
 
-impl<M: Clone> Outbox<M> {
+impl<M: Clone, T> Outbox<M, T> {
     /// An empty outbox.
     pub fn new() -> Self {
         Self::default()
@@ -98,12 +127,12 @@ impl<M: Clone> Outbox<M> {
     }
 
     /// Arms `timer` for `at`.
-    pub fn set_timer(&mut self, timer: TimerId, at: Time) {
+    pub fn set_timer(&mut self, timer: T, at: Time) {
         self.actions.push(Action::SetTimer { timer, at });
     }
 
     /// Disarms `timer`.
-    pub fn cancel_timer(&mut self, timer: TimerId) {
+    pub fn cancel_timer(&mut self, timer: T) {
         self.actions.push(Action::CancelTimer { timer });
     }
 
@@ -118,12 +147,12 @@ impl<M: Clone> Outbox<M> {
     }
 
     /// Takes every queued action, oldest first.
-    pub fn drain(&mut self) -> std::vec::Drain<'_, Action<M>> {
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Action<M, T>> {
         self.actions.drain(..)
     }
 
     /// Takes every queued action into a `Vec` (handy in tests).
-    pub fn take(&mut self) -> Vec<Action<M>> {
+    pub fn take(&mut self) -> Vec<Action<M, T>> {
         std::mem::take(&mut self.actions)
     }
 

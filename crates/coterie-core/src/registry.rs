@@ -3,11 +3,14 @@
 //! suite, the CLI's `--mutex`/`--election` choices) reads these tables.
 //!
 //! The tables hold type-erased constructors: the engine drives a
-//! [`DynMutex`] and a [`DynElection`] whose messages are already encoded, so
-//! one engine serves every combination without generics.
+//! [`DynMutex`] and a [`DynElection`] (see [`crate::erased`]) whose
+//! messages are already encoded, so one engine serves every combination
+//! without generics.
 
-use crate::algorithm::{AlgoConfig, ElectionAlgorithm, MutexAlgorithm};
+use crate::algorithm::AlgoConfig;
 use crate::election::{bully::Bully, ring::Ring};
+use crate::erased::{erase_election, erase_mutex};
+pub use crate::erased::{Actions, DynAlgorithm, DynElection, DynMutex, Encoded};
 use crate::mutex::bakery::Bakery;
 use crate::mutex::lodha_kshemkalyani::LodhaKshemkalyani;
 use crate::mutex::{
@@ -19,11 +22,6 @@ use crate::mutex::{
     token_ring::TokenRing,
     tree_quorum::{self, TreeQuorum},
 };
-use crate::outbox::{Action, Message, Outbox, Time, TimerId};
-use crate::types::{CsState, Epoch, NodeId, Stamp};
-use crate::wire::{self, WireError};
-use std::hash::Hasher;
-use std::marker::PhantomData;
 
 /// A variant of a mutual-exclusion algorithm that [`MutexOptions`]
 /// selects.
@@ -273,269 +271,11 @@ pub fn election(name: &str) -> Result<&'static ElectionInfo, UnknownAlgorithm> {
     })
 }
 
-/// An encoded message and the kind it was, for counting.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Encoded {
-    /// The message's [`Message::kind`].
-    pub kind: &'static str,
-    /// Its bincode encoding.
-    pub bytes: Vec<u8>,
-}
-
-/// The actions of an erased algorithm.
-pub type Actions = Vec<Action<Encoded>>;
-
-/// A [`MutexAlgorithm`] with its message type erased.
-pub trait DynMutex: Send {
-    /// See [`MutexAlgorithm::handle_request`].
-    fn handle_request(&mut self, now: Time, out: &mut Actions);
-    /// See [`MutexAlgorithm::handle_release`].
-    fn handle_release(&mut self, now: Time, out: &mut Actions);
-    /// Decodes and handles a peer's message; returns its kind.
-    fn handle_message(
-        &mut self,
-        now: Time,
-        from: NodeId,
-        bytes: &[u8],
-        out: &mut Actions,
-    ) -> Result<&'static str, WireError>;
-    /// See [`MutexAlgorithm::handle_timer`].
-    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Actions);
-    /// See [`MutexAlgorithm::handle_peer_up`].
-    fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Actions);
-    /// See [`MutexAlgorithm::handle_peer_down`].
-    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Actions);
-    /// See [`MutexAlgorithm::handle_coordinator`].
-    fn handle_coordinator(&mut self, now: Time, leader: NodeId, epoch: Epoch, out: &mut Actions);
-    /// See [`MutexAlgorithm::cs_state`].
-    fn cs_state(&self) -> CsState;
-    /// See [`MutexAlgorithm::request_stamp`].
-    fn request_stamp(&self) -> Option<Stamp>;
-    /// See [`MutexAlgorithm::watermark`].
-    fn watermark(&self) -> u64;
-    /// See [`MutexAlgorithm::observe_watermark`].
-    fn observe_watermark(&mut self, watermark: u64);
-    /// See [`MutexAlgorithm::durable_state`].
-    fn durable_state(&self) -> Option<Vec<u8>>;
-    /// See [`MutexAlgorithm::covered_by`].
-    fn covered_by(&self, record: &[u8]) -> bool;
-    /// Decodes `bytes` for a trace line.
-    fn describe(&self, bytes: &[u8]) -> String;
-    /// A copy of this instance, state and all (a checker forks runs).
-    fn clone_box(&self) -> Box<dyn DynMutex>;
-    /// See [`MutexAlgorithm::hash_at`].
-    fn hash_state(&self, h: &mut dyn Hasher, now: Time);
-}
-
-/// An [`ElectionAlgorithm`] with its message type erased.
-pub trait DynElection: Send {
-    /// See [`ElectionAlgorithm::handle_start`].
-    fn handle_start(&mut self, now: Time, out: &mut Actions);
-    /// Decodes and handles a peer's message; returns its kind.
-    fn handle_message(
-        &mut self,
-        now: Time,
-        from: NodeId,
-        bytes: &[u8],
-        out: &mut Actions,
-    ) -> Result<&'static str, WireError>;
-    /// See [`ElectionAlgorithm::handle_timer`].
-    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Actions);
-    /// See [`ElectionAlgorithm::handle_peer_up`].
-    fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Actions);
-    /// See [`ElectionAlgorithm::handle_peer_down`].
-    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Actions);
-    /// See [`ElectionAlgorithm::handle_epoch_hint`].
-    fn handle_epoch_hint(
-        &mut self,
-        now: Time,
-        from: NodeId,
-        epoch: Epoch,
-        coordinator: Option<NodeId>,
-        out: &mut Actions,
-    );
-    /// See [`ElectionAlgorithm::coordinator`].
-    fn coordinator(&self) -> Option<NodeId>;
-    /// See [`ElectionAlgorithm::epoch`].
-    fn epoch(&self) -> Epoch;
-    /// Decodes `bytes` for a trace line.
-    fn describe(&self, bytes: &[u8]) -> String;
-    /// A copy of this instance, state and all (a checker forks runs).
-    fn clone_box(&self) -> Box<dyn DynElection>;
-    /// Feeds the instance's whole state to `h` (a checker's state hash).
-    fn hash_state(&self, h: &mut dyn Hasher);
-}
-
-/// Wraps a typed algorithm: its outbox is drained after every call, and
-/// every message in it encoded.
-struct Erased<A, M> {
-    alg: A,
-    scratch: Outbox<M>,
-    _msg: PhantomData<fn() -> M>,
-}
-
-fn erase_mutex<A: MutexAlgorithm>(alg: A) -> Box<dyn DynMutex> {
-    Box::new(Erased { alg, scratch: Outbox::<A::Msg>::new(), _msg: PhantomData })
-}
-
-fn erase_election<A: ElectionAlgorithm>(alg: A) -> Box<dyn DynElection> {
-    Box::new(Erased { alg, scratch: Outbox::<A::Msg>::new(), _msg: PhantomData })
-}
-
-impl<A, M: Message> Erased<A, M> {
-    /// Runs `f` against the algorithm and its outbox, then moves the
-    /// outbox's actions, encoded, into `out`.
-    fn with(&mut self, out: &mut Actions, f: impl FnOnce(&mut A, &mut Outbox<M>)) {
-        f(&mut self.alg, &mut self.scratch);
-        out.extend(self.scratch.drain().map(|action| match action {
-            Action::Send { to, msg } => {
-                Action::Send { to, msg: Encoded { kind: msg.kind(), bytes: wire::encode(&msg) } }
-            }
-            Action::SetTimer { timer, at } => Action::SetTimer { timer, at },
-            Action::CancelTimer { timer } => Action::CancelTimer { timer },
-            Action::Grant { fence } => Action::Grant { fence },
-            Action::Coordinator { leader, epoch } => Action::Coordinator { leader, epoch },
-        }));
-    }
-
-    /// Decodes a peer's message and hands it to `f`; returns its kind.
-    fn decode_and(
-        &mut self,
-        bytes: &[u8],
-        out: &mut Actions,
-        f: impl FnOnce(&mut A, M, &mut Outbox<M>),
-    ) -> Result<&'static str, WireError> {
-        let msg: M = wire::decode(bytes)?;
-        let kind = msg.kind();
-        self.with(out, |a, o| f(a, msg, o));
-        Ok(kind)
-    }
-
-    /// A copy of the algorithm, with an empty outbox of its own.
-    fn fork(&self) -> Self
-    where
-        A: Clone,
-    {
-        Erased { alg: self.alg.clone(), scratch: Outbox::new(), _msg: PhantomData }
-    }
-
-    fn describe_bytes(bytes: &[u8]) -> String {
-        match wire::decode::<M>(bytes) {
-            Ok(msg) => format!("{msg:?}"),
-            Err(e) => format!("<undecodable: {e}>"),
-        }
-    }
-}
-
-impl<A: MutexAlgorithm> DynMutex for Erased<A, A::Msg> {
-    fn handle_request(&mut self, now: Time, out: &mut Actions) {
-        self.with(out, |a, o| a.handle_request(now, o));
-    }
-    fn handle_release(&mut self, now: Time, out: &mut Actions) {
-        self.with(out, |a, o| a.handle_release(now, o));
-    }
-    fn handle_message(
-        &mut self,
-        now: Time,
-        from: NodeId,
-        bytes: &[u8],
-        out: &mut Actions,
-    ) -> Result<&'static str, WireError> {
-        self.decode_and(bytes, out, |a, msg, o| a.handle_message(now, from, msg, o))
-    }
-    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Actions) {
-        self.with(out, |a, o| a.handle_timer(now, timer, o));
-    }
-    fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Actions) {
-        self.with(out, |a, o| a.handle_peer_up(now, peer, o));
-    }
-    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Actions) {
-        self.with(out, |a, o| a.handle_peer_down(now, peer, o));
-    }
-    fn handle_coordinator(&mut self, now: Time, leader: NodeId, epoch: Epoch, out: &mut Actions) {
-        self.with(out, |a, o| a.handle_coordinator(now, leader, epoch, o));
-    }
-    fn cs_state(&self) -> CsState {
-        self.alg.cs_state()
-    }
-    fn request_stamp(&self) -> Option<Stamp> {
-        self.alg.request_stamp()
-    }
-    fn watermark(&self) -> u64 {
-        self.alg.watermark()
-    }
-    fn observe_watermark(&mut self, watermark: u64) {
-        self.alg.observe_watermark(watermark);
-    }
-    fn durable_state(&self) -> Option<Vec<u8>> {
-        self.alg.durable_state()
-    }
-    fn covered_by(&self, record: &[u8]) -> bool {
-        self.alg.covered_by(record)
-    }
-    fn describe(&self, bytes: &[u8]) -> String {
-        Self::describe_bytes(bytes)
-    }
-    fn clone_box(&self) -> Box<dyn DynMutex> {
-        Box::new(self.fork())
-    }
-    fn hash_state(&self, h: &mut dyn Hasher, now: Time) {
-        self.alg.hash_at(h, now);
-    }
-}
-
-impl<A: ElectionAlgorithm> DynElection for Erased<A, A::Msg> {
-    fn handle_start(&mut self, now: Time, out: &mut Actions) {
-        self.with(out, |a, o| a.handle_start(now, o));
-    }
-    fn handle_message(
-        &mut self,
-        now: Time,
-        from: NodeId,
-        bytes: &[u8],
-        out: &mut Actions,
-    ) -> Result<&'static str, WireError> {
-        self.decode_and(bytes, out, |a, msg, o| a.handle_message(now, from, msg, o))
-    }
-    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Actions) {
-        self.with(out, |a, o| a.handle_timer(now, timer, o));
-    }
-    fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Actions) {
-        self.with(out, |a, o| a.handle_peer_up(now, peer, o));
-    }
-    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Actions) {
-        self.with(out, |a, o| a.handle_peer_down(now, peer, o));
-    }
-    fn handle_epoch_hint(
-        &mut self,
-        now: Time,
-        from: NodeId,
-        epoch: Epoch,
-        coordinator: Option<NodeId>,
-        out: &mut Actions,
-    ) {
-        self.with(out, |a, o| a.handle_epoch_hint(now, from, epoch, coordinator, o));
-    }
-    fn coordinator(&self) -> Option<NodeId> {
-        self.alg.coordinator()
-    }
-    fn epoch(&self) -> Epoch {
-        self.alg.epoch()
-    }
-    fn describe(&self, bytes: &[u8]) -> String {
-        Self::describe_bytes(bytes)
-    }
-    fn clone_box(&self) -> Box<dyn DynElection> {
-        Box::new(self.fork())
-    }
-    fn hash_state(&self, mut h: &mut dyn Hasher) {
-        self.alg.hash(&mut h);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outbox::Time;
+    use crate::types::NodeId;
 
     #[test]
     fn names_are_unique_and_found() {

@@ -41,8 +41,8 @@
 //! than the one it follows missed an announcement: it holds an election,
 //! which the sitting coordinator answers.
 
-use crate::algorithm::{AlgoConfig, ElectionAlgorithm};
-use crate::outbox::{Message, Outbox, Time, TimerId};
+use crate::algorithm::{AlgoConfig, Algorithm, ElectionAlgorithm, Out};
+use crate::outbox::{Message, Time, Timer};
 use crate::types::{Epoch, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -79,10 +79,18 @@ impl Message for BullyMsg {
     }
 }
 
-/// Waiting for an OK from a higher node.
-const ANSWER: TimerId = TimerId(1);
-/// Waiting for the COORDINATOR of the node that said OK.
-const ANNOUNCE: TimerId = TimerId(2);
+/// The timers of [`Bully`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BullyTimer {
+    /// Waiting for an OK from a higher node.
+    Answer,
+    /// Waiting for the COORDINATOR of the node that said OK.
+    Announce,
+}
+
+impl Timer for BullyTimer {
+    const ALL: &'static [Self] = &[BullyTimer::Answer, BullyTimer::Announce];
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Phase {
@@ -133,7 +141,7 @@ impl Bully {
         self.current.is_some_and(|(leader, _)| leader == self.id)
     }
 
-    fn hold_election(&mut self, now: Time, out: &mut Outbox<BullyMsg>) {
+    fn hold_election(&mut self, now: Time, out: &mut Out<Bully>) {
         if !self.started {
             return;
         }
@@ -144,21 +152,21 @@ impl Bully {
         }
         out.broadcast(higher, BullyMsg::Election { epoch: self.seen });
         self.phase = Phase::Electing;
-        out.cancel_timer(ANNOUNCE);
-        out.set_timer(ANSWER, now + self.timeout);
+        out.cancel_timer(BullyTimer::Announce);
+        out.set_timer(BullyTimer::Answer, now + self.timeout);
     }
 
-    fn win(&mut self, out: &mut Outbox<BullyMsg>) {
+    fn win(&mut self, out: &mut Out<Bully>) {
         let epoch = self.seen.next_for(self.id);
         self.seen = epoch;
         self.phase = Phase::Idle;
-        out.cancel_timer(ANSWER);
-        out.cancel_timer(ANNOUNCE);
+        out.cancel_timer(BullyTimer::Answer);
+        out.cancel_timer(BullyTimer::Announce);
         out.broadcast(self.alive.iter().copied(), BullyMsg::Coordinator { epoch });
         self.follow(self.id, epoch, out);
     }
 
-    fn follow(&mut self, leader: NodeId, epoch: Epoch, out: &mut Outbox<BullyMsg>) {
+    fn follow(&mut self, leader: NodeId, epoch: Epoch, out: &mut Out<Bully>) {
         if self.current != Some((leader, epoch)) {
             self.current = Some((leader, epoch));
             out.coordinator(leader, epoch);
@@ -166,21 +174,11 @@ impl Bully {
     }
 }
 
-impl ElectionAlgorithm for Bully {
+impl Algorithm for Bully {
     type Msg = BullyMsg;
+    type Timer = BullyTimer;
 
-    fn handle_start(&mut self, now: Time, out: &mut Outbox<BullyMsg>) {
-        self.started = true;
-        self.hold_election(now, out);
-    }
-
-    fn handle_message(
-        &mut self,
-        now: Time,
-        from: NodeId,
-        msg: BullyMsg,
-        out: &mut Outbox<BullyMsg>,
-    ) {
+    fn handle_message(&mut self, now: Time, from: NodeId, msg: BullyMsg, out: &mut Out<Bully>) {
         match msg {
             BullyMsg::Election { epoch } => {
                 self.observe(epoch);
@@ -203,8 +201,8 @@ impl ElectionAlgorithm for Bully {
                 self.observe(epoch);
                 if self.phase == Phase::Electing && from > self.id {
                     self.phase = Phase::Deferred;
-                    out.cancel_timer(ANSWER);
-                    out.set_timer(ANNOUNCE, now + self.timeout);
+                    out.cancel_timer(BullyTimer::Answer);
+                    out.set_timer(BullyTimer::Announce, now + self.timeout);
                 }
             }
             BullyMsg::Coordinator { epoch } => {
@@ -224,22 +222,22 @@ impl ElectionAlgorithm for Bully {
                     return;
                 }
                 self.phase = Phase::Idle;
-                out.cancel_timer(ANSWER);
-                out.cancel_timer(ANNOUNCE);
+                out.cancel_timer(BullyTimer::Answer);
+                out.cancel_timer(BullyTimer::Announce);
                 self.follow(from, epoch, out);
             }
         }
     }
 
-    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<BullyMsg>) {
+    fn handle_timer(&mut self, now: Time, timer: BullyTimer, out: &mut Out<Bully>) {
         match (timer, self.phase) {
-            (ANSWER, Phase::Electing) => self.win(out),
-            (ANNOUNCE, Phase::Deferred) => self.hold_election(now, out),
+            (BullyTimer::Answer, Phase::Electing) => self.win(out),
+            (BullyTimer::Announce, Phase::Deferred) => self.hold_election(now, out),
             _ => {} // a timer that outlived its phase
         }
     }
 
-    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<BullyMsg>) {
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Out<Bully>) {
         self.alive.insert(peer);
         // A lower newcomer missed the announcement: tell it who coordinates.
         // A higher one is not told: it holds its own election and takes
@@ -251,7 +249,7 @@ impl ElectionAlgorithm for Bully {
         }
     }
 
-    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Outbox<BullyMsg>) {
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Out<Bully>) {
         self.alive.remove(&peer);
         let leader_lost = self.current.is_some_and(|(leader, _)| leader == peer);
         let no_one_higher = peer > self.id && self.higher_alive().next().is_none();
@@ -262,6 +260,13 @@ impl ElectionAlgorithm for Bully {
             _ => {}
         }
     }
+}
+
+impl ElectionAlgorithm for Bully {
+    fn handle_start(&mut self, now: Time, out: &mut Out<Bully>) {
+        self.started = true;
+        self.hold_election(now, out);
+    }
 
     fn handle_epoch_hint(
         &mut self,
@@ -269,7 +274,7 @@ impl ElectionAlgorithm for Bully {
         _from: NodeId,
         epoch: Epoch,
         _coordinator: Option<NodeId>,
-        out: &mut Outbox<BullyMsg>,
+        out: &mut Out<Bully>,
     ) {
         self.observe(epoch);
         // A peer follows a newer term than this node: a coordinator is out
@@ -295,7 +300,6 @@ mod tests {
     use super::*;
     use crate::outbox::Action;
 
-    type Out = Outbox<BullyMsg>;
     const T: Duration = Duration::ZERO;
 
     fn n(id: u32) -> NodeId {
@@ -305,7 +309,7 @@ mod tests {
     fn node(id: u32, members: u32, up: &[u32]) -> Bully {
         let cfg = AlgoConfig::for_test(id, members);
         let mut b = Bully::new(&cfg);
-        let mut out = Out::new();
+        let mut out = Out::<Bully>::new();
         for &p in up {
             b.handle_peer_up(T, n(p), &mut out);
         }
@@ -320,13 +324,13 @@ mod tests {
     #[test]
     fn highest_live_node_wins_at_once() {
         let mut b = node(5, 5, &[1, 2, 3, 4]);
-        let mut out = Out::new();
+        let mut out = Out::<Bully>::new();
         b.handle_start(T, &mut out);
         let mut expected: Vec<_> = (1..=4)
             .map(|p| Action::Send { to: n(p), msg: BullyMsg::Coordinator { epoch: e(1, 5) } })
             .collect();
-        expected.insert(0, Action::CancelTimer { timer: ANNOUNCE });
-        expected.insert(0, Action::CancelTimer { timer: ANSWER });
+        expected.insert(0, Action::CancelTimer { timer: BullyTimer::Announce });
+        expected.insert(0, Action::CancelTimer { timer: BullyTimer::Answer });
         expected.push(Action::Coordinator { leader: n(5), epoch: e(1, 5) });
         assert_eq!(out.take(), expected);
     }
@@ -334,31 +338,31 @@ mod tests {
     #[test]
     fn lower_node_asks_the_live_higher_ones_and_defers_on_ok() {
         let mut b = node(3, 5, &[1, 2, 4, 5]);
-        let mut out = Out::new();
+        let mut out = Out::<Bully>::new();
         b.handle_start(T, &mut out);
         assert_eq!(
             out.take(),
             vec![
                 Action::Send { to: n(4), msg: BullyMsg::Election { epoch: Epoch(0) } },
                 Action::Send { to: n(5), msg: BullyMsg::Election { epoch: Epoch(0) } },
-                Action::CancelTimer { timer: ANNOUNCE },
-                Action::SetTimer { timer: ANSWER, at: Duration::from_millis(250) },
+                Action::CancelTimer { timer: BullyTimer::Announce },
+                Action::SetTimer { timer: BullyTimer::Answer, at: Duration::from_millis(250) },
             ]
         );
         b.handle_message(T, n(4), BullyMsg::Ok { epoch: Epoch(0) }, &mut out);
         assert_eq!(
             out.take(),
             vec![
-                Action::CancelTimer { timer: ANSWER },
-                Action::SetTimer { timer: ANNOUNCE, at: Duration::from_millis(250) },
+                Action::CancelTimer { timer: BullyTimer::Answer },
+                Action::SetTimer { timer: BullyTimer::Announce, at: Duration::from_millis(250) },
             ]
         );
         b.handle_message(T, n(5), BullyMsg::Coordinator { epoch: e(1, 5) }, &mut out);
         assert_eq!(
             out.take(),
             vec![
-                Action::CancelTimer { timer: ANSWER },
-                Action::CancelTimer { timer: ANNOUNCE },
+                Action::CancelTimer { timer: BullyTimer::Answer },
+                Action::CancelTimer { timer: BullyTimer::Announce },
                 Action::Coordinator { leader: n(5), epoch: e(1, 5) },
             ]
         );
@@ -367,7 +371,7 @@ mod tests {
     #[test]
     fn coordinator_crash_elects_next_highest_with_a_larger_epoch() {
         let mut b = node(4, 5, &[1, 2, 3, 5]);
-        let mut out = Out::new();
+        let mut out = Out::<Bully>::new();
         b.handle_message(T, n(5), BullyMsg::Coordinator { epoch: e(7, 5) }, &mut out);
         out.take();
         b.handle_peer_down(T, n(5), &mut out);
@@ -385,21 +389,21 @@ mod tests {
     #[test]
     fn no_answer_before_the_timeout_means_victory() {
         let mut b = node(2, 3, &[3]);
-        let mut out = Out::new();
+        let mut out = Out::<Bully>::new();
         b.handle_start(T, &mut out);
         out.take();
-        b.handle_timer(Duration::from_millis(250), ANSWER, &mut out);
+        b.handle_timer(Duration::from_millis(250), BullyTimer::Answer, &mut out);
         assert_eq!(out.take().last(), Some(&Action::Coordinator { leader: n(2), epoch: e(1, 2) }));
     }
 
     #[test]
     fn silent_winner_after_ok_restarts_the_election() {
         let mut b = node(2, 3, &[3]);
-        let mut out = Out::new();
+        let mut out = Out::<Bully>::new();
         b.handle_start(T, &mut out);
         b.handle_message(T, n(3), BullyMsg::Ok { epoch: Epoch(0) }, &mut out);
         out.take();
-        b.handle_timer(Duration::from_millis(500), ANNOUNCE, &mut out);
+        b.handle_timer(Duration::from_millis(500), BullyTimer::Announce, &mut out);
         assert_eq!(
             out.take()[0],
             Action::Send { to: n(3), msg: BullyMsg::Election { epoch: Epoch(0) } }
@@ -409,7 +413,7 @@ mod tests {
     #[test]
     fn sitting_coordinator_confirms_itself_to_a_challenger() {
         let mut b = node(5, 5, &[1, 2, 3, 4]);
-        let mut out = Out::new();
+        let mut out = Out::<Bully>::new();
         b.handle_start(T, &mut out);
         out.take();
         b.handle_message(T, n(2), BullyMsg::Election { epoch: e(1, 5) }, &mut out);
@@ -425,7 +429,7 @@ mod tests {
     #[test]
     fn stale_coordinator_is_ignored() {
         let mut b = node(2, 5, &[4, 5]);
-        let mut out = Out::new();
+        let mut out = Out::<Bully>::new();
         b.handle_message(T, n(5), BullyMsg::Coordinator { epoch: e(3, 5) }, &mut out);
         out.take();
         b.handle_message(T, n(4), BullyMsg::Coordinator { epoch: e(2, 4) }, &mut out);
@@ -436,7 +440,7 @@ mod tests {
     #[test]
     fn lower_claimant_is_bullied() {
         let mut b = node(4, 4, &[1]);
-        let mut out = Out::new();
+        let mut out = Out::<Bully>::new();
         b.handle_message(T, n(1), BullyMsg::Coordinator { epoch: e(1, 1) }, &mut out);
         assert_eq!(out.take().last(), Some(&Action::Coordinator { leader: n(4), epoch: e(2, 4) }));
     }
@@ -444,7 +448,7 @@ mod tests {
     #[test]
     fn coordinator_that_hears_a_newer_epoch_re_elects() {
         let mut b = node(5, 5, &[4]);
-        let mut out = Out::new();
+        let mut out = Out::<Bully>::new();
         b.handle_start(T, &mut out);
         out.take();
         b.handle_epoch_hint(T, n(4), e(9, 4), Some(n(4)), &mut out);
@@ -454,7 +458,7 @@ mod tests {
     #[test]
     fn coordinator_announces_itself_to_a_lower_newcomer_only() {
         let mut b = node(5, 6, &[4]);
-        let mut out = Out::new();
+        let mut out = Out::<Bully>::new();
         b.handle_start(T, &mut out);
         out.take();
         b.handle_peer_up(T, n(2), &mut out);
@@ -468,7 +472,7 @@ mod tests {
     #[test]
     fn follower_that_missed_an_announcement_catches_up() {
         let mut b = node(2, 5, &[4, 5]);
-        let mut out = Out::new();
+        let mut out = Out::<Bully>::new();
         b.handle_message(T, n(4), BullyMsg::Coordinator { epoch: e(2, 4) }, &mut out);
         out.take();
         // Node 4's heartbeat says it now follows epoch 3 (node 5's).

@@ -89,8 +89,8 @@
 //! a newer term than its own missed that election and holds one, which the
 //! newer coordinator answers by integrating it.
 
-use crate::algorithm::{AlgoConfig, ElectionAlgorithm};
-use crate::outbox::{Message, Outbox, Time, TimerId};
+use crate::algorithm::{AlgoConfig, Algorithm, ElectionAlgorithm, Out};
+use crate::outbox::{Message, Time, Timer};
 use crate::types::{Epoch, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -207,15 +207,24 @@ impl Message for GarciaMolinaMsg {
     }
 }
 
-type Msg = GarciaMolinaMsg;
+/// The timers of [`GarciaMolina`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GarciaMolinaTimer {
+    /// The candidate's deadline for the answers of its current phase.
+    Answer,
+    /// A participant's (or deferred node's) deadline for the next step of
+    /// someone else's election.
+    Wait,
+    /// The coordinator's next check of everyone.
+    Check,
+}
 
-/// The candidate's deadline for the answers of its current phase.
-const ANSWER: TimerId = TimerId(1);
-/// A participant's (or deferred node's) deadline for the next step of
-/// someone else's election.
-const WAIT: TimerId = TimerId(2);
-/// The coordinator's next check of everyone.
-const CHECK: TimerId = TimerId(3);
+impl Timer for GarciaMolinaTimer {
+    const ALL: &'static [Self] =
+        &[GarciaMolinaTimer::Answer, GarciaMolinaTimer::Wait, GarciaMolinaTimer::Check];
+}
+
+type Msg = GarciaMolinaMsg;
 
 /// A node's state, with the epoch that goes with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -355,7 +364,7 @@ impl GarciaMolina {
 
     /// The coordinator's verdict on a peer's account of itself: one that
     /// is not NORMAL in this coordinator's term calls for an election.
-    fn judge(&mut self, now: Time, view: View, out: &mut Outbox<Msg>) {
+    fn judge(&mut self, now: Time, view: View, out: &mut Out<GarciaMolina>) {
         let in_group = view.state == State::Normal && Some(view.epoch) == self.current;
         if self.is_coordinator() && self.idle() && !in_group {
             self.elect(now, out);
@@ -364,19 +373,19 @@ impl GarciaMolina {
 
     /// Phase 1 (and "Goto Elect"): poll the live higher nodes, or go
     /// straight on to phase 2 when there are none.
-    fn elect(&mut self, now: Time, out: &mut Outbox<Msg>) {
+    fn elect(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
         if !self.started {
             return;
         }
         self.deferred = false;
-        out.cancel_timer(WAIT);
+        out.cancel_timer(GarciaMolinaTimer::Wait);
         let higher: BTreeSet<NodeId> = self.alive.range(NodeId(self.id.0 + 1)..).copied().collect();
         if higher.is_empty() {
             self.halt(now, out);
             return;
         }
         out.broadcast(higher.iter().copied(), self.poll());
-        out.set_timer(ANSWER, now + self.timeout);
+        out.set_timer(GarciaMolinaTimer::Answer, now + self.timeout);
         self.attempt = Some(Attempt {
             phase: Phase::Poll,
             epoch: Epoch(0),
@@ -386,7 +395,7 @@ impl GarciaMolina {
     }
 
     /// Phase 2: halt the live lower nodes under a new epoch.
-    fn halt(&mut self, now: Time, out: &mut Outbox<Msg>) {
+    fn halt(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
         let epoch = self.seen.next_for(self.id);
         self.seen = epoch;
         self.status = Standing::Election(epoch);
@@ -400,7 +409,7 @@ impl GarciaMolina {
     }
 
     /// Phase 3: tell the group who coordinates.
-    fn coordinate(&mut self, now: Time, out: &mut Outbox<Msg>) {
+    fn coordinate(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
         let Some(a) = self.attempt.as_mut() else { return };
         a.phase = Phase::Coordinate;
         a.waiting = a.active.clone();
@@ -409,7 +418,7 @@ impl GarciaMolina {
     }
 
     /// Phase 4: hand the group the new state, and take over.
-    fn new_state(&mut self, now: Time, out: &mut Outbox<Msg>) {
+    fn new_state(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
         let Some(a) = self.attempt.as_mut() else { return };
         a.phase = Phase::NewState;
         a.waiting = a.active.clone();
@@ -426,27 +435,27 @@ impl GarciaMolina {
     }
 
     /// Every member answered NEW_STATE: the coordinator is NORMAL.
-    fn finish(&mut self, now: Time, out: &mut Outbox<Msg>) {
+    fn finish(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
         self.attempt = None;
-        out.cancel_timer(ANSWER);
+        out.cancel_timer(GarciaMolinaTimer::Answer);
         self.status = Standing::Normal;
-        out.set_timer(CHECK, now + self.check_every);
+        out.set_timer(GarciaMolinaTimer::Check, now + self.check_every);
         if std::mem::take(&mut self.recheck) {
             out.broadcast(self.alive.iter().copied(), self.poll());
         }
     }
 
     /// Moves on if this phase waits for nobody; otherwise arms its deadline.
-    fn wait_or_advance(&mut self, now: Time, out: &mut Outbox<Msg>) {
+    fn wait_or_advance(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
         if self.attempt.as_ref().is_some_and(|a| a.waiting.is_empty()) {
             self.advance(now, out);
         } else {
-            out.set_timer(ANSWER, now + self.timeout);
+            out.set_timer(GarciaMolinaTimer::Answer, now + self.timeout);
         }
     }
 
     /// The current phase is over (its answers are in, or no longer awaited).
-    fn advance(&mut self, now: Time, out: &mut Outbox<Msg>) {
+    fn advance(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
         match self.attempt.as_ref().map(|a| a.phase) {
             Some(Phase::Poll) => self.halt(now, out),
             Some(Phase::Halt) => self.coordinate(now, out),
@@ -458,32 +467,32 @@ impl GarciaMolina {
 
     /// A higher node is alive and will lead: drop this node's attempt and
     /// give the higher one time to reach it.
-    fn defer(&mut self, now: Time, out: &mut Outbox<Msg>) {
+    fn defer(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
         if self.attempt.take().is_some() {
-            out.cancel_timer(ANSWER);
+            out.cancel_timer(GarciaMolinaTimer::Answer);
         }
         self.recheck = false;
         self.deferred = true;
-        out.set_timer(WAIT, now + self.patience);
+        out.set_timer(GarciaMolinaTimer::Wait, now + self.patience);
     }
 
     /// Someone else's election has reached this node: drop its own.
-    fn abandon(&mut self, out: &mut Outbox<Msg>) {
+    fn abandon(&mut self, out: &mut Out<GarciaMolina>) {
         if self.attempt.take().is_some() {
-            out.cancel_timer(ANSWER);
+            out.cancel_timer(GarciaMolinaTimer::Answer);
         }
         self.recheck = false;
         self.deferred = false;
     }
 
-    fn follow(&mut self, epoch: Epoch, out: &mut Outbox<Msg>) {
+    fn follow(&mut self, epoch: Epoch, out: &mut Out<GarciaMolina>) {
         if self.current != Some(epoch) {
             self.current = Some(epoch);
             out.coordinator(epoch.leader(), epoch);
         }
     }
 
-    fn on_halt(&mut self, now: Time, from: NodeId, epoch: Epoch, out: &mut Outbox<Msg>) {
+    fn on_halt(&mut self, now: Time, from: NodeId, epoch: Epoch, out: &mut Out<GarciaMolina>) {
         if epoch.leader() != from {
             return; // an epoch names its candidate; this one is forged
         }
@@ -515,10 +524,16 @@ impl GarciaMolina {
         self.abandon(out);
         self.status = Standing::Election(epoch);
         out.send(from, Msg::Ack { epoch, stage: Stage::Halt });
-        out.set_timer(WAIT, now + self.patience);
+        out.set_timer(GarciaMolinaTimer::Wait, now + self.patience);
     }
 
-    fn on_coordinator(&mut self, now: Time, from: NodeId, epoch: Epoch, out: &mut Outbox<Msg>) {
+    fn on_coordinator(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        epoch: Epoch,
+        out: &mut Out<GarciaMolina>,
+    ) {
         if epoch.leader() != from {
             return;
         }
@@ -527,7 +542,7 @@ impl GarciaMolina {
             self.abandon(out);
             self.status = Standing::Reorganization(epoch);
             out.send(from, Msg::Ack { epoch, stage: Stage::Coordinator });
-            out.set_timer(WAIT, now + self.patience);
+            out.set_timer(GarciaMolinaTimer::Wait, now + self.patience);
         } else if self.current.is_none_or(|current| epoch > current) {
             out.send(from, self.refusal(epoch));
         } // else an older term's: dropped
@@ -538,7 +553,7 @@ impl GarciaMolina {
         from: NodeId,
         epoch: Epoch,
         members: Vec<NodeId>,
-        out: &mut Outbox<Msg>,
+        out: &mut Out<GarciaMolina>,
     ) {
         if epoch.leader() != from {
             return;
@@ -546,7 +561,7 @@ impl GarciaMolina {
         self.observe(epoch);
         if self.status == Standing::Reorganization(epoch) {
             self.abandon(out);
-            out.cancel_timer(WAIT);
+            out.cancel_timer(GarciaMolinaTimer::Wait);
             self.status = Standing::Normal;
             self.members = members;
             // The answer goes first: the coordinator's mutex layer may
@@ -566,7 +581,7 @@ impl GarciaMolina {
         from: NodeId,
         epoch: Epoch,
         stage: Stage,
-        out: &mut Outbox<Msg>,
+        out: &mut Out<GarciaMolina>,
     ) {
         let Some(a) = self.attempt.as_mut() else { return };
         let expected = match a.phase {
@@ -593,7 +608,7 @@ impl GarciaMolina {
         from: NodeId,
         epoch: Epoch,
         view: View,
-        out: &mut Outbox<Msg>,
+        out: &mut Out<GarciaMolina>,
     ) {
         let Some(a) = self.attempt.as_ref() else { return };
         let involved = a.waiting.contains(&from) || a.active.contains(&from);
@@ -608,15 +623,11 @@ impl GarciaMolina {
     }
 }
 
-impl ElectionAlgorithm for GarciaMolina {
+impl Algorithm for GarciaMolina {
     type Msg = GarciaMolinaMsg;
+    type Timer = GarciaMolinaTimer;
 
-    fn handle_start(&mut self, now: Time, out: &mut Outbox<Msg>) {
-        self.started = true;
-        self.elect(now, out);
-    }
-
-    fn handle_message(&mut self, now: Time, from: NodeId, msg: Msg, out: &mut Outbox<Msg>) {
+    fn handle_message(&mut self, now: Time, from: NodeId, msg: Msg, out: &mut Out<GarciaMolina>) {
         match msg {
             Msg::StatusPoll { seen, view } => {
                 self.observe(seen);
@@ -650,23 +661,23 @@ impl ElectionAlgorithm for GarciaMolina {
         }
     }
 
-    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<Msg>) {
+    fn handle_timer(&mut self, now: Time, timer: GarciaMolinaTimer, out: &mut Out<GarciaMolina>) {
         match timer {
-            ANSWER => match self.attempt.as_ref().map(|a| a.phase) {
+            GarciaMolinaTimer::Answer => match self.attempt.as_ref().map(|a| a.phase) {
                 // Whoever has not answered is taken for down.
                 Some(Phase::Poll | Phase::Halt) => self.advance(now, out),
                 // The answers differ from the group: start over.
                 Some(Phase::Coordinate | Phase::NewState) => self.elect(now, out),
                 None => {}
             },
-            WAIT if self.attempt.is_none() => {
+            GarciaMolinaTimer::Wait if self.attempt.is_none() => {
                 self.deferred = false;
                 if !self.settled() {
                     self.elect(now, out);
                 }
             }
-            CHECK if self.is_coordinator() => {
-                out.set_timer(CHECK, now + self.check_every);
+            GarciaMolinaTimer::Check if self.is_coordinator() => {
+                out.set_timer(GarciaMolinaTimer::Check, now + self.check_every);
                 if self.idle() {
                     out.broadcast(self.alive.iter().copied(), self.poll());
                 }
@@ -675,7 +686,7 @@ impl ElectionAlgorithm for GarciaMolina {
         }
     }
 
-    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<Msg>) {
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Out<GarciaMolina>) {
         self.alive.insert(peer);
         let poll = self.poll();
         let coordinating = self.is_coordinator();
@@ -695,7 +706,7 @@ impl ElectionAlgorithm for GarciaMolina {
         }
     }
 
-    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Outbox<Msg>) {
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Out<GarciaMolina>) {
         self.alive.remove(&peer);
         if let Some(a) = self.attempt.as_mut() {
             let was_awaited = a.waiting.remove(&peer);
@@ -722,6 +733,13 @@ impl ElectionAlgorithm for GarciaMolina {
             self.elect(now, out);
         }
     }
+}
+
+impl ElectionAlgorithm for GarciaMolina {
+    fn handle_start(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
+        self.started = true;
+        self.elect(now, out);
+    }
 
     fn handle_epoch_hint(
         &mut self,
@@ -729,7 +747,7 @@ impl ElectionAlgorithm for GarciaMolina {
         _from: NodeId,
         epoch: Epoch,
         coordinator: Option<NodeId>,
-        out: &mut Outbox<Msg>,
+        out: &mut Out<GarciaMolina>,
     ) {
         self.observe(epoch);
         // A peer works under a newer term than this NORMAL node: it missed
@@ -757,7 +775,6 @@ mod tests {
     use super::*;
     use crate::outbox::Action;
 
-    type Out = Outbox<GarciaMolinaMsg>;
     const T: Duration = Duration::ZERO;
     const TIMEOUT: Duration = Duration::from_millis(250);
 
@@ -778,7 +795,7 @@ mod tests {
     /// Node `id` of `members`, with `up` reported up and joined.
     fn node(id: u32, members: u32, up: &[u32]) -> GarciaMolina {
         let mut g = GarciaMolina::new(&AlgoConfig::for_test(id, members));
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         for &p in up {
             g.handle_peer_up(T, n(p), &mut out);
         }
@@ -786,11 +803,11 @@ mod tests {
         g
     }
 
-    fn send(to: u32, msg: GarciaMolinaMsg) -> Action<GarciaMolinaMsg> {
+    fn send(to: u32, msg: GarciaMolinaMsg) -> Action<GarciaMolinaMsg, GarciaMolinaTimer> {
         Action::Send { to: n(to), msg }
     }
 
-    fn sends(out: &mut Out) -> Vec<(NodeId, GarciaMolinaMsg)> {
+    fn sends(out: &mut Out<GarciaMolina>) -> Vec<(NodeId, GarciaMolinaMsg)> {
         out.take()
             .into_iter()
             .filter_map(|a| match a {
@@ -803,7 +820,7 @@ mod tests {
     /// Node 3 of 3 with 1 and 2 up, walked through a whole election.
     fn elected_three() -> GarciaMolina {
         let mut g = node(3, 3, &[1, 2]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
         for p in [1, 2] {
             g.handle_message(T, n(p), Ack { epoch: e(1, 3), stage: Stage::Halt }, &mut out);
@@ -821,11 +838,11 @@ mod tests {
     #[test]
     fn highest_live_node_skips_the_poll_and_halts_the_lower_ones() {
         let mut g = node(5, 5, &[1, 2, 3, 4]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
-        let mut expected = vec![Action::CancelTimer { timer: WAIT }];
+        let mut expected = vec![Action::CancelTimer { timer: GarciaMolinaTimer::Wait }];
         expected.extend((1..=4).map(|p| send(p, Election { epoch: e(1, 5) })));
-        expected.push(Action::SetTimer { timer: ANSWER, at: TIMEOUT });
+        expected.push(Action::SetTimer { timer: GarciaMolinaTimer::Answer, at: TIMEOUT });
         assert_eq!(out.take(), expected);
         assert_eq!(g.state(), State::Election);
     }
@@ -833,23 +850,23 @@ mod tests {
     #[test]
     fn lower_node_polls_the_live_higher_ones_and_defers_on_an_answer() {
         let mut g = node(3, 5, &[1, 2, 4, 5]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
         assert_eq!(
             out.take(),
             vec![
-                Action::CancelTimer { timer: WAIT },
+                Action::CancelTimer { timer: GarciaMolinaTimer::Wait },
                 send(4, StatusPoll { seen: Epoch(0), view: DOWN }),
                 send(5, StatusPoll { seen: Epoch(0), view: DOWN }),
-                Action::SetTimer { timer: ANSWER, at: TIMEOUT },
+                Action::SetTimer { timer: GarciaMolinaTimer::Answer, at: TIMEOUT },
             ]
         );
         g.handle_message(T, n(5), Status { seen: Epoch(0), view: DOWN }, &mut out);
         assert_eq!(
             out.take(),
             vec![
-                Action::CancelTimer { timer: ANSWER },
-                Action::SetTimer { timer: WAIT, at: TIMEOUT * 2 },
+                Action::CancelTimer { timer: GarciaMolinaTimer::Answer },
+                Action::SetTimer { timer: GarciaMolinaTimer::Wait, at: TIMEOUT * 2 },
             ]
         );
         assert!(g.deferred && g.attempt.is_none());
@@ -858,15 +875,15 @@ mod tests {
     #[test]
     fn silence_from_the_higher_nodes_leads_to_phase_two() {
         let mut g = node(2, 3, &[1, 3]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
         out.take();
-        g.handle_timer(TIMEOUT, ANSWER, &mut out);
+        g.handle_timer(TIMEOUT, GarciaMolinaTimer::Answer, &mut out);
         assert_eq!(
             out.take(),
             vec![
                 send(1, Election { epoch: e(1, 2) }),
-                Action::SetTimer { timer: ANSWER, at: TIMEOUT * 2 },
+                Action::SetTimer { timer: GarciaMolinaTimer::Answer, at: TIMEOUT * 2 },
             ]
         );
     }
@@ -874,7 +891,7 @@ mod tests {
     #[test]
     fn candidate_walks_the_four_phases() {
         let mut g = node(3, 3, &[1, 2]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
         out.take();
         let ack = |stage| Ack { epoch: e(1, 3), stage };
@@ -887,7 +904,7 @@ mod tests {
             vec![
                 send(1, Coordinator { epoch: e(1, 3) }),
                 send(2, Coordinator { epoch: e(1, 3) }),
-                Action::SetTimer { timer: ANSWER, at: TIMEOUT },
+                Action::SetTimer { timer: GarciaMolinaTimer::Answer, at: TIMEOUT },
             ]
         );
         // Phase 3 → 4: NEW_STATE, then the mutex layer hears of the change.
@@ -900,7 +917,7 @@ mod tests {
                 send(1, NewState { epoch: e(1, 3), members: members.clone() }),
                 send(2, NewState { epoch: e(1, 3), members: members.clone() }),
                 Action::Coordinator { leader: n(3), epoch: e(1, 3) },
-                Action::SetTimer { timer: ANSWER, at: TIMEOUT },
+                Action::SetTimer { timer: GarciaMolinaTimer::Answer, at: TIMEOUT },
             ]
         );
         assert_eq!(g.state(), State::Reorganization);
@@ -910,8 +927,8 @@ mod tests {
         assert_eq!(
             out.take(),
             vec![
-                Action::CancelTimer { timer: ANSWER },
-                Action::SetTimer { timer: CHECK, at: TIMEOUT },
+                Action::CancelTimer { timer: GarciaMolinaTimer::Answer },
+                Action::SetTimer { timer: GarciaMolinaTimer::Check, at: TIMEOUT },
             ]
         );
         assert_eq!(g.state(), State::Normal);
@@ -922,11 +939,11 @@ mod tests {
     #[test]
     fn only_the_nodes_that_answered_the_halt_form_the_group() {
         let mut g = node(3, 3, &[1, 2]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
         g.handle_message(T, n(2), Ack { epoch: e(1, 3), stage: Stage::Halt }, &mut out);
         out.take();
-        g.handle_timer(TIMEOUT, ANSWER, &mut out);
+        g.handle_timer(TIMEOUT, GarciaMolinaTimer::Answer, &mut out);
         assert_eq!(
             sends(&mut out),
             vec![(n(2), Coordinator { epoch: e(1, 3) })],
@@ -937,7 +954,7 @@ mod tests {
     #[test]
     fn a_member_lost_in_phase_three_restarts_with_a_new_epoch() {
         let mut g = node(3, 3, &[1, 2]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
         for p in [1, 2] {
             g.handle_message(T, n(p), Ack { epoch: e(1, 3), stage: Stage::Halt }, &mut out);
@@ -947,9 +964,9 @@ mod tests {
         assert_eq!(
             out.take(),
             vec![
-                Action::CancelTimer { timer: WAIT },
+                Action::CancelTimer { timer: GarciaMolinaTimer::Wait },
                 send(2, Election { epoch: e(2, 3) }),
-                Action::SetTimer { timer: ANSWER, at: TIMEOUT },
+                Action::SetTimer { timer: GarciaMolinaTimer::Answer, at: TIMEOUT },
             ]
         );
         // The first attempt's late answer is recognised and dropped.
@@ -960,25 +977,25 @@ mod tests {
     #[test]
     fn missing_answers_to_new_state_restart_the_election() {
         let mut g = node(2, 2, &[1]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
         g.handle_message(T, n(1), Ack { epoch: e(1, 2), stage: Stage::Halt }, &mut out);
         g.handle_message(T, n(1), Ack { epoch: e(1, 2), stage: Stage::Coordinator }, &mut out);
         out.take();
-        g.handle_timer(TIMEOUT, ANSWER, &mut out);
+        g.handle_timer(TIMEOUT, GarciaMolinaTimer::Answer, &mut out);
         assert_eq!(sends(&mut out), vec![(n(1), Election { epoch: e(2, 2) })]);
     }
 
     #[test]
     fn participant_walks_election_reorganization_normal() {
         let mut g = node(2, 4, &[1, 3, 4]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_message(T, n(4), Election { epoch: e(1, 4) }, &mut out);
         assert_eq!(
             out.take(),
             vec![
                 send(4, Ack { epoch: e(1, 4), stage: Stage::Halt }),
-                Action::SetTimer { timer: WAIT, at: TIMEOUT * 2 },
+                Action::SetTimer { timer: GarciaMolinaTimer::Wait, at: TIMEOUT * 2 },
             ]
         );
         assert_eq!(g.state(), State::Election);
@@ -987,7 +1004,7 @@ mod tests {
             out.take(),
             vec![
                 send(4, Ack { epoch: e(1, 4), stage: Stage::Coordinator }),
-                Action::SetTimer { timer: WAIT, at: TIMEOUT * 2 },
+                Action::SetTimer { timer: GarciaMolinaTimer::Wait, at: TIMEOUT * 2 },
             ]
         );
         assert_eq!(g.state(), State::Reorganization);
@@ -996,7 +1013,7 @@ mod tests {
         assert_eq!(
             out.take(),
             vec![
-                Action::CancelTimer { timer: WAIT },
+                Action::CancelTimer { timer: GarciaMolinaTimer::Wait },
                 send(4, Ack { epoch: e(1, 4), stage: Stage::NewState }),
                 Action::Coordinator { leader: n(4), epoch: e(1, 4) },
             ]
@@ -1008,7 +1025,7 @@ mod tests {
     #[test]
     fn coordinator_message_from_another_candidate_is_refused() {
         let mut g = node(1, 4, &[2, 3, 4]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_message(T, n(4), Election { epoch: e(2, 4) }, &mut out);
         out.take();
         g.handle_message(T, n(3), Coordinator { epoch: e(3, 3) }, &mut out);
@@ -1024,7 +1041,7 @@ mod tests {
     #[test]
     fn messages_of_an_older_term_are_dropped() {
         let mut g = node(2, 5, &[4, 5]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_message(T, n(5), Election { epoch: e(5, 5) }, &mut out);
         g.handle_message(T, n(5), Coordinator { epoch: e(5, 5) }, &mut out);
         g.handle_message(T, n(5), NewState { epoch: e(5, 5), members: vec![] }, &mut out);
@@ -1038,7 +1055,7 @@ mod tests {
     #[test]
     fn halt_of_an_older_epoch_is_refused_with_the_newer_one() {
         let mut g = node(2, 5, &[4, 5]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_message(T, n(4), Election { epoch: e(5, 4) }, &mut out);
         g.handle_message(T, n(4), Coordinator { epoch: e(5, 4) }, &mut out);
         g.handle_message(T, n(4), NewState { epoch: e(5, 4), members: vec![] }, &mut out);
@@ -1063,7 +1080,7 @@ mod tests {
     #[test]
     fn halt_from_a_lower_node_is_refused_and_the_coordinator_re_elects() {
         let mut g = elected_three();
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_message(T, n(2), Election { epoch: e(2, 2) }, &mut out);
         assert_eq!(
             out.take(),
@@ -1072,24 +1089,24 @@ mod tests {
                     2,
                     Refuse { epoch: e(2, 2), seen: e(2, 2), view: view(State::Normal, e(1, 3)) }
                 ),
-                Action::CancelTimer { timer: WAIT },
+                Action::CancelTimer { timer: GarciaMolinaTimer::Wait },
                 send(1, Election { epoch: e(3, 3) }),
                 send(2, Election { epoch: e(3, 3) }),
-                Action::SetTimer { timer: ANSWER, at: TIMEOUT },
+                Action::SetTimer { timer: GarciaMolinaTimer::Answer, at: TIMEOUT },
             ]
         );
         // The lower candidate, refused by a higher node, defers.
         let mut c = node(2, 3, &[1, 3]);
-        c.handle_timer(T, WAIT, &mut out); // elect: polls 3, which is silent
-        c.handle_timer(TIMEOUT, ANSWER, &mut out); // phase 2: halts 1
+        c.handle_timer(T, GarciaMolinaTimer::Wait, &mut out); // elect: polls 3, which is silent
+        c.handle_timer(TIMEOUT, GarciaMolinaTimer::Answer, &mut out); // phase 2: halts 1
         out.take();
         let refusal = Refuse { epoch: e(1, 2), seen: e(1, 3), view: view(State::Normal, e(1, 3)) };
         c.handle_message(TIMEOUT, n(1), refusal, &mut out);
         assert_eq!(
             out.take(),
             vec![
-                Action::CancelTimer { timer: ANSWER },
-                Action::SetTimer { timer: WAIT, at: TIMEOUT * 3 },
+                Action::CancelTimer { timer: GarciaMolinaTimer::Answer },
+                Action::SetTimer { timer: GarciaMolinaTimer::Wait, at: TIMEOUT * 3 },
             ]
         );
     }
@@ -1097,17 +1114,17 @@ mod tests {
     #[test]
     fn halt_from_a_higher_node_stops_the_own_election() {
         let mut g = node(3, 5, &[1, 2, 4]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
-        g.handle_timer(TIMEOUT, ANSWER, &mut out); // node 4 silent: halts 1, 2
+        g.handle_timer(TIMEOUT, GarciaMolinaTimer::Answer, &mut out); // node 4 silent: halts 1, 2
         out.take();
         g.handle_message(TIMEOUT, n(4), Election { epoch: e(2, 4) }, &mut out);
         assert_eq!(
             out.take(),
             vec![
-                Action::CancelTimer { timer: ANSWER },
+                Action::CancelTimer { timer: GarciaMolinaTimer::Answer },
                 send(4, Ack { epoch: e(2, 4), stage: Stage::Halt }),
-                Action::SetTimer { timer: WAIT, at: TIMEOUT * 3 },
+                Action::SetTimer { timer: GarciaMolinaTimer::Wait, at: TIMEOUT * 3 },
             ]
         );
         // Its own group's answers no longer count.
@@ -1118,7 +1135,7 @@ mod tests {
     #[test]
     fn a_node_halted_by_a_live_higher_candidate_refuses_a_lower_one() {
         let mut g = node(1, 4, &[2, 3, 4]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_message(T, n(4), Election { epoch: e(1, 4) }, &mut out);
         out.take();
         g.handle_message(T, n(3), Election { epoch: e(1, 3) }, &mut out);
@@ -1139,13 +1156,13 @@ mod tests {
     #[test]
     fn coordinator_checks_everyone_periodically_and_re_elects_on_a_stranger() {
         let mut g = elected_three();
-        let mut out = Out::new();
-        g.handle_timer(TIMEOUT, CHECK, &mut out);
+        let mut out = Out::<GarciaMolina>::new();
+        g.handle_timer(TIMEOUT, GarciaMolinaTimer::Check, &mut out);
         let poll = StatusPoll { seen: e(1, 3), view: view(State::Normal, e(1, 3)) };
         assert_eq!(
             out.take(),
             vec![
-                Action::SetTimer { timer: CHECK, at: TIMEOUT * 2 },
+                Action::SetTimer { timer: GarciaMolinaTimer::Check, at: TIMEOUT * 2 },
                 send(1, poll.clone()),
                 send(2, poll),
             ]
@@ -1163,7 +1180,7 @@ mod tests {
     #[test]
     fn coordinator_checks_a_peer_the_moment_it_comes_up() {
         let mut g = node(3, 3, &[1]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
         g.handle_message(T, n(1), Ack { epoch: e(1, 3), stage: Stage::Halt }, &mut out);
         g.handle_message(T, n(1), Ack { epoch: e(1, 3), stage: Stage::Coordinator }, &mut out);
@@ -1179,7 +1196,7 @@ mod tests {
     #[test]
     fn a_node_that_joins_late_is_checked_once_the_election_is_over() {
         let mut g = node(3, 3, &[1]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
         g.handle_peer_up(T, n(2), &mut out); // after the HALT went out
         g.handle_message(T, n(1), Ack { epoch: e(1, 3), stage: Stage::Halt }, &mut out);
@@ -1190,8 +1207,8 @@ mod tests {
         assert_eq!(
             out.take(),
             vec![
-                Action::CancelTimer { timer: ANSWER },
-                Action::SetTimer { timer: CHECK, at: TIMEOUT },
+                Action::CancelTimer { timer: GarciaMolinaTimer::Answer },
+                Action::SetTimer { timer: GarciaMolinaTimer::Check, at: TIMEOUT },
                 send(1, poll.clone()),
                 send(2, poll),
             ]
@@ -1201,7 +1218,7 @@ mod tests {
     #[test]
     fn coordinator_crash_makes_the_followers_elect() {
         let mut g = node(2, 3, &[1, 3]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_message(T, n(3), Election { epoch: e(4, 3) }, &mut out);
         g.handle_message(T, n(3), Coordinator { epoch: e(4, 3) }, &mut out);
         g.handle_message(T, n(3), NewState { epoch: e(4, 3), members: vec![] }, &mut out);
@@ -1210,9 +1227,9 @@ mod tests {
         assert_eq!(
             out.take(),
             vec![
-                Action::CancelTimer { timer: WAIT },
+                Action::CancelTimer { timer: GarciaMolinaTimer::Wait },
                 send(1, Election { epoch: e(5, 2) }),
-                Action::SetTimer { timer: ANSWER, at: TIMEOUT },
+                Action::SetTimer { timer: GarciaMolinaTimer::Answer, at: TIMEOUT },
             ]
         );
     }
@@ -1220,10 +1237,10 @@ mod tests {
     #[test]
     fn participant_whose_candidate_goes_quiet_elects() {
         let mut g = node(2, 3, &[1, 3]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_message(T, n(3), Election { epoch: e(1, 3) }, &mut out);
         out.take();
-        g.handle_timer(TIMEOUT * 2, WAIT, &mut out);
+        g.handle_timer(TIMEOUT * 2, GarciaMolinaTimer::Wait, &mut out);
         assert_eq!(
             sends(&mut out),
             vec![(n(3), StatusPoll { seen: e(1, 3), view: view(State::Election, e(1, 3)) })]
@@ -1233,7 +1250,7 @@ mod tests {
     #[test]
     fn deferred_node_elects_when_nobody_higher_is_left() {
         let mut g = node(2, 3, &[1, 3]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
         g.handle_message(T, n(3), Status { seen: Epoch(0), view: DOWN }, &mut out);
         out.take();
@@ -1244,21 +1261,21 @@ mod tests {
     #[test]
     fn deferred_node_settled_meanwhile_does_not_elect_again() {
         let mut g = node(2, 3, &[1, 3]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
         g.handle_message(T, n(3), Status { seen: Epoch(0), view: DOWN }, &mut out);
         g.handle_message(T, n(3), Election { epoch: e(1, 3) }, &mut out);
         g.handle_message(T, n(3), Coordinator { epoch: e(1, 3) }, &mut out);
         g.handle_message(T, n(3), NewState { epoch: e(1, 3), members: vec![] }, &mut out);
         out.take();
-        g.handle_timer(TIMEOUT * 2, WAIT, &mut out);
+        g.handle_timer(TIMEOUT * 2, GarciaMolinaTimer::Wait, &mut out);
         assert!(out.is_empty());
     }
 
     #[test]
     fn normal_node_that_hears_of_a_newer_term_elects() {
         let mut g = node(2, 4, &[1, 3, 4]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_message(T, n(3), Election { epoch: e(1, 3) }, &mut out);
         g.handle_message(T, n(3), Coordinator { epoch: e(1, 3) }, &mut out);
         g.handle_message(T, n(3), NewState { epoch: e(1, 3), members: vec![] }, &mut out);
@@ -1281,7 +1298,7 @@ mod tests {
     #[test]
     fn forged_epochs_are_ignored() {
         let mut g = node(1, 3, &[2, 3]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_message(T, n(3), Election { epoch: e(1, 2) }, &mut out);
         g.handle_message(T, n(3), NewState { epoch: e(1, 2), members: vec![] }, &mut out);
         assert!(out.is_empty());
@@ -1291,15 +1308,15 @@ mod tests {
     #[test]
     fn a_lone_node_elects_itself_at_once() {
         let mut g = node(1, 3, &[]);
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
         assert_eq!(
             out.take(),
             vec![
-                Action::CancelTimer { timer: WAIT },
+                Action::CancelTimer { timer: GarciaMolinaTimer::Wait },
                 Action::Coordinator { leader: n(1), epoch: e(1, 1) },
-                Action::CancelTimer { timer: ANSWER },
-                Action::SetTimer { timer: CHECK, at: TIMEOUT },
+                Action::CancelTimer { timer: GarciaMolinaTimer::Answer },
+                Action::SetTimer { timer: GarciaMolinaTimer::Check, at: TIMEOUT },
             ]
         );
         assert_eq!(g.state(), State::Normal);
@@ -1308,10 +1325,10 @@ mod tests {
     #[test]
     fn nothing_is_elected_before_the_node_joins() {
         let mut g = GarciaMolina::new(&AlgoConfig::for_test(3, 3));
-        let mut out = Out::new();
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_peer_up(T, n(1), &mut out);
         g.handle_peer_down(T, n(1), &mut out);
-        g.handle_timer(T, WAIT, &mut out);
+        g.handle_timer(T, GarciaMolinaTimer::Wait, &mut out);
         assert!(out.is_empty());
         // It answers polls meanwhile, as DOWN.
         g.handle_message(T, n(2), StatusPoll { seen: e(1, 2), view: DOWN }, &mut out);

@@ -49,8 +49,8 @@
 //! is dropped, and the node starts an election of its own. A starter whose
 //! message has not come back when its timer fires starts again.
 
-use crate::algorithm::{AlgoConfig, ElectionAlgorithm};
-use crate::outbox::{Message, Outbox, Time, TimerId};
+use crate::algorithm::{AlgoConfig, Algorithm, ElectionAlgorithm, Out};
+use crate::outbox::{Message, Time, Timer};
 use crate::types::{Epoch, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -96,10 +96,18 @@ impl Message for RingMsg {
     }
 }
 
-/// The starter's own election has not come back in time.
-const RETURN: TimerId = TimerId(1);
-/// A peer follows a newer term: wait for its announcement before electing.
-const CATCH_UP: TimerId = TimerId(2);
+/// The timers of [`Ring`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RingTimer {
+    /// The starter's own election has not come back in time.
+    Return,
+    /// A peer follows a newer term: wait for its announcement before electing.
+    CatchUp,
+}
+
+impl Timer for RingTimer {
+    const ALL: &'static [Self] = &[RingTimer::Return, RingTimer::CatchUp];
+}
 
 /// The ring election; see the module documentation.
 #[derive(Debug, Clone, Hash)]
@@ -156,7 +164,7 @@ impl Ring {
     }
 
     /// Passes `msg` to the successor, or handles it here when alone.
-    fn pass(&mut self, now: Time, msg: RingMsg, out: &mut Outbox<RingMsg>) {
+    fn pass(&mut self, now: Time, msg: RingMsg, out: &mut Out<Ring>) {
         let next = self.successor();
         if next == self.id {
             self.passed = None;
@@ -172,12 +180,12 @@ impl Ring {
         self.current.filter(|(leader, _)| *leader == self.id).map(|(_, e)| e)
     }
 
-    fn start(&mut self, now: Time, out: &mut Outbox<RingMsg>) {
+    fn start(&mut self, now: Time, out: &mut Out<Ring>) {
         if !self.started {
             return;
         }
         self.electing = true;
-        out.set_timer(RETURN, now + self.timeout);
+        out.set_timer(RingTimer::Return, now + self.timeout);
         let msg = RingMsg::Election {
             starter: self.id,
             ids: vec![self.id],
@@ -187,24 +195,24 @@ impl Ring {
         self.pass(now, msg, out);
     }
 
-    fn follow(&mut self, leader: NodeId, epoch: Epoch, out: &mut Outbox<RingMsg>) {
+    fn follow(&mut self, leader: NodeId, epoch: Epoch, out: &mut Out<Ring>) {
         if self.current.is_none_or(|(_, current)| epoch > current) {
             if std::mem::take(&mut self.catching_up) {
-                out.cancel_timer(CATCH_UP);
+                out.cancel_timer(RingTimer::CatchUp);
             }
             self.current = Some((leader, epoch));
             out.coordinator(leader, epoch);
         }
     }
 
-    fn receive(&mut self, now: Time, msg: RingMsg, out: &mut Outbox<RingMsg>) {
+    fn receive(&mut self, now: Time, msg: RingMsg, out: &mut Out<Ring>) {
         match msg {
             RingMsg::Election { starter, mut ids, seen, incumbent } => {
                 self.seen = self.seen.max(seen);
                 if starter == self.id {
                     // Home: the ids collected are the live ring.
                     self.electing = false;
-                    out.cancel_timer(RETURN);
+                    out.cancel_timer(RingTimer::Return);
                     let leader = ids.iter().copied().max().unwrap_or(self.id);
                     // A sitting coordinator that is still the highest live
                     // node, in the newest term anyone has seen, is confirmed
@@ -257,28 +265,18 @@ impl Ring {
     }
 }
 
-impl ElectionAlgorithm for Ring {
+impl Algorithm for Ring {
     type Msg = RingMsg;
+    type Timer = RingTimer;
 
-    fn handle_start(&mut self, now: Time, out: &mut Outbox<RingMsg>) {
-        self.started = true;
-        self.start(now, out);
-    }
-
-    fn handle_message(
-        &mut self,
-        now: Time,
-        _from: NodeId,
-        msg: RingMsg,
-        out: &mut Outbox<RingMsg>,
-    ) {
+    fn handle_message(&mut self, now: Time, _from: NodeId, msg: RingMsg, out: &mut Out<Ring>) {
         self.receive(now, msg, out);
     }
 
-    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<RingMsg>) {
+    fn handle_timer(&mut self, now: Time, timer: RingTimer, out: &mut Out<Ring>) {
         match timer {
-            RETURN if self.electing => self.start(now, out),
-            CATCH_UP => {
+            RingTimer::Return if self.electing => self.start(now, out),
+            RingTimer::CatchUp => {
                 self.catching_up = false;
                 let behind = self.current.is_none_or(|(_, current)| current < self.seen);
                 if behind && !self.electing {
@@ -289,11 +287,11 @@ impl ElectionAlgorithm for Ring {
         }
     }
 
-    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, _out: &mut Outbox<RingMsg>) {
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, _out: &mut Out<Ring>) {
         self.alive.insert(peer);
     }
 
-    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Outbox<RingMsg>) {
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Out<Ring>) {
         self.alive.remove(&peer);
         // What was passed to it may be lost: pass it to the next one.
         if let Some((to, msg)) = self.passed.take() {
@@ -307,6 +305,13 @@ impl ElectionAlgorithm for Ring {
             self.start(now, out);
         }
     }
+}
+
+impl ElectionAlgorithm for Ring {
+    fn handle_start(&mut self, now: Time, out: &mut Out<Ring>) {
+        self.started = true;
+        self.start(now, out);
+    }
 
     fn handle_epoch_hint(
         &mut self,
@@ -314,7 +319,7 @@ impl ElectionAlgorithm for Ring {
         _from: NodeId,
         epoch: Epoch,
         _coordinator: Option<NodeId>,
-        out: &mut Outbox<RingMsg>,
+        out: &mut Out<Ring>,
     ) {
         self.seen = self.seen.max(epoch);
         // A peer follows a newer term. Its announcement is probably on the
@@ -323,7 +328,7 @@ impl ElectionAlgorithm for Ring {
         let behind = self.current.is_none_or(|(_, current)| current < epoch);
         if behind && !self.electing && !self.catching_up && self.started {
             self.catching_up = true;
-            out.set_timer(CATCH_UP, now + self.catch_up);
+            out.set_timer(RingTimer::CatchUp, now + self.catch_up);
         }
     }
 
@@ -342,7 +347,6 @@ mod tests {
     use super::*;
     use crate::outbox::Action;
 
-    type Out = Outbox<RingMsg>;
     const T: Duration = Duration::ZERO;
 
     fn n(id: u32) -> NodeId {
@@ -355,7 +359,7 @@ mod tests {
 
     fn node(id: u32, members: u32, up: &[u32]) -> Ring {
         let mut r = Ring::new(&AlgoConfig::for_test(id, members));
-        let mut out = Out::new();
+        let mut out = Out::<Ring>::new();
         for &p in up {
             r.handle_peer_up(T, n(p), &mut out);
         }
@@ -363,7 +367,7 @@ mod tests {
         r
     }
 
-    fn sends(out: &mut Out) -> Vec<(NodeId, RingMsg)> {
+    fn sends(out: &mut Out<Ring>) -> Vec<(NodeId, RingMsg)> {
         out.take()
             .into_iter()
             .filter_map(|a| match a {
@@ -375,12 +379,12 @@ mod tests {
 
     /// Passes a message round the ring by hand, returning what each node
     /// did, until nobody sends anything.
-    fn circulate(nodes: &mut [Ring], first: (NodeId, RingMsg)) -> Vec<Action<RingMsg>> {
+    fn circulate(nodes: &mut [Ring], first: (NodeId, RingMsg)) -> Vec<Action<RingMsg, RingTimer>> {
         let mut coordinator_actions = Vec::new();
         let mut next = vec![first];
         while let Some((to, msg)) = next.pop() {
             let node = nodes.iter_mut().find(|r| r.id == to).unwrap();
-            let mut out = Out::new();
+            let mut out = Out::<Ring>::new();
             node.handle_message(T, n(0), msg, &mut out);
             for a in out.take() {
                 match a {
@@ -397,7 +401,7 @@ mod tests {
     fn election_skips_dead_successors_and_collects_the_live_ids() {
         // 2 starts; 3 is down, so 4 is its successor.
         let mut r = node(2, 5, &[1, 4, 5]);
-        let mut out = Out::new();
+        let mut out = Out::<Ring>::new();
         r.start(T, &mut out);
         assert_eq!(
             sends(&mut out),
@@ -426,7 +430,7 @@ mod tests {
     #[test]
     fn back_home_the_election_becomes_a_coordinator_announcement() {
         let mut r = node(2, 5, &[1, 4, 5]);
-        let mut out = Out::new();
+        let mut out = Out::<Ring>::new();
         r.start(T, &mut out);
         out.take();
         let back = Election {
@@ -440,7 +444,7 @@ mod tests {
         assert_eq!(
             out.take(),
             vec![
-                Action::CancelTimer { timer: RETURN },
+                Action::CancelTimer { timer: RingTimer::Return },
                 Action::Coordinator { leader: n(5), epoch },
                 Action::Send {
                     to: n(4),
@@ -459,7 +463,7 @@ mod tests {
     #[test]
     fn two_simultaneous_starters_end_in_one_answer() {
         let mut nodes: Vec<Ring> = (1..=4).map(|i| node(i, 4, &[1, 2, 3, 4])).collect();
-        let mut out = Out::new();
+        let mut out = Out::<Ring>::new();
         nodes[1].start(T, &mut out); // node 2
         let from2 = sends(&mut out).remove(0);
         nodes[3].start(T, &mut out); // node 4
@@ -479,7 +483,7 @@ mod tests {
     #[test]
     fn a_message_passed_to_a_node_that_dies_goes_to_the_next() {
         let mut r = node(1, 4, &[2, 3, 4]);
-        let mut out = Out::new();
+        let mut out = Out::<Ring>::new();
         r.start(T, &mut out);
         out.take();
         r.handle_peer_down(T, n(2), &mut out);
@@ -495,7 +499,7 @@ mod tests {
     #[test]
     fn an_election_whose_starter_died_is_replaced() {
         let mut r = node(3, 4, &[1, 2, 4]);
-        let mut out = Out::new();
+        let mut out = Out::<Ring>::new();
         let orphan =
             Election { starter: n(1), ids: ids(&[1, 3, 4]), seen: Epoch(0), incumbent: None };
         r.handle_message(T, n(2), orphan, &mut out);
@@ -511,7 +515,7 @@ mod tests {
     #[test]
     fn a_lone_node_elects_itself() {
         let mut r = node(1, 3, &[]);
-        let mut out = Out::new();
+        let mut out = Out::<Ring>::new();
         r.handle_start(T, &mut out);
         assert!(out
             .take()
@@ -521,7 +525,7 @@ mod tests {
     #[test]
     fn an_older_announcement_is_dropped() {
         let mut r = node(2, 4, &[1, 3, 4]);
-        let mut out = Out::new();
+        let mut out = Out::<Ring>::new();
         r.current = Some((n(4), Epoch::new(5, n(4))));
         let old = Coordinator {
             starter: n(1),
@@ -540,7 +544,7 @@ mod tests {
         let mut r = node(2, 4, &[1, 3, 4]);
         r.current = Some((n(4), term));
         r.seen = term;
-        let mut out = Out::new();
+        let mut out = Out::<Ring>::new();
         r.start(T, &mut out);
         out.take();
         // Node 4, the sitting coordinator, recorded its term on the way.
@@ -558,7 +562,7 @@ mod tests {
     fn an_announcement_whose_starter_died_stops_after_one_round() {
         // Node 2 started, then died; its announcement reaches a lone node 1.
         let mut r = node(1, 3, &[]);
-        let mut out = Out::new();
+        let mut out = Out::<Ring>::new();
         let epoch = Epoch::new(1, n(3));
         let members = ids(&[2, 3, 1]);
         let orphan = Coordinator {
@@ -577,7 +581,7 @@ mod tests {
     #[test]
     fn a_higher_node_announced_a_lower_coordinator_elects_again() {
         let mut r = node(3, 3, &[1, 2]);
-        let mut out = Out::new();
+        let mut out = Out::<Ring>::new();
         let epoch = Epoch::new(2, n(2));
         let announce = Coordinator {
             starter: n(1),

@@ -85,15 +85,12 @@
 //! ticket is smaller was overtaken, and goes back through the doorway for
 //! a ticket above it, so ticket order and entry order stay one.
 
-use crate::algorithm::{AlgoConfig, MutexAlgorithm};
-use crate::outbox::{Message, Outbox, Time, TimerId};
+use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out};
+use crate::outbox::{Message, Time, Timer};
 use crate::types::{CsState, Fence, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
-
-/// The one timer: re-sends READs left unanswered for a retry period.
-const RETRY: TimerId = TimerId(0);
 
 /// The largest ticket number a fence can carry. A peer that reports a
 /// larger one is talking nonsense and is ignored.
@@ -137,6 +134,17 @@ impl Message for BakeryMsg {
             BakeryMsg::Value { .. } => "value",
         }
     }
+}
+
+/// The timers of [`Bakery`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BakeryTimer {
+    /// The one timer: re-sends READs left unanswered for a retry period.
+    Retry,
+}
+
+impl Timer for BakeryTimer {
+    const ALL: &'static [Self] = &[BakeryTimer::Retry];
 }
 
 /// A READ sent and not answered yet.
@@ -252,14 +260,14 @@ impl Bakery {
     }
 
     /// Answers READ `seq` from `to` with this node's current state.
-    fn answer(&self, to: NodeId, seq: u64, after: Option<Stamp>, out: &mut Outbox<BakeryMsg>) {
+    fn answer(&self, to: NodeId, seq: u64, after: Option<Stamp>, out: &mut Out<Bakery>) {
         let choosing = matches!(self.phase, Phase::Doorway { .. });
         let number = self.phase.ticket().map_or(0, |t| t.ts);
         out.send(to, BakeryMsg::Value { seq, choosing, number, high: self.high, after });
     }
 
     /// Answers every held READ whose reader may now pass.
-    fn release_held(&mut self, after: Option<Stamp>, out: &mut Outbox<BakeryMsg>) {
+    fn release_held(&mut self, after: Option<Stamp>, out: &mut Out<Bakery>) {
         let passing: Vec<(NodeId, u64)> = self
             .held
             .iter()
@@ -278,7 +286,7 @@ impl Bakery {
         now: Time,
         to: NodeId,
         ticket: Option<u64>,
-        out: &mut Outbox<BakeryMsg>,
+        out: &mut Out<Bakery>,
     ) -> Pending {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
@@ -289,10 +297,10 @@ impl Bakery {
     /// Arms the retry timer, unless it already is: a READ just sent will
     /// be due no earlier than any deadline already set, and the timer
     /// re-arms itself for whatever is still outstanding when it fires.
-    fn arm_retry(&mut self, now: Time, out: &mut Outbox<BakeryMsg>) {
+    fn arm_retry(&mut self, now: Time, out: &mut Out<Bakery>) {
         if !self.retry_armed {
             self.retry_armed = true;
-            out.set_timer(RETRY, now + self.retry);
+            out.set_timer(BakeryTimer::Retry, now + self.retry);
         }
     }
 
@@ -301,7 +309,7 @@ impl Bakery {
         &mut self,
         now: Time,
         ticket: Option<u64>,
-        out: &mut Outbox<BakeryMsg>,
+        out: &mut Out<Bakery>,
     ) -> BTreeMap<NodeId, Pending> {
         let peers: Vec<NodeId> = self.alive.iter().copied().collect();
         let reads: BTreeMap<NodeId, Pending> =
@@ -313,7 +321,7 @@ impl Bakery {
     }
 
     /// Raises `choosing` and reads every live peer.
-    fn enter_doorway(&mut self, now: Time, out: &mut Outbox<BakeryMsg>) {
+    fn enter_doorway(&mut self, now: Time, out: &mut Out<Bakery>) {
         let awaiting = self.read_all(now, None, out);
         self.phase = Phase::Doorway { awaiting };
         self.progress(now, out);
@@ -321,7 +329,7 @@ impl Bakery {
 
     /// Takes a ticket above everything seen, lowers `choosing`, and starts
     /// checking every live peer.
-    fn choose(&mut self, now: Time, out: &mut Outbox<BakeryMsg>) {
+    fn choose(&mut self, now: Time, out: &mut Out<Bakery>) {
         let number = self.high.saturating_add(1).min(MAX_NUMBER);
         self.high = number;
         let ticket = Stamp { ts: number, node: self.id };
@@ -335,7 +343,7 @@ impl Bakery {
     }
 
     /// Moves on when the current phase has nothing left to wait for.
-    fn progress(&mut self, now: Time, out: &mut Outbox<BakeryMsg>) {
+    fn progress(&mut self, now: Time, out: &mut Out<Bakery>) {
         if matches!(&self.phase, Phase::Doorway { awaiting } if awaiting.is_empty()) {
             self.choose(now, out);
         }
@@ -354,7 +362,7 @@ impl Bakery {
         seq: u64,
         ticket: Option<u64>,
         high: u64,
-        out: &mut Outbox<BakeryMsg>,
+        out: &mut Out<Bakery>,
     ) {
         if high > MAX_NUMBER || ticket.is_some_and(|n| n == 0 || n > MAX_NUMBER) {
             return;
@@ -384,7 +392,7 @@ impl Bakery {
         number: u64,
         high: u64,
         after: Option<Stamp>,
-        out: &mut Outbox<BakeryMsg>,
+        out: &mut Out<Bakery>,
     ) {
         if number > MAX_NUMBER || high > MAX_NUMBER || after.is_some_and(|a| a.ts > MAX_NUMBER) {
             return;
@@ -416,30 +424,11 @@ impl Bakery {
     }
 }
 
-impl MutexAlgorithm for Bakery {
+impl Algorithm for Bakery {
     type Msg = BakeryMsg;
+    type Timer = BakeryTimer;
 
-    fn handle_request(&mut self, now: Time, out: &mut Outbox<BakeryMsg>) {
-        if self.phase == Phase::Idle {
-            self.enter_doorway(now, out);
-        }
-    }
-
-    fn handle_release(&mut self, _now: Time, out: &mut Outbox<BakeryMsg>) {
-        let Phase::Held { ticket } = self.phase else {
-            return;
-        };
-        self.phase = Phase::Idle;
-        self.release_held(Some(ticket), out);
-    }
-
-    fn handle_message(
-        &mut self,
-        now: Time,
-        from: NodeId,
-        msg: BakeryMsg,
-        out: &mut Outbox<BakeryMsg>,
-    ) {
+    fn handle_message(&mut self, now: Time, from: NodeId, msg: BakeryMsg, out: &mut Out<Bakery>) {
         if !self.peers.contains(&from) {
             return; // not a peer (or this node itself)
         }
@@ -451,8 +440,8 @@ impl MutexAlgorithm for Bakery {
         }
     }
 
-    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<BakeryMsg>) {
-        if timer != RETRY {
+    fn handle_timer(&mut self, now: Time, timer: BakeryTimer, out: &mut Out<Bakery>) {
+        if timer != BakeryTimer::Retry {
             return;
         }
         self.retry_armed = false;
@@ -471,11 +460,11 @@ impl MutexAlgorithm for Bakery {
         }
         if let Some(earliest) = awaiting.values().map(|p| p.sent_at).min() {
             self.retry_armed = true;
-            out.set_timer(RETRY, earliest + retry);
+            out.set_timer(BakeryTimer::Retry, earliest + retry);
         }
     }
 
-    fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Outbox<BakeryMsg>) {
+    fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Out<Bakery>) {
         if !self.peers.contains(&peer) {
             return;
         }
@@ -497,13 +486,39 @@ impl MutexAlgorithm for Bakery {
         }
     }
 
-    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Outbox<BakeryMsg>) {
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Out<Bakery>) {
         self.alive.remove(&peer);
         self.held.remove(&peer);
         if let Some(awaiting) = self.phase.awaiting_mut() {
             awaiting.remove(&peer);
         }
         self.progress(now, out);
+    }
+
+    /// The state with each unanswered READ's sending time as its age.
+    fn hash_at(&self, h: &mut dyn std::hash::Hasher, now: Time) {
+        let mut aged = self.clone();
+        for pending in aged.phase.awaiting_mut().into_iter().flat_map(|a| a.values_mut()) {
+            pending.sent_at = now.saturating_sub(pending.sent_at);
+        }
+        let mut h = h;
+        std::hash::Hash::hash(&aged, &mut h);
+    }
+}
+
+impl MutexAlgorithm for Bakery {
+    fn handle_request(&mut self, now: Time, out: &mut Out<Bakery>) {
+        if self.phase == Phase::Idle {
+            self.enter_doorway(now, out);
+        }
+    }
+
+    fn handle_release(&mut self, _now: Time, out: &mut Out<Bakery>) {
+        let Phase::Held { ticket } = self.phase else {
+            return;
+        };
+        self.phase = Phase::Idle;
+        self.release_held(Some(ticket), out);
     }
 
     fn cs_state(&self) -> CsState {
@@ -525,16 +540,6 @@ impl MutexAlgorithm for Bakery {
     fn observe_watermark(&mut self, watermark: u64) {
         self.observe(watermark);
     }
-
-    /// The state with each unanswered READ's sending time as its age.
-    fn hash_at(&self, h: &mut dyn std::hash::Hasher, now: Time) {
-        let mut aged = self.clone();
-        for pending in aged.phase.awaiting_mut().into_iter().flat_map(|a| a.values_mut()) {
-            pending.sent_at = now.saturating_sub(pending.sent_at);
-        }
-        let mut h = h;
-        std::hash::Hash::hash(&aged, &mut h);
-    }
 }
 
 #[cfg(test)]
@@ -544,7 +549,6 @@ mod tests {
 
     const T: Duration = Duration::ZERO;
     const RETRY_AT: Duration = Duration::from_millis(250);
-    type Out = Outbox<BakeryMsg>;
 
     fn n(id: u32) -> NodeId {
         NodeId(id)
@@ -553,7 +557,7 @@ mod tests {
     fn node(id: u32, members: u32) -> Bakery {
         let cfg = AlgoConfig::for_test(id, members);
         let mut b = Bakery::new(&cfg);
-        let mut out = Out::new();
+        let mut out = Out::<Bakery>::new();
         for p in cfg.peers() {
             b.handle_peer_up(T, p, &mut out);
         }
@@ -577,22 +581,23 @@ mod tests {
         BakeryMsg::Value { seq, choosing, number, high, after: None }
     }
 
-    fn send(to: u32, msg: BakeryMsg) -> Action<BakeryMsg> {
+    fn send(to: u32, msg: BakeryMsg) -> Action<BakeryMsg, BakeryTimer> {
         Action::Send { to: n(to), msg }
     }
 
-    fn grant(number: u64, id: u32) -> Action<BakeryMsg> {
+    fn grant(number: u64, id: u32) -> Action<BakeryMsg, BakeryTimer> {
         Action::Grant { fence: Fence::new(number, u64::from(id)) }
     }
 
-    fn retry_timer() -> Action<BakeryMsg> {
-        Action::SetTimer { timer: RETRY, at: RETRY_AT }
+    fn retry_timer() -> Action<BakeryMsg, BakeryTimer> {
+        Action::SetTimer { timer: BakeryTimer::Retry, at: RETRY_AT }
     }
 
     #[test]
     fn uncontended_entry_reads_every_peer_twice() {
         let (mut p1, mut p2, mut p3) = (node(1, 3), node(2, 3), node(3, 3));
-        let (mut o1, mut o2, mut o3) = (Out::new(), Out::new(), Out::new());
+        let (mut o1, mut o2, mut o3) =
+            (Out::<Bakery>::new(), Out::<Bakery>::new(), Out::<Bakery>::new());
 
         // Doorway: choosing goes up, every peer is read.
         p1.handle_request(T, &mut o1);
@@ -638,7 +643,7 @@ mod tests {
     #[test]
     fn tied_tickets_go_to_the_smaller_id_first() {
         let (mut p1, mut p2) = (node(1, 3), node(2, 3));
-        let (mut o1, mut o2) = (Out::new(), Out::new());
+        let (mut o1, mut o2) = (Out::<Bakery>::new(), Out::<Bakery>::new());
         p1.handle_request(T, &mut o1);
         p2.handle_request(T, &mut o2);
         o1.take();
@@ -692,7 +697,7 @@ mod tests {
     #[test]
     fn a_check_read_waits_while_the_peer_is_choosing() {
         let mut p2 = node(2, 2);
-        let mut out = Out::new();
+        let mut out = Out::<Bakery>::new();
         p2.handle_request(T, &mut out);
         assert_eq!(out.take(), vec![send(1, doorway(0, 0)), retry_timer()]);
 
@@ -719,7 +724,7 @@ mod tests {
     #[test]
     fn holder_holds_every_check_read_until_it_leaves() {
         let mut p = node(1, 2);
-        let mut out = Out::new();
+        let mut out = Out::<Bakery>::new();
         p.handle_request(T, &mut out);
         p.handle_message(T, n(2), value(0, false, 0, 0), &mut out);
         p.handle_message(T, n(2), value(1, false, 0, 1), &mut out);
@@ -741,7 +746,7 @@ mod tests {
     #[test]
     fn next_ticket_is_above_an_earlier_holders_even_when_it_left() {
         let mut p = node(2, 3);
-        let mut out = Out::new();
+        let mut out = Out::<Bakery>::new();
         p.handle_request(T, &mut out);
         out.take();
         p.handle_message(T, n(1), value(0, false, 0, 7), &mut out);
@@ -753,7 +758,7 @@ mod tests {
     #[test]
     fn crashed_peer_is_no_longer_awaited() {
         let mut p = node(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<Bakery>::new();
         p.handle_request(T, &mut out);
         out.take();
         // Node 3 never answers the doorway read: reported down, skipped.
@@ -768,7 +773,7 @@ mod tests {
     #[test]
     fn crashed_peer_is_skipped_while_waiting_and_its_held_read_dropped() {
         let mut p = node(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<Bakery>::new();
         p.handle_request(T, &mut out);
         p.handle_message(T, n(2), value(0, false, 0, 0), &mut out);
         p.handle_message(T, n(3), value(1, false, 0, 0), &mut out);
@@ -786,7 +791,7 @@ mod tests {
     #[test]
     fn newcomer_is_read_in_the_doorway_and_while_waiting() {
         let mut p = node(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<Bakery>::new();
         p.handle_peer_down(T, n(3), &mut out);
         p.handle_request(T, &mut out);
         assert_eq!(out.take(), vec![send(2, doorway(0, 0)), retry_timer()]);
@@ -814,7 +819,7 @@ mod tests {
     #[test]
     fn newcomer_learns_the_ticket_of_an_entry_under_way() {
         let mut p = node(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<Bakery>::new();
         p.handle_peer_down(T, n(3), &mut out);
         p.handle_request(T, &mut out);
         p.handle_message(T, n(2), value(0, false, 0, 0), &mut out);
@@ -839,7 +844,7 @@ mod tests {
         // Node 2 holds ticket (3, 2); node 3 entered with (9, 3) without
         // having read it, and names that entry when it answers.
         let mut p = node(2, 3);
-        let mut out = Out::new();
+        let mut out = Out::<Bakery>::new();
         p.handle_request(T, &mut out);
         p.handle_message(T, n(1), value(0, false, 0, 2), &mut out);
         p.handle_message(T, n(3), value(1, false, 0, 0), &mut out);
@@ -864,12 +869,12 @@ mod tests {
     #[test]
     fn unanswered_reads_are_sent_again_on_the_timer() {
         let mut p = node(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<Bakery>::new();
         p.handle_request(T, &mut out);
         out.take();
         p.handle_message(T, n(2), value(0, false, 0, 0), &mut out);
-        p.handle_timer(RETRY_AT, RETRY, &mut out);
-        let again = Action::SetTimer { timer: RETRY, at: RETRY_AT * 2 };
+        p.handle_timer(RETRY_AT, BakeryTimer::Retry, &mut out);
+        let again = Action::SetTimer { timer: BakeryTimer::Retry, at: RETRY_AT * 2 };
         assert_eq!(out.take(), vec![send(3, doorway(1, 0)), again]);
         // A duplicate answer to the retried read counts once.
         let later = Duration::from_millis(300);
@@ -877,18 +882,18 @@ mod tests {
         assert_eq!(out.take(), vec![send(2, check(2, 1)), send(3, check(3, 1))]);
         p.handle_message(later, n(3), value(1, false, 0, 0), &mut out);
         assert!(out.is_empty());
-        // A timer with nothing due only re-arms for the oldest read; a
-        // stranger's timer is ignored.
-        p.handle_timer(RETRY_AT * 2, RETRY, &mut out);
-        assert_eq!(out.take(), vec![Action::SetTimer { timer: RETRY, at: later + RETRY_AT }]);
-        p.handle_timer(RETRY_AT * 2, TimerId(7), &mut out);
-        assert!(out.is_empty());
+        // A timer with nothing due only re-arms for the oldest read.
+        p.handle_timer(RETRY_AT * 2, BakeryTimer::Retry, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::SetTimer { timer: BakeryTimer::Retry, at: later + RETRY_AT }]
+        );
     }
 
     #[test]
     fn lone_node_enters_at_once() {
         let mut p = node(1, 1);
-        let mut out = Out::new();
+        let mut out = Out::<Bakery>::new();
         p.handle_request(T, &mut out);
         assert_eq!(out.take(), vec![grant(1, 1)]);
         p.handle_release(T, &mut out);
@@ -899,7 +904,7 @@ mod tests {
     #[test]
     fn nonsense_is_ignored() {
         let mut p = node(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<Bakery>::new();
         // From itself, from a stranger, with ticket 0 or an absurd number.
         p.handle_message(T, n(1), doorway(0, 0), &mut out);
         p.handle_message(T, n(9), doorway(0, 0), &mut out);

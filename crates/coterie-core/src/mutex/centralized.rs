@@ -42,8 +42,8 @@
 //! lags jump ahead (`coterie bench` counted 166 of 200 grants out of
 //! arrival order that way at N = 5).
 
-use crate::algorithm::{AlgoConfig, MutexAlgorithm};
-use crate::outbox::{Message, Outbox, Time};
+use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out};
+use crate::outbox::{Message, NoTimer, Time};
 use crate::types::{CsState, Epoch, Fence, LamportClock, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -220,7 +220,7 @@ impl Centralized {
     }
 
     /// Coordinator only: grants the head of the queue while there is room.
-    fn dispatch(&mut self, out: &mut Outbox<CentralizedMsg>) {
+    fn dispatch(&mut self, out: &mut Out<Centralized>) {
         let Some(m) = self.manager.as_mut() else {
             return;
         };
@@ -247,7 +247,7 @@ impl Centralized {
         }
     }
 
-    fn become_manager(&mut self, epoch: Epoch, out: &mut Outbox<CentralizedMsg>) {
+    fn become_manager(&mut self, epoch: Epoch, out: &mut Out<Centralized>) {
         let mut m = Manager {
             epoch,
             awaiting: self.alive.clone(),
@@ -268,50 +268,16 @@ impl Centralized {
     }
 }
 
-impl MutexAlgorithm for Centralized {
+impl Algorithm for Centralized {
     type Msg = CentralizedMsg;
-
-    fn handle_request(&mut self, _now: Time, out: &mut Outbox<CentralizedMsg>) {
-        if self.me != Client::Idle {
-            return;
-        }
-        let stamp = Stamp { ts: self.clock.tick(), node: self.id };
-        self.me = Client::Waiting(stamp);
-        match self.view {
-            Some((leader, _)) if leader == self.id => {
-                if let Some(m) = self.manager.as_mut() {
-                    m.absorb(self.id, Report::Waiting(stamp));
-                }
-                self.dispatch(out);
-            }
-            Some((leader, epoch)) => out.send(leader, CentralizedMsg::Request { epoch, stamp }),
-            // No coordinator yet: the request goes out once one is named.
-            None => {}
-        }
-    }
-
-    fn handle_release(&mut self, _now: Time, out: &mut Outbox<CentralizedMsg>) {
-        let Client::Holding(fence) = self.me else { return };
-        self.me = Client::Idle;
-        match self.view {
-            Some((leader, _)) if leader == self.id => {
-                if let Some(m) = self.manager.as_mut() {
-                    m.holders.remove(&self.id);
-                }
-                self.dispatch(out);
-            }
-            Some((leader, epoch)) => out.send(leader, CentralizedMsg::Release { epoch, fence }),
-            // The next coordinator's query will find this node idle.
-            None => {}
-        }
-    }
+    type Timer = NoTimer;
 
     fn handle_message(
         &mut self,
         _now: Time,
         from: NodeId,
         msg: CentralizedMsg,
-        out: &mut Outbox<CentralizedMsg>,
+        out: &mut Out<Centralized>,
     ) {
         match msg {
             CentralizedMsg::Request { epoch, stamp } => {
@@ -375,7 +341,7 @@ impl MutexAlgorithm for Centralized {
         }
     }
 
-    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<CentralizedMsg>) {
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Out<Centralized>) {
         self.alive.insert(peer);
         // A coordinator asks a peer it did not hear from when it took over
         // for its state: a restarted peer answers idle, but one that was
@@ -385,11 +351,48 @@ impl MutexAlgorithm for Centralized {
         }
     }
 
-    fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<CentralizedMsg>) {
+    fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Out<Centralized>) {
         self.alive.remove(&peer);
         if let Some(m) = self.manager.as_mut() {
             m.forget(peer);
             self.dispatch(out);
+        }
+    }
+}
+
+impl MutexAlgorithm for Centralized {
+    fn handle_request(&mut self, _now: Time, out: &mut Out<Centralized>) {
+        if self.me != Client::Idle {
+            return;
+        }
+        let stamp = Stamp { ts: self.clock.tick(), node: self.id };
+        self.me = Client::Waiting(stamp);
+        match self.view {
+            Some((leader, _)) if leader == self.id => {
+                if let Some(m) = self.manager.as_mut() {
+                    m.absorb(self.id, Report::Waiting(stamp));
+                }
+                self.dispatch(out);
+            }
+            Some((leader, epoch)) => out.send(leader, CentralizedMsg::Request { epoch, stamp }),
+            // No coordinator yet: the request goes out once one is named.
+            None => {}
+        }
+    }
+
+    fn handle_release(&mut self, _now: Time, out: &mut Out<Centralized>) {
+        let Client::Holding(fence) = self.me else { return };
+        self.me = Client::Idle;
+        match self.view {
+            Some((leader, _)) if leader == self.id => {
+                if let Some(m) = self.manager.as_mut() {
+                    m.holders.remove(&self.id);
+                }
+                self.dispatch(out);
+            }
+            Some((leader, epoch)) => out.send(leader, CentralizedMsg::Release { epoch, fence }),
+            // The next coordinator's query will find this node idle.
+            None => {}
         }
     }
 
@@ -398,7 +401,7 @@ impl MutexAlgorithm for Centralized {
         _now: Time,
         leader: NodeId,
         epoch: Epoch,
-        out: &mut Outbox<CentralizedMsg>,
+        out: &mut Out<Centralized>,
     ) {
         // Nothing to do for the term already followed, and an older term
         // (an election result that arrived after a newer coordinator's
@@ -444,7 +447,6 @@ mod tests {
     use std::time::Duration;
 
     const T: Duration = Duration::ZERO;
-    type Out = Outbox<CentralizedMsg>;
 
     fn n(id: u32) -> NodeId {
         NodeId(id)
@@ -455,7 +457,7 @@ mod tests {
         let mut cfg = AlgoConfig::for_test(id, members);
         cfg.capacity = capacity;
         let mut c = Centralized::new(&cfg);
-        let mut out = Out::new();
+        let mut out = Out::<Centralized>::new();
         for p in cfg.peers() {
             c.handle_peer_up(T, p, &mut out);
         }
@@ -465,7 +467,7 @@ mod tests {
     /// A coordinator (id 3 of 3) that has finished rebuilding at epoch 1.
     fn serving_coordinator(capacity: usize) -> Centralized {
         let mut c = node(3, 3, capacity);
-        let mut out = Out::new();
+        let mut out = Out::<Centralized>::new();
         c.handle_coordinator(T, n(3), Epoch(1), &mut out);
         c.handle_message(T, n(1), StateReport { epoch: Epoch(1), state: Report::Idle }, &mut out);
         c.handle_message(T, n(2), StateReport { epoch: Epoch(1), state: Report::Idle }, &mut out);
@@ -479,7 +481,7 @@ mod tests {
     #[test]
     fn remote_entry_costs_request_grant_release() {
         let mut client = node(1, 3, 1);
-        let mut out = Out::new();
+        let mut out = Out::<Centralized>::new();
         client.handle_coordinator(T, n(3), Epoch(1), &mut out);
         assert!(out.is_empty());
         client.handle_request(T, &mut out);
@@ -504,7 +506,7 @@ mod tests {
     #[test]
     fn new_coordinator_queries_every_live_peer_before_granting() {
         let mut c = node(3, 3, 1);
-        let mut out = Out::new();
+        let mut out = Out::<Centralized>::new();
         c.handle_coordinator(T, n(3), Epoch(4), &mut out);
         assert_eq!(
             out.take(),
@@ -534,7 +536,7 @@ mod tests {
     #[test]
     fn rebuild_keeps_holders_and_orders_waiters_by_original_stamp() {
         let mut c = node(4, 4, 1);
-        let mut out = Out::new();
+        let mut out = Out::<Centralized>::new();
         c.handle_coordinator(T, n(4), Epoch(2), &mut out);
         out.take();
         // Node 1 still holds the lock granted by the dead coordinator; 2 and
@@ -581,7 +583,7 @@ mod tests {
     #[test]
     fn coordinator_grants_itself_without_messages() {
         let mut c = serving_coordinator(1);
-        let mut out = Out::new();
+        let mut out = Out::<Centralized>::new();
         c.handle_request(T, &mut out);
         assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 1) }]);
         c.handle_release(T, &mut out);
@@ -591,7 +593,7 @@ mod tests {
     #[test]
     fn fifo_queue_grants_in_arrival_order_not_stamp_order() {
         let mut c = serving_coordinator(1);
-        let mut out = Out::new();
+        let mut out = Out::<Centralized>::new();
         c.handle_message(T, n(1), Request { epoch: Epoch(1), stamp: stamp(5, 1) }, &mut out);
         out.take();
         // Node 2 asks first, with a larger stamp; node 3's lagging clock
@@ -606,7 +608,7 @@ mod tests {
     #[test]
     fn capacity_k_admits_k_holders() {
         let mut c = serving_coordinator(2);
-        let mut out = Out::new();
+        let mut out = Out::<Centralized>::new();
         c.handle_message(T, n(1), Request { epoch: Epoch(1), stamp: stamp(5, 1) }, &mut out);
         c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
         assert_eq!(out.take().len(), 2, "two grants");
@@ -619,7 +621,7 @@ mod tests {
     #[test]
     fn crashed_holder_frees_the_lock_and_crashed_waiter_leaves_the_queue() {
         let mut c = serving_coordinator(1);
-        let mut out = Out::new();
+        let mut out = Out::<Centralized>::new();
         c.handle_message(T, n(1), Request { epoch: Epoch(1), stamp: stamp(5, 1) }, &mut out);
         c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
         c.handle_request(T, &mut out);
@@ -633,7 +635,7 @@ mod tests {
     #[test]
     fn unwanted_grant_is_handed_back() {
         let mut client = node(1, 3, 1);
-        let mut out = Out::new();
+        let mut out = Out::<Centralized>::new();
         client.handle_coordinator(T, n(3), Epoch(1), &mut out);
         client.handle_message(
             T,
@@ -653,7 +655,7 @@ mod tests {
     #[test]
     fn waiting_client_resends_its_request_to_a_new_coordinator() {
         let mut client = node(1, 3, 1);
-        let mut out = Out::new();
+        let mut out = Out::<Centralized>::new();
         client.handle_request(T, &mut out);
         assert!(out.is_empty(), "no coordinator yet");
         client.handle_coordinator(T, n(2), Epoch(3), &mut out);
@@ -675,7 +677,7 @@ mod tests {
     #[test]
     fn a_waiting_report_older_than_its_grant_does_not_grant_twice() {
         let mut c = serving_coordinator(1);
-        let mut out = Out::new();
+        let mut out = Out::<Centralized>::new();
         // The request, then the report sent before its grant arrived.
         c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
         assert_eq!(out.take().len(), 1, "one grant");
@@ -689,7 +691,7 @@ mod tests {
     #[test]
     fn a_release_of_another_grant_frees_nothing() {
         let mut c = serving_coordinator(1);
-        let mut out = Out::new();
+        let mut out = Out::<Centralized>::new();
         c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
         out.take();
         c.handle_request(T, &mut out);
@@ -703,7 +705,7 @@ mod tests {
     #[test]
     fn an_older_coordinator_announcement_does_not_turn_the_view_back() {
         let mut client = node(1, 3, 1);
-        let mut out = Out::new();
+        let mut out = Out::<Centralized>::new();
         // A newer coordinator's query arrives before the older election result.
         client.handle_message(T, n(3), StateQuery { epoch: Epoch(5) }, &mut out);
         out.take();

@@ -36,8 +36,8 @@
 //! in the low bits: entries follow stamp order, so fences grow.
 
 use super::ask::Ask;
-use crate::algorithm::{AlgoConfig, MutexAlgorithm};
-use crate::outbox::{Message, Outbox, Time};
+use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out};
+use crate::outbox::{Message, NoTimer, Time};
 use crate::types::{CsState, Fence, LamportClock, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -105,7 +105,7 @@ impl Lamport {
     }
 
     /// Stamps a new request, queues it and sends it to every live peer.
-    fn ask(&mut self, out: &mut Outbox<LamportMsg>) {
+    fn ask(&mut self, out: &mut Out<Lamport>) {
         let stamp = Stamp { ts: self.clock.tick(), node: self.id };
         self.queue.insert(stamp);
         out.broadcast(self.alive.iter().copied(), LamportMsg::Request { stamp });
@@ -123,7 +123,7 @@ impl Lamport {
         }
     }
 
-    fn try_enter(&mut self, out: &mut Outbox<LamportMsg>) {
+    fn try_enter(&mut self, out: &mut Out<Lamport>) {
         if let Ask::Wanting { stamp, awaiting } = &self.state {
             if awaiting.is_empty() && self.queue.first() == Some(stamp) {
                 let stamp = *stamp;
@@ -133,38 +133,22 @@ impl Lamport {
         }
     }
 
-    fn reply(&mut self, to: NodeId, after: Option<Stamp>, out: &mut Outbox<LamportMsg>) {
+    fn reply(&mut self, to: NodeId, after: Option<Stamp>, out: &mut Out<Lamport>) {
         let clock = self.clock.tick();
         out.send(to, LamportMsg::Reply { clock, after });
     }
 }
 
-impl MutexAlgorithm for Lamport {
+impl Algorithm for Lamport {
     type Msg = LamportMsg;
-
-    fn handle_request(&mut self, _now: Time, out: &mut Outbox<LamportMsg>) {
-        if self.state == Ask::Idle {
-            self.ask(out);
-        }
-    }
-
-    fn handle_release(&mut self, _now: Time, out: &mut Outbox<LamportMsg>) {
-        let Ask::Held { stamp } = self.state else { return };
-        self.state = Ask::Idle;
-        self.queue.remove(&stamp);
-        let clock = self.clock.tick();
-        out.broadcast(self.alive.iter().copied(), LamportMsg::Release { stamp, clock });
-        for (peer, _) in std::mem::take(&mut self.deferred) {
-            self.reply(peer, Some(stamp), out);
-        }
-    }
+    type Timer = NoTimer;
 
     fn handle_message(
         &mut self,
         _now: Time,
         from: NodeId,
         msg: LamportMsg,
-        out: &mut Outbox<LamportMsg>,
+        out: &mut Out<Lamport>,
     ) {
         match msg {
             LamportMsg::Request { stamp } => {
@@ -214,7 +198,7 @@ impl MutexAlgorithm for Lamport {
         }
     }
 
-    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<LamportMsg>) {
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Out<Lamport>) {
         self.alive.insert(peer);
         match &mut self.state {
             Ask::Wanting { stamp, awaiting } => {
@@ -226,12 +210,31 @@ impl MutexAlgorithm for Lamport {
         }
     }
 
-    fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<LamportMsg>) {
+    fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Out<Lamport>) {
         self.alive.remove(&peer);
         self.queue.retain(|s| s.node != peer);
         self.deferred.remove(&peer);
         self.state.heard_from(peer);
         self.try_enter(out);
+    }
+}
+
+impl MutexAlgorithm for Lamport {
+    fn handle_request(&mut self, _now: Time, out: &mut Out<Lamport>) {
+        if self.state == Ask::Idle {
+            self.ask(out);
+        }
+    }
+
+    fn handle_release(&mut self, _now: Time, out: &mut Out<Lamport>) {
+        let Ask::Held { stamp } = self.state else { return };
+        self.state = Ask::Idle;
+        self.queue.remove(&stamp);
+        let clock = self.clock.tick();
+        out.broadcast(self.alive.iter().copied(), LamportMsg::Release { stamp, clock });
+        for (peer, _) in std::mem::take(&mut self.deferred) {
+            self.reply(peer, Some(stamp), out);
+        }
     }
 
     fn cs_state(&self) -> CsState {
@@ -259,7 +262,6 @@ mod tests {
     use std::time::Duration;
 
     const T: Duration = Duration::ZERO;
-    type Out = Outbox<LamportMsg>;
 
     fn n(id: u32) -> NodeId {
         NodeId(id)
@@ -272,7 +274,7 @@ mod tests {
     fn node(id: u32, members: u32) -> Lamport {
         let cfg = AlgoConfig::for_test(id, members);
         let mut l = Lamport::new(&cfg);
-        let mut out = Out::new();
+        let mut out = Out::<Lamport>::new();
         for p in cfg.peers() {
             l.handle_peer_up(T, p, &mut out);
         }
@@ -286,7 +288,7 @@ mod tests {
     #[test]
     fn entry_costs_request_reply_release_to_every_peer() {
         let mut p = node(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<Lamport>::new();
         p.handle_request(T, &mut out);
         assert_eq!(
             out.take(),
@@ -309,7 +311,7 @@ mod tests {
     #[test]
     fn every_request_is_answered_at_once_and_queued() {
         let mut p = node(2, 3);
-        let mut out = Out::new();
+        let mut out = Out::<Lamport>::new();
         p.handle_message(T, n(1), Request { stamp: stamp(4, 1) }, &mut out);
         assert_eq!(out.take(), vec![send(1, Reply { clock: 5, after: None })]);
         assert_eq!(p.queue.first(), Some(&stamp(4, 1)));
@@ -319,7 +321,7 @@ mod tests {
     fn the_head_of_the_queue_enters_first() {
         // Node 2 asks with (1, 2); node 1's earlier (1, 1) is queued ahead.
         let mut p = node(2, 3);
-        let mut out = Out::new();
+        let mut out = Out::<Lamport>::new();
         p.handle_request(T, &mut out);
         p.handle_message(T, n(1), Request { stamp: stamp(1, 1) }, &mut out);
         p.handle_message(T, n(3), Reply { clock: 5, after: None }, &mut out);
@@ -332,7 +334,7 @@ mod tests {
     #[test]
     fn a_crashed_requester_leaves_the_queue() {
         let mut p = node(2, 3);
-        let mut out = Out::new();
+        let mut out = Out::<Lamport>::new();
         p.handle_request(T, &mut out);
         p.handle_message(T, n(1), Request { stamp: stamp(1, 1) }, &mut out);
         p.handle_message(T, n(3), Reply { clock: 5, after: None }, &mut out);
@@ -344,7 +346,7 @@ mod tests {
     #[test]
     fn a_newcomer_gets_the_holders_request_and_a_lower_stamp_waits() {
         let mut p = node(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<Lamport>::new();
         p.handle_peer_down(T, n(3), &mut out);
         p.observe_watermark(8);
         p.handle_request(T, &mut out);
@@ -371,7 +373,7 @@ mod tests {
     #[test]
     fn an_overtaken_request_is_withdrawn_and_asked_again() {
         let mut p = node(3, 3);
-        let mut out = Out::new();
+        let mut out = Out::<Lamport>::new();
         p.handle_request(T, &mut out);
         out.take();
         p.handle_message(T, n(1), Reply { clock: 9, after: Some(stamp(9, 1)) }, &mut out);

@@ -78,8 +78,8 @@
 //! crash, as for `ricart-agrawala`.)
 
 use super::ask::Ask;
-use crate::algorithm::{AlgoConfig, MutexAlgorithm};
-use crate::outbox::{Message, Outbox, Time, TimerId};
+use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out};
+use crate::outbox::{Message, Time, Timer};
 use crate::types::{CsState, Fence, LamportClock, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -123,8 +123,16 @@ impl Message for LkMsg {
     }
 }
 
-/// The timer that makes a long-waiting node ask again.
-const REASK: TimerId = TimerId(0);
+/// The timers of [`LodhaKshemkalyani`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LkTimer {
+    /// The timer that makes a long-waiting node ask again.
+    Reask,
+}
+
+impl Timer for LkTimer {
+    const ALL: &'static [Self] = &[LkTimer::Reask];
+}
 
 /// The largest timestamp accepted from a peer: anything above would
 /// saturate the fence's high part (and could overflow the clock), so it can
@@ -194,7 +202,7 @@ impl LodhaKshemkalyani {
 
     /// Enters once every live peer has answered and this node's request
     /// heads its queue.
-    fn try_enter(&mut self, out: &mut Outbox<LkMsg>) {
+    fn try_enter(&mut self, out: &mut Out<LodhaKshemkalyani>) {
         let Ask::Wanting { stamp, awaiting } = &self.state else {
             return;
         };
@@ -205,14 +213,14 @@ impl LodhaKshemkalyani {
         self.state = Ask::Held { stamp };
         out.grant(Fence::from(stamp));
         if std::mem::take(&mut self.reask_armed) {
-            out.cancel_timer(REASK);
+            out.cancel_timer(LkTimer::Reask);
         }
     }
 
     /// A peer told of `entry`, a request that has been granted: every
     /// request stamped up to it is done. A waiting request stamped below it
     /// was overtaken and is stamped afresh.
-    fn learn_entry(&mut self, entry: Stamp, out: &mut Outbox<LkMsg>) {
+    fn learn_entry(&mut self, entry: Stamp, out: &mut Out<LodhaKshemkalyani>) {
         self.clock.observe(entry.ts);
         if matches!(self.state, Ask::Wanting { stamp, .. } if stamp < entry) {
             self.restamp(out);
@@ -226,7 +234,7 @@ impl LodhaKshemkalyani {
     /// old request in place, and it only moves back); a deferred request
     /// that now comes first joins the queue, since its owner will not wait
     /// for this one. Every other peer must answer afresh.
-    fn restamp(&mut self, out: &mut Outbox<LkMsg>) {
+    fn restamp(&mut self, out: &mut Out<LodhaKshemkalyani>) {
         let Ask::Wanting { stamp: old, .. } = self.state else {
             return;
         };
@@ -255,7 +263,7 @@ impl LodhaKshemkalyani {
         from: NodeId,
         stamp: Stamp,
         last: Option<Stamp>,
-        out: &mut Outbox<LkMsg>,
+        out: &mut Out<LodhaKshemkalyani>,
     ) {
         if stamp.node != from {
             return; // a request always names its sender
@@ -297,7 +305,13 @@ impl LodhaKshemkalyani {
         }
     }
 
-    fn on_reply(&mut self, from: NodeId, to: Stamp, last: Option<Stamp>, out: &mut Outbox<LkMsg>) {
+    fn on_reply(
+        &mut self,
+        from: NodeId,
+        to: Stamp,
+        last: Option<Stamp>,
+        out: &mut Out<LodhaKshemkalyani>,
+    ) {
         if to.node != self.id {
             return;
         }
@@ -315,7 +329,7 @@ impl LodhaKshemkalyani {
         self.try_enter(out);
     }
 
-    fn on_flush(&mut self, from: NodeId, to: Stamp, done: Stamp, out: &mut Outbox<LkMsg>) {
+    fn on_flush(&mut self, from: NodeId, to: Stamp, done: Stamp, out: &mut Out<LodhaKshemkalyani>) {
         if to.node != self.id || done.node != from {
             return;
         }
@@ -339,43 +353,17 @@ fn plausible(msg: &LkMsg) -> bool {
     }
 }
 
-impl MutexAlgorithm for LodhaKshemkalyani {
+impl Algorithm for LodhaKshemkalyani {
     type Msg = LkMsg;
+    type Timer = LkTimer;
 
-    fn handle_request(&mut self, now: Time, out: &mut Outbox<LkMsg>) {
-        if self.state != Ask::Idle {
-            return;
-        }
-        let stamp = Stamp { ts: self.clock.tick(), node: self.id };
-        self.queue.clear();
-        self.queue.insert(stamp);
-        self.state = Ask::Wanting { stamp, awaiting: self.alive.clone() };
-        out.broadcast(self.alive.iter().copied(), self.request_msg(stamp));
-        self.try_enter(out);
-        if self.state != (Ask::Held { stamp }) {
-            out.set_timer(REASK, now + self.reask_every);
-            self.reask_armed = true;
-        }
-    }
-
-    fn handle_release(&mut self, _now: Time, out: &mut Outbox<LkMsg>) {
-        let Ask::Held { stamp } = self.state else {
-            return;
-        };
-        self.state = Ask::Idle;
-        self.last = Some(stamp);
-        let rest: Vec<Stamp> =
-            std::mem::take(&mut self.queue).into_iter().filter(|s| *s > stamp).collect();
-        self.baton = rest.split_first().map(|(&to, rest)| {
-            out.send(to.node, LkMsg::Flush { to, done: stamp });
-            Baton { done: stamp, to, rest: rest.to_vec() }
-        });
-        for (peer, theirs) in std::mem::take(&mut self.deferred) {
-            out.send(peer, LkMsg::Reply { to: theirs, last: Some(stamp) });
-        }
-    }
-
-    fn handle_message(&mut self, _now: Time, from: NodeId, msg: LkMsg, out: &mut Outbox<LkMsg>) {
+    fn handle_message(
+        &mut self,
+        _now: Time,
+        from: NodeId,
+        msg: LkMsg,
+        out: &mut Out<LodhaKshemkalyani>,
+    ) {
         if from == self.id || !self.alive.contains(&from) || !plausible(&msg) {
             return;
         }
@@ -386,8 +374,8 @@ impl MutexAlgorithm for LodhaKshemkalyani {
         }
     }
 
-    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<LkMsg>) {
-        if timer != REASK {
+    fn handle_timer(&mut self, now: Time, timer: LkTimer, out: &mut Out<LodhaKshemkalyani>) {
+        if timer != LkTimer::Reask {
             return;
         }
         self.reask_armed = false;
@@ -398,11 +386,11 @@ impl MutexAlgorithm for LodhaKshemkalyani {
         let mut ask: BTreeSet<NodeId> = awaiting.clone();
         ask.extend(self.queue.iter().filter(|s| **s < stamp).map(|s| s.node));
         out.broadcast(ask, self.request_msg(stamp));
-        out.set_timer(REASK, now + self.reask_every);
+        out.set_timer(LkTimer::Reask, now + self.reask_every);
         self.reask_armed = true;
     }
 
-    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<LkMsg>) {
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Out<LodhaKshemkalyani>) {
         if peer == self.id || !self.alive.insert(peer) {
             return;
         }
@@ -413,7 +401,7 @@ impl MutexAlgorithm for LodhaKshemkalyani {
         }
     }
 
-    fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<LkMsg>) {
+    fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Out<LodhaKshemkalyani>) {
         self.alive.remove(&peer);
         self.seen.remove(&peer);
         self.deferred.remove(&peer);
@@ -431,6 +419,41 @@ impl MutexAlgorithm for LodhaKshemkalyani {
             }
         }
         self.try_enter(out);
+    }
+}
+
+impl MutexAlgorithm for LodhaKshemkalyani {
+    fn handle_request(&mut self, now: Time, out: &mut Out<LodhaKshemkalyani>) {
+        if self.state != Ask::Idle {
+            return;
+        }
+        let stamp = Stamp { ts: self.clock.tick(), node: self.id };
+        self.queue.clear();
+        self.queue.insert(stamp);
+        self.state = Ask::Wanting { stamp, awaiting: self.alive.clone() };
+        out.broadcast(self.alive.iter().copied(), self.request_msg(stamp));
+        self.try_enter(out);
+        if self.state != (Ask::Held { stamp }) {
+            out.set_timer(LkTimer::Reask, now + self.reask_every);
+            self.reask_armed = true;
+        }
+    }
+
+    fn handle_release(&mut self, _now: Time, out: &mut Out<LodhaKshemkalyani>) {
+        let Ask::Held { stamp } = self.state else {
+            return;
+        };
+        self.state = Ask::Idle;
+        self.last = Some(stamp);
+        let rest: Vec<Stamp> =
+            std::mem::take(&mut self.queue).into_iter().filter(|s| *s > stamp).collect();
+        self.baton = rest.split_first().map(|(&to, rest)| {
+            out.send(to.node, LkMsg::Flush { to, done: stamp });
+            Baton { done: stamp, to, rest: rest.to_vec() }
+        });
+        for (peer, theirs) in std::mem::take(&mut self.deferred) {
+            out.send(peer, LkMsg::Reply { to: theirs, last: Some(stamp) });
+        }
     }
 
     fn cs_state(&self) -> CsState {
@@ -461,7 +484,6 @@ mod tests {
     const T: Duration = Duration::ZERO;
     /// The re-ask period of a node built with default timing.
     const REASK_AT: Duration = Duration::from_millis(500);
-    type Out = Outbox<LkMsg>;
 
     fn n(id: u32) -> NodeId {
         NodeId(id)
@@ -470,7 +492,7 @@ mod tests {
     fn node(id: u32, members: u32) -> LodhaKshemkalyani {
         let cfg = AlgoConfig::for_test(id, members);
         let mut lk = LodhaKshemkalyani::new(&cfg);
-        let mut out = Out::new();
+        let mut out = Out::<LodhaKshemkalyani>::new();
         for p in cfg.peers() {
             lk.handle_peer_up(T, p, &mut out);
         }
@@ -494,18 +516,18 @@ mod tests {
         LkMsg::Flush { to, done }
     }
 
-    fn send(to: u32, msg: LkMsg) -> Action<LkMsg> {
+    fn send(to: u32, msg: LkMsg) -> Action<LkMsg, LkTimer> {
         Action::Send { to: n(to), msg }
     }
 
-    fn arm() -> Action<LkMsg> {
-        Action::SetTimer { timer: REASK, at: REASK_AT }
+    fn arm() -> Action<LkMsg, LkTimer> {
+        Action::SetTimer { timer: LkTimer::Reask, at: REASK_AT }
     }
 
-    fn enter(ts: u64, id: u32) -> Vec<Action<LkMsg>> {
+    fn enter(ts: u64, id: u32) -> Vec<Action<LkMsg, LkTimer>> {
         vec![
             Action::Grant { fence: Fence::new(ts, u64::from(id)) },
-            Action::CancelTimer { timer: REASK },
+            Action::CancelTimer { timer: LkTimer::Reask },
         ]
     }
 
@@ -520,7 +542,11 @@ mod tests {
     #[test]
     fn paper_example_figures_9_11_to_9_15() {
         let (mut p1, mut p2, mut p3) = (node(1, 3), node(2, 3), node(3, 3));
-        let (mut o1, mut o2, mut o3) = (Out::new(), Out::new(), Out::new());
+        let (mut o1, mut o2, mut o3) = (
+            Out::<LodhaKshemkalyani>::new(),
+            Out::<LodhaKshemkalyani>::new(),
+            Out::<LodhaKshemkalyani>::new(),
+        );
         let (r1, r2, r3) = (stamp(1, 1), stamp(1, 2), stamp(2, 3));
 
         // Figure 9.11: P1 and P2 send out their REQUESTs.
@@ -571,7 +597,7 @@ mod tests {
     #[test]
     fn uncontended_entry_costs_a_request_and_a_reply_per_peer() {
         let mut p = node(1, 4);
-        let mut out = Out::new();
+        let mut out = Out::<LodhaKshemkalyani>::new();
         p.handle_request(T, &mut out);
         let asks: Vec<_> = (2..=4).map(|i| send(i, request(1, 1))).chain([arm()]).collect();
         assert_eq!(out.take(), asks);
@@ -589,7 +615,7 @@ mod tests {
     #[test]
     fn holder_defers_every_request_and_answers_when_leaving() {
         let mut p = node(1, 2);
-        let mut out = Out::new();
+        let mut out = Out::<LodhaKshemkalyani>::new();
         p.handle_request(T, &mut out);
         out.take();
         p.handle_message(T, n(2), reply(stamp(1, 1), None), &mut out);
@@ -606,7 +632,7 @@ mod tests {
     #[test]
     fn crash_of_the_node_owed_a_flush_hands_it_on() {
         let (mut p1, mut p3) = (node(1, 4), node(3, 4));
-        let (mut o1, mut o3) = (Out::new(), Out::new());
+        let (mut o1, mut o3) = (Out::<LodhaKshemkalyani>::new(), Out::<LodhaKshemkalyani>::new());
         let (r1, r2, r3) = (stamp(1, 1), stamp(1, 2), stamp(1, 3));
         p1.handle_request(T, &mut o1);
         p3.handle_request(T, &mut o3);
@@ -640,7 +666,7 @@ mod tests {
     #[test]
     fn crashed_waiter_or_holder_blocks_nobody() {
         let mut p = node(3, 3);
-        let mut out = Out::new();
+        let mut out = Out::<LodhaKshemkalyani>::new();
         p.observe_watermark(4);
         p.handle_request(T, &mut out);
         out.take();
@@ -664,7 +690,7 @@ mod tests {
     #[test]
     fn newcomer_is_asked_while_waiting() {
         let mut p = node(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<LodhaKshemkalyani>::new();
         p.handle_peer_down(T, n(3), &mut out);
         p.handle_request(T, &mut out);
         assert_eq!(out.take(), vec![send(2, request(1, 1)), arm()]);
@@ -680,7 +706,7 @@ mod tests {
     fn overtaken_request_is_restamped_and_asked_again() {
         // Node 2 restarted and stamped (1, 2) while node 3 held (9, 3).
         let mut p = node(2, 3);
-        let mut out = Out::new();
+        let mut out = Out::<LodhaKshemkalyani>::new();
         p.handle_request(T, &mut out);
         out.take();
         let old = stamp(1, 2);
@@ -700,7 +726,7 @@ mod tests {
     #[test]
     fn request_stamped_again_keeps_its_place_as_a_concurrent_one() {
         let mut p = node(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<LodhaKshemkalyani>::new();
         p.observe_watermark(4);
         p.handle_request(T, &mut out);
         out.take();
@@ -717,12 +743,12 @@ mod tests {
     #[test]
     fn long_wait_asks_again_and_an_idle_peer_answers_again() {
         let mut p = node(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<LodhaKshemkalyani>::new();
         p.handle_request(T, &mut out);
         out.take();
         p.handle_message(T, n(2), reply(stamp(1, 1), None), &mut out);
-        p.handle_timer(REASK_AT, REASK, &mut out);
-        let again = Action::SetTimer { timer: REASK, at: REASK_AT * 2 };
+        p.handle_timer(REASK_AT, LkTimer::Reask, &mut out);
+        let again = Action::SetTimer { timer: LkTimer::Reask, at: REASK_AT * 2 };
         assert_eq!(out.take(), vec![send(3, request(1, 1)), again]);
 
         let mut q = node(3, 3);
@@ -740,14 +766,14 @@ mod tests {
         // Once granted, the timer is gone and a late firing does nothing.
         p.handle_message(T, n(3), reply(stamp(1, 1), None), &mut out);
         assert_eq!(out.take(), enter(1, 1));
-        p.handle_timer(REASK_AT * 2, REASK, &mut out);
+        p.handle_timer(REASK_AT * 2, LkTimer::Reask, &mut out);
         assert!(out.is_empty());
     }
 
     #[test]
     fn lone_node_enters_at_once() {
         let mut p = node(1, 1);
-        let mut out = Out::new();
+        let mut out = Out::<LodhaKshemkalyani>::new();
         p.handle_request(T, &mut out);
         assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 1) }]);
         p.handle_release(T, &mut out);
@@ -757,7 +783,7 @@ mod tests {
     #[test]
     fn forged_stale_and_stranger_messages_are_ignored() {
         let mut p = node(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<LodhaKshemkalyani>::new();
         // A stamp that does not name its sender.
         p.handle_message(T, n(2), request(1, 3), &mut out);
         // A stamp beyond any honest clock.

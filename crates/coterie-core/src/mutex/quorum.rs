@@ -86,9 +86,9 @@
 //! above the shared clock's milliseconds (hybrid, below).
 
 use crate::algorithm::AlgoConfig;
-use crate::outbox::{Message, Outbox, Time};
+use crate::outbox::{Message, NoTimer, Outbox, Time};
 use crate::types::{CsState, Epoch, Fence, LamportClock, NodeId, Stamp};
-use crate::MutexAlgorithm;
+use crate::{Algorithm, MutexAlgorithm};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Debug;
@@ -812,30 +812,9 @@ impl<R: QuorumRule> QuorumLock<R> {
     }
 }
 
-impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
+impl<R: QuorumRule> Algorithm for QuorumLock<R> {
     type Msg = QuorumMsg;
-
-    fn handle_request(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
-        self.begin(now);
-        if matches!(self.me, Requester::Idle) {
-            self.ask(now, out);
-            self.drain_local(now, out);
-        }
-    }
-
-    fn handle_release(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
-        self.begin(now);
-        let Requester::Held { stamp, quorum } = std::mem::replace(&mut self.me, Requester::Idle)
-        else {
-            return;
-        };
-        for a in quorum {
-            if a == self.id || self.alive.contains(&a) {
-                self.send(a, QuorumMsg::Release { stamp }, out);
-            }
-        }
-        self.drain_local(now, out);
-    }
+    type Timer = NoTimer;
 
     fn handle_message(
         &mut self,
@@ -899,6 +878,30 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
         }
         self.check_ready();
         self.arbitrate(out);
+        self.drain_local(now, out);
+    }
+}
+
+impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
+    fn handle_request(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
+        self.begin(now);
+        if matches!(self.me, Requester::Idle) {
+            self.ask(now, out);
+            self.drain_local(now, out);
+        }
+    }
+
+    fn handle_release(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
+        self.begin(now);
+        let Requester::Held { stamp, quorum } = std::mem::replace(&mut self.me, Requester::Idle)
+        else {
+            return;
+        };
+        for a in quorum {
+            if a == self.id || self.alive.contains(&a) {
+                self.send(a, QuorumMsg::Release { stamp }, out);
+            }
+        }
         self.drain_local(now, out);
     }
 

@@ -43,7 +43,7 @@ pub type RaymondK = RicartAgrawala;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::{AlgoConfig, MutexAlgorithm};
+    use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm};
     use crate::mutex::ricart_agrawala::RaMsg;
     use crate::outbox::{Action, Outbox};
     use crate::types::{Fence, NodeId, Stamp};

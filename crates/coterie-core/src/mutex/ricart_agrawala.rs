@@ -102,8 +102,8 @@
 //! abandoned round never counts.
 
 use super::ask::Ask;
-use crate::algorithm::{AlgoConfig, MutexAlgorithm, Priority};
-use crate::outbox::{Message, Outbox, Time, TimerId};
+use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out, Priority};
+use crate::outbox::{Message, Time, Timer};
 use crate::types::{CsState, Fence, LamportClock, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -112,9 +112,6 @@ use std::time::Duration;
 /// Probes a peer may leave unanswered in a row before a fault-tolerant node
 /// gives up on it for the current request.
 pub const PROBES: u32 = 3;
-
-/// The fault-tolerant form's one timer: look at the peers still awaited.
-const PATIENCE: TimerId = TimerId(0);
 
 /// Where a request stands in line: the lower place is served first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -173,6 +170,17 @@ impl Message for RaMsg {
             RaMsg::Probe { .. } => "probe",
         }
     }
+}
+
+/// The timers of [`RicartAgrawala`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RaTimer {
+    /// The fault-tolerant form's one timer: look at the peers still awaited.
+    Patience,
+}
+
+impl Timer for RaTimer {
+    const ALL: &'static [Self] = &[RaTimer::Patience];
 }
 
 /// The Ricart–Agrawala algorithm; see the module documentation.
@@ -251,7 +259,7 @@ impl RicartAgrawala {
     /// Enters once at most `capacity - 1` replies are outstanding (none,
     /// for a mutex) and the round's stamp is above the floor; asks again
     /// with a fresh stamp if it is not.
-    fn try_enter(&mut self, now: Time, out: &mut Outbox<RaMsg>) {
+    fn try_enter(&mut self, now: Time, out: &mut Out<RicartAgrawala>) {
         let Ask::Wanting { stamp, awaiting } = &self.state else {
             return;
         };
@@ -270,7 +278,7 @@ impl RicartAgrawala {
         self.entries += 1;
         self.last_entry = stamp.ts;
         if self.tolerance.is_some() {
-            out.cancel_timer(PATIENCE);
+            out.cancel_timer(RaTimer::Patience);
         }
         out.grant(Fence::from(stamp));
     }
@@ -283,7 +291,7 @@ impl RicartAgrawala {
         request: Stamp,
         place: Place,
         after: Option<Stamp>,
-        out: &mut Outbox<RaMsg>,
+        out: &mut Out<RicartAgrawala>,
     ) {
         self.answered.insert(to, place);
         self.floor = self.floor.max(Some(request));
@@ -292,7 +300,7 @@ impl RicartAgrawala {
     }
 
     /// Takes a place for a new request and sends its first round.
-    fn ask(&mut self, now: Time, out: &mut Outbox<RaMsg>) {
+    fn ask(&mut self, now: Time, out: &mut Out<RicartAgrawala>) {
         let own = match self.priority {
             Priority::Timestamp => 0,
             Priority::FewestEntries => self.entries,
@@ -308,14 +316,14 @@ impl RicartAgrawala {
 
     /// Asks again for the request under way, in the same place, with a
     /// fresh stamp.
-    fn ask_again(&mut self, now: Time, out: &mut Outbox<RaMsg>) {
+    fn ask_again(&mut self, now: Time, out: &mut Out<RicartAgrawala>) {
         let stamp = Stamp { ts: self.clock.tick(), node: self.id };
         self.send_round(stamp, now, out);
     }
 
     /// Sends the round `stamp` of the request under way to every live
     /// peer, and waits for all of them again.
-    fn send_round(&mut self, stamp: Stamp, now: Time, out: &mut Outbox<RaMsg>) {
+    fn send_round(&mut self, stamp: Stamp, now: Time, out: &mut Out<RicartAgrawala>) {
         let Some(place) = self.place else {
             return;
         };
@@ -324,13 +332,19 @@ impl RicartAgrawala {
         if let Some(t) = &mut self.tolerance {
             t.heard.clear();
             t.unanswered.clear();
-            out.set_timer(PATIENCE, now + t.patience);
+            out.set_timer(RaTimer::Patience, now + t.patience);
         }
         self.try_enter(now, out);
     }
 
     /// A request (or a probe carrying one) from `from`: answer or defer.
-    fn on_request(&mut self, from: NodeId, stamp: Stamp, place: Place, out: &mut Outbox<RaMsg>) {
+    fn on_request(
+        &mut self,
+        from: NodeId,
+        stamp: Stamp,
+        place: Place,
+        out: &mut Out<RicartAgrawala>,
+    ) {
         // One request at a time: whatever `from` asked before is over, or
         // this is a new round of it, which needs a new answer.
         self.answered.remove(&from);
@@ -355,28 +369,17 @@ impl RicartAgrawala {
     }
 }
 
-impl MutexAlgorithm for RicartAgrawala {
+impl Algorithm for RicartAgrawala {
     type Msg = RaMsg;
+    type Timer = RaTimer;
 
-    fn handle_request(&mut self, now: Time, out: &mut Outbox<RaMsg>) {
-        if self.state != Ask::Idle {
-            return;
-        }
-        self.ask(now, out);
-    }
-
-    fn handle_release(&mut self, _now: Time, out: &mut Outbox<RaMsg>) {
-        let Ask::Held { stamp } = self.state else {
-            return;
-        };
-        self.state = Ask::Idle;
-        self.place = None;
-        for (peer, (theirs, place)) in std::mem::take(&mut self.deferred) {
-            self.reply(peer, theirs, place, Some(stamp), out);
-        }
-    }
-
-    fn handle_message(&mut self, now: Time, from: NodeId, msg: RaMsg, out: &mut Outbox<RaMsg>) {
+    fn handle_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        msg: RaMsg,
+        out: &mut Out<RicartAgrawala>,
+    ) {
         match msg {
             RaMsg::Request { stamp, place } => {
                 self.clock.observe(stamp.ts);
@@ -442,8 +445,8 @@ impl MutexAlgorithm for RicartAgrawala {
         }
     }
 
-    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<RaMsg>) {
-        if timer != PATIENCE {
+    fn handle_timer(&mut self, now: Time, timer: RaTimer, out: &mut Out<RicartAgrawala>) {
+        if timer != RaTimer::Patience {
             return;
         }
         let (Some(t), Ask::Wanting { stamp, awaiting }, Some(place)) =
@@ -473,11 +476,11 @@ impl MutexAlgorithm for RicartAgrawala {
         let patience = t.patience;
         self.try_enter(now, out);
         if matches!(self.state, Ask::Wanting { .. }) {
-            out.set_timer(PATIENCE, now + patience);
+            out.set_timer(RaTimer::Patience, now + patience);
         }
     }
 
-    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<RaMsg>) {
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Out<RicartAgrawala>) {
         self.alive.insert(peer);
         if let (Ask::Wanting { stamp, awaiting }, Some(place)) = (&mut self.state, self.place) {
             awaiting.insert(peer);
@@ -489,7 +492,7 @@ impl MutexAlgorithm for RicartAgrawala {
         }
     }
 
-    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Outbox<RaMsg>) {
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Out<RicartAgrawala>) {
         self.alive.remove(&peer);
         self.deferred.remove(&peer);
         self.answered.remove(&peer);
@@ -499,6 +502,26 @@ impl MutexAlgorithm for RicartAgrawala {
             t.unanswered.remove(&peer);
         }
         self.try_enter(now, out);
+    }
+}
+
+impl MutexAlgorithm for RicartAgrawala {
+    fn handle_request(&mut self, now: Time, out: &mut Out<RicartAgrawala>) {
+        if self.state != Ask::Idle {
+            return;
+        }
+        self.ask(now, out);
+    }
+
+    fn handle_release(&mut self, _now: Time, out: &mut Out<RicartAgrawala>) {
+        let Ask::Held { stamp } = self.state else {
+            return;
+        };
+        self.state = Ask::Idle;
+        self.place = None;
+        for (peer, (theirs, place)) in std::mem::take(&mut self.deferred) {
+            self.reply(peer, theirs, place, Some(stamp), out);
+        }
     }
 
     fn cs_state(&self) -> CsState {
@@ -532,7 +555,6 @@ mod tests {
     use crate::outbox::Action;
 
     const T: Duration = Duration::ZERO;
-    type Out = Outbox<RaMsg>;
 
     fn n(id: u32) -> NodeId {
         NodeId(id)
@@ -545,7 +567,7 @@ mod tests {
     fn node_with(id: u32, members: u32, mutex_options: MutexOptions) -> RicartAgrawala {
         let cfg = AlgoConfig { mutex_options, ..AlgoConfig::for_test(id, members) };
         let mut ra = RicartAgrawala::new(&cfg);
-        let mut out = Out::new();
+        let mut out = Out::<RicartAgrawala>::new();
         for p in cfg.peers() {
             ra.handle_peer_up(T, p, &mut out);
         }
@@ -582,16 +604,16 @@ mod tests {
         RaMsg::Reply { to, clock, after: None }
     }
 
-    fn send(to: u32, msg: RaMsg) -> Action<RaMsg> {
+    fn send(to: u32, msg: RaMsg) -> Action<RaMsg, RaTimer> {
         Action::Send { to: n(to), msg }
     }
 
-    fn grant(ts: u64, id: u32) -> Action<RaMsg> {
+    fn grant(ts: u64, id: u32) -> Action<RaMsg, RaTimer> {
         Action::Grant { fence: Fence::new(ts, u64::from(id)) }
     }
 
-    fn patience_at(at: Duration) -> Action<RaMsg> {
-        Action::SetTimer { timer: PATIENCE, at }
+    fn patience_at(at: Duration) -> Action<RaMsg, RaTimer> {
+        Action::SetTimer { timer: RaTimer::Patience, at }
     }
 
     /// The textbook two-requester exercise: P1 sends REQUEST(5), P2 sends REQUEST(3), P3 is
@@ -599,7 +621,11 @@ mod tests {
     #[test]
     fn two_requester_trace_from_seed_001() {
         let (mut p1, mut p2, mut p3) = (node(1, 3), node(2, 3), node(3, 3));
-        let (mut o1, mut o2, mut o3) = (Out::new(), Out::new(), Out::new());
+        let (mut o1, mut o2, mut o3) = (
+            Out::<RicartAgrawala>::new(),
+            Out::<RicartAgrawala>::new(),
+            Out::<RicartAgrawala>::new(),
+        );
         p1.observe_watermark(4);
         p2.observe_watermark(2);
         let (s1, s2) = (stamp(5, 1), stamp(3, 2));
@@ -644,7 +670,7 @@ mod tests {
     #[test]
     fn holder_defers_every_request_until_it_leaves() {
         let mut p = node(1, 2);
-        let mut out = Out::new();
+        let mut out = Out::<RicartAgrawala>::new();
         p.handle_request(T, &mut out);
         out.take();
         p.handle_message(T, n(2), reply(stamp(1, 1), 1), &mut out);
@@ -659,7 +685,7 @@ mod tests {
     #[test]
     fn crashed_peer_is_dropped_from_the_replies_awaited() {
         let mut p = node(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<RicartAgrawala>::new();
         p.handle_request(T, &mut out);
         out.take();
         p.handle_message(T, n(2), reply(stamp(1, 1), 1), &mut out);
@@ -671,7 +697,7 @@ mod tests {
     #[test]
     fn newcomer_is_asked_while_waiting() {
         let mut p = node(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<RicartAgrawala>::new();
         p.handle_peer_down(T, n(3), &mut out);
         p.handle_request(T, &mut out);
         assert_eq!(out.take(), vec![send(2, request(1, 1))]);
@@ -685,7 +711,7 @@ mod tests {
     fn overtaken_request_asks_again_with_a_larger_stamp_in_the_same_place() {
         // Node 2 restarted and stamped (1, 2) while node 3 held with (9, 3).
         let mut p = node(2, 3);
-        let mut out = Out::new();
+        let mut out = Out::<RicartAgrawala>::new();
         p.handle_request(T, &mut out);
         out.take();
         p.handle_message(T, n(1), reply(stamp(1, 2), 1), &mut out);
@@ -704,7 +730,7 @@ mod tests {
     #[test]
     fn lone_node_enters_at_once() {
         let mut p = node(1, 1);
-        let mut out = Out::new();
+        let mut out = Out::<RicartAgrawala>::new();
         p.handle_request(T, &mut out);
         assert_eq!(out.take(), vec![grant(1, 1)]);
     }
@@ -712,7 +738,7 @@ mod tests {
     #[test]
     fn request_with_a_forged_stamp_is_ignored() {
         let mut p = node(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<RicartAgrawala>::new();
         p.handle_message(T, n(2), request(1, 3), &mut out);
         assert!(out.is_empty());
     }
@@ -720,7 +746,7 @@ mod tests {
     #[test]
     fn fault_tolerant_node_nacks_every_request_it_must_defer() {
         let mut p = tolerant(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<RicartAgrawala>::new();
         p.handle_request(T, &mut out);
         assert_eq!(
             out.take(),
@@ -736,7 +762,7 @@ mod tests {
         // Holding: "wait" too.
         p.handle_message(T, n(2), reply(stamp(1, 1), 4), &mut out);
         p.handle_message(T, n(3), reply(stamp(1, 1), 4), &mut out);
-        assert_eq!(out.take(), vec![Action::CancelTimer { timer: PATIENCE }, grant(1, 1)]);
+        assert_eq!(out.take(), vec![Action::CancelTimer { timer: RaTimer::Patience }, grant(1, 1)]);
         p.handle_message(T, n(3), request(5, 3), &mut out);
         assert_eq!(out.take(), vec![send(3, RaMsg::Nack { to: stamp(5, 3) })]);
         // An idle fault-tolerant node answers at once, with no NACK.
@@ -749,26 +775,26 @@ mod tests {
     #[test]
     fn silent_peer_is_probed_then_given_up_on() {
         let mut p = tolerant(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<RicartAgrawala>::new();
         p.handle_request(T, &mut out);
         out.take();
         p.handle_message(ms(3), n(2), reply(stamp(1, 1), 1), &mut out);
         assert!(out.is_empty(), "node 3 has said nothing yet");
         let probe = RaMsg::Probe { stamp: stamp(1, 1), place: place(1, 1) };
         for k in 1..=u64::from(PROBES) {
-            p.handle_timer(ms(250 * k), PATIENCE, &mut out);
+            p.handle_timer(ms(250 * k), RaTimer::Patience, &mut out);
             assert_eq!(out.take(), vec![send(3, probe.clone()), patience_at(ms(250 * (k + 1)))]);
         }
         // The last probe went unanswered too: node 3 counts as failed for
         // this request.
-        p.handle_timer(ms(1000), PATIENCE, &mut out);
-        assert_eq!(out.take(), vec![Action::CancelTimer { timer: PATIENCE }, grant(1, 1)]);
+        p.handle_timer(ms(1000), RaTimer::Patience, &mut out);
+        assert_eq!(out.take(), vec![Action::CancelTimer { timer: RaTimer::Patience }, grant(1, 1)]);
     }
 
     #[test]
     fn peer_that_nacked_is_not_given_up_on_while_it_answers_probes() {
         let mut p = tolerant(1, 2);
-        let mut out = Out::new();
+        let mut out = Out::<RicartAgrawala>::new();
         p.handle_request(T, &mut out);
         out.take();
         let nack = RaMsg::Nack { to: stamp(1, 1) };
@@ -776,22 +802,22 @@ mod tests {
         p.handle_message(ms(1), n(2), nack.clone(), &mut out);
         for k in 0..10u64 {
             // Heard from since the last look: left alone.
-            p.handle_timer(ms(500 * k + 250), PATIENCE, &mut out);
+            p.handle_timer(ms(500 * k + 250), RaTimer::Patience, &mut out);
             assert_eq!(out.take(), vec![patience_at(ms(500 * k + 500))]);
             // Silent since: probed, and it says "wait" again.
-            p.handle_timer(ms(500 * k + 500), PATIENCE, &mut out);
+            p.handle_timer(ms(500 * k + 500), RaTimer::Patience, &mut out);
             assert_eq!(out.take(), vec![send(2, probe.clone()), patience_at(ms(500 * k + 750))]);
             p.handle_message(ms(500 * k + 501), n(2), nack.clone(), &mut out);
         }
         assert_eq!(p.cs_state(), CsState::Wanting);
         p.handle_message(ms(5000), n(2), reply(stamp(1, 1), 3), &mut out);
-        assert_eq!(out.take(), vec![Action::CancelTimer { timer: PATIENCE }, grant(1, 1)]);
+        assert_eq!(out.take(), vec![Action::CancelTimer { timer: RaTimer::Patience }, grant(1, 1)]);
     }
 
     #[test]
     fn probe_about_a_lost_request_is_answered_as_the_request() {
         let mut p = tolerant(2, 3);
-        let mut out = Out::new();
+        let mut out = Out::<RicartAgrawala>::new();
         let probe = RaMsg::Probe { stamp: stamp(3, 1), place: place(3, 1) };
         p.handle_message(T, n(1), probe, &mut out);
         assert_eq!(out.take(), vec![send(1, reply(stamp(3, 1), 3))]);
@@ -802,7 +828,7 @@ mod tests {
     #[test]
     fn fewer_entries_go_first_even_with_a_later_stamp() {
         let (mut p1, mut p2) = (fewest(1, 2), fewest(2, 2));
-        let (mut o1, mut o2) = (Out::new(), Out::new());
+        let (mut o1, mut o2) = (Out::<RicartAgrawala>::new(), Out::<RicartAgrawala>::new());
         p1.handle_request(T, &mut o1);
         o1.take();
         p1.handle_message(T, n(2), reply(stamp(1, 1), 1), &mut o1);
@@ -846,7 +872,7 @@ mod tests {
     #[test]
     fn fence_rises_above_a_holder_that_went_first_and_crashed() {
         let mut p = fewest(1, 3);
-        let mut out = Out::new();
+        let mut out = Out::<RicartAgrawala>::new();
         p.entries = 4;
         p.handle_request(T, &mut out);
         let mine = Place { rank: 4, first: stamp(1, 1) };
@@ -867,7 +893,7 @@ mod tests {
     #[test]
     fn answered_request_stays_ahead_of_the_answerers_own() {
         let mut p = fewest(2, 3);
-        let mut out = Out::new();
+        let mut out = Out::<RicartAgrawala>::new();
         let theirs = Place { rank: 5, first: stamp(3, 1) };
         p.handle_message(T, n(1), RaMsg::Request { stamp: stamp(3, 1), place: theirs }, &mut out);
         assert_eq!(out.take(), vec![send(1, reply(stamp(3, 1), 3))]);
@@ -892,7 +918,7 @@ mod tests {
     fn least_recent_ranks_by_the_time_of_the_last_entry() {
         let priority = Priority::LeastRecent;
         let mut p = node_with(1, 2, MutexOptions { priority, ..MutexOptions::default() });
-        let mut out = Out::new();
+        let mut out = Out::<RicartAgrawala>::new();
         p.observe_watermark(6);
         p.handle_request(T, &mut out);
         assert_eq!(out.take(), vec![send(2, request(7, 1))], "never served: rank 0");

@@ -57,8 +57,8 @@
 //! a reserve above in stable storage: after a restart of every node the
 //! next generation is above all earlier ones, and so are its fences.
 
-use crate::algorithm::{AlgoConfig, MutexAlgorithm};
-use crate::outbox::{Message, Outbox, Time, TimerId};
+use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out};
+use crate::outbox::{Message, Time, Timer};
 use crate::types::{CsState, Epoch, Fence, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -128,6 +128,17 @@ impl Message for TokenMsg {
     }
 }
 
+/// The timers of [`TokenRing`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TokenTimer {
+    /// The patience timer of a waiting node.
+    Patience,
+}
+
+impl Timer for TokenTimer {
+    const ALL: &'static [Self] = &[TokenTimer::Patience];
+}
+
 /// The coordinator's probe round in progress.
 #[derive(Debug, Clone, Hash)]
 struct Round {
@@ -135,9 +146,6 @@ struct Round {
     awaiting: BTreeSet<NodeId>,
     found: bool,
 }
-
-/// The patience timer of a waiting node.
-const PATIENCE: TimerId = TimerId(1);
 
 /// The token-ring algorithm; see the module documentation.
 #[derive(Debug, Clone, Hash)]
@@ -207,7 +215,7 @@ impl TokenRing {
     }
 
     /// A token arrived (or was released from quarantine).
-    fn receive(&mut self, now: Time, token: Token, out: &mut Outbox<TokenMsg>) {
+    fn receive(&mut self, now: Time, token: Token, out: &mut Out<TokenRing>) {
         self.highest = self.highest.max(token.generation);
         let Some(current) = self.generation else {
             // Cannot tell yet whether it is stale: keep it, unused.
@@ -232,13 +240,13 @@ impl TokenRing {
 
     /// Enters with `token` if this node wants to, otherwise passes it on
     /// (or parks it after an idle lap).
-    fn hold_or_pass(&mut self, _now: Time, mut token: Token, out: &mut Outbox<TokenMsg>) {
+    fn hold_or_pass(&mut self, _now: Time, mut token: Token, out: &mut Out<TokenRing>) {
         if self.state == CsState::Wanting {
             token.entries += 1;
             token.idle_since = self.id;
             self.state = CsState::Held;
             self.token = Some(token);
-            out.cancel_timer(PATIENCE);
+            out.cancel_timer(TokenTimer::Patience);
             out.grant(Fence::new(token.generation.0, token.entries));
             return;
         }
@@ -260,7 +268,7 @@ impl TokenRing {
     }
 
     /// Sends the token on a lap that starts here.
-    fn lap(&mut self, mut token: Token, out: &mut Outbox<TokenMsg>) {
+    fn lap(&mut self, mut token: Token, out: &mut Out<TokenRing>) {
         token.idle_since = self.id;
         match self.successor() {
             Some(next) => {
@@ -272,7 +280,7 @@ impl TokenRing {
     }
 
     /// A parked token goes straight to `wanter`.
-    fn unpark_to(&mut self, wanter: NodeId, out: &mut Outbox<TokenMsg>) -> bool {
+    fn unpark_to(&mut self, wanter: NodeId, out: &mut Out<TokenRing>) -> bool {
         if self.state != CsState::Idle || wanter == self.id || !self.alive.contains(&wanter) {
             return false;
         }
@@ -285,7 +293,7 @@ impl TokenRing {
     }
 
     /// Coordinator: starts a probe round for a new generation.
-    fn start_round(&mut self, now: Time, out: &mut Outbox<TokenMsg>) {
+    fn start_round(&mut self, now: Time, out: &mut Out<TokenRing>) {
         let generation = self.highest.next_for(self.id);
         self.learn(generation);
         let mut found = false;
@@ -305,7 +313,7 @@ impl TokenRing {
     /// A probe found the token here, outside the critical section: use it,
     /// or send it round the ring. A probe means something went wrong, and
     /// the nodes that wait may no longer know where the token parks.
-    fn after_probe(&mut self, now: Time, out: &mut Outbox<TokenMsg>) {
+    fn after_probe(&mut self, now: Time, out: &mut Out<TokenRing>) {
         if self.state == CsState::Held {
             return;
         }
@@ -319,7 +327,7 @@ impl TokenRing {
     }
 
     /// Coordinator: settles the round once every live node has answered.
-    fn finish_round(&mut self, now: Time, out: &mut Outbox<TokenMsg>) {
+    fn finish_round(&mut self, now: Time, out: &mut Out<TokenRing>) {
         let Some(round) = &self.round else {
             return;
         };
@@ -343,40 +351,11 @@ impl TokenRing {
     }
 }
 
-impl MutexAlgorithm for TokenRing {
+impl Algorithm for TokenRing {
     type Msg = TokenMsg;
+    type Timer = TokenTimer;
 
-    fn handle_request(&mut self, now: Time, out: &mut Outbox<TokenMsg>) {
-        if self.state != CsState::Idle {
-            return;
-        }
-        self.state = CsState::Wanting;
-        if let Some(token) = self.token.take() {
-            return self.hold_or_pass(now, token, out);
-        }
-        if let Some(parker) = self.parker.filter(|&p| p != self.id && self.alive.contains(&p)) {
-            out.send(parker, TokenMsg::Want { wanter: self.id, hops: 0 });
-        }
-        out.set_timer(PATIENCE, now + self.patience());
-    }
-
-    fn handle_release(&mut self, _now: Time, out: &mut Outbox<TokenMsg>) {
-        if self.state != CsState::Held {
-            return;
-        }
-        self.state = CsState::Idle;
-        if let Some(token) = self.token.take() {
-            self.lap(token, out);
-        }
-    }
-
-    fn handle_message(
-        &mut self,
-        now: Time,
-        from: NodeId,
-        msg: TokenMsg,
-        out: &mut Outbox<TokenMsg>,
-    ) {
+    fn handle_message(&mut self, now: Time, from: NodeId, msg: TokenMsg, out: &mut Out<TokenRing>) {
         match msg {
             TokenMsg::Token(token) => self.receive(now, token, out),
             TokenMsg::Want { wanter, hops } => {
@@ -439,8 +418,8 @@ impl MutexAlgorithm for TokenRing {
         }
     }
 
-    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Outbox<TokenMsg>) {
-        if timer != PATIENCE || self.state != CsState::Wanting {
+    fn handle_timer(&mut self, now: Time, timer: TokenTimer, out: &mut Out<TokenRing>) {
+        if timer != TokenTimer::Patience || self.state != CsState::Wanting {
             return;
         }
         // The token has not come by for far longer than a lap.
@@ -453,10 +432,10 @@ impl MutexAlgorithm for TokenRing {
             Some(c) if self.alive.contains(&c) => out.send(c, TokenMsg::Missing),
             _ => {}
         }
-        out.set_timer(PATIENCE, now + self.patience());
+        out.set_timer(TokenTimer::Patience, now + self.patience());
     }
 
-    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Outbox<TokenMsg>) {
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Out<TokenRing>) {
         self.alive.insert(peer);
         if !self.is_coordinator() {
             return;
@@ -469,7 +448,7 @@ impl MutexAlgorithm for TokenRing {
         }
     }
 
-    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Outbox<TokenMsg>) {
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Out<TokenRing>) {
         self.alive.remove(&peer);
         if self.parker == Some(peer) {
             self.parker = None;
@@ -479,13 +458,39 @@ impl MutexAlgorithm for TokenRing {
             self.start_round(now, out);
         }
     }
+}
+
+impl MutexAlgorithm for TokenRing {
+    fn handle_request(&mut self, now: Time, out: &mut Out<TokenRing>) {
+        if self.state != CsState::Idle {
+            return;
+        }
+        self.state = CsState::Wanting;
+        if let Some(token) = self.token.take() {
+            return self.hold_or_pass(now, token, out);
+        }
+        if let Some(parker) = self.parker.filter(|&p| p != self.id && self.alive.contains(&p)) {
+            out.send(parker, TokenMsg::Want { wanter: self.id, hops: 0 });
+        }
+        out.set_timer(TokenTimer::Patience, now + self.patience());
+    }
+
+    fn handle_release(&mut self, _now: Time, out: &mut Out<TokenRing>) {
+        if self.state != CsState::Held {
+            return;
+        }
+        self.state = CsState::Idle;
+        if let Some(token) = self.token.take() {
+            self.lap(token, out);
+        }
+    }
 
     fn handle_coordinator(
         &mut self,
         now: Time,
         leader: NodeId,
         _epoch: Epoch,
-        out: &mut Outbox<TokenMsg>,
+        out: &mut Out<TokenRing>,
     ) {
         self.coordinator = Some(leader);
         if leader == self.id {
@@ -515,17 +520,16 @@ mod tests {
     use crate::outbox::Action;
 
     const T: Time = Duration::ZERO;
-    type Out = Outbox<TokenMsg>;
 
     fn n(id: u32) -> NodeId {
         NodeId(id)
     }
 
     /// Node `id` of `1..=members`, every peer up, `coordinator` in office.
-    fn node(id: u32, members: u32, coordinator: u32) -> (TokenRing, Out) {
+    fn node(id: u32, members: u32, coordinator: u32) -> (TokenRing, Out<TokenRing>) {
         let cfg = AlgoConfig::for_test(id, members);
         let mut t = TokenRing::new(&cfg);
-        let mut out = Out::new();
+        let mut out = Out::<TokenRing>::new();
         for p in cfg.peers() {
             t.handle_peer_up(T, p, &mut out);
         }
@@ -541,11 +545,11 @@ mod tests {
         Token { generation: generation(round, 3), entries, idle_since: n(idle_since) }
     }
 
-    fn send(to: u32, msg: TokenMsg) -> Action<TokenMsg> {
+    fn send(to: u32, msg: TokenMsg) -> Action<TokenMsg, TokenTimer> {
         Action::Send { to: n(to), msg }
     }
 
-    fn sends(actions: Vec<Action<TokenMsg>>) -> Vec<Action<TokenMsg>> {
+    fn sends(actions: Vec<Action<TokenMsg, TokenTimer>>) -> Vec<Action<TokenMsg, TokenTimer>> {
         actions.into_iter().filter(|a| matches!(a, Action::Send { .. })).collect()
     }
 
@@ -573,33 +577,33 @@ mod tests {
         assert!(out.is_empty());
         c.handle_request(T, &mut out);
         let grant = Action::Grant { fence: Fence::new(g.0, 1) };
-        assert_eq!(out.take(), vec![Action::CancelTimer { timer: PATIENCE }, grant]);
+        assert_eq!(out.take(), vec![Action::CancelTimer { timer: TokenTimer::Patience }, grant]);
     }
 
     #[test]
     fn an_idle_node_passes_the_token_and_remembers_where_it_will_park() {
         let mut t = follower(1);
-        let mut out = Out::new();
+        let mut out = Out::<TokenRing>::new();
         t.handle_message(T, n(3), TokenMsg::Token(token(1, 4, 3)), &mut out);
         assert_eq!(out.take(), vec![send(2, TokenMsg::Token(token(1, 4, 3)))]);
         // Wanting now: one WANT to the parker, and a patience timer.
         t.handle_request(T, &mut out);
         let actions = out.take();
         assert_eq!(sends(actions.clone()), vec![send(3, TokenMsg::Want { wanter: n(1), hops: 0 })]);
-        assert!(matches!(actions[1], Action::SetTimer { timer: PATIENCE, .. }));
+        assert!(matches!(actions[1], Action::SetTimer { timer: TokenTimer::Patience, .. }));
     }
 
     #[test]
     fn a_wanting_node_enters_with_the_next_fence_and_laps_on_release() {
         let mut t = follower(2);
-        let mut out = Out::new();
+        let mut out = Out::<TokenRing>::new();
         t.handle_request(T, &mut out);
         out.take();
         t.handle_message(T, n(1), TokenMsg::Token(token(1, 4, 3)), &mut out);
         let fence = Fence::new(generation(1, 3).0, 5);
         assert_eq!(
             out.take(),
-            vec![Action::CancelTimer { timer: PATIENCE }, Action::Grant { fence }]
+            vec![Action::CancelTimer { timer: TokenTimer::Patience }, Action::Grant { fence }]
         );
         t.handle_release(T, &mut out);
         assert_eq!(out.take(), vec![send(3, TokenMsg::Token(token(1, 5, 2)))]);
@@ -608,7 +612,7 @@ mod tests {
     #[test]
     fn a_parker_sends_the_token_straight_to_a_wanter() {
         let mut t = follower(2);
-        let mut out = Out::new();
+        let mut out = Out::<TokenRing>::new();
         t.handle_message(T, n(1), TokenMsg::Token(token(1, 4, 2)), &mut out);
         assert!(out.is_empty(), "idle lap done: parked");
         t.handle_message(T, n(1), TokenMsg::Want { wanter: n(1), hops: 0 }, &mut out);
@@ -618,7 +622,7 @@ mod tests {
     #[test]
     fn a_token_of_a_dead_generation_is_discarded() {
         let mut t = follower(1);
-        let mut out = Out::new();
+        let mut out = Out::<TokenRing>::new();
         let g2 = generation(2, 3);
         t.handle_message(T, n(3), TokenMsg::Probe { generation: g2 }, &mut out);
         let no = TokenMsg::ProbeAck { generation: g2, has_token: false, known: g2 };
@@ -633,7 +637,7 @@ mod tests {
     #[test]
     fn a_late_probe_is_told_of_the_newer_generation() {
         let mut t = follower(1);
-        let mut out = Out::new();
+        let mut out = Out::<TokenRing>::new();
         let g0 = generation(0, 2);
         t.handle_message(T, n(2), TokenMsg::Probe { generation: g0 }, &mut out);
         let known = generation(1, 3);
@@ -646,7 +650,7 @@ mod tests {
     #[test]
     fn the_holder_relabels_the_token_when_probed() {
         let mut t = follower(1);
-        let mut out = Out::new();
+        let mut out = Out::<TokenRing>::new();
         t.handle_request(T, &mut out);
         t.handle_message(T, n(3), TokenMsg::Token(token(1, 4, 3)), &mut out);
         out.take();
@@ -700,7 +704,7 @@ mod tests {
         let fence = Fence::new(g2.0, 1);
         assert_eq!(
             out.take(),
-            vec![Action::CancelTimer { timer: PATIENCE }, Action::Grant { fence }]
+            vec![Action::CancelTimer { timer: TokenTimer::Patience }, Action::Grant { fence }]
         );
         assert!(fence > Fence::new(g1.0, 1_000));
     }
@@ -710,6 +714,6 @@ mod tests {
         let (mut t, mut out) = node(1, 1, 1);
         t.handle_request(T, &mut out);
         let grant = Action::Grant { fence: Fence::new(generation(1, 1).0, 1) };
-        assert_eq!(out.take(), vec![Action::CancelTimer { timer: PATIENCE }, grant]);
+        assert_eq!(out.take(), vec![Action::CancelTimer { timer: TokenTimer::Patience }, grant]);
     }
 }

@@ -1,0 +1,254 @@
+//! Algorithms with their message and timer types erased, so that one
+//! engine drives every combination without generics.
+//!
+//! [`DynAlgorithm`] is what both layers handle alike ([`Algorithm`]: a
+//! peer's message, a timer, a peer up or down), erased once;
+//! [`DynMutex`] and [`DynElection`] add what only one layer does. Messages
+//! cross this line encoded ([`Encoded`]), timers as [`TimerId`]s.
+
+use crate::algorithm::{Algorithm, ElectionAlgorithm, MutexAlgorithm, Out};
+use crate::outbox::{Action, Message, Outbox, Time, Timer, TimerId};
+use crate::types::{CsState, Epoch, NodeId, Stamp};
+use crate::wire::{self, WireError};
+use std::hash::Hasher;
+
+/// An encoded message and the kind it was, for counting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Encoded {
+    /// The message's [`Message::kind`].
+    pub kind: &'static str,
+    /// Its bincode encoding.
+    pub bytes: Vec<u8>,
+}
+
+/// The actions of an erased algorithm.
+pub type Actions = Vec<Action<Encoded, TimerId>>;
+
+/// An [`Algorithm`] with its message and timer types erased.
+pub trait DynAlgorithm: Send {
+    /// Decodes and handles a peer's message; returns its kind.
+    fn handle_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        bytes: &[u8],
+        out: &mut Actions,
+    ) -> Result<&'static str, WireError>;
+    /// See [`Algorithm::handle_timer`]; an id the algorithm has no timer
+    /// for is ignored.
+    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Actions);
+    /// See [`Algorithm::handle_peer_up`].
+    fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Actions);
+    /// See [`Algorithm::handle_peer_down`].
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Actions);
+    /// Decodes `bytes` for a trace line.
+    fn describe(&self, bytes: &[u8]) -> String;
+    /// See [`Algorithm::hash_at`].
+    fn hash_state(&self, h: &mut dyn Hasher, now: Time);
+}
+
+/// A [`MutexAlgorithm`] with its types erased.
+pub trait DynMutex: DynAlgorithm {
+    /// See [`MutexAlgorithm::handle_request`].
+    fn handle_request(&mut self, now: Time, out: &mut Actions);
+    /// See [`MutexAlgorithm::handle_release`].
+    fn handle_release(&mut self, now: Time, out: &mut Actions);
+    /// See [`MutexAlgorithm::handle_coordinator`].
+    fn handle_coordinator(&mut self, now: Time, leader: NodeId, epoch: Epoch, out: &mut Actions);
+    /// See [`MutexAlgorithm::cs_state`].
+    fn cs_state(&self) -> CsState;
+    /// See [`MutexAlgorithm::request_stamp`].
+    fn request_stamp(&self) -> Option<Stamp>;
+    /// See [`MutexAlgorithm::watermark`].
+    fn watermark(&self) -> u64;
+    /// See [`MutexAlgorithm::observe_watermark`].
+    fn observe_watermark(&mut self, watermark: u64);
+    /// See [`MutexAlgorithm::durable_state`].
+    fn durable_state(&self) -> Option<Vec<u8>>;
+    /// See [`MutexAlgorithm::covered_by`].
+    fn covered_by(&self, record: &[u8]) -> bool;
+    /// A copy of this instance, state and all (a checker forks runs).
+    fn clone_box(&self) -> Box<dyn DynMutex>;
+}
+
+/// An [`ElectionAlgorithm`] with its types erased.
+pub trait DynElection: DynAlgorithm {
+    /// See [`ElectionAlgorithm::handle_start`].
+    fn handle_start(&mut self, now: Time, out: &mut Actions);
+    /// See [`ElectionAlgorithm::handle_epoch_hint`].
+    fn handle_epoch_hint(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        epoch: Epoch,
+        coordinator: Option<NodeId>,
+        out: &mut Actions,
+    );
+    /// See [`ElectionAlgorithm::coordinator`].
+    fn coordinator(&self) -> Option<NodeId>;
+    /// See [`ElectionAlgorithm::epoch`].
+    fn epoch(&self) -> Epoch;
+    /// A copy of this instance, state and all (a checker forks runs).
+    fn clone_box(&self) -> Box<dyn DynElection>;
+}
+
+/// Wraps a typed algorithm: its outbox is drained after every call, every
+/// message in it encoded and every timer named by its id.
+struct Erased<A: Algorithm> {
+    alg: A,
+    scratch: Out<A>,
+}
+
+/// `alg`, erased for the engine.
+pub(crate) fn erase_mutex<A: MutexAlgorithm>(alg: A) -> Box<dyn DynMutex> {
+    Box::new(Erased { alg, scratch: Outbox::new() })
+}
+
+/// `alg`, erased for the engine.
+pub(crate) fn erase_election<A: ElectionAlgorithm>(alg: A) -> Box<dyn DynElection> {
+    Box::new(Erased { alg, scratch: Outbox::new() })
+}
+
+impl<A: Algorithm> Erased<A> {
+    /// Runs `f` against the algorithm and its outbox, then moves the
+    /// outbox's actions, encoded, into `out`.
+    fn with(&mut self, out: &mut Actions, f: impl FnOnce(&mut A, &mut Out<A>)) {
+        f(&mut self.alg, &mut self.scratch);
+        out.extend(self.scratch.drain().map(|action| match action {
+            Action::Send { to, msg } => {
+                Action::Send { to, msg: Encoded { kind: msg.kind(), bytes: wire::encode(&msg) } }
+            }
+            Action::SetTimer { timer, at } => Action::SetTimer { timer: timer.id(), at },
+            Action::CancelTimer { timer } => Action::CancelTimer { timer: timer.id() },
+            Action::Grant { fence } => Action::Grant { fence },
+            Action::Coordinator { leader, epoch } => Action::Coordinator { leader, epoch },
+        }));
+    }
+
+    /// A copy of the algorithm, with an empty outbox of its own.
+    fn fork(&self) -> Self {
+        Erased { alg: self.alg.clone(), scratch: Outbox::new() }
+    }
+}
+
+impl<A: Algorithm> DynAlgorithm for Erased<A> {
+    fn handle_message(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        bytes: &[u8],
+        out: &mut Actions,
+    ) -> Result<&'static str, WireError> {
+        let msg: A::Msg = wire::decode(bytes)?;
+        let kind = msg.kind();
+        self.with(out, |a, o| a.handle_message(now, from, msg, o));
+        Ok(kind)
+    }
+    fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Actions) {
+        if let Some(timer) = A::Timer::from_id(timer) {
+            self.with(out, |a, o| a.handle_timer(now, timer, o));
+        }
+    }
+    fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_peer_up(now, peer, o));
+    }
+    fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_peer_down(now, peer, o));
+    }
+    fn describe(&self, bytes: &[u8]) -> String {
+        match wire::decode::<A::Msg>(bytes) {
+            Ok(msg) => format!("{msg:?}"),
+            Err(e) => format!("<undecodable: {e}>"),
+        }
+    }
+    fn hash_state(&self, h: &mut dyn Hasher, now: Time) {
+        self.alg.hash_at(h, now);
+    }
+}
+
+impl<A: MutexAlgorithm> DynMutex for Erased<A> {
+    fn handle_request(&mut self, now: Time, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_request(now, o));
+    }
+    fn handle_release(&mut self, now: Time, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_release(now, o));
+    }
+    fn handle_coordinator(&mut self, now: Time, leader: NodeId, epoch: Epoch, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_coordinator(now, leader, epoch, o));
+    }
+    fn cs_state(&self) -> CsState {
+        self.alg.cs_state()
+    }
+    fn request_stamp(&self) -> Option<Stamp> {
+        self.alg.request_stamp()
+    }
+    fn watermark(&self) -> u64 {
+        self.alg.watermark()
+    }
+    fn observe_watermark(&mut self, watermark: u64) {
+        self.alg.observe_watermark(watermark);
+    }
+    fn durable_state(&self) -> Option<Vec<u8>> {
+        self.alg.durable_state()
+    }
+    fn covered_by(&self, record: &[u8]) -> bool {
+        self.alg.covered_by(record)
+    }
+    fn clone_box(&self) -> Box<dyn DynMutex> {
+        Box::new(self.fork())
+    }
+}
+
+impl<A: ElectionAlgorithm> DynElection for Erased<A> {
+    fn handle_start(&mut self, now: Time, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_start(now, o));
+    }
+    fn handle_epoch_hint(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        epoch: Epoch,
+        coordinator: Option<NodeId>,
+        out: &mut Actions,
+    ) {
+        self.with(out, |a, o| a.handle_epoch_hint(now, from, epoch, coordinator, o));
+    }
+    fn coordinator(&self) -> Option<NodeId> {
+        self.alg.coordinator()
+    }
+    fn epoch(&self) -> Epoch {
+        self.alg.epoch()
+    }
+    fn clone_box(&self) -> Box<dyn DynElection> {
+        Box::new(self.fork())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::algorithm::AlgoConfig;
+    use crate::outbox::{Time, TimerId};
+    use crate::registry::{ELECTIONS, MUTEXES};
+    use crate::types::NodeId;
+
+    /// A timer id an algorithm never armed (a stranger's, or one from a
+    /// build with other timers) does nothing, whatever the algorithm.
+    #[test]
+    fn a_timer_id_an_algorithm_has_no_timer_for_is_ignored() {
+        let cfg = AlgoConfig::for_test(1, 3);
+        for info in MUTEXES {
+            let mut m = (info.build)(&cfg);
+            let mut out = Vec::new();
+            m.handle_peer_up(Time::ZERO, NodeId(2), &mut out);
+            out.clear();
+            m.handle_timer(Time::ZERO, TimerId(99), &mut out);
+            assert!(out.is_empty(), "{}: {out:?}", info.name);
+        }
+        for info in ELECTIONS {
+            let mut e = (info.build)(&cfg);
+            let mut out = Vec::new();
+            e.handle_timer(Time::ZERO, TimerId(99), &mut out);
+            assert!(out.is_empty(), "{}: {out:?}", info.name);
+        }
+    }
+}
