@@ -29,6 +29,8 @@ pub mod outbox;
 mod records;
 pub mod registry;
 pub mod session;
+#[cfg(test)]
+mod testkit;
 pub mod types;
 pub mod wire;
 

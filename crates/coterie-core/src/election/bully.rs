@@ -299,20 +299,11 @@ impl ElectionAlgorithm for Bully {
 mod tests {
     use super::*;
     use crate::outbox::Action;
-
-    const T: Duration = Duration::ZERO;
-
-    fn n(id: u32) -> NodeId {
-        NodeId(id)
-    }
+    use crate::testkit::*;
 
     fn node(id: u32, members: u32, up: &[u32]) -> Bully {
         let cfg = AlgoConfig::for_test(id, members);
-        let mut b = Bully::new(&cfg);
-        let mut out = Out::<Bully>::new();
-        for &p in up {
-            b.handle_peer_up(T, n(p), &mut out);
-        }
+        let mut b = with_up(Bully::new(&cfg), up.iter().map(|&p| n(p)));
         b.started = true;
         b
     }

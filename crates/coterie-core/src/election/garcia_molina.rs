@@ -774,13 +774,9 @@ mod tests {
     use super::GarciaMolinaMsg::*;
     use super::*;
     use crate::outbox::Action;
+    use crate::testkit::*;
 
-    const T: Duration = Duration::ZERO;
     const TIMEOUT: Duration = Duration::from_millis(250);
-
-    fn n(id: u32) -> NodeId {
-        NodeId(id)
-    }
 
     fn e(round: u64, leader: u32) -> Epoch {
         Epoch::new(round, n(leader))
@@ -794,27 +790,12 @@ mod tests {
 
     /// Node `id` of `members`, with `up` reported up and joined.
     fn node(id: u32, members: u32, up: &[u32]) -> GarciaMolina {
-        let mut g = GarciaMolina::new(&AlgoConfig::for_test(id, members));
-        let mut out = Out::<GarciaMolina>::new();
-        for &p in up {
-            g.handle_peer_up(T, n(p), &mut out);
-        }
+        let mut g = with_up(
+            GarciaMolina::new(&AlgoConfig::for_test(id, members)),
+            up.iter().map(|&p| n(p)),
+        );
         g.started = true;
         g
-    }
-
-    fn send(to: u32, msg: GarciaMolinaMsg) -> Action<GarciaMolinaMsg, GarciaMolinaTimer> {
-        Action::Send { to: n(to), msg }
-    }
-
-    fn sends(out: &mut Out<GarciaMolina>) -> Vec<(NodeId, GarciaMolinaMsg)> {
-        out.take()
-            .into_iter()
-            .filter_map(|a| match a {
-                Action::Send { to, msg } => Some((to, msg)),
-                _ => None,
-            })
-            .collect()
     }
 
     /// Node 3 of 3 with 1 and 2 up, walked through a whole election.

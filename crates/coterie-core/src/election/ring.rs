@@ -346,35 +346,17 @@ mod tests {
     use super::RingMsg::*;
     use super::*;
     use crate::outbox::Action;
-
-    const T: Duration = Duration::ZERO;
-
-    fn n(id: u32) -> NodeId {
-        NodeId(id)
-    }
+    use crate::testkit::*;
 
     fn ids(v: &[u32]) -> Vec<NodeId> {
         v.iter().map(|&i| n(i)).collect()
     }
 
     fn node(id: u32, members: u32, up: &[u32]) -> Ring {
-        let mut r = Ring::new(&AlgoConfig::for_test(id, members));
-        let mut out = Out::<Ring>::new();
-        for &p in up {
-            r.handle_peer_up(T, n(p), &mut out);
-        }
+        let mut r =
+            with_up(Ring::new(&AlgoConfig::for_test(id, members)), up.iter().map(|&p| n(p)));
         r.started = true;
         r
-    }
-
-    fn sends(out: &mut Out<Ring>) -> Vec<(NodeId, RingMsg)> {
-        out.take()
-            .into_iter()
-            .filter_map(|a| match a {
-                Action::Send { to, msg } => Some((to, msg)),
-                _ => None,
-            })
-            .collect()
     }
 
     /// Passes a message round the ring by hand, returning what each node

@@ -546,13 +546,9 @@ impl MutexAlgorithm for Bakery {
 mod tests {
     use super::*;
     use crate::outbox::Action;
+    use crate::testkit::*;
 
-    const T: Duration = Duration::ZERO;
     const RETRY_AT: Duration = Duration::from_millis(250);
-
-    fn n(id: u32) -> NodeId {
-        NodeId(id)
-    }
 
     fn node(id: u32, members: u32) -> Bakery {
         let cfg = AlgoConfig::for_test(id, members);
@@ -565,10 +561,6 @@ mod tests {
         b
     }
 
-    fn stamp(ts: u64, id: u32) -> Stamp {
-        Stamp { ts, node: n(id) }
-    }
-
     fn doorway(seq: u64, high: u64) -> BakeryMsg {
         BakeryMsg::Read { seq, ticket: None, high }
     }
@@ -579,10 +571,6 @@ mod tests {
 
     fn value(seq: u64, choosing: bool, number: u64, high: u64) -> BakeryMsg {
         BakeryMsg::Value { seq, choosing, number, high, after: None }
-    }
-
-    fn send(to: u32, msg: BakeryMsg) -> Action<BakeryMsg, BakeryTimer> {
-        Action::Send { to: n(to), msg }
     }
 
     fn grant(number: u64, id: u32) -> Action<BakeryMsg, BakeryTimer> {

@@ -444,24 +444,13 @@ mod tests {
     use super::CentralizedMsg::*;
     use super::*;
     use crate::outbox::Action;
-    use std::time::Duration;
-
-    const T: Duration = Duration::ZERO;
-
-    fn n(id: u32) -> NodeId {
-        NodeId(id)
-    }
+    use crate::testkit::*;
 
     /// A node of a cluster 1..=n with every peer up.
     fn node(id: u32, members: u32, capacity: usize) -> Centralized {
         let mut cfg = AlgoConfig::for_test(id, members);
         cfg.capacity = capacity;
-        let mut c = Centralized::new(&cfg);
-        let mut out = Out::<Centralized>::new();
-        for p in cfg.peers() {
-            c.handle_peer_up(T, p, &mut out);
-        }
-        c
+        with_up(Centralized::new(&cfg), cfg.peers())
     }
 
     /// A coordinator (id 3 of 3) that has finished rebuilding at epoch 1.
@@ -472,10 +461,6 @@ mod tests {
         c.handle_message(T, n(1), StateReport { epoch: Epoch(1), state: Report::Idle }, &mut out);
         c.handle_message(T, n(2), StateReport { epoch: Epoch(1), state: Report::Idle }, &mut out);
         c
-    }
-
-    fn stamp(ts: u64, id: u32) -> Stamp {
-        Stamp { ts, node: n(id) }
     }
 
     #[test]

@@ -259,30 +259,11 @@ mod tests {
     use super::LamportMsg::*;
     use super::*;
     use crate::outbox::Action;
-    use std::time::Duration;
-
-    const T: Duration = Duration::ZERO;
-
-    fn n(id: u32) -> NodeId {
-        NodeId(id)
-    }
-
-    fn stamp(ts: u64, id: u32) -> Stamp {
-        Stamp { ts, node: n(id) }
-    }
+    use crate::testkit::*;
 
     fn node(id: u32, members: u32) -> Lamport {
         let cfg = AlgoConfig::for_test(id, members);
-        let mut l = Lamport::new(&cfg);
-        let mut out = Out::<Lamport>::new();
-        for p in cfg.peers() {
-            l.handle_peer_up(T, p, &mut out);
-        }
-        l
-    }
-
-    fn send(to: u32, msg: LamportMsg) -> Action<LamportMsg> {
-        Action::Send { to: n(to), msg }
+        with_up(Lamport::new(&cfg), cfg.peers())
     }
 
     #[test]

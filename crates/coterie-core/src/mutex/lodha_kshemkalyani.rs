@@ -479,15 +479,11 @@ impl MutexAlgorithm for LodhaKshemkalyani {
 mod tests {
     use super::*;
     use crate::outbox::Action;
+    use crate::testkit::*;
     use std::time::Duration;
 
-    const T: Duration = Duration::ZERO;
     /// The re-ask period of a node built with default timing.
     const REASK_AT: Duration = Duration::from_millis(500);
-
-    fn n(id: u32) -> NodeId {
-        NodeId(id)
-    }
 
     fn node(id: u32, members: u32) -> LodhaKshemkalyani {
         let cfg = AlgoConfig::for_test(id, members);
@@ -500,10 +496,6 @@ mod tests {
         lk
     }
 
-    fn stamp(ts: u64, id: u32) -> Stamp {
-        Stamp { ts, node: n(id) }
-    }
-
     fn request(ts: u64, id: u32) -> LkMsg {
         LkMsg::Request { stamp: stamp(ts, id), last: None }
     }
@@ -514,10 +506,6 @@ mod tests {
 
     fn flush(to: Stamp, done: Stamp) -> LkMsg {
         LkMsg::Flush { to, done }
-    }
-
-    fn send(to: u32, msg: LkMsg) -> Action<LkMsg, LkTimer> {
-        Action::Send { to: n(to), msg }
     }
 
     fn arm() -> Action<LkMsg, LkTimer> {

@@ -960,22 +960,9 @@ mod tests {
     use super::*;
     use crate::mutex::maekawa::Maekawa;
     use crate::outbox::Action;
-    use std::time::Duration;
+    use crate::testkit::*;
 
-    const T: Time = Duration::ZERO;
     type Out = Outbox<QuorumMsg>;
-
-    fn n(id: u32) -> NodeId {
-        NodeId(id)
-    }
-
-    fn stamp(ts: u64, id: u32) -> Stamp {
-        Stamp { ts, node: n(id) }
-    }
-
-    fn send(to: u32, msg: QuorumMsg) -> Action<QuorumMsg> {
-        Action::Send { to: n(to), msg }
-    }
 
     /// The arbiter's starting `high`: nothing granted before this run.
     const FLOOR: Option<Stamp> = Some(Stamp { ts: 0, node: NodeId(u32::MAX) });

@@ -46,10 +46,8 @@ mod tests {
     use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm};
     use crate::mutex::ricart_agrawala::RaMsg;
     use crate::outbox::{Action, Outbox};
+    use crate::testkit::*;
     use crate::types::{Fence, NodeId, Stamp};
-    use std::time::Duration;
-
-    const T: Duration = Duration::ZERO;
 
     #[test]
     fn with_k_2_a_node_enters_on_the_second_to_last_reply() {

@@ -553,12 +553,7 @@ mod tests {
     use super::*;
     use crate::algorithm::MutexOptions;
     use crate::outbox::Action;
-
-    const T: Duration = Duration::ZERO;
-
-    fn n(id: u32) -> NodeId {
-        NodeId(id)
-    }
+    use crate::testkit::*;
 
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
@@ -566,12 +561,7 @@ mod tests {
 
     fn node_with(id: u32, members: u32, mutex_options: MutexOptions) -> RicartAgrawala {
         let cfg = AlgoConfig { mutex_options, ..AlgoConfig::for_test(id, members) };
-        let mut ra = RicartAgrawala::new(&cfg);
-        let mut out = Out::<RicartAgrawala>::new();
-        for p in cfg.peers() {
-            ra.handle_peer_up(T, p, &mut out);
-        }
-        ra
+        with_up(RicartAgrawala::new(&cfg), cfg.peers())
     }
 
     fn node(id: u32, members: u32) -> RicartAgrawala {
@@ -587,10 +577,6 @@ mod tests {
         node_with(id, members, MutexOptions { priority, ..MutexOptions::default() })
     }
 
-    fn stamp(ts: u64, id: u32) -> Stamp {
-        Stamp { ts, node: n(id) }
-    }
-
     /// The place of a first round under timestamp order.
     fn place(ts: u64, id: u32) -> Place {
         Place { rank: 0, first: stamp(ts, id) }
@@ -602,10 +588,6 @@ mod tests {
 
     fn reply(to: Stamp, clock: u64) -> RaMsg {
         RaMsg::Reply { to, clock, after: None }
-    }
-
-    fn send(to: u32, msg: RaMsg) -> Action<RaMsg, RaTimer> {
-        Action::Send { to: n(to), msg }
     }
 
     fn grant(ts: u64, id: u32) -> Action<RaMsg, RaTimer> {

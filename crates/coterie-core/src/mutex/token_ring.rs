@@ -518,12 +518,7 @@ impl MutexAlgorithm for TokenRing {
 mod tests {
     use super::*;
     use crate::outbox::Action;
-
-    const T: Time = Duration::ZERO;
-
-    fn n(id: u32) -> NodeId {
-        NodeId(id)
-    }
+    use crate::testkit::*;
 
     /// Node `id` of `1..=members`, every peer up, `coordinator` in office.
     fn node(id: u32, members: u32, coordinator: u32) -> (TokenRing, Out<TokenRing>) {
@@ -543,10 +538,6 @@ mod tests {
 
     fn token(round: u64, entries: u64, idle_since: u32) -> Token {
         Token { generation: generation(round, 3), entries, idle_since: n(idle_since) }
-    }
-
-    fn send(to: u32, msg: TokenMsg) -> Action<TokenMsg, TokenTimer> {
-        Action::Send { to: n(to), msg }
     }
 
     fn sends(actions: Vec<Action<TokenMsg, TokenTimer>>) -> Vec<Action<TokenMsg, TokenTimer>> {
