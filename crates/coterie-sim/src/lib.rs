@@ -20,13 +20,18 @@
 //!   capacity k > 1, where grants may land out of order: no fence is
 //!   granted twice);
 //! - **liveness**: every request of a node that stays up is granted;
+//! - **deadlock**: never a state where a client waits and nothing but
+//!   heartbeats can happen again;
 //! - **agreement**: once faults stop, every live node follows the highest
 //!   live id, at the same epoch.
 //!
 //! ## Layout
 //! - [`chooser`]: where a run's choices come from.
 //! - [`check`]: every schedule of a small configuration, explored.
-//! - [`sim`]: one run: the event queue, the nodes, the workload, the checks.
+//! - [`sim`]: one run: the event queue and the nodes, with beside them its
+//!   configuration, the links, the workload, the faults, the invariants,
+//!   the state's fingerprint and the report, a file each.
+//! - [`invariant`]: the invariants, by name.
 //! - `network`: the connections under each node's sessions, which
 //!   resets break.
 //! - [`suite`]: many seeds of a run, summarised; the conformance suite

@@ -1,7 +1,7 @@
 //! Many seeds of one configuration, summarised.
 
 use crate::invariant::Invariant;
-use crate::sim::{self, RunReport, SimConfig};
+use crate::sim::{self, Injected, RunReport, SimConfig};
 use coterie_core::registry::UnknownAlgorithm;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -39,29 +39,9 @@ pub struct Summary {
     pub entries: u64,
     /// Of those, entries by the node that coordinated at the time.
     pub coordinator_entries: u64,
-    /// Crashes injected, over all runs.
-    pub crashes: u64,
-    /// Partitions injected, over all runs.
-    pub partitions: u64,
-    /// One-way partitions injected.
-    pub one_way_partitions: u64,
-    /// Pauses injected, over all runs.
-    pub pauses: u64,
-    /// Delay spikes injected, over all runs.
-    pub delays: u64,
-    /// Loss windows injected, over all runs.
-    pub drops: u64,
-    /// Messages lost in loss windows, over all runs.
-    pub lost: u64,
-    /// Connection resets injected, over all runs.
-    pub resets: u64,
-    /// Frames the sessions wrote once a connection came (back) up, over
-    /// all runs.
-    pub resent: u64,
-    /// Sessions that overflowed, over all runs.
-    pub overflows: u64,
-    /// Gaps receivers saw after an overflow, over all runs.
-    pub gaps: u64,
+    /// Faults injected and what the links went through, over all runs.
+    #[serde(flatten)]
+    pub injected: Injected,
     /// Records written to stable storage, over all runs.
     pub records: u64,
     /// Grants that overtook an older waiting request, over all runs (see
@@ -90,17 +70,7 @@ pub fn run_seeds(
         messages_per_entry: 0.0,
         entries: 0,
         coordinator_entries: 0,
-        crashes: 0,
-        partitions: 0,
-        one_way_partitions: 0,
-        pauses: 0,
-        delays: 0,
-        drops: 0,
-        lost: 0,
-        resets: 0,
-        resent: 0,
-        overflows: 0,
-        gaps: 0,
+        injected: Injected::default(),
         records: 0,
         out_of_order: 0,
         messages_by_kind: BTreeMap::new(),
@@ -111,17 +81,7 @@ pub fn run_seeds(
         let report = sim::run(SimConfig { seed, ..base.clone() })?;
         summary.entries += report.entries;
         summary.coordinator_entries += report.coordinator_entries;
-        summary.crashes += u64::from(report.crashes);
-        summary.partitions += u64::from(report.partitions);
-        summary.one_way_partitions += u64::from(report.one_way_partitions);
-        summary.pauses += u64::from(report.pauses);
-        summary.delays += u64::from(report.delays);
-        summary.drops += u64::from(report.drops);
-        summary.lost += report.lost;
-        summary.resets += u64::from(report.resets);
-        summary.resent += report.resent;
-        summary.overflows += report.overflows;
-        summary.gaps += report.gaps;
+        summary.injected += report.injected;
         summary.records += report.records;
         summary.out_of_order += report.out_of_order;
         mutex_messages += report.mutex_messages;

@@ -100,7 +100,7 @@ fn every_pair_is_safe_live_and_agrees_without_faults() {
     every_pair(|cfg| {
         let summary = run_seeds(&cfg, 0..SEEDS, |_, _| {}).unwrap();
         assert_clean(&cfg, &summary);
-        assert_eq!(summary.crashes, 0);
+        assert_eq!(summary.injected.crashes, 0);
     });
 }
 
@@ -110,7 +110,11 @@ fn every_pair_survives_crashes_and_restarts() {
         let cfg = SimConfig { crashes: 2, ..base };
         let summary = run_seeds(&cfg, 0..SEEDS, |_, _| {}).unwrap();
         assert_clean(&cfg, &summary);
-        assert!(summary.crashes > SEEDS, "crashes were injected: {}", summary.crashes);
+        assert!(
+            summary.injected.crashes > SEEDS,
+            "crashes were injected: {}",
+            summary.injected.crashes
+        );
     });
 }
 
@@ -120,9 +124,13 @@ fn every_pair_survives_connection_resets_with_crashes() {
         let cfg = SimConfig { resets: 3, crashes: 2, ..base };
         let summary = run_seeds(&cfg, 0..SEEDS, |_, _| {}).unwrap();
         assert_clean(&cfg, &summary);
-        assert!(summary.resets > SEEDS * 2, "resets were injected: {}", summary.resets);
-        assert!(summary.resent > 0, "no frame was ever sent again");
-        assert_eq!(summary.overflows, 0, "no session reached its cap");
+        assert!(
+            summary.injected.resets > SEEDS * 2,
+            "resets were injected: {}",
+            summary.injected.resets
+        );
+        assert!(summary.injected.resent > 0, "no frame was ever sent again");
+        assert_eq!(summary.injected.overflows, 0, "no session reached its cap");
     });
 }
 
@@ -147,7 +155,12 @@ fn sessions_overflow_on_a_crashed_peer_and_every_invariant_holds() {
         let cfg = SimConfig { crashes: 2, resets: 2, session_limits, ..base };
         let summary = run_seeds(&cfg, 0..100, |_, _| {}).unwrap();
         assert_clean(&cfg, &summary);
-        assert!(summary.overflows > 0, "{}/{}: no session overflowed", cfg.mutex, cfg.election);
+        assert!(
+            summary.injected.overflows > 0,
+            "{}/{}: no session overflowed",
+            cfg.mutex,
+            cfg.election
+        );
     });
 }
 
@@ -167,7 +180,7 @@ fn sessions_to_a_paused_node_overflow_and_quorum_algorithms_stay_safe() {
             let cfg = SimConfig { pauses: 3, resets: 6, crashes: 1, session_limits, ..base };
             let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
             assert_clean(&cfg, &summary);
-            assert!(summary.overflows > 0, "{name}/{}: no session overflowed", e.name);
+            assert!(summary.injected.overflows > 0, "{name}/{}: no session overflowed", e.name);
         }
     }
 }
@@ -380,9 +393,9 @@ fn ricart_agrawala_variants_are_safe_and_live_with_and_without_crashes() {
                     assert_clean(&cfg, &summary);
                     if crashes > 0 {
                         assert!(
-                            summary.crashes > 300,
+                            summary.injected.crashes > 300,
                             "crashes were injected: {}",
-                            summary.crashes
+                            summary.injected.crashes
                         );
                     }
                 }
@@ -454,7 +467,7 @@ fn quorum_algorithms_stay_safe_and_live_under_partitions() {
             for e in ELECTIONS {
                 let cfg = SimConfig { nodes, partitions: 2, ..SimConfig::new(name, e.name) };
                 let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
-                assert!(summary.partitions > 0, "no partition was injected");
+                assert!(summary.injected.partitions > 0, "no partition was injected");
                 assert_clean(&cfg, &summary);
             }
         }
@@ -477,7 +490,10 @@ fn quorum_algorithms_stay_safe_under_one_way_partitions() {
                 let base = SimConfig::new(name, e.name);
                 let cfg = SimConfig { nodes, one_way_partitions: 2, ..base };
                 let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
-                assert!(summary.one_way_partitions > 0, "no one-way partition was injected");
+                assert!(
+                    summary.injected.one_way_partitions > 0,
+                    "no one-way partition was injected"
+                );
                 let broken = unsafe_runs(&summary);
                 assert_eq!(
                     broken, 0,
@@ -501,7 +517,7 @@ fn quorum_algorithms_stay_safe_and_live_under_partitions_and_crashes() {
                 let cfg =
                     SimConfig { nodes, partitions: 2, crashes: 2, ..SimConfig::new(name, e.name) };
                 let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
-                assert!(summary.partitions > 0, "no partition was injected");
+                assert!(summary.injected.partitions > 0, "no partition was injected");
                 assert_clean(&cfg, &summary);
             }
         }
@@ -536,7 +552,7 @@ fn quorum_algorithms_stay_safe_and_live_around_pauses_and_crashes() {
                     let cfg =
                         SimConfig { nodes, pauses: 2, crashes, ..SimConfig::new(name, e.name) };
                     let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
-                    assert!(summary.pauses > 0, "no pause was injected");
+                    assert!(summary.injected.pauses > 0, "no pause was injected");
                     assert_clean(&cfg, &summary);
                 }
             }
@@ -587,7 +603,7 @@ fn delay_spikes_break_only_the_algorithms_that_trust_timeouts() {
         for e in ELECTIONS {
             let cfg = SimConfig { crashes: 1, delays: 2, ..SimConfig::new(m.name, e.name) };
             let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
-            assert!(summary.delays > 200, "{}/{}: spikes were injected", m.name, e.name);
+            assert!(summary.injected.delays > 200, "{}/{}: spikes were injected", m.name, e.name);
             if m.claims.safe_under_partitions {
                 assert_clean(&cfg, &summary);
             } else {
@@ -627,7 +643,7 @@ fn delay_spikes_within_the_detectors_slack_hurt_no_one() {
         let spike = (Duration::ZERO, base.timing.failure_timeout / 2);
         let cfg = SimConfig { crashes: 1, delays: 2, delay_spike: spike, ..base };
         let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
-        assert!(summary.delays > 200, "spikes were injected: {}", summary.delays);
+        assert!(summary.injected.delays > 200, "spikes were injected: {}", summary.injected.delays);
         assert_clean(&cfg, &summary);
     });
 }
@@ -644,8 +660,8 @@ fn quorum_algorithms_never_grant_twice_under_message_loss() {
         for e in ELECTIONS {
             let cfg = SimConfig { drops: 1, ..SimConfig::new(name, e.name) };
             let summary = run_seeds(&cfg, 0..300, |_, _| {}).unwrap();
-            assert_eq!(summary.drops, 300, "{name}/{}: one loss window per run", e.name);
-            assert!(summary.lost > 0, "{name}/{}: nothing was lost", e.name);
+            assert_eq!(summary.injected.drops, 300, "{name}/{}: one loss window per run", e.name);
+            assert!(summary.injected.lost > 0, "{name}/{}: nothing was lost", e.name);
             if let Some(f) = summary.failures.iter().find(|f| f.invariant == Invariant::Safety) {
                 panic!(
                     "{name}/{} under message loss: seed {} {}: {}\n{}",
@@ -684,8 +700,8 @@ fn delays_and_drops_replay_exactly_and_are_counted() {
     let a = sim::run(cfg.clone()).unwrap();
     let b = sim::run(cfg).unwrap();
     assert_eq!(a.trace, b.trace);
-    assert_eq!((a.delays, a.drops), (1, 1));
-    assert!(a.lost > 0);
+    assert_eq!((a.injected.delays, a.injected.drops), (1, 1));
+    assert!(a.injected.lost > 0);
     assert!(a.trace.iter().any(|l| l.contains("DELAY: ")));
     assert!(a.trace.iter().any(|l| l.contains("DELAY over")));
     assert!(a.trace.iter().any(|l| l.contains("DROP: ")));

@@ -65,7 +65,7 @@ fn a_diagram_draws_every_message_and_entry_of_the_run() {
                     report.entries,
                     "{pair}: a bar per entry"
                 );
-                if report.crashes > 0 {
+                if report.injected.crashes > 0 {
                     assert!(svg.contains("data-kind=\"crash\""), "{pair}");
                 }
                 let with = svg::render(run, &Options { heartbeats: true, ..Options::default() });

@@ -35,7 +35,7 @@
 //! YIELD (and the GRANT that follows a YIELD) add up to 2 more per member:
 //! 5(K − 1), or 6(K − 1) with a RESTAMP.
 //!
-//! **State walk.** See [`quorum`](super::quorum): requester idle → wanting
+//! **State walk.** See `mutex/quorum.rs`: requester idle → wanting
 //! (asked its set) → holding (every member granted) → idle (released);
 //! arbiter free → granted to the oldest queued request → free on RELEASE or
 //! YIELD.

@@ -33,7 +33,7 @@
 //! ones.
 //!
 //! **State walk.** The locking itself is shared with `maekawa`; see
-//! [`quorum`](super::quorum).
+//! `mutex/quorum.rs`.
 
 use super::quorum::{QuorumLock, QuorumRule};
 use crate::algorithm::AlgoConfig;

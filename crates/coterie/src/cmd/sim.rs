@@ -262,17 +262,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 "injected: {} crashes, {} partitions ({} one-way), {} pauses, {} delay spikes, {} loss windows \
                  ({} messages lost), {} connection resets ({} frames written again); {} sessions \
                  overflowed, {} gaps seen",
-                summary.crashes,
-                summary.partitions,
-                summary.one_way_partitions,
-                summary.pauses,
-                summary.delays,
-                summary.drops,
-                summary.lost,
-                summary.resets,
-                summary.resent,
-                summary.overflows,
-                summary.gaps
+                summary.injected.crashes,
+                summary.injected.partitions,
+                summary.injected.one_way_partitions,
+                summary.injected.pauses,
+                summary.injected.delays,
+                summary.injected.drops,
+                summary.injected.lost,
+                summary.injected.resets,
+                summary.injected.resent,
+                summary.injected.overflows,
+                summary.injected.gaps
             );
         }
         if args.drops > 0 {

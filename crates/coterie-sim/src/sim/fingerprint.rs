@@ -1,0 +1,82 @@
+//! A run's state, hashed: the checker's way to know a state it has seen.
+
+use super::*;
+
+/// The hasher of states: the same seed every run, so a state always
+/// hashes alike. (foldhash's quality variant: 64 bits well spread, at a
+/// fraction of SipHash's cost on the many small writes a state makes.)
+pub(super) fn state_hasher() -> impl std::hash::Hasher {
+    use std::hash::BuildHasher;
+    foldhash::quality::FixedState::with_seed(0x636f_7465_7269_6521).build_hasher()
+}
+
+impl<C: Chooser> Simulation<C> {
+    /// A hash of the run's state, for the checker: two runs with the same
+    /// fingerprint go on alike, whatever led to it. It covers each node
+    /// (its engine's state, incarnation, client, sessions and stable
+    /// storage), the connections, every queued event with its time
+    /// relative to now (as a set: the chooser orders ties), the holders
+    /// and the highest fence granted, the faults in force and the
+    /// workload left. Left out, since they decide nothing that follows:
+    /// the report's counters and measurements, when each waiting client
+    /// asked (used only to count out-of-order grants), the recorder, and
+    /// since when the run has been stuck (a state is stuck or not by
+    /// itself, and a stuck one is reported as a deadlock by every run that
+    /// reaches it; only the moment differs).
+    /// Every time in it is taken relative to now (timers, the detectors'
+    /// last-heard times, a connection's tail while still ahead), so states
+    /// alike but for the moment merge.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = state_hasher();
+        let now = self.now;
+        for (id, n) in &self.nodes {
+            id.hash(&mut h);
+            n.incarnation.hash(&mut h);
+            n.client.hash(&mut h);
+            n.remaining.hash(&mut h);
+            n.wake_at.map(|t| t.saturating_sub(now)).hash(&mut h);
+            match &n.engine {
+                Some(engine) => {
+                    true.hash(&mut h);
+                    engine.hash_state(&mut h, now);
+                }
+                None => false.hash(&mut h),
+            }
+            n.sessions.hash(&mut h);
+            n.stable.hash(&mut h);
+        }
+        self.net.hash_at(&mut h, now);
+        // The queue as a set of (when, what): the order in which events
+        // due at the same moment were queued decides nothing when the
+        // chooser orders ties, and with a random chooser nobody hashes.
+        let mut queued: Vec<(Time, u64)> = self
+            .queue
+            .iter()
+            .map(|Reverse((at, _, idx))| {
+                let mut e = state_hasher();
+                self.events[*idx].hash(&mut e);
+                (at.saturating_sub(now), e.finish())
+            })
+            .collect();
+        queued.sort_unstable();
+        queued.hash(&mut h);
+        self.holders.hash(&mut h);
+        self.fences.last().hash(&mut h);
+        self.cut.hash(&mut h);
+        self.paused.hash(&mut h);
+        self.deferred.hash(&mut h);
+        self.spikes.hash(&mut h);
+        self.losses.hash(&mut h);
+        self.sequential.map(|(node, _, local)| (node, local)).hash(&mut h);
+        self.sequential_left.hash(&mut h);
+        self.bursts_left.hash(&mut h);
+        self.burst_due.hash(&mut h);
+        // How long the cluster has been quiet decides when the run ends,
+        // once the workload is done: up to the settling time.
+        let settle = self.cfg.timing.failure_timeout * 6;
+        let quiet_since = self.last_fault.max(self.workload_start);
+        now.saturating_sub(quiet_since).min(settle).hash(&mut h);
+        h.finish()
+    }
+}

@@ -1,0 +1,110 @@
+//! What a run saw: entries, messages, faults injected, broken invariants.
+
+use crate::invariant::Invariant;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// A broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// Which one.
+    pub invariant: Invariant,
+    /// What was seen.
+    pub detail: String,
+    /// Simulated time, in microseconds.
+    pub at_us: u64,
+}
+
+/// What one run saw.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RunReport {
+    /// The run's seed.
+    pub seed: u64,
+    /// Critical-section entries granted.
+    pub entries: u64,
+    /// Entries granted to the node that was the coordinator at the time
+    /// (free under `centralized`: a node sends itself nothing).
+    pub coordinator_entries: u64,
+    /// Mutex-layer messages sent once the workload began.
+    pub mutex_messages: u64,
+    /// Every message sent once the workload began, by kind.
+    pub messages_by_kind: BTreeMap<String, u64>,
+    /// Sequential load only: for each entry, the mutex messages it cost and
+    /// whether its requester was the coordinator.
+    pub per_entry: Vec<(u64, bool)>,
+    /// Every coordinator change: (time in µs, node, leader, epoch).
+    pub elections: Vec<(u64, u32, u32, u64)>,
+    /// The faults injected and what the links went through.
+    #[serde(flatten)]
+    pub injected: Injected,
+    /// Records the nodes wrote to stable storage (the durable epoch, clock
+    /// reserve and mutex state), start-up included.
+    pub records: u64,
+    /// Simulated time at the end, in microseconds.
+    pub end_us: u64,
+    /// Broken invariants, in the order seen.
+    pub violations: Vec<Violation>,
+    /// One line per event, when tracing.
+    pub trace: Vec<String>,
+    /// Every message sent in the whole run (from the start, not the
+    /// workload's), by kind.
+    pub sent_by_kind: BTreeMap<String, u64>,
+    /// The run, for its space-time diagram, when recording.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagram: Option<coterie_diagram::Run>,
+    /// Grants made while a node that asked earlier was still waiting:
+    /// earlier by request timestamp for algorithms that stamp requests
+    /// (see `MutexAlgorithm::request_stamp`), by time of asking otherwise.
+    pub out_of_order: u64,
+    /// Synchronisation delays: from a release to the next grant, when
+    /// someone was waiting at the release (µs).
+    pub sync_delays_us: Vec<u64>,
+    /// Simulated time from the workload's start to its last release (µs).
+    pub workload_us: u64,
+}
+
+/// The faults a run injected and what its links went through, counted: a
+/// run's report carries one, and a suite's summary adds them up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Injected {
+    /// Crashes.
+    pub crashes: u64,
+    /// Partitions, one-way ones included.
+    pub partitions: u64,
+    /// One-way partitions.
+    pub one_way_partitions: u64,
+    /// Pauses.
+    pub pauses: u64,
+    /// Delay spikes.
+    pub delays: u64,
+    /// Loss windows.
+    pub drops: u64,
+    /// Messages lost in loss windows.
+    pub lost: u64,
+    /// Connection resets.
+    pub resets: u64,
+    /// Frames the sessions wrote once a connection came up, having waited
+    /// in them (a connection being made, or one that broke with them in
+    /// flight).
+    pub resent: u64,
+    /// Sessions that overflowed their cap (their peer declared failed).
+    pub overflows: u64,
+    /// Gaps receivers saw after an overflow (the sender declared failed).
+    pub gaps: u64,
+}
+
+impl std::ops::AddAssign for Injected {
+    fn add_assign(&mut self, other: Injected) {
+        self.crashes += other.crashes;
+        self.partitions += other.partitions;
+        self.one_way_partitions += other.one_way_partitions;
+        self.pauses += other.pauses;
+        self.delays += other.delays;
+        self.drops += other.drops;
+        self.lost += other.lost;
+        self.resets += other.resets;
+        self.resent += other.resent;
+        self.overflows += other.overflows;
+        self.gaps += other.gaps;
+    }
+}
