@@ -105,25 +105,27 @@ pub enum EngineError {
     },
 }
 
-/// Message counters by kind, plus the mutex layer's total.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Message counters by kind, plus the mutex layer's total. Kinds are the
+/// algorithms' own names ([`Message::kind`](crate::Message::kind)), kept
+/// as they are: an engine is copied whole at every fork of a checker's
+/// run, and this way the copy allocates no names.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Counters {
     /// Messages sent, by kind.
-    pub sent: BTreeMap<String, u64>,
+    pub sent: BTreeMap<&'static str, u64>,
     /// Messages received, by kind.
-    pub received: BTreeMap<String, u64>,
+    pub received: BTreeMap<&'static str, u64>,
     /// Mutex-layer messages sent.
     pub mutex_sent: u64,
 }
 
 impl Counters {
-    fn bump(map: &mut BTreeMap<String, u64>, kind: &str) {
-        match map.get_mut(kind) {
-            Some(n) => *n += 1,
-            None => {
-                map.insert(kind.to_string(), 1);
-            }
-        }
+    fn bump(map: &mut BTreeMap<&'static str, u64>, kind: &'static str) {
+        *map.entry(kind).or_default() += 1;
+    }
+
+    fn owned(map: &BTreeMap<&'static str, u64>) -> BTreeMap<String, u64> {
+        map.iter().map(|(kind, n)| (kind.to_string(), *n)).collect()
     }
 }
 
@@ -423,8 +425,8 @@ impl Engine {
             cs_entries: self.cs_entries,
             fence: self.fence.map(|f| f.0),
             joined: self.joined(),
-            messages_sent: self.counters.sent.clone(),
-            messages_received: self.counters.received.clone(),
+            messages_sent: Counters::owned(&self.counters.sent),
+            messages_received: Counters::owned(&self.counters.received),
             mutex_messages_sent: self.counters.mutex_sent,
             sessions: Vec::new(),
         }

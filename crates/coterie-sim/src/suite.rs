@@ -86,7 +86,7 @@ pub fn run_seeds(
         summary.out_of_order += report.out_of_order;
         mutex_messages += report.mutex_messages;
         for (kind, n) in &report.messages_by_kind {
-            *summary.messages_by_kind.entry(kind.clone()).or_default() += n;
+            *summary.messages_by_kind.entry(kind.to_string()).or_default() += n;
         }
         if let Some(v) = report.violations.first() {
             summary.violations += 1;

@@ -252,7 +252,7 @@ fn burst_message_counts_match_theory() {
                 ..SimConfig::new(m.name, ELECTIONS[0].name)
             };
             let (mut messages, mut entries) = (0, 0);
-            let mut kinds = std::collections::BTreeMap::<String, u64>::new();
+            let mut kinds = std::collections::BTreeMap::<&str, u64>::new();
             for seed in 0..20 {
                 let report = sim::run(SimConfig { seed, ..cfg.clone() }).unwrap();
                 assert!(report.violations.is_empty(), "{:?}", report.violations);

@@ -17,12 +17,7 @@ fn attr(tag: &str, attr: &str) -> Option<u64> {
 
 /// Messages the run sent, by its own counters, heartbeats aside.
 fn sent_besides_heartbeats(report: &sim::RunReport) -> u64 {
-    report
-        .sent_by_kind
-        .iter()
-        .filter(|(kind, _)| kind.as_str() != "heartbeat")
-        .map(|(_, n)| n)
-        .sum()
+    report.sent_by_kind.iter().filter(|(kind, _)| **kind != "heartbeat").map(|(_, n)| n).sum()
 }
 
 /// Every opening tag that starts with `start`.

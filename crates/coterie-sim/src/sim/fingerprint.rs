@@ -47,20 +47,19 @@ impl<C: Chooser> Simulation<C> {
             n.stable.hash(&mut h);
         }
         self.net.hash_at(&mut h, now);
-        // The queue as a set of (when, what): the order in which events
-        // due at the same moment were queued decides nothing when the
-        // chooser orders ties, and with a random chooser nobody hashes.
-        let mut queued: Vec<(Time, u64)> = self
-            .queue
-            .iter()
-            .map(|Reverse((at, _, idx))| {
-                let mut e = state_hasher();
-                self.events[*idx].hash(&mut e);
-                (at.saturating_sub(now), e.finish())
-            })
-            .collect();
-        queued.sort_unstable();
-        queued.hash(&mut h);
+        // The queue as a multiset of (when, what): the order in which
+        // events due at the same moment were queued decides nothing when
+        // the chooser orders ties, and with a random chooser nobody
+        // hashes. Each element is hashed alone and the hashes summed, so
+        // the order does not count and nothing need be sorted.
+        let mut queued = 0u64;
+        for Reverse((at, _, idx)) in self.queue.iter() {
+            let mut e = state_hasher();
+            at.saturating_sub(now).hash(&mut e);
+            self.events[*idx].hash(&mut e);
+            queued = queued.wrapping_add(e.finish());
+        }
+        (self.queue.len(), queued).hash(&mut h);
         self.holders.hash(&mut h);
         self.fences.last().hash(&mut h);
         self.cut.hash(&mut h);

@@ -433,7 +433,7 @@ impl<C: Chooser> Simulation<C> {
     fn on_output(&mut self, node: NodeId, output: Output) {
         match output {
             Output::Send { to, envelope, kind } => {
-                *self.report.sent_by_kind.entry(kind.to_string()).or_default() += 1;
+                *self.report.sent_by_kind.entry(kind).or_default() += 1;
                 let recorded = if self.recorder.is_some() {
                     let text = self.nodes[&node].engine.as_ref().map(|e| e.describe(&envelope));
                     let text = text.unwrap_or_default();
@@ -442,7 +442,7 @@ impl<C: Chooser> Simulation<C> {
                     None
                 };
                 if self.now >= self.workload_start {
-                    *self.report.messages_by_kind.entry(kind.to_string()).or_default() += 1;
+                    *self.report.messages_by_kind.entry(kind).or_default() += 1;
                 }
                 let carries = Carries::of(&envelope);
                 if carries == Carries::Mutex {
@@ -651,8 +651,9 @@ impl<C: Chooser> Simulation<C> {
         if self.workload_done() && self.now >= quiet_since + settle {
             return false;
         }
-        // Keep the payload table from growing without bound.
-        if self.events.len() > 4096 && self.events.len() > self.queue.len() * 4 {
+        // Keep the payload table from growing without bound, and small:
+        // a checker copies a run, table and all, at every fork.
+        if self.events.len() > 64 && self.events.len() > self.queue.len() * 4 {
             self.compact();
         }
         true

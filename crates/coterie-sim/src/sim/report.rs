@@ -28,7 +28,7 @@ pub struct RunReport {
     /// Mutex-layer messages sent once the workload began.
     pub mutex_messages: u64,
     /// Every message sent once the workload began, by kind.
-    pub messages_by_kind: BTreeMap<String, u64>,
+    pub messages_by_kind: BTreeMap<&'static str, u64>,
     /// Sequential load only: for each entry, the mutex messages it cost and
     /// whether its requester was the coordinator.
     pub per_entry: Vec<(u64, bool)>,
@@ -48,7 +48,7 @@ pub struct RunReport {
     pub trace: Vec<String>,
     /// Every message sent in the whole run (from the start, not the
     /// workload's), by kind.
-    pub sent_by_kind: BTreeMap<String, u64>,
+    pub sent_by_kind: BTreeMap<&'static str, u64>,
     /// The run, for its space-time diagram, when recording.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diagram: Option<coterie_diagram::Run>,
