@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# How a cluster on this one machine scales with its size. For each N:
+#   demo   `coterie demo --nodes N --json` (centralized + bully unless
+#          MUTEX/ELECTION say otherwise): how long the survivors took to
+#          agree after the coordinator's kill, and the acquire latency
+#          (p50, p99) under the demo's workload;
+#   idle   `coterie up` on N nodes with nothing to do: once they agree on a
+#          coordinator, the CPU all N processes use over IDLE_S seconds
+#          (in cores), and the median resident memory per node;
+#   churn  during the idle window, how often a node declared a live peer
+#          down (a detector that cannot keep up suspects the living).
+# It prints one table, and writes it as TSV and as an SVG chart.
+#
+# Usage: scripts/bench-scale.sh [N...]     (default: 5 16 32 64 128)
+#        IDLE_S=10 OUT=target/bench-scale  (where the TSV, SVG and logs go)
+# Run it on a quiet machine: every node is a process, and the numbers are
+# what N processes cost the cores there are.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sizes=("$@")
+[ "${#sizes[@]}" -gt 0 ] || sizes=(5 16 32 64 128)
+idle_s="${IDLE_S:-10}"
+out="${OUT:-target/bench-scale}"
+mutex="${MUTEX:-centralized}"
+election="${ELECTION:-bully}"
+mkdir -p "$out"
+cargo build --release -q -p coterie
+bin="$PWD/target/release/coterie"
+work="$(mktemp -d)"
+up_pid=""
+cleanup() {
+    [ -z "$up_pid" ] || kill "$up_pid" 2>/dev/null || true
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+tick="$(getconf CLK_TCK)"
+
+# A cluster of N nodes on free loopback ports, with a fresh secret.
+write_config() {
+    local n="$1" dir="$2"
+    head -c 32 /dev/urandom | base64 >"$dir/secret"
+    python3 - "$n" "$dir" "$mutex" "$election" <<'EOF'
+import socket, sys
+n, d, mutex, election = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+def free():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+text = f'[cluster]\nname = "scale{n}"\nmutex = "{mutex}"\nelection = "{election}"\n'
+text += '[security]\nsecret_file = "secret"\n'
+for i in range(1, n + 1):
+    text += f'[[node]]\nid = {i}\npeer = "127.0.0.1:{free()}"\nclient = "127.0.0.1:{free()}"\n'
+open(f"{d}/cluster.toml", "w").write(text)
+EOF
+}
+
+# utime + stime of every pid given, in clock ticks.
+cpu_ticks() {
+    local total=0 pid
+    for pid in "$@"; do
+        if [ -r "/proc/$pid/stat" ]; then
+            # Fields 14 and 15, counted after the command's closing paren.
+            total=$((total + $(sed 's/.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}')))
+        fi
+    done
+    echo "$total"
+}
+
+printf 'nodes\tagree_after_kill_ms\tacquire_p50_ms\tacquire_p99_ms\tidle_cores\trss_mb_per_node\tsuspicions_per_s\n' >"$out/scale.tsv"
+for n in "${sizes[@]}"; do
+    echo "== $n nodes: demo" >&2
+    demo_json="$out/demo-$n.json"
+    "$bin" demo --nodes "$n" --mutex "$mutex" --election "$election" --json >"$demo_json" 2>"$out/demo-$n.log" || true
+    read -r agree p50 p99 < <(python3 - "$demo_json" <<'EOF'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception:
+    print("- - -"); sys.exit()
+kill = [e for e in d.get("elections", []) if "kill" in e.get("cause", "")]
+agree = f'{kill[0]["duration_ms"]:.1f}' if kill else "-"
+lat = d.get("latency_ms", {})
+print(agree, f'{lat.get("p50", float("nan")):.2f}', f'{lat.get("p99", float("nan")):.2f}')
+EOF
+)
+
+    echo "== $n nodes: idle for ${idle_s}s" >&2
+    dir="$work/c$n"
+    mkdir -p "$dir"
+    write_config "$n" "$dir"
+    "$bin" up --config "$dir/cluster.toml" >"$out/up-$n.log" 2>&1 &
+    up_pid=$!
+    # Wait (up to 60 s) until every node answers and all follow one
+    # coordinator, then a few seconds more for the start-up to settle.
+    for _ in $(seq 120); do
+        if "$bin" status --config "$dir/cluster.toml" --json 2>/dev/null | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+ok = len(s) == int(sys.argv[1]) and len({x.get("coordinator") for x in s}) == 1 and s[0].get("coordinator")
+sys.exit(0 if ok else 1)' "$n"; then
+            break
+        fi
+        sleep 0.5
+    done
+    sleep 3
+    mapfile -t pids < <(pgrep -f -- "--config $dir/cluster.toml --id" || true)
+    before_log=$(grep -c "peer down" "$out/up-$n.log" || true)
+    t0=$(cpu_ticks "${pids[@]}")
+    sleep "$idle_s"
+    t1=$(cpu_ticks "${pids[@]}")
+    after_log=$(grep -c "peer down" "$out/up-$n.log" || true)
+    rss=$(for pid in "${pids[@]}"; do awk '/^VmRSS/ {print $2}' "/proc/$pid/status" 2>/dev/null; done | sort -n | awk '{a[NR]=$1} END {if (NR) printf "%.1f", a[int((NR+1)/2)]/1024; else print "-"}')
+    cores=$(awk -v d=$((t1 - t0)) -v hz="$tick" -v s="$idle_s" 'BEGIN {printf "%.2f", d / hz / s}')
+    churn=$(awk -v d=$((after_log - before_log)) -v s="$idle_s" 'BEGIN {printf "%.1f", d / s}')
+    kill "$up_pid" 2>/dev/null || true
+    wait "$up_pid" 2>/dev/null || true
+    up_pid=""
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$agree" "$p50" "$p99" "$cores" "$rss" "$churn" | tee -a "$out/scale.tsv" >&2
+done
+
+column -t -s $'\t' "$out/scale.tsv"
+
+# The chart: one panel per measure, N along the bottom.
+python3 - "$out/scale.tsv" "$out/scale.svg" <<'EOF'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+head, rows = rows[0], rows[1:]
+def num(v):
+    try: return float(v)
+    except ValueError: return None
+ns = [int(r[0]) for r in rows]
+panels = [(1, "agree after kill (ms)"), (2, "acquire p50 (ms)"), (3, "acquire p99 (ms)"),
+          (4, "idle CPU (cores)"), (5, "RSS per node (MB)"), (6, "suspicions/s, idle")]
+W, H, PAD = 300, 200, 40
+svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{3 * W}" height="{2 * H}" font-family="sans-serif" font-size="11">',
+       '<rect width="100%" height="100%" fill="white"/>']
+for k, (col, title) in enumerate(panels):
+    ox, oy = (k % 3) * W, (k // 3) * H
+    pts = [(n, num(r[col])) for n, r in zip(ns, rows) if num(r[col]) is not None]
+    svg.append(f'<text x="{ox + W / 2}" y="{oy + 16}" text-anchor="middle" font-weight="bold">{title}</text>')
+    x0, y0, x1, y1 = ox + PAD, oy + H - PAD / 2 - 10, ox + W - 15, oy + 28
+    svg.append(f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" stroke="#333"/><line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y1}" stroke="#333"/>')
+    if not pts:
+        continue
+    top = (max(v for _, v in pts) or 1.0) * 1.2
+    nmax = max(ns)
+    xy = [(x0 + (x1 - x0) * n / nmax, y0 - (y0 - y1) * v / top) for n, v in pts]
+    svg.append('<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="' + " ".join(f"{x:.1f},{y:.1f}" for x, y in xy) + '"/>')
+    for (n, v), (x, y) in zip(pts, xy):
+        svg.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="#1f77b4"/>')
+        svg.append(f'<text x="{x:.1f}" y="{y - 6:.1f}" text-anchor="middle">{v:g}</text>')
+        svg.append(f'<text x="{x:.1f}" y="{y0 + 13:.1f}" text-anchor="middle">{n}</text>')
+svg.append('</svg>')
+open(sys.argv[2], "w").write("\n".join(svg))
+EOF
+echo "wrote $out/scale.tsv and $out/scale.svg" >&2
