@@ -1003,6 +1003,7 @@ fn check_reports_an_exhausted_space_and_a_found_split_brain_as_json() {
     assert!(r["violations"].as_u64().unwrap() > 0);
     let first = &r["counterexamples"][0];
     assert_eq!(first["invariant"], "safety");
+    assert_eq!(first["proven_shortest"], true, "a second pass proves it shortest");
     let schedule = first["schedule"].as_array().unwrap();
     assert!(schedule.last().unwrap().as_str().unwrap().contains("VIOLATION"));
 
