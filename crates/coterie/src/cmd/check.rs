@@ -14,13 +14,14 @@ use std::process::ExitCode;
 /// suspected after 16, so timers fire as they would for real. Start-up
 /// (dials, joins, the first election) runs once; from the workload on,
 /// every delay of every message, every order of one node's events due in
-/// the same tick, and every moment and victim of each fault (at its ends
-/// and middle) is tried. A state seen before is not explored again. Every
-/// run that ends is judged by the simulator's invariants (safety, fences,
-/// deadlock, liveness, agreement), and each broken one is printed with the
-/// shortest schedule that breaks it (proven shortest by a second pass for
-/// all but liveness and agreement, which are judged at a run's end). Exits 1 if one was broken, 3 if a bound
-/// was hit before the whole space was explored.
+/// the same tick, and every victim of each fault, with its moment (within
+/// --fault-window-ticks) and its length at their ends and middle, is
+/// tried. A state seen before is not explored again. Every run is judged
+/// by the simulator's invariants (safety, fences, deadlock, liveness,
+/// agreement), and each broken one is printed with the shortest schedule
+/// that breaks it (proven shortest by a second pass for all but liveness
+/// and agreement, which are judged at a run's end). Exits 1 if one was
+/// broken, 3 if a bound was hit before the whole space was explored.
 #[derive(clap::Args)]
 pub struct Args {
     /// Mutual-exclusion algorithm.
