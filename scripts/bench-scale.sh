@@ -53,16 +53,13 @@ open(f"{d}/cluster.toml", "w").write(text)
 EOF
 }
 
-# utime + stime of every pid given, in clock ticks.
+# utime + stime of every pid given, in clock ticks, read by one process
+# (a loop of 64 reads would itself take seconds on a saturated machine).
 cpu_ticks() {
-    local total=0 pid
-    for pid in "$@"; do
-        if [ -r "/proc/$pid/stat" ]; then
-            # Fields 14 and 15, counted after the command's closing paren.
-            total=$((total + $(sed 's/.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}')))
-        fi
-    done
-    echo "$total"
+    local files=() pid
+    for pid in "$@"; do files+=("/proc/$pid/stat"); done
+    # Fields 14 and 15, counted after the command's closing paren.
+    cat "${files[@]}" 2>/dev/null | sed 's/.*) //' | awk '{s += $12 + $13} END {print s + 0}'
 }
 
 printf 'nodes\tagree_after_kill_ms\tacquire_p50_ms\tacquire_p99_ms\tidle_cores\trss_mb_per_node\tsuspicions_per_s\n' >"$out/scale.tsv"
@@ -105,11 +102,13 @@ sys.exit(0 if ok else 1)' "$n"; then
     mapfile -t pids < <(pgrep -f -- "--config $dir/cluster.toml --id" || true)
     before_log=$(grep -c "peer down" "$out/up-$n.log" || true)
     t0=$(cpu_ticks "${pids[@]}")
+    w0=$(date +%s%N)
     sleep "$idle_s"
     t1=$(cpu_ticks "${pids[@]}")
+    w1=$(date +%s%N)
     after_log=$(grep -c "peer down" "$out/up-$n.log" || true)
     rss=$(for pid in "${pids[@]}"; do awk '/^VmRSS/ {print $2}' "/proc/$pid/status" 2>/dev/null; done | sort -n | awk '{a[NR]=$1} END {if (NR) printf "%.1f", a[int((NR+1)/2)]/1024; else print "-"}')
-    cores=$(awk -v d=$((t1 - t0)) -v hz="$tick" -v s="$idle_s" 'BEGIN {printf "%.2f", d / hz / s}')
+    cores=$(awk -v d=$((t1 - t0)) -v hz="$tick" -v ns=$((w1 - w0)) 'BEGIN {printf "%.2f", d / hz / (ns / 1e9)}')
     churn=$(awk -v d=$((after_log - before_log)) -v s="$idle_s" 'BEGIN {printf "%.1f", d / s}')
     kill "$up_pid" 2>/dev/null || true
     wait "$up_pid" 2>/dev/null || true
