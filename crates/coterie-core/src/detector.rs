@@ -34,7 +34,7 @@ pub enum Verdict {
     Down(NodeId),
 }
 
-#[derive(Clone, Copy, Debug, Hash)]
+#[derive(Clone, Copy, Debug)]
 struct Health {
     /// When the peer was last heard from (or when watching began).
     last_heard: Time,
@@ -45,7 +45,7 @@ struct Health {
 }
 
 /// Tracks which peers are up.
-#[derive(Clone, Debug, Hash)]
+#[derive(Clone, Debug)]
 pub struct FailureDetector {
     timeout: Duration,
     peers: BTreeMap<NodeId, Health>,
