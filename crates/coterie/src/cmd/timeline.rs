@@ -142,10 +142,17 @@ pub struct Election {
 pub struct Observer {
     reach: Arc<Mutex<Reach>>,
     elections: Arc<Mutex<Vec<Election>>>,
-    grants: Arc<Mutex<Vec<(u64, u32)>>>,
+    edges: Arc<Mutex<Vec<(u64, u32, Edge)>>>,
     recording: Arc<Mutex<Option<Recording>>>,
     incidents: Arc<Mutex<Vec<(u64, String)>>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// An entry's two ends, as the nodes report them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Edge {
+    Granted,
+    Released,
 }
 
 impl Observer {
@@ -162,8 +169,19 @@ impl Observer {
     /// The first grant a node other than `except` stamped after
     /// `unix_us`: when (`unix_us`) and at which node.
     pub fn first_grant_after(&self, unix_us: u64, except: u32) -> Option<(u64, u32)> {
-        let grants = self.grants.lock().expect("grants lock");
-        grants.iter().filter(|&&(at, node)| at > unix_us && node != except).min().copied()
+        let edges = self.edges.lock().expect("edges lock");
+        let grants = edges
+            .iter()
+            .filter(|&&(at, node, edge)| edge == Edge::Granted && at > unix_us && node != except);
+        grants.map(|&(at, node, _)| (at, node)).min()
+    }
+
+    /// Whether a client of `node` held the lock at `unix_us`: the last
+    /// grant or release the node stamped before then was a grant.
+    pub fn held_at(&self, node: u32, unix_us: u64) -> bool {
+        let edges = self.edges.lock().expect("edges lock");
+        let before = edges.iter().filter(|&&(at, n, _)| n == node && at <= unix_us);
+        before.max_by_key(|&&(at, _, _)| at).is_some_and(|&(_, _, edge)| edge == Edge::Granted)
     }
 
     /// The run recorded so far, for its diagram, if it was asked to
@@ -203,12 +221,12 @@ pub async fn observe(
     let (ready_tx, ready_rx) = oneshot::channel();
     let reach = Arc::new(Mutex::new(Reach::default()));
     let elections = Arc::new(Mutex::new(Vec::new()));
-    let grants = Arc::new(Mutex::new(Vec::new()));
+    let edges = Arc::new(Mutex::new(Vec::new()));
     let mut state = State {
         timeline: timeline.clone(),
         reach: reach.clone(),
         elections: elections.clone(),
-        grants: grants.clone(),
+        edges: edges.clone(),
         recording: recording.clone(),
         incidents: incidents.clone(),
         follows: BTreeMap::new(),
@@ -237,7 +255,7 @@ pub async fn observe(
         }
     });
     let _ = tokio::time::timeout(Duration::from_secs(5), ready_rx).await;
-    Observer { reach, elections, grants, recording, incidents, task }
+    Observer { reach, elections, edges, recording, incidents, task }
 }
 
 /// Something that may set off an election.
@@ -254,8 +272,9 @@ struct State {
     timeline: Timeline,
     reach: Arc<Mutex<Reach>>,
     elections: Arc<Mutex<Vec<Election>>>,
-    /// Every grant the nodes reported: when (`unix_us`), at which node.
-    grants: Arc<Mutex<Vec<(u64, u32)>>>,
+    /// Every grant and release the nodes reported: when (`unix_us`), at
+    /// which node.
+    edges: Arc<Mutex<Vec<(u64, u32, Edge)>>>,
     /// The run, message by message, when asked to record it.
     recording: Arc<Mutex<Option<Recording>>>,
     /// What the witness caught, the first of each kind per node: when
@@ -346,12 +365,12 @@ impl State {
             // Grants are too many to list (they are kept, not written), and
             // faults are the driver's own steps, already on the timeline.
             NodeEvent::Granted { .. } => {
-                self.grants.lock().expect("grants lock").push((e.unix_us, node));
+                self.edges.lock().expect("edges lock").push((e.unix_us, node, Edge::Granted));
             }
-            NodeEvent::Released { .. }
-            | NodeEvent::Fault(_)
-            | NodeEvent::Sent { .. }
-            | NodeEvent::Delivered { .. } => {}
+            NodeEvent::Released { .. } => {
+                self.edges.lock().expect("edges lock").push((e.unix_us, node, Edge::Released));
+            }
+            NodeEvent::Fault(_) | NodeEvent::Sent { .. } | NodeEvent::Delivered { .. } => {}
         }
     }
 
