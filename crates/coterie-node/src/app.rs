@@ -29,6 +29,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+
+/// A client connection's read half, buffered.
+type ClientReader = tokio::io::BufReader<OwnedReadHalf>;
 use tokio::net::TcpStream;
 use tokio::sync::{broadcast, oneshot, watch};
 use tracing::{debug, info, warn};
@@ -64,7 +67,9 @@ pub(crate) async fn client_session(
     if agent.admit(&mut stream, from, "client").await.is_err() {
         return;
     }
-    let (mut reader, mut writer) = stream.into_split();
+    let (reader, mut writer) = stream.into_split();
+    // A request's length prefix and body in one system call.
+    let mut reader = tokio::io::BufReader::with_capacity(1024, reader);
     let session = agent.new_session();
     let mut buf = Vec::new();
     // Without a handshake, the first request is what a silent connection
@@ -155,7 +160,7 @@ pub(crate) async fn client_session(
 async fn watch_session(
     agent: &Agent,
     session: u64,
-    reader: &mut OwnedReadHalf,
+    reader: &mut ClientReader,
     writer: &mut OwnedWriteHalf,
     stop: &mut watch::Receiver<bool>,
 ) {
@@ -220,7 +225,7 @@ async fn acquire(
     session: u64,
     timeout_ms: Option<u64>,
     try_lock: bool,
-    reader: &mut OwnedReadHalf,
+    reader: &mut ClientReader,
 ) -> Option<ClientResponse> {
     let (tx, rx) = oneshot::channel();
     match agent.ask(session, tx) {

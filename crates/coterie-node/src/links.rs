@@ -116,11 +116,6 @@ impl PeerLinks {
             .collect()
     }
 
-    /// The highest number `peer` acknowledged.
-    pub(crate) fn acked_upto(&mut self, peer: NodeId) -> u64 {
-        self.link(peer).session.acked_upto()
-    }
-
     /// Frame `seq`, acknowledging `ack`, arrived on reader `reader`'s
     /// connection from `peer`'s incarnation `boot`.
     pub(crate) fn receive(

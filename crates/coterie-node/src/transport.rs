@@ -46,6 +46,9 @@ use tracing::{debug, error, info, warn};
 /// How long a dialled peer has to answer our Hello, and a new connection to
 /// send its own.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+/// What a peer connection reads at once: a frame's length prefix and
+/// body, or several frames, in one system call.
+const READ_BUFFER: usize = 4096;
 /// Redial delays grow from the first to the last.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(1));
 
@@ -170,7 +173,7 @@ pub(crate) async fn dial_task(agent: Arc<Agent>, peer: NodeId, mut stop: watch::
         // the peer dials us meanwhile it is back: drop the attempt and dial
         // again at once.
         let attempt = tokio::select! {
-            result = connect(&agent, peer, &handle.addr) => result,
+            result = dial(&agent, peer, &handle.addr) => result,
             _ = handle.redial.notified() => continue,
             _ = stopped(&mut stop) => return,
         };
@@ -258,7 +261,7 @@ struct Connected {
 /// Dials `peer`, writes the Hello and every frame the session keeps behind
 /// it (the peer drops what it had: no round trip before data flows), and
 /// reads the answer.
-async fn connect(agent: &Agent, peer: NodeId, addr: &str) -> Result<Connected, DialError> {
+async fn dial(agent: &Agent, peer: NodeId, addr: &str) -> Result<Connected, DialError> {
     let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
@@ -271,6 +274,9 @@ async fn connect(agent: &Agent, peer: NodeId, addr: &str) -> Result<Connected, D
         Err(_) => return Err(DialError::Other),
     };
     let _ = stream.set_nodelay(true);
+    // What this node writes and the peer's kernel does not acknowledge
+    // within the failure timeout ends the connection (see [`pump`]).
+    let _ = socket2::SockRef::from(&stream).set_tcp_user_timeout(Some(agent.failure_timeout()));
     let mut stream = stream;
     if let Err(e) = agent.authenticate(&mut stream).await {
         return Err(match e {
@@ -314,11 +320,14 @@ enum Pump {
 /// A connection can also die without closing: the peer's host vanished, or
 /// its address changed (a container disconnected from its network and
 /// connected again), and nothing answers, not even a reset. Writes still
-/// succeed into the socket's buffer. So while something written is
-/// unacknowledged (acknowledgements ride on the peer's heartbeats), the
-/// pump watches them advance; if they stand still for a failure timeout,
-/// the connection is presumed dead and dialled anew. The session loses
-/// nothing either way.
+/// succeed into the socket's buffer. The kernel sees it, though: what it
+/// sent goes unacknowledged, and with `TCP_USER_TIMEOUT` set to the failure
+/// timeout ([`dial`]) it gives the connection up after that long, the
+/// pump's read fails, and the connection is dialled anew. The session
+/// loses nothing either way. The acknowledgements are the peer kernel's,
+/// not its process's: a peer that is merely slow or stopped keeps its
+/// connection (the failure detector judges it), and so does a node too
+/// starved to read its own timers.
 async fn pump(
     agent: &Agent,
     peer: NodeId,
@@ -332,9 +341,6 @@ async fn pump(
     let (mut reader, mut writer) = stream.into_split();
     let mut batch = Batch { bytes: Vec::new(), last: None };
     let mut probe = [0u8; 64];
-    let patience = agent.failure_timeout();
-    let mut check = tokio::time::interval(patience / 2);
-    let mut progress = (0, tokio::time::Instant::now());
     loop {
         if let Some(last) = batch.last.take() {
             if writer.write_all(&batch.bytes).await.is_err() {
@@ -350,23 +356,20 @@ async fn pump(
                 }
             }
             // The peer never writes on this connection: a read returning
-            // is the connection closing.
+            // is the connection closing (or timing out).
             read = reader.read(&mut probe) => match read {
-                Ok(0) | Err(_) => return Pump::Closed,
+                Ok(0) => return Pump::Closed,
+                Err(e) => {
+                    if e.kind() == io::ErrorKind::TimedOut {
+                        warn!(peer = peer.0, "what was written to peer went unacknowledged for the failure timeout: the connection is presumed dead, dialling again");
+                    }
+                    return Pump::Closed;
+                }
                 Ok(_) => {}
             },
             _ = reset.changed() => {
                 info!(peer = peer.0, "connection to peer reset by a fault");
                 return Pump::Closed;
-            }
-            _ = check.tick() => {
-                let acked = agent.with_state(|s| s.links.acked_upto(peer));
-                if acked != progress.0 || acked >= written {
-                    progress = (acked, tokio::time::Instant::now());
-                } else if progress.1.elapsed() >= patience {
-                    warn!(peer = peer.0, acked, written, "no acknowledgement from peer for {patience:?}: the connection is presumed dead, dialling again");
-                    return Pump::Closed;
-                }
             }
             _ = stopped(stop) => return Pump::Stopped,
         }
@@ -442,6 +445,9 @@ pub(crate) async fn serve_peer(
     let mut reset = handle.reset.subscribe();
     // What the peer sends that cannot be used is logged, a line a second.
     let mut drops = Throttle::default();
+    // Frames are read a few at a time, not a header and a body per call:
+    // nothing but the Hello was read before, so nothing is lost.
+    let mut stream = tokio::io::BufReader::with_capacity(READ_BUFFER, stream);
     loop {
         let frame = tokio::select! {
             f = read_frame::<PeerFrame, _>(&mut stream, &mut buf) => f,
