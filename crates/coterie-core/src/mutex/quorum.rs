@@ -677,7 +677,13 @@ impl<R: QuorumRule> QuorumLock<R> {
                 self.forget_requests_of(from);
                 match self.arbiter.lock {
                     Some(held) if held.node == from => {
-                        // The holder restamped: it keeps the permission.
+                        // The holder asked anew: it keeps the permission.
+                        // The stamp it replaces counts as used: the request
+                        // may be a restarted holder's, come before its
+                        // RECOVER, and the entry its previous incarnation
+                        // made under that stamp must stay below every later
+                        // fence.
+                        self.arbiter.high = self.arbiter.high.max(Some(held));
                         self.arbiter.lock = Some(stamp);
                         self.arbiter.inquired = false;
                         if self.arbiter.ready {
@@ -1028,6 +1034,24 @@ mod tests {
         a.handle_message(T, n(3), QuorumMsg::Release { stamp: stamp(3, 3) }, &mut out);
         let high = Some(stamp(3, 3));
         assert_eq!(out.take(), vec![send(2, QuorumMsg::Grant { to: stamp(5, 2), high, seq: 3 })]);
+    }
+
+    #[test]
+    fn a_holder_that_asks_anew_keeps_the_permission_and_its_old_stamp_counts_as_used() {
+        let mut a = node(1);
+        let mut out = Out::new();
+        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2) }, &mut out);
+        out.take();
+        // n2 entered under 5 and restarted; its new incarnation's request
+        // comes before its RECOVER. The permission moves to the new stamp,
+        // and the grant says 5 was used: whoever enters after it must be
+        // above it.
+        a.handle_peer_down(T, n(2), &mut out);
+        a.handle_peer_up(T, n(2), &mut out);
+        out.take();
+        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(9, 2) }, &mut out);
+        let high = Some(stamp(5, 2));
+        assert_eq!(out.take(), vec![send(2, QuorumMsg::Grant { to: stamp(9, 2), high, seq: 2 })]);
     }
 
     #[test]
