@@ -13,15 +13,68 @@ use std::time::Duration;
 /// Heartbeat and failure-detection periods, shared by every layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
-    /// How often a node sends a heartbeat to every peer.
+    /// How often a node heartbeats (or probes) the peers it is watched by.
     pub heartbeat: Duration,
-    /// How long a peer may stay silent before it is suspected down.
+    /// How long a watched peer may stay silent before it is suspected down.
     pub failure_timeout: Duration,
+    /// Who watches whom.
+    pub detector: Detector,
 }
 
 impl Default for Timing {
     fn default() -> Self {
-        Timing { heartbeat: Duration::from_millis(50), failure_timeout: Duration::from_millis(250) }
+        Timing {
+            heartbeat: Duration::from_millis(50),
+            failure_timeout: Duration::from_millis(250),
+            detector: Detector::All,
+        }
+    }
+}
+
+/// Who watches whom for failures: what the heartbeats cost, and how a
+/// hang is found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Detector {
+    /// Every node heartbeats every peer each period and suspects any peer
+    /// silent for the failure timeout: N(N−1) heartbeats a period, and
+    /// every node finds a hang within one timeout.
+    #[default]
+    All,
+    /// Each node probes, each period, the `watch` peers that follow it by
+    /// id among those it counts up (wrapping round), and the coordinator
+    /// it follows; a probed peer answers at once, and a peer heard from
+    /// since the previous period is not asked. So every node is watched
+    /// by `watch` others and the coordinator by all: at most
+    /// 2(`watch`·N + N) messages a period, about half that when idle. A
+    /// node that suspects one of its `watch` neighbours announces it to
+    /// every other, and each of them then suspects the
+    /// peer only if it does not hear from it within a failure timeout of
+    /// its own: a hang is found by the coordinator's followers within one
+    /// timeout, and by everyone within two, and no node suspects a peer
+    /// it can still hear. Closed connections are seen by every node at
+    /// once, as with `All`. (The probing and the announcement are those
+    /// of SWIM: A. Das, I. Gupta and A. Motivala, "SWIM: Scalable
+    /// Weakly-consistent Infection-style Process Group Membership
+    /// Protocol", DSN 2002; the fixed ring of monitors is Akka's cluster
+    /// heartbeat.)
+    Ring {
+        /// How many peers each node probes, besides its coordinator.
+        watch: u32,
+    },
+}
+
+impl Detector {
+    /// Above this many nodes, `auto` picks [`Detector::Ring`].
+    pub const AUTO_RING_ABOVE: usize = 16;
+
+    /// What `detector = "auto"` means for `nodes` nodes: every peer
+    /// watched in a small cluster, a ring of 2 in a larger one.
+    pub fn auto(nodes: usize) -> Detector {
+        if nodes > Self::AUTO_RING_ABOVE {
+            Detector::Ring { watch: 2 }
+        } else {
+            Detector::All
+        }
     }
 }
 

@@ -1,9 +1,18 @@
 //! A heartbeat failure detector, free of I/O.
 //!
-//! Every node sends a heartbeat to every peer each `heartbeat` period, and
-//! any message from a peer counts as hearing from it. A peer that has been
-//! heard from is *up*; once it has been silent for `failure_timeout` it is
-//! suspected *down*; hearing from it again brings it back up.
+//! Any message from a peer counts as hearing from it. A peer that has been
+//! heard from is *up*; once a peer this node *watches* has been silent for
+//! `failure_timeout` it is suspected *down*; hearing from it again brings
+//! it back up.
+//!
+//! Which peers are watched is the engine's choice
+//! ([`Detector`](crate::algorithm::Detector)): with `all`, every peer, each
+//! of which heartbeats this node every period; with `ring`, a few, each
+//! probed every period (and answering at once), plus any peer another
+//! node has announced it suspects, until it is heard from
+//! ([`check_on`](FailureDetector::check_on)). A peer that is not watched
+//! keeps its standing, however long it is silent: its watchers speak for
+//! it.
 //!
 //! Heartbeats carry the sender's incarnation (boot id). A peer that comes
 //! back with a new one restarted, however quickly: it is reported down (and
@@ -42,6 +51,19 @@ struct Health {
     up: bool,
     /// The incarnation its heartbeats last carried.
     incarnation: Option<u64>,
+    /// Whether its silence counts: this node expects to hear from it
+    /// every period.
+    watched: bool,
+    /// Another node announced it suspects the peer: its silence counts
+    /// until it is heard from.
+    checking: bool,
+}
+
+impl Health {
+    /// Whether the peer's silence would make it suspected now.
+    fn expected(&self) -> bool {
+        self.up && (self.watched || self.checking)
+    }
 }
 
 /// Tracks which peers are up.
@@ -53,14 +75,51 @@ pub struct FailureDetector {
 
 impl FailureDetector {
     /// Starts watching `peers` at `now`. Every peer starts out not up: it is
-    /// counted up once heard from.
+    /// counted up once heard from. Every peer is watched until
+    /// [`set_watched`](Self::set_watched) says otherwise.
     pub fn new(peers: impl IntoIterator<Item = NodeId>, timeout: Duration, now: Time) -> Self {
-        FailureDetector {
-            timeout,
-            peers: peers
-                .into_iter()
-                .map(|p| (p, Health { last_heard: now, up: false, incarnation: None }))
-                .collect(),
+        let health = Health {
+            last_heard: now,
+            up: false,
+            incarnation: None,
+            watched: true,
+            checking: false,
+        };
+        FailureDetector { timeout, peers: peers.into_iter().map(|p| (p, health)).collect() }
+    }
+
+    /// Whether `peer`'s silence counts from now on. A peer that becomes
+    /// watched has its silence counted from `now`: before, nobody here
+    /// expected to hear from it.
+    pub fn set_watched(&mut self, peer: NodeId, watched: bool, now: Time) {
+        if let Some(h) = self.peers.get_mut(&peer) {
+            if watched && !h.watched {
+                h.last_heard = h.last_heard.max(now);
+            }
+            h.watched = watched;
+        }
+    }
+
+    /// Whether `peer` is watched.
+    pub fn watched(&self, peer: NodeId) -> bool {
+        self.peers.get(&peer).is_some_and(|h| h.watched)
+    }
+
+    /// Another node announced that it suspects `peer`. If this node counts
+    /// it up, its silence counts until it is heard from, whether or not it
+    /// stays watched meanwhile (a coordinator stops being watched once an
+    /// election moves on). Returns true if it was not watched: its silence
+    /// counts from `now`, and the caller asks it for an answer.
+    pub fn check_on(&mut self, peer: NodeId, now: Time) -> bool {
+        match self.peers.get_mut(&peer) {
+            Some(h) if h.up && !h.checking => {
+                h.checking = true;
+                if !h.watched {
+                    h.last_heard = h.last_heard.max(now);
+                }
+                !h.watched
+            }
+            _ => false,
         }
     }
 
@@ -74,6 +133,8 @@ impl FailureDetector {
             crate::outbox::relative(health.last_heard, now).hash(h);
             health.up.hash(h);
             health.incarnation.hash(h);
+            health.watched.hash(h);
+            health.checking.hash(h);
         }
     }
 
@@ -82,6 +143,7 @@ impl FailureDetector {
     pub fn heard_from(&mut self, peer: NodeId, now: Time) -> Option<Verdict> {
         let health = self.peers.get_mut(&peer)?;
         health.last_heard = health.last_heard.max(now);
+        health.checking = false;
         if health.up {
             None
         } else {
@@ -98,6 +160,7 @@ impl FailureDetector {
         let previous = health.incarnation.replace(incarnation);
         if health.up && previous.is_some_and(|p| p != incarnation) {
             health.up = false;
+            health.checking = false;
             Some(Verdict::Down(peer))
         } else {
             None
@@ -110,6 +173,7 @@ impl FailureDetector {
         let health = self.peers.get_mut(&peer)?;
         if health.up {
             health.up = false;
+            health.checking = false;
             Some(Verdict::Down(peer))
         } else {
             None
@@ -120,29 +184,30 @@ impl FailureDetector {
     /// until `now`: silence it could not hear proves nothing about its
     /// peers, so every up peer's silence is counted from `now` instead.
     pub fn forgive_stall(&mut self, now: Time) {
-        for health in self.peers.values_mut().filter(|h| h.up) {
+        for health in self.peers.values_mut().filter(|h| h.expected()) {
             health.last_heard = health.last_heard.max(now);
         }
     }
 
-    /// Suspects every up peer silent for longer than the timeout, in id
-    /// order.
+    /// Suspects every up peer whose silence counts and has lasted the
+    /// timeout, in id order.
     pub fn check(&mut self, now: Time) -> Vec<Verdict> {
         let timeout = self.timeout;
         self.peers
             .iter_mut()
-            .filter(|(_, h)| h.up && now.saturating_sub(h.last_heard) >= timeout)
+            .filter(|(_, h)| h.expected() && now.saturating_sub(h.last_heard) >= timeout)
             .map(|(&peer, h)| {
                 h.up = false;
+                h.checking = false;
                 Verdict::Down(peer)
             })
             .collect()
     }
 
     /// The earliest time at which [`check`](Self::check) could suspect
-    /// someone, if any peer is up.
+    /// someone, if any peer's silence counts.
     pub fn next_deadline(&self) -> Option<Time> {
-        self.peers.values().filter(|h| h.up).map(|h| h.last_heard + self.timeout).min()
+        self.peers.values().filter(|h| h.expected()).map(|h| h.last_heard + self.timeout).min()
     }
 
     /// Whether `peer` currently counts as up.
@@ -154,6 +219,11 @@ impl FailureDetector {
     /// have said which.
     pub fn up_incarnation(&self, peer: NodeId) -> Option<u64> {
         self.peers.get(&peer).filter(|h| h.up).and_then(|h| h.incarnation)
+    }
+
+    /// Whether `peer` has been heard from after `since`.
+    pub fn heard_since(&self, peer: NodeId, since: Time) -> bool {
+        self.peers.get(&peer).is_some_and(|h| h.last_heard > since)
     }
 
     /// Whether every peer counted as up has been heard from after
@@ -230,6 +300,36 @@ mod tests {
         d.forgive_stall(ms(2000));
         assert!(d.check(ms(2000)).is_empty());
         assert_eq!(d.check(ms(2250)), vec![Verdict::Down(NodeId(2))]);
+    }
+
+    #[test]
+    fn an_unwatched_peer_keeps_its_standing_until_checked_on() {
+        let mut d = FailureDetector::new([NodeId(2), NodeId(3)], ms(250), ms(0));
+        d.heard_from(NodeId(2), ms(0));
+        d.heard_from(NodeId(3), ms(0));
+        d.set_watched(NodeId(2), false, ms(0));
+        assert_eq!(d.next_deadline(), Some(ms(250))); // n3's
+        assert_eq!(d.check(ms(5000)), vec![Verdict::Down(NodeId(3))]);
+        assert!(d.is_up(NodeId(2)));
+        assert_eq!(d.next_deadline(), None);
+        // Someone suspects n2: its silence counts from the announcement.
+        assert!(d.check_on(NodeId(2), ms(6000)));
+        assert!(!d.check_on(NodeId(2), ms(6010)), "already being checked");
+        assert!(d.check(ms(6249)).is_empty());
+        // Heard from: the check is over, and n2 is unwatched again.
+        d.heard_from(NodeId(2), ms(6100));
+        assert_eq!(d.next_deadline(), None);
+        assert!(d.check_on(NodeId(2), ms(7000)));
+        assert_eq!(d.check(ms(7250)), vec![Verdict::Down(NodeId(2))]);
+        // Watched again after a long silence: counted from then.
+        d.heard_from(NodeId(2), ms(8000));
+        d.set_watched(NodeId(2), false, ms(8000));
+        d.set_watched(NodeId(2), true, ms(9000));
+        assert_eq!(d.next_deadline(), Some(ms(9250)));
+        assert!(!d.check_on(NodeId(2), ms(9000)), "a watched peer needs no probe");
+        // ... but its silence keeps counting once it is no longer watched.
+        d.set_watched(NodeId(2), false, ms(9100));
+        assert_eq!(d.next_deadline(), Some(ms(9250)));
     }
 
     #[test]

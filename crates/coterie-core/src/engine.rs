@@ -27,7 +27,7 @@
 //! [`next_deadline`]: Engine::next_deadline
 //! [`handle_timeout`]: Engine::handle_timeout
 
-use crate::algorithm::{AlgoConfig, Restored, WATERMARK_RESERVE};
+use crate::algorithm::{AlgoConfig, Detector, Restored, WATERMARK_RESERVE};
 use crate::detector::{FailureDetector, Verdict};
 use crate::outbox::{Action, Time, TimerId};
 use crate::records::Records;
@@ -404,6 +404,7 @@ impl Engine {
     pub fn describe(&self, envelope: &Envelope) -> String {
         match envelope {
             Envelope::Heartbeat(hb) => format!("{hb:?}"),
+            Envelope::Suspect(peer) => format!("Suspect {{ peer: n{} }}", peer.0),
             Envelope::Election(b) => self.election.describe(b),
             Envelope::Mutex(b) => self.mutex.describe(b),
         }
@@ -530,6 +531,16 @@ impl Engine {
                 self.apply(now, Layer::Election, acts);
                 return Ok(());
             }
+            Envelope::Suspect(peer) => {
+                Counters::bump(&mut self.counters.received, "suspect");
+                self.scratch = acts;
+                // Checked here, not believed: suspected only if it does
+                // not answer this node within a failure timeout.
+                if *peer != self.cfg.id && self.detector.check_on(*peer, now) {
+                    self.send_heartbeat(*peer, true);
+                }
+                return Ok(());
+            }
             Envelope::Election(bytes) => self
                 .election
                 .handle_message(now, from, bytes, &mut acts)
@@ -579,9 +590,18 @@ impl Engine {
         if self.next_heartbeat <= now {
             self.send_heartbeats(now);
         }
+        // On a ring, who this node watches for the others, before the
+        // check counts any of them down.
+        let neighbours = match self.cfg.timing.detector {
+            Detector::All => BTreeSet::new(),
+            Detector::Ring { watch } => self.neighbours(watch),
+        };
         for verdict in self.detector.check(now) {
             if let Verdict::Down(peer) = verdict {
                 self.peer_down(now, peer);
+                if neighbours.contains(&peer) {
+                    self.announce_suspicion(peer);
+                }
             }
         }
         // Fire due algorithm timers in deadline order. A handler may re-arm
@@ -600,11 +620,71 @@ impl Engine {
         }
     }
 
+    /// One period's heartbeats ([`Detector`]): to every peer; or, on a
+    /// ring, probes to the peers this node watches and has not heard from
+    /// in the last period, to every peer it counts down (so that it hears
+    /// the moment one is back), and, while it joins, to every peer it has
+    /// not yet heard count it in.
     fn send_heartbeats(&mut self, now: Time) {
+        // When the previous period's heartbeats went out.
+        let previous = self.next_heartbeat.saturating_sub(self.cfg.timing.heartbeat);
         self.next_heartbeat = now + self.cfg.timing.heartbeat;
         let peers: Vec<NodeId> = self.cfg.peers().collect();
-        for to in peers {
-            self.send_heartbeat(to, false);
+        match self.cfg.timing.detector {
+            Detector::All => {
+                for to in peers {
+                    self.send_heartbeat(to, false);
+                }
+            }
+            Detector::Ring { watch } => {
+                self.rewatch(watch, now);
+                let joining = self.join_deadline.is_some();
+                // Anything heard from a watched peer since the previous
+                // period's probes did what an answer would: it is asked
+                // again next period.
+                let recently = previous;
+                for to in peers {
+                    let up = self.detector.is_up(to);
+                    if !up
+                        || (self.detector.watched(to) && !self.detector.heard_since(to, recently))
+                        || (joining && !self.synced.contains(&to))
+                    {
+                        self.send_heartbeat(to, true);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The first `watch` peers after this node by id (wrapping round)
+    /// among those counted up: its neighbours on the ring.
+    fn neighbours(&self, watch: u32) -> BTreeSet<NodeId> {
+        let me = self.cfg.id;
+        let mut ring: Vec<NodeId> = self.cfg.peers().filter(|&p| self.detector.is_up(p)).collect();
+        ring.sort_unstable_by_key(|&p| (p < me, p));
+        ring.into_iter().take(watch as usize).collect()
+    }
+
+    /// On a ring: watches its neighbours and its coordinator.
+    fn rewatch(&mut self, watch: u32, now: Time) {
+        let mut watched = self.neighbours(watch);
+        watched.extend(self.election.coordinator().filter(|&c| c != self.cfg.id));
+        let peers: Vec<NodeId> = self.cfg.peers().collect();
+        for peer in peers {
+            self.detector.set_watched(peer, watched.contains(&peer), now);
+        }
+    }
+
+    /// Tells every peer counted up that `peer`, a neighbour on the ring,
+    /// is suspected here; each checks for itself
+    /// ([`FailureDetector::check_on`]). (Every node watches its
+    /// coordinator too, but an election may move on before a node's own
+    /// timeout runs out: the coordinator's neighbours speak for it as for
+    /// any other.)
+    fn announce_suspicion(&mut self, peer: NodeId) {
+        let others: Vec<NodeId> = self.detector.up_peers().filter(|&p| p != peer).collect();
+        for to in others {
+            self.push_send(to, Envelope::Suspect(peer), "suspect");
         }
     }
 

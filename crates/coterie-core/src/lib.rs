@@ -40,8 +40,8 @@ pub mod wire;
 pub const CLUSTER_ERA: std::time::Duration = std::time::Duration::from_secs(1_577_836_800);
 
 pub use algorithm::{
-    AlgoConfig, Algorithm, ElectionAlgorithm, MutexAlgorithm, MutexOptions, Priority, Restored,
-    Timing, UnknownPriority,
+    AlgoConfig, Algorithm, Detector, ElectionAlgorithm, MutexAlgorithm, MutexOptions, Priority,
+    Restored, Timing, UnknownPriority,
 };
 pub use engine::{Engine, EngineError, Output, Status};
 pub use outbox::{Action, Message, NoTimer, Outbox, Time, Timer, TimerId};

@@ -13,9 +13,12 @@
 //!   A frame numbered at or below it is a duplicate and dropped.
 //!
 //! Acknowledgements are cumulative and cost no frame of their own: every
-//! frame A sends B carries A's delivered count ([`Session::ack`]), and
-//! heartbeats flow both ways every period, so an idle link acknowledges
-//! within a heartbeat.
+//! frame A sends B carries A's delivered count ([`Session::ack`]). With
+//! every peer watched, heartbeats flow both ways every period, so an idle
+//! link acknowledges within a heartbeat; on a ring of watchers
+//! ([`Detector::Ring`](crate::algorithm::Detector::Ring)) a link that goes
+//! quiet keeps its last few frames until the next frame back, which
+//! memory bounds (below) and nothing else notices.
 //!
 //! Each connection opens with a handshake that names both sides' boot ids
 //! (so each [`bind`](Session::bind)s its session). The dialler writes its

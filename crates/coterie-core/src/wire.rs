@@ -13,7 +13,7 @@ use crate::types::{Epoch, NodeId};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 /// Bumped whenever a frame's encoding changes.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// The largest frame body accepted, in bytes. Every coterie message is far
 /// smaller; a larger length prefix is a broken or hostile peer.
@@ -159,9 +159,10 @@ pub struct Heartbeat {
     /// from every live peer, so that none of them leaves it out of a
     /// request.
     pub you: Option<u64>,
-    /// The sender asks for a heartbeat back at once: it is about to hand a
-    /// grant on under a lock delay, and must hear from every peer first
-    /// ([`Engine::probe_peers`](crate::Engine::probe_peers)).
+    /// The sender asks for a heartbeat back at once: it watches the
+    /// receiver ([`Detector::Ring`](crate::algorithm::Detector::Ring)), or
+    /// it is about to hand a grant on under a lock delay and must hear from
+    /// every peer first ([`Engine::probe_peers`](crate::Engine::probe_peers)).
     pub probe: bool,
 }
 
@@ -174,6 +175,10 @@ pub enum Envelope {
     Election(Vec<u8>),
     /// A mutex-layer message, encoded by its algorithm.
     Mutex(Vec<u8>),
+    /// The sender, which watched this peer, suspects it
+    /// ([`Detector::Ring`](crate::algorithm::Detector::Ring)): the
+    /// receiver checks it for itself.
+    Suspect(NodeId),
 }
 
 /// A frame on a peer connection.

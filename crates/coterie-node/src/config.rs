@@ -15,6 +15,9 @@
 //! [timing]
 //! heartbeat = "50ms"
 //! failure_timeout = "250ms"
+//! # detector = "auto"           # who watches whom: "all", "ring", or "auto"
+//! #                             # (all up to 16 nodes, ring above)
+//! # watch = 2                   # ring: peers each node probes, besides its coordinator
 //!
 //! [security]
 //! # secret_file = "secret"      # the shared secret; COTERIE_SECRET_FILE overrides
@@ -30,7 +33,7 @@
 //! ```
 
 use coterie_core::registry::{self, MutexOption};
-use coterie_core::{AlgoConfig, MutexOptions, NodeId, Priority, Timing};
+use coterie_core::{AlgoConfig, Detector, MutexOptions, NodeId, Priority, Timing};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -165,6 +168,31 @@ pub struct TimingSection {
     /// Silence after which a peer is suspected, e.g. `"250ms"`.
     #[serde(default = "default_failure_timeout", with = "humantime_serde_str")]
     pub failure_timeout: Duration,
+    /// Who watches whom ([`Detector`]).
+    #[serde(default)]
+    pub detector: DetectorChoice,
+    /// With the ring detector: how many peers each node probes, besides
+    /// its coordinator.
+    #[serde(default = "default_watch")]
+    pub watch: u32,
+}
+
+/// `detector`: a [`Detector`], or `auto` to pick by the cluster's size
+/// ([`Detector::auto`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DetectorChoice {
+    /// [`Detector::auto`].
+    #[default]
+    Auto,
+    /// [`Detector::All`].
+    All,
+    /// [`Detector::Ring`].
+    Ring,
+}
+
+fn default_watch() -> u32 {
+    2
 }
 
 fn default_heartbeat() -> Duration {
@@ -177,7 +205,12 @@ fn default_failure_timeout() -> Duration {
 
 impl Default for TimingSection {
     fn default() -> Self {
-        TimingSection { heartbeat: default_heartbeat(), failure_timeout: default_failure_timeout() }
+        TimingSection {
+            heartbeat: default_heartbeat(),
+            failure_timeout: default_failure_timeout(),
+            detector: DetectorChoice::default(),
+            watch: default_watch(),
+        }
     }
 }
 
@@ -417,6 +450,12 @@ impl Config {
                 t.failure_timeout, t.heartbeat
             )));
         }
+        if t.watch == 0 {
+            return Err(invalid(
+                "watch must be at least 1: a ring where nobody watches anybody finds no hang"
+                    .to_string(),
+            ));
+        }
         Ok(cfg)
     }
 
@@ -425,9 +464,18 @@ impl Config {
         self.nodes.iter().find(|n| n.id == id)
     }
 
-    /// Heartbeat and failure-detection periods.
+    /// Heartbeat and failure-detection periods, and who watches whom.
     pub fn timing(&self) -> Timing {
-        Timing { heartbeat: self.timing.heartbeat, failure_timeout: self.timing.failure_timeout }
+        let detector = match self.timing.detector {
+            DetectorChoice::Auto => Detector::auto(self.nodes.len()),
+            DetectorChoice::All => Detector::All,
+            DetectorChoice::Ring => Detector::Ring { watch: self.timing.watch },
+        };
+        Timing {
+            heartbeat: self.timing.heartbeat,
+            failure_timeout: self.timing.failure_timeout,
+            detector,
+        }
     }
 
     /// What node `id`'s algorithms are built from.
@@ -477,6 +525,23 @@ mod tests {
         assert_eq!(cfg.nodes[0].id, 1);
         assert_eq!(cfg.timing().failure_timeout, Duration::from_millis(100));
         assert_eq!(cfg.algo_config(1, 0, Duration::ZERO).members, vec![NodeId(1), NodeId(2)]);
+    }
+
+    #[test]
+    fn the_detector_is_chosen_by_size_unless_named() {
+        assert_eq!(parse(GOOD).unwrap().timing().detector, Detector::All);
+        let ring = GOOD.replace(
+            "failure_timeout = \"100ms\"",
+            "failure_timeout = \"100ms\"\ndetector = \"ring\"\nwatch = 3",
+        );
+        assert_eq!(parse(&ring).unwrap().timing().detector, Detector::Ring { watch: 3 });
+        assert_eq!(Detector::auto(16), Detector::All);
+        assert_eq!(Detector::auto(17), Detector::Ring { watch: 2 });
+        let bad = ring.replace("watch = 3", "watch = 0");
+        assert!(parse(&bad).unwrap_err().to_string().contains("watch must be at least 1"));
+        let bad = ring.replace("\"ring\"", "\"gossip\"");
+        let err = parse(&bad).unwrap_err().to_string();
+        assert!(err.contains("gossip") && err.contains("ring"), "{err}");
     }
 
     #[test]

@@ -43,7 +43,13 @@ impl TestCluster {
         heartbeat: &str,
         failure_timeout: &str,
     ) -> TestCluster {
-        let (cfg, listeners) = bound_config(n, mutex, extra, heartbeat, failure_timeout).await;
+        let timing = timing(heartbeat, failure_timeout);
+        TestCluster::start_timing(n, mutex, extra, &timing).await
+    }
+
+    /// A cluster whose `[timing]` section is `timing`.
+    async fn start_timing(n: u32, mutex: &str, extra: &str, timing: &str) -> TestCluster {
+        let (cfg, listeners) = bound_config(n, mutex, extra, timing).await;
         let mut cluster = TestCluster { cfg, stops: Vec::new() };
         for (i, l) in listeners.into_iter().enumerate() {
             let tx = cluster.spawn(i as u32 + 1, l);
@@ -128,18 +134,11 @@ impl TestCluster {
 
 /// The configuration of an `n`-node cluster on free loopback ports (its
 /// `[cluster]` section with `extra` lines too), and its bound sockets.
-async fn bound_config(
-    n: u32,
-    mutex: &str,
-    extra: &str,
-    heartbeat: &str,
-    failure_timeout: &str,
-) -> (Config, Vec<Listeners>) {
+async fn bound_config(n: u32, mutex: &str, extra: &str, timing: &str) -> (Config, Vec<Listeners>) {
     let mut listeners = Vec::new();
     let mut toml = format!(
         "[cluster]\nname = \"test\"\nmutex = \"{mutex}\"\nelection = \"bully\"\n{extra}\
-         [security]\nallow_faults = true\n\
-         [timing]\nheartbeat = \"{heartbeat}\"\nfailure_timeout = \"{failure_timeout}\"\n"
+         [security]\nallow_faults = true\n[timing]\n{timing}"
     );
     for id in 1..=n {
         let peer = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -152,6 +151,11 @@ async fn bound_config(
         listeners.push(Listeners { peer, client });
     }
     (Config::parse(&toml, Path::new("test.toml")).unwrap(), listeners)
+}
+
+/// The lines of a `[timing]` section.
+fn timing(heartbeat: &str, failure_timeout: &str) -> String {
+    format!("heartbeat = \"{heartbeat}\"\nfailure_timeout = \"{failure_timeout}\"\n")
 }
 
 /// Several clients on every node: never two inside at once, fences rising.
@@ -211,6 +215,58 @@ async fn stopped_coordinator_is_replaced_and_the_lock_keeps_working() {
         panic!("not granted after failover")
     };
     assert!(after > before, "the new coordinator's fence {after} exceeds {before}");
+}
+
+/// Until every node but `hung` that runs counts `hung` as `up`.
+async fn all_count(cluster: &TestCluster, hung: u32, up: bool) {
+    let wait = async {
+        loop {
+            let mut all = true;
+            for id in (1..=cluster.stops.len() as u32).filter(|&id| id != hung) {
+                let status = cluster.client(id).await.status().await.unwrap();
+                all &= status.alive.contains(&hung) == up;
+            }
+            if all {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let what = if up { "up again" } else { "down" };
+    if tokio::time::timeout(PATIENCE, wait).await.is_err() {
+        let mut seen = Vec::new();
+        for id in (1..=cluster.stops.len() as u32).filter(|&id| id != hung) {
+            let s = cluster.client(id).await.status().await.unwrap();
+            seen.push(format!("n{id}: alive {:?}, follows {:?}", s.alive, s.coordinator));
+        }
+        panic!("n{hung} never {what}: {}", seen.join("; "));
+    }
+}
+
+/// The ring detector on seven nodes: n2 is watched by n1 and n7 only. It
+/// hangs; they suspect it and say so, and the others check it for
+/// themselves, so every node counts it down and Ricart–Agrawala, which
+/// waits for every peer counted up, grants again. It comes back and
+/// every node counts it up. Then the coordinator hangs: every node
+/// watches it, and they agree on the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_ring_every_node_finds_a_hang_it_does_not_watch() {
+    let timing = format!("{}detector = \"ring\"\nwatch = 2\n", timing("20ms", "150ms"));
+    let mut cluster = TestCluster::start_timing(7, "ricart-agrawala", "", &timing).await;
+    let mut control = cluster.client(2).await;
+    control.fault(FaultCommand::Pause).await.unwrap();
+    all_count(&cluster, 2, false).await;
+    let mut client = cluster.client(4).await;
+    assert!(matches!(client.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));
+    client.release().await.unwrap();
+    control.fault(FaultCommand::Resume).await.unwrap();
+    all_count(&cluster, 2, true).await;
+    let mut coordinator = cluster.client(7).await;
+    coordinator.fault(FaultCommand::Pause).await.unwrap();
+    all_count(&cluster, 7, false).await;
+    cluster.stop(7);
+    cluster.agreed_on(6).await;
+    assert!(matches!(client.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -499,7 +555,7 @@ async fn a_node_whose_state_cannot_be_written_stops_and_the_rest_serve() {
     std::fs::create_dir_all(&dir).unwrap();
     std::os::unix::fs::symlink(full, dir.join("test-node1.state")).unwrap();
     let extra = format!("state_dir = \"{}\"\nstate_sync = true\n", dir.display());
-    let (cfg, listeners) = bound_config(3, "centralized", &extra, "20ms", "150ms").await;
+    let (cfg, listeners) = bound_config(3, "centralized", &extra, &timing("20ms", "150ms")).await;
     let mut outcomes = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
         let (cfg, (tx, rx)) = (cfg.clone(), oneshot::channel());

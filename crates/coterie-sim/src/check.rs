@@ -109,7 +109,7 @@ impl CheckConfig {
             partitions: self.partitions,
             one_way_partitions: self.one_way_partitions,
             load: Load::Concurrent,
-            timing: Timing { heartbeat: tick * 4, failure_timeout: tick * 16 },
+            timing: Timing { heartbeat: tick * 4, failure_timeout: tick * 16, ..Timing::default() },
             delay: (tick, tick * self.delay_ticks.max(1)),
             heartbeat_delay: Some(tick),
             hold: (tick, tick * self.hold_ticks.max(1)),

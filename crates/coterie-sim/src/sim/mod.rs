@@ -47,7 +47,8 @@ impl std::hash::Hash for Share {
 /// What a frame carries, as far as the simulator cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Carries {
-    /// A heartbeat: a fixed delay when checking, and no sign of progress.
+    /// Failure-detector traffic (a heartbeat, a suspicion announced): a
+    /// fixed delay when checking, and no sign of progress.
     Heartbeat,
     /// An election-layer message.
     Election,
@@ -58,7 +59,7 @@ enum Carries {
 impl Carries {
     fn of(envelope: &Envelope) -> Carries {
         match envelope {
-            Envelope::Heartbeat(_) => Carries::Heartbeat,
+            Envelope::Heartbeat(_) | Envelope::Suspect(_) => Carries::Heartbeat,
             Envelope::Election(_) => Carries::Election,
             Envelope::Mutex(_) => Carries::Mutex,
         }

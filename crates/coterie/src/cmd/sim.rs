@@ -2,7 +2,7 @@
 
 use super::common::{self, parse_duration};
 use anyhow::Result;
-use coterie_core::{registry, MutexOptions, Priority};
+use coterie_core::{registry, Detector, MutexOptions, Priority, Timing};
 use coterie_sim::run_seeds;
 use coterie_sim::sim::{self, Load, SimConfig};
 use std::io::Write;
@@ -89,6 +89,15 @@ pub struct Args {
     /// timestamp, fewest-entries or least-recent.
     #[arg(long, default_value = "timestamp", value_parser = priority)]
     priority: Priority,
+    /// Who watches whom for failures: `all` (every node heartbeats every
+    /// peer) or `ring` (each probes --watch peers and its coordinator; a
+    /// suspicion is announced and checked by each node).
+    #[arg(long, value_enum, default_value = "all")]
+    detector: DetectorArg,
+    /// With --detector ring: peers each node probes, besides its
+    /// coordinator.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    watch: u32,
     /// Critical-section entries per node's client.
     #[arg(long, default_value_t = 10)]
     requests: u32,
@@ -165,6 +174,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         },
         stable_storage: !args.no_stable_storage,
         delay_spike: args.delay_spike.unwrap_or(defaults.delay_spike),
+        timing: Timing {
+            detector: match args.detector {
+                DetectorArg::All => Detector::All,
+                DetectorArg::Ring => Detector::Ring { watch: args.watch },
+            },
+            ..defaults.timing
+        },
         requests: args.requests,
         load: if args.sequential {
             Load::Sequential
@@ -348,4 +364,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     }
     Ok(if summary.violations == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// `--detector`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum DetectorArg {
+    All,
+    Ring,
 }
