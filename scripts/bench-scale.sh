@@ -1,18 +1,30 @@
 #!/usr/bin/env bash
 # How a cluster on this one machine scales with its size. For each N:
 #   demo   `coterie demo --nodes N --json` (centralized + bully unless
-#          MUTEX/ELECTION say otherwise): how long the survivors took to
-#          agree after the coordinator's kill, and the acquire latency
-#          (p50, p99) under the demo's workload;
+#          MUTEX/ELECTION say otherwise), REPEAT times: how long the
+#          survivors took to agree after the coordinator's kill (the median
+#          of the runs), and the acquire latency (p50, p99; medians of the
+#          runs) under the demo's workload: 2 clients per node, 1 ms inside,
+#          2 ms between. That workload grows with N: 2N clients queue for
+#          one lock, so a client waits about (2N - 1) hand-overs less its
+#          2 ms of thought whatever the transport does. queue_ms is that
+#          wait, with the hand-over (hold plus passing the lock on) taken
+#          from the 5-node demo's throughput;
+#   light  the demo again with 1 client per node thinking 200 ms between
+#          entries (the lock is busy a third of the time at N = 64): what
+#          an acquire costs when it does not queue behind 2N others;
 #   idle   `coterie up` on N nodes with nothing to do: once they agree on a
 #          coordinator, the CPU all N processes use over IDLE_S seconds
 #          (in cores), and the median resident memory per node;
 #   churn  during the idle window, how often a node declared a live peer
 #          down (a detector that cannot keep up suspects the living).
+# The failure detector is the default, `auto`: every peer watched up to 16
+# nodes, a ring of 2 neighbours and the coordinator above (README, "Failure
+# detection"); DETECTOR=all or DETECTOR=ring forces one for the idle runs.
 # It prints one table, and writes it as TSV and as an SVG chart.
 #
 # Usage: scripts/bench-scale.sh [N...]     (default: 5 16 32 64 128)
-#        IDLE_S=10 OUT=target/bench-scale  (where the TSV, SVG and logs go)
+#        IDLE_S=10 REPEAT=1 OUT=target/bench-scale  (where the TSV, SVG and logs go)
 # Run it on a quiet machine: every node is a process, and the numbers are
 # what N processes cost the cores there are.
 set -euo pipefail
@@ -23,6 +35,8 @@ idle_s="${IDLE_S:-10}"
 out="${OUT:-target/bench-scale}"
 mutex="${MUTEX:-centralized}"
 election="${ELECTION:-bully}"
+repeat="${REPEAT:-1}"
+detector="${DETECTOR:-auto}"
 mkdir -p "$out"
 cargo build --release -q -p coterie
 bin="$PWD/target/release/coterie"
@@ -40,13 +54,14 @@ tick="$(getconf CLK_TCK)"
 write_config() {
     local n="$1" dir="$2"
     head -c 32 /dev/urandom | base64 >"$dir/secret"
-    python3 - "$n" "$dir" "$mutex" "$election" <<'EOF'
+    python3 - "$n" "$dir" "$mutex" "$election" "$detector" <<'EOF'
 import socket, sys
-n, d, mutex, election = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+n, d, mutex, election, detector = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 def free():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
 text = f'[cluster]\nname = "scale{n}"\nmutex = "{mutex}"\nelection = "{election}"\n'
 text += '[security]\nsecret_file = "secret"\n'
+text += f'[timing]\ndetector = "{detector}"\n'
 for i in range(1, n + 1):
     text += f'[[node]]\nid = {i}\npeer = "127.0.0.1:{free()}"\nclient = "127.0.0.1:{free()}"\n'
 open(f"{d}/cluster.toml", "w").write(text)
@@ -62,21 +77,40 @@ cpu_ticks() {
     cat "${files[@]}" 2>/dev/null | sed 's/.*) //' | awk '{s += $12 + $13} END {print s + 0}'
 }
 
-printf 'nodes\tagree_after_kill_ms\tacquire_p50_ms\tacquire_p99_ms\tidle_cores\trss_mb_per_node\tsuspicions_per_s\n' >"$out/scale.tsv"
+printf 'nodes\tagree_after_kill_ms\tacquire_p50_ms\tacquire_p99_ms\tqueue_ms\tlight_p50_ms\tlight_p99_ms\tidle_cores\trss_mb_per_node\tsuspicions_per_s\n' >"$out/scale.tsv"
 for n in "${sizes[@]}"; do
-    echo "== $n nodes: demo" >&2
-    demo_json="$out/demo-$n.json"
-    "$bin" demo --nodes "$n" --mutex "$mutex" --election "$election" --json >"$demo_json" 2>"$out/demo-$n.log" || true
-    read -r agree p50 p99 < <(python3 - "$demo_json" <<'EOF'
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-except Exception:
-    print("- - -"); sys.exit()
-kill = [e for e in d.get("elections", []) if "kill" in e.get("cause", "")]
-agree = f'{kill[0]["duration_ms"]:.1f}' if kill else "-"
-lat = d.get("latency_ms", {})
-print(agree, f'{lat.get("p50", float("nan")):.2f}', f'{lat.get("p99", float("nan")):.2f}')
+    for r in $(seq "$repeat"); do
+        echo "== $n nodes: demo ($r of $repeat)" >&2
+        "$bin" demo --nodes "$n" --mutex "$mutex" --election "$election" --json \
+            >"$out/demo-$n-$r.json" 2>"$out/demo-$n-$r.log" || true
+    done
+    echo "== $n nodes: demo, light load" >&2
+    "$bin" demo --nodes "$n" --mutex "$mutex" --election "$election" --clients 1 --think 200ms --json \
+        >"$out/light-$n.json" 2>"$out/light-$n.log" || true
+    read -r agree p50 p99 queue light50 light99 < <(python3 - "$out" "$n" "$repeat" <<'EOF'
+import json, statistics, sys
+out, n, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def load(path):
+    try:
+        return json.load(open(path))
+    except Exception:
+        return None
+def fmt(v):
+    return "-" if v is None else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+def med(vs):
+    vs = [v for v in vs if v is not None]
+    return statistics.median(vs) if vs else None
+runs = [d for d in (load(f"{out}/demo-{n}-{r}.json") for r in range(1, repeat + 1)) if d]
+def agree(d):
+    kill = [e for e in d.get("elections", []) if "kill" in e.get("cause", "")]
+    return kill[0]["duration_ms"] if kill else None
+light = load(f"{out}/light-{n}.json") or {}
+five = load(f"{out}/demo-5-1.json")
+handover = 1000 / five["throughput_per_s"] if five and five.get("throughput_per_s") else None
+queue = max((2 * n - 1) * handover - 2, 0) if handover else None
+print(fmt(med(agree(d) for d in runs)),
+      fmt(med(d["latency_ms"]["p50"] for d in runs)), fmt(med(d["latency_ms"]["p99"] for d in runs)),
+      fmt(queue), fmt(light.get("latency_ms", {}).get("p50")), fmt(light.get("latency_ms", {}).get("p99")))
 EOF
 )
 
@@ -113,7 +147,8 @@ sys.exit(0 if ok else 1)' "$n"; then
     kill "$up_pid" 2>/dev/null || true
     wait "$up_pid" 2>/dev/null || true
     up_pid=""
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$agree" "$p50" "$p99" "$cores" "$rss" "$churn" | tee -a "$out/scale.tsv" >&2
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$agree" "$p50" "$p99" "$queue" "$light50" "$light99" \
+        "$cores" "$rss" "$churn" | tee -a "$out/scale.tsv" >&2
 done
 
 column -t -s $'\t' "$out/scale.tsv"
@@ -127,8 +162,8 @@ def num(v):
     try: return float(v)
     except ValueError: return None
 ns = [int(r[0]) for r in rows]
-panels = [(1, "agree after kill (ms)"), (2, "acquire p50 (ms)"), (3, "acquire p99 (ms)"),
-          (4, "idle CPU (cores)"), (5, "RSS per node (MB)"), (6, "suspicions/s, idle")]
+panels = [(1, "agree after kill (ms)"), (2, "acquire p50, demo (ms)"), (5, "acquire p50, light load (ms)"),
+          (7, "idle CPU (cores)"), (8, "RSS per node (MB)"), (9, "suspicions/s, idle")]
 W, H, PAD = 300, 200, 40
 svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{3 * W}" height="{2 * H}" font-family="sans-serif" font-size="11">',
        '<rect width="100%" height="100%" fill="white"/>']

@@ -97,13 +97,23 @@ impl Target {
 /// Keeps the background log writer alive; logs are flushed when it drops.
 pub type LogGuard = tracing_appender::non_blocking::WorkerGuard;
 
+/// Lines the log writer holds at most before it drops them. Its queue is
+/// allocated whole: tracing-appender's default of 128,000 lines is 4 MB
+/// resident in every node, more than the rest of its heap.
+const LOG_LINES_BUFFERED: usize = 4096;
+
 /// Sets up logging on stderr. `default` applies when RUST_LOG is unset.
 /// Lines are handed to a background thread that writes them, so a node's
-/// hot path (a grant is logged at info) never waits on the terminal.
+/// hot path (a grant is logged at info) never waits on the terminal; if
+/// the terminal falls [`LOG_LINES_BUFFERED`] lines behind, lines are
+/// dropped rather than the node held up.
 pub fn init_logging(format: &str, default: &str) -> LogGuard {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(LOG_LINES_BUFFERED)
+        .lossy(true)
+        .finish(std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     if format == "json" {
         builder.json().init();
