@@ -175,6 +175,9 @@ pub struct Engine {
     /// Armed algorithm timers.
     timers: BTreeMap<(Layer, TimerId), Time>,
     next_heartbeat: Time,
+    /// On a ring: when the peers not counted up (or, while joining, not
+    /// yet heard count this node in) are next asked for an answer.
+    next_sweep: Time,
     /// When `handle_timeout` last ran: a much later call means this node
     /// was stalled in between.
     last_tick: Time,
@@ -216,6 +219,7 @@ impl Clone for Engine {
             mutex: self.mutex.clone_box(),
             timers: self.timers.clone(),
             next_heartbeat: self.next_heartbeat,
+            next_sweep: self.next_sweep,
             last_tick: self.last_tick,
             join_deadline: self.join_deadline,
             synced: self.synced.clone(),
@@ -252,6 +256,7 @@ impl Engine {
             (key, at(deadline)).hash(h);
         }
         at(self.next_heartbeat).hash(h);
+        at(self.next_sweep).hash(h);
         at(self.last_tick).hash(h);
         self.join_deadline.map(at).hash(h);
         self.synced.hash(h);
@@ -303,6 +308,7 @@ impl Engine {
             mutex: (mutex_info.build)(&cfg),
             timers: BTreeMap::new(),
             next_heartbeat: now,
+            next_sweep: now,
             last_tick: now,
             join_deadline: Some(now + cfg.timing.failure_timeout),
             synced: BTreeSet::new(),
@@ -622,9 +628,9 @@ impl Engine {
 
     /// One period's heartbeats ([`Detector`]): to every peer; or, on a
     /// ring, probes to the peers this node watches and has not heard from
-    /// in the last period, to every peer it counts down (so that it hears
-    /// the moment one is back), and, while it joins, to every peer it has
-    /// not yet heard count it in.
+    /// in the last period, and once a failure timeout to every peer it
+    /// counts down (a live one answers and is up again) and, while it
+    /// joins, to every peer it has not yet heard count it in.
     fn send_heartbeats(&mut self, now: Time) {
         // When the previous period's heartbeats went out.
         let previous = self.next_heartbeat.saturating_sub(self.cfg.timing.heartbeat);
@@ -638,17 +644,24 @@ impl Engine {
             }
             Detector::Ring { watch } => {
                 self.rewatch(watch, now);
+                // The peers it cannot count on yet are asked once a failure
+                // timeout, not every period: a large cluster starting up
+                // would otherwise send N² probes a period until all are up.
+                // (A peer that comes back announces itself: it asks every
+                // peer as it starts.)
+                let sweep = self.next_sweep <= now;
+                if sweep {
+                    self.next_sweep = now + self.cfg.timing.failure_timeout;
+                }
                 let joining = self.join_deadline.is_some();
-                // Anything heard from a watched peer since the previous
-                // period's probes did what an answer would: it is asked
-                // again next period.
-                let recently = previous;
                 for to in peers {
-                    let up = self.detector.is_up(to);
-                    if !up
-                        || (self.detector.watched(to) && !self.detector.heard_since(to, recently))
-                        || (joining && !self.synced.contains(&to))
-                    {
+                    let unsure =
+                        !self.detector.is_up(to) || (joining && !self.synced.contains(&to));
+                    // Anything heard from a watched peer since the previous
+                    // period's probes did what an answer would: it is asked
+                    // again next period.
+                    let due = self.detector.watched(to) && !self.detector.heard_since(to, previous);
+                    if (unsure && sweep) || (!unsure && due) {
                         self.send_heartbeat(to, true);
                     }
                 }

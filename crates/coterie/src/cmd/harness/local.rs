@@ -4,7 +4,6 @@
 
 use super::process::{Process, Signal};
 use crate::cmd::common::NodeAddr;
-use crate::cmd::status;
 use anyhow::{bail, Context, Result};
 use coterie_core::Status;
 use coterie_node::witness;
@@ -218,14 +217,10 @@ impl LocalCluster {
 
     /// The status of every running node but those in `absent`.
     pub async fn views(&self, absent: &[u32]) -> Vec<(u32, Result<Status, String>)> {
-        let mut out = Vec::new();
-        for (node, process) in self.nodes.iter().zip(&self.processes) {
-            let id = node.id.unwrap_or_default();
-            if process.is_some() && !absent.contains(&id) {
-                out.push((id, status::fetch(node).await));
-            }
-        }
-        out
+        let running = self.nodes.iter().zip(&self.processes).filter(|(_, p)| p.is_some());
+        let asked =
+            running.map(|(node, _)| node).filter(|n| !absent.contains(&n.id.unwrap_or_default()));
+        super::views_of(asked).await
     }
 }
 
