@@ -63,6 +63,16 @@ pub enum Detector {
     },
 }
 
+impl std::fmt::Display for Detector {
+    /// `all`, or `ring, watch 2`: as a Hello names it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Detector::All => f.write_str("all"),
+            Detector::Ring { watch } => write!(f, "ring, watch {watch}"),
+        }
+    }
+}
+
 impl Detector {
     /// Above this many nodes, `auto` picks [`Detector::Ring`].
     pub const AUTO_RING_ABOVE: usize = 16;

@@ -104,6 +104,10 @@ pub struct Hello {
     pub mutex: String,
     /// The election algorithm the dialler runs.
     pub election: String,
+    /// Its failure detector ([`Detector`](crate::algorithm::Detector),
+    /// as displayed): nodes that watch each other differently would wait
+    /// for probes and announcements that never come.
+    pub detector: String,
     /// The dialler's incarnation (boot id): its session with the acceptor
     /// is bound to it.
     pub boot: u64,
@@ -137,6 +141,12 @@ impl Hello {
             return Err(format!(
                 "algorithms {}/{} (this node runs {}/{})",
                 theirs.mutex, theirs.election, self.mutex, self.election
+            ));
+        }
+        if theirs.detector != self.detector {
+            return Err(format!(
+                "failure detector {} (this node runs {}; [timing] detector and watch)",
+                theirs.detector, self.detector
             ));
         }
         Ok(())
@@ -219,6 +229,7 @@ mod tests {
             protocol: PROTOCOL_VERSION,
             mutex: "centralized".into(),
             election: "bully".into(),
+            detector: "all".into(),
             boot: 7,
             expects: None,
         }
@@ -287,6 +298,8 @@ mod tests {
         assert!(me.check(&stranger, &members).unwrap_err().contains("node id 9"));
         let algo = Hello { mutex: "ricart-agrawala".into(), ..ok.clone() };
         assert!(me.check(&algo, &members).unwrap_err().contains("algorithms"));
+        let watching = Hello { detector: "ring, watch 2".into(), ..ok.clone() };
+        assert!(me.check(&watching, &members).unwrap_err().contains("failure detector ring"));
         let version = Hello { protocol: 99, ..ok };
         assert!(me.check(&version, &members).unwrap_err().contains("protocol"));
     }

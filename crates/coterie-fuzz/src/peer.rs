@@ -63,6 +63,7 @@ impl Node {
             cfg.capacity = 1 + usize::from(shape >> 6);
         }
         let members = cfg.members.clone();
+        let detector = cfg.timing.detector.to_string();
         let engine = Engine::new(cfg, mutex.name, election.name, Duration::ZERO).ok()?;
         let hello = Hello {
             cluster: "fuzz".into(),
@@ -70,6 +71,7 @@ impl Node {
             protocol: PROTOCOL_VERSION,
             mutex: mutex.name.into(),
             election: election.name.into(),
+            detector,
             boot: 1,
             expects: None,
         };

@@ -215,6 +215,7 @@ impl Conversation {
                     protocol: PROTOCOL_VERSION,
                     mutex: registry::MUTEXES[m].name.into(),
                     election: registry::ELECTIONS[e].name.into(),
+                    detector: coterie_core::Detector::All.to_string(),
                     boot: 0,
                     expects: None,
                 }));

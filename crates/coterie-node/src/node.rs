@@ -145,6 +145,7 @@ pub async fn run(
         protocol: PROTOCOL_VERSION,
         mutex: cfg.cluster.mutex.clone(),
         election: cfg.cluster.election.clone(),
+        detector: cfg.timing().detector.to_string(),
         boot: incarnation,
         expects: None,
     };

@@ -344,6 +344,7 @@ async fn hello_for_another_cluster_or_node_is_refused_with_the_reason() {
         protocol: PROTOCOL_VERSION,
         mutex: "centralized".into(),
         election: "bully".into(),
+        detector: "all".into(),
         boot: 1,
         expects: None,
     };
@@ -351,6 +352,7 @@ async fn hello_for_another_cluster_or_node_is_refused_with_the_reason() {
         (Hello { cluster: "prod".into(), ..hello.clone() }, "cluster"),
         (Hello { node: NodeId(9), ..hello.clone() }, "not a peer"),
         (Hello { mutex: "ricart-agrawala".into(), ..hello.clone() }, "algorithms"),
+        (Hello { detector: "ring, watch 2".into(), ..hello.clone() }, "failure detector"),
         (Hello { protocol: PROTOCOL_VERSION + 1, ..hello }, "protocol"),
     ];
     for (bad, reason) in cases {
@@ -654,6 +656,7 @@ async fn a_member_that_lies_crashes_nothing_and_grants_nothing_unasked() {
             protocol: PROTOCOL_VERSION,
             mutex: "centralized".into(),
             election: "bully".into(),
+            detector: "all".into(),
             boot: 424242,
             expects: None,
         };
