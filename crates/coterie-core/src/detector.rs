@@ -8,7 +8,8 @@
 //! Which peers are watched is the engine's choice
 //! ([`Detector`](crate::algorithm::Detector)): with `all`, every peer, each
 //! of which heartbeats this node every period; with `ring`, a few, each
-//! probed every period (and answering at once), plus any peer another
+//! probed every period it was not heard from (and answering at once),
+//! plus any peer another
 //! node has announced it suspects, until it is heard from
 //! ([`check_on`](FailureDetector::check_on)). A peer that is not watched
 //! keeps its standing, however long it is silent: its watchers speak for

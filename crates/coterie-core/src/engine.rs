@@ -597,10 +597,12 @@ impl Engine {
             self.send_heartbeats(now);
         }
         // On a ring, who this node watches for the others, before the
-        // check counts any of them down.
+        // check counts any of them down (looked up only when a silence has
+        // run out: this runs on every wake-up).
+        let due = self.detector.next_deadline().is_some_and(|d| d <= now);
         let neighbours = match self.cfg.timing.detector {
-            Detector::All => BTreeSet::new(),
-            Detector::Ring { watch } => self.neighbours(watch),
+            Detector::Ring { watch } if due => self.neighbours(watch),
+            _ => BTreeSet::new(),
         };
         for verdict in self.detector.check(now) {
             if let Verdict::Down(peer) = verdict {
