@@ -22,7 +22,14 @@
 //!
 //! A node that was itself stalled (SIGSTOP, a long pause) notices the gap
 //! in its own timer and does not blame its peers for the silence it could
-//! not hear: see [`FailureDetector::forgive_stall`].
+//! not hear: see [`FailureDetector::forgive_stall`]. A node that is merely
+//! starved (its timer firing a period or more late, as on a machine with
+//! more busy processes than cores) cannot trust short silences either: it
+//! raises an *awareness* score that stretches its timeout, and lowers it
+//! again once its timer keeps time (Dadgar, Phillips and Currey, "Lifeguard:
+//! Local Health Awareness for More Accurate Failure Detection", 2018; the
+//! score plays the part of their local health multiplier). See
+//! [`FailureDetector::ran_late`].
 //!
 //! The transport may also report that a peer's connection closed and that a
 //! redial was refused: the peer's process is gone, so the detector declares
@@ -70,7 +77,15 @@ impl Health {
 /// Tracks which peers are up.
 #[derive(Clone, Debug)]
 pub struct FailureDetector {
+    /// The configured failure timeout: the timeout while this node keeps
+    /// time.
     timeout: Duration,
+    /// How many times over the configured timeout this node waits, less
+    /// one: raised each time its own timer runs late, lowered after each
+    /// timeout's length on time.
+    awareness: u32,
+    /// When the awareness was last raised or lowered.
+    awareness_moved: Time,
     peers: BTreeMap<NodeId, Health>,
 }
 
@@ -86,7 +101,50 @@ impl FailureDetector {
             watched: true,
             checking: false,
         };
-        FailureDetector { timeout, peers: peers.into_iter().map(|p| (p, health)).collect() }
+        FailureDetector {
+            timeout,
+            awareness: 0,
+            awareness_moved: now,
+            peers: peers.into_iter().map(|p| (p, health)).collect(),
+        }
+    }
+
+    /// The highest awareness: a starved node waits at most this many times
+    /// longer than configured, plus one (as Lifeguard's default, 8).
+    pub const MAX_AWARENESS: u32 = 7;
+
+    /// The timeout in force: the configured one times one plus the
+    /// awareness.
+    pub fn timeout(&self) -> Duration {
+        self.timeout * (1 + self.awareness)
+    }
+
+    /// How many times over the configured timeout this node now waits,
+    /// less one (0 while it keeps time).
+    pub fn awareness(&self) -> u32 {
+        self.awareness
+    }
+
+    /// This node's own timer fired a period or more late at `now`: it was
+    /// starved of the processor (or busy), so the messages its peers sent
+    /// meanwhile may still be waiting unread, and silences it measures are
+    /// not to be trusted as they were. The timeout in force grows by the
+    /// configured one, up to [`MAX_AWARENESS`](Self::MAX_AWARENESS) times.
+    /// Without it, a machine with more busy processes than cores sees every
+    /// node suspect live peers, and each suspicion of a coordinator starts
+    /// an election that wakes every node and starves them further.
+    pub fn ran_late(&mut self, now: Time) {
+        self.awareness = (self.awareness + 1).min(Self::MAX_AWARENESS);
+        self.awareness_moved = now;
+    }
+
+    /// This node's timer fired on time at `now`: after each configured
+    /// timeout's length on time, the awareness comes down by one.
+    pub fn kept_time(&mut self, now: Time) {
+        if self.awareness > 0 && now.saturating_sub(self.awareness_moved) >= self.timeout {
+            self.awareness -= 1;
+            self.awareness_moved = now;
+        }
     }
 
     /// Whether `peer`'s silence counts from now on. A peer that becomes
@@ -129,6 +187,10 @@ impl FailureDetector {
     pub fn hash_at<H: std::hash::Hasher>(&self, h: &mut H, now: Time) {
         use std::hash::Hash;
         self.timeout.hash(h);
+        self.awareness.hash(h);
+        if self.awareness > 0 {
+            crate::outbox::relative(self.awareness_moved, now).hash(h);
+        }
         for (peer, health) in &self.peers {
             peer.hash(h);
             crate::outbox::relative(health.last_heard, now).hash(h);
@@ -193,7 +255,7 @@ impl FailureDetector {
     /// Suspects every up peer whose silence counts and has lasted the
     /// timeout, in id order.
     pub fn check(&mut self, now: Time) -> Vec<Verdict> {
-        let timeout = self.timeout;
+        let timeout = self.timeout();
         self.peers
             .iter_mut()
             .filter(|(_, h)| h.expected() && now.saturating_sub(h.last_heard) >= timeout)
@@ -208,7 +270,8 @@ impl FailureDetector {
     /// The earliest time at which [`check`](Self::check) could suspect
     /// someone, if any peer's silence counts.
     pub fn next_deadline(&self) -> Option<Time> {
-        self.peers.values().filter(|h| h.expected()).map(|h| h.last_heard + self.timeout).min()
+        let timeout = self.timeout();
+        self.peers.values().filter(|h| h.expected()).map(|h| h.last_heard + timeout).min()
     }
 
     /// Whether `peer` currently counts as up.
@@ -301,6 +364,33 @@ mod tests {
         d.forgive_stall(ms(2000));
         assert!(d.check(ms(2000)).is_empty());
         assert_eq!(d.check(ms(2250)), vec![Verdict::Down(NodeId(2))]);
+    }
+
+    #[test]
+    fn a_starved_node_waits_longer_and_comes_back_to_the_configured_timeout() {
+        let mut d = FailureDetector::new([NodeId(2)], ms(250), ms(0));
+        d.heard_from(NodeId(2), ms(0));
+        // Two late ticks: three times the timeout.
+        d.ran_late(ms(100));
+        d.ran_late(ms(200));
+        assert_eq!((d.awareness(), d.timeout()), (2, ms(750)));
+        assert!(d.check(ms(749)).is_empty());
+        assert_eq!(d.next_deadline(), Some(ms(750)));
+        // On time again: down by one per configured timeout.
+        d.kept_time(ms(300));
+        assert_eq!(d.awareness(), 2, "too soon after the last late tick");
+        d.kept_time(ms(450));
+        assert_eq!(d.awareness(), 1);
+        d.kept_time(ms(650));
+        assert_eq!(d.awareness(), 1);
+        d.kept_time(ms(700));
+        assert_eq!((d.awareness(), d.timeout()), (0, ms(250)));
+        assert_eq!(d.check(ms(700)), vec![Verdict::Down(NodeId(2))]);
+        // Capped.
+        for t in 0..20 {
+            d.ran_late(ms(1000 + t));
+        }
+        assert_eq!(d.timeout(), ms(250) * (FailureDetector::MAX_AWARENESS + 1));
     }
 
     #[test]

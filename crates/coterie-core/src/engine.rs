@@ -158,6 +158,15 @@ pub struct Status {
     pub messages_received: BTreeMap<String, u64>,
     /// Mutex-layer messages sent (the numerator of messages per entry).
     pub mutex_messages_sent: u64,
+    /// The failure timeout in force, in milliseconds: the configured one,
+    /// or a multiple of it while the node's own timer runs late
+    /// ([`FailureDetector::ran_late`]).
+    #[serde(default)]
+    pub failure_timeout_ms: u64,
+    /// How many times the configured failure timeout is added to it for
+    /// that: 0 while the node keeps time.
+    #[serde(default)]
+    pub awareness: u32,
     /// The reliable session with each peer; filled in by the node's
     /// transport (the engine knows nothing of sessions).
     #[serde(default)]
@@ -435,6 +444,8 @@ impl Engine {
             messages_sent: Counters::owned(&self.counters.sent),
             messages_received: Counters::owned(&self.counters.received),
             mutex_messages_sent: self.counters.mutex_sent,
+            failure_timeout_ms: self.detector.timeout().as_millis() as u64,
+            awareness: self.detector.awareness(),
             sessions: Vec::new(),
         }
     }
@@ -590,6 +601,16 @@ impl Engine {
             self.detector.forgive_stall(now);
         }
         self.last_tick = now;
+        // A heartbeat a whole period late: this node was starved, and its
+        // peers' messages may be waiting unread. It trusts short silences
+        // less until it keeps time again.
+        if self.next_heartbeat <= now {
+            if now - self.next_heartbeat >= self.cfg.timing.heartbeat {
+                self.detector.ran_late(now);
+            } else {
+                self.detector.kept_time(now);
+            }
+        }
         if self.join_deadline.is_some_and(|d| d <= now) {
             self.join(now);
         }
@@ -1082,6 +1103,42 @@ mod tests {
         assert!(!drain(&mut e).contains(&Output::PeerDown(NodeId(2))));
         assert!(e.is_up(NodeId(2)));
     }
+
+    /// Starved rather than stopped: every tick comes 200 ms late (short of
+    /// a stall) and the peer's heartbeat, sent on time, is read only after
+    /// it. Without awareness the third tick would suspect the peer; with it
+    /// the timeout stretches, and comes back once the node keeps time.
+    #[test]
+    fn a_starved_node_does_not_suspect_a_peer_it_reads_late() {
+        let mut e = engine(1, 2);
+        e.handle_message(ms(1), NodeId(2), heartbeat()).unwrap();
+        e.handle_timeout(ms(50));
+        drain(&mut e);
+        let mut now = 50;
+        for _ in 0..6 {
+            now += 250;
+            e.handle_timeout(ms(now));
+            e.handle_message(ms(now), NodeId(2), heartbeat()).unwrap();
+        }
+        assert!(!drain(&mut e).contains(&Output::PeerDown(NodeId(2))));
+        assert!(e.status().awareness > 0);
+        // On time again: back to the configured timeout, and a silent peer
+        // is suspected after it.
+        for _ in 0..200 {
+            now += 50;
+            e.handle_timeout(ms(now));
+            e.handle_message(ms(now), NodeId(2), heartbeat()).unwrap();
+        }
+        assert_eq!(e.status().awareness, 0);
+        assert_eq!(e.status().failure_timeout_ms, 250);
+        drain(&mut e);
+        for _ in 0..5 {
+            now += 50;
+            e.handle_timeout(ms(now));
+        }
+        assert!(drain(&mut e).contains(&Output::PeerDown(NodeId(2))));
+    }
+
     #[test]
     fn a_restarted_node_starts_above_the_epoch_and_clock_it_stored() {
         let restored = Restored { epoch: Epoch::new(7, NodeId(3)), watermark: 5000, mutex: None };

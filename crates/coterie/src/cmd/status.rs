@@ -105,6 +105,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 ),
             }
         }
+        // A node starved of the processor waits longer before suspecting
+        // anyone; say so, since it is slower to notice a failure then.
+        for s in results.iter().flatten() {
+            if s.awareness > 0 {
+                println!(
+                    "n{}: its timer ran late; it suspects a peer only after {} ms of silence",
+                    s.id, s.failure_timeout_ms
+                );
+            }
+        }
     }
     Ok(if results.iter().all(Result::is_ok) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
