@@ -8,7 +8,14 @@
 #   between two processes (TCP_NODELAY, blocking reads). The floor for a
 #   cycle is 2 round trips (acquire, release), so "floor" below is
 #   pingpong's round trips/s / 2 and every row's share is of that; the
-#   floor row's "p50 acquire" is pingpong's mean round trip.
+#   floor row's "p50 acquire" is pingpong's mean round trip. Its second
+#   row is the floor for 5 contending clients, one per node: the next
+#   holder enters only once news of the release has come to it, a chain
+#   of at least 3 messages between processes (client -> its node -> the
+#   next holder's node -> client); `pingpong N 3` passes a message round
+#   a ring of 3 processes, and a hand-over costs 3 of its hops (its "p50
+#   acquire" is those 3 hops). Redis's chain is 2 (client -> server ->
+#   client).
 # - Redis (scripts/bench/redis-lock.c, a C client speaking RESP, one
 #   connection and token per client process): a single redis-server,
 #   `--save '' --appendonly no`: in memory, no replication, no durability.
@@ -121,6 +128,10 @@ floor_run() {
     local rtt_per_s rtt_us
     read -r rtt_per_s rtt_us < <("$work/pingpong" 50000)
     echo "{\"system\":\"loopback floor\",\"where\":\"2 bare round trips\",\"clients\":1,\"cycles_per_s\":$(python3 -c "print($rtt_per_s/2)"),\"p50_acquire_us\":$rtt_us,\"round_trip_us\":$rtt_us,\"round_trips_per_s\":$rtt_per_s}" >>"$rows"
+    say "loopback: a ring of 3 processes, 20000 laps"
+    local hops_per_s hop_us
+    read -r hops_per_s hop_us < <("$work/pingpong" 20000 3)
+    echo "{\"system\":\"loopback floor\",\"where\":\"3-message hand-over chain\",\"clients\":5,\"cycles_per_s\":$(python3 -c "print($hops_per_s/3)"),\"p50_acquire_us\":$(python3 -c "print($hop_us*3)"),\"hop_us\":$hop_us,\"hops_per_s\":$hops_per_s}" >>"$rows"
 }
 
 redis_run() {

@@ -1,18 +1,76 @@
 /* The floor for coterie's lock latency on this machine: a TCP round trip
  * between two processes on loopback, TCP_NODELAY, 16-byte messages, blocking
  * reads (so each side sleeps between messages, as an idle node does).
- * Prints round trips per second and microseconds per round trip. */
+ * Prints round trips per second and microseconds per round trip.
+ *
+ * `pingpong N K` instead passes a message round a ring of K processes
+ * (each connected to the next over loopback, as above), N laps, and
+ * prints one-way hops per second and microseconds per hop: the floor for
+ * a chain of messages, such as a lock handed from one client to another
+ * through their nodes. */
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+static int listener(struct sockaddr_in *a) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    socklen_t len = sizeof *a;
+    memset(a, 0, sizeof *a);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(s, (void *)a, sizeof *a) || listen(s, 1) || getsockname(s, (void *)a, &len)) exit(1);
+    return s;
+}
+
+static int dial(struct sockaddr_in *a) {
+    int one = 1, c = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(c, (void *)a, sizeof *a)) exit(1);
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return c;
+}
+
+/* K processes in a ring: process i dials process i+1 and accepts from
+ * process i-1; process 0 sends the message round N times. */
+static int ring(int n, int k) {
+    struct sockaddr_in a[64];
+    int l[64], one = 1;
+    if (k < 2 || k > 64) return 1;
+    for (int i = 0; i < k; i++) l[i] = listener(&a[i]);
+    for (int i = 1; i < k; i++) {
+        if (fork() == 0) {
+            int out = dial(&a[(i + 1) % k]), in = accept(l[i], 0, 0);
+            char b[64];
+            setsockopt(in, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            for (ssize_t r; (r = read(in, b, sizeof b)) > 0;) write(out, b, r);
+            close(out);
+            exit(0);
+        }
+    }
+    int out = dial(&a[1]), in = accept(l[0], 0, 0);
+    char b[64] = "0123456789abcdef";
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < n; i++) {
+        write(out, b, 16);
+        read(in, b, sizeof b);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    printf("%.0f %.1f\n", (double)n * k / dt, dt / ((double)n * k) * 1e6);
+    close(out);
+    while (wait(0) > 0) {}
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 50000, one = 1;
+    if (argc > 2) return ring(n, atoi(argv[2]));
     int s = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {0};
     a.sin_family = AF_INET;
