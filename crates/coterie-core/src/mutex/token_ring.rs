@@ -34,14 +34,26 @@
 //! token, and only after a *probe round*: it picks a generation higher than
 //! any it has seen (a ballot: a counter and its own id, so two coordinators
 //! never pick the same one) and asks every live node to promise to discard
-//! tokens of older generations. A node holding the token answers that it
-//! has it and relabels it with the new generation; otherwise it answers
-//! no. If nobody has it once every live node has answered, any token still
-//! in flight is one every node will discard on arrival, and the coordinator
-//! makes a fresh one and sends it round the ring. The coordinator runs a
-//! round when it takes office, when a node goes down (it may have had the
-//! token, or had it in flight to it), and when a node that has waited far
-//! longer than a lap asks (MISSING).
+//! tokens of older generations. A node holding a token sets it aside,
+//! unused (or, inside the critical section, passes it on to nobody when it
+//! leaves), and answers with the token's generation and entry count;
+//! otherwise it answers no. Once every live node has answered, the
+//! coordinator tells the node with the newest token to KEEP it, relabelled
+//! with the new generation, and any other holder the new generation, which
+//! makes theirs stale. If nobody has one, any token still in flight is one
+//! every node will discard on arrival, and the coordinator makes a fresh
+//! one and sends it round the ring. The coordinator runs a round when it
+//! takes office, when a node goes down (it may have had the token, or had
+//! it in flight to it), and when a node that has waited far longer than a
+//! lap asks (MISSING).
+//!
+//! Why the verdict waits for every answer: there may be two tokens. A
+//! holder wrongly suspected (a hung process, a long pause) keeps its token
+//! while a round it was left out of makes another; if each holder relabelled
+//! its own on the next probe, as the holder does in the textbook's repair,
+//! both would carry the new generation, and both grants would pass a
+//! resource that checks fences. Keeping only the newest leaves the old one
+//! a generation behind, and its holder's grants stale.
 //!
 //! **Newcomers.** A node that (re)starts knows no generation, so it cannot
 //! tell a stale token from the live one. It keeps any token that reaches
@@ -100,13 +112,21 @@ pub enum TokenMsg {
     ProbeAck {
         /// The generation probed.
         generation: Epoch,
-        /// The answering node has the token (now of `generation`).
-        has_token: bool,
+        /// The token the answering node set aside for the verdict, if any:
+        /// its generation and entry count.
+        held: Option<(Epoch, u64)>,
         /// The highest generation the node knows; above `generation` when
         /// the probe came too late.
         known: Epoch,
     },
-    /// The coordinator tells a newcomer the current generation.
+    /// The coordinator's verdict to the node with the newest token: keep
+    /// it, relabelled with `generation`, and use it.
+    Keep {
+        /// The generation settled on.
+        generation: Epoch,
+    },
+    /// The coordinator tells a newcomer the current generation (and a
+    /// holder of an older token that its token is dead).
     Generation {
         /// The current generation.
         generation: Epoch,
@@ -122,6 +142,7 @@ impl Message for TokenMsg {
             TokenMsg::Want { .. } => "want",
             TokenMsg::Probe { .. } => "probe",
             TokenMsg::ProbeAck { .. } => "probe-ack",
+            TokenMsg::Keep { .. } => "keep",
             TokenMsg::Generation { .. } => "generation",
             TokenMsg::Missing => "missing",
         }
@@ -144,7 +165,22 @@ impl Timer for TokenTimer {
 struct Round {
     generation: Epoch,
     awaiting: BTreeSet<NodeId>,
-    found: bool,
+    /// Nodes that answered with a token set aside, this one included.
+    holders: BTreeSet<NodeId>,
+    /// The newest of those tokens (generation, entries) and its holder.
+    newest: Option<(Epoch, u64, NodeId)>,
+}
+
+impl Round {
+    fn held(&mut self, by: NodeId, held: Option<(Epoch, u64)>) {
+        let Some((generation, entries)) = held else {
+            return;
+        };
+        self.holders.insert(by);
+        if self.newest.is_none_or(|(g, e, _)| (generation, entries) > (g, e)) {
+            self.newest = Some((generation, entries, by));
+        }
+    }
 }
 
 /// The token-ring algorithm; see the module documentation.
@@ -157,8 +193,12 @@ pub struct TokenRing {
     state: CsState,
     /// The token, while this node holds the critical section or parks it.
     token: Option<Token>,
-    /// A token that arrived before this node knew the current generation.
+    /// A token kept unused: it arrived before this node knew the current
+    /// generation, or it is set aside for a probe round's verdict.
     quarantine: Option<Token>,
+    /// The token in use inside the critical section was reported to a
+    /// probe round: on leaving, it is set aside for the verdict.
+    pending: bool,
     /// The oldest generation this node accepts; `None` until it is told.
     generation: Option<Epoch>,
     /// The highest generation seen anywhere, to pick a higher one.
@@ -182,6 +222,7 @@ impl TokenRing {
             state: CsState::Idle,
             token: None,
             quarantine: None,
+            pending: false,
             generation: None,
             highest: Epoch::default(),
             parker: None,
@@ -292,38 +333,65 @@ impl TokenRing {
         true
     }
 
+    /// A probe came: whatever token is here is set aside, unused, until
+    /// the round's verdict. Returns its generation and entry count.
+    fn set_aside(&mut self) -> Option<(Epoch, u64)> {
+        if self.state == CsState::Held {
+            if let Some(t) = self.token {
+                self.pending = true;
+                self.quarantine = None;
+                return Some((t.generation, t.entries));
+            }
+        }
+        if let Some(t) = self.token.take() {
+            if self.quarantine.is_none_or(|q| q.generation < t.generation) {
+                self.quarantine = Some(t);
+            }
+        }
+        self.quarantine.map(|q| (q.generation, q.entries))
+    }
+
+    /// The verdict: this node's token is the newest. It takes
+    /// `generation` and goes to a waiter here or round the ring: a round
+    /// means something went wrong, and the nodes that wait may no longer
+    /// know where the token parks.
+    fn keep(&mut self, now: Time, generation: Epoch, out: &mut Out<TokenRing>) {
+        if self.generation.is_some_and(|g| generation < g) {
+            return; // the verdict of an abandoned round
+        }
+        self.learn(generation);
+        if self.pending {
+            self.pending = false;
+            if let Some(t) = &mut self.token {
+                t.generation = generation;
+            }
+            return;
+        }
+        let Some(mut token) = self.quarantine.take() else {
+            return;
+        };
+        token.generation = generation;
+        if self.state == CsState::Wanting {
+            self.hold_or_pass(now, token, out);
+        } else {
+            self.lap(token, out);
+        }
+    }
+
     /// Coordinator: starts a probe round for a new generation.
     fn start_round(&mut self, now: Time, out: &mut Out<TokenRing>) {
         let generation = self.highest.next_for(self.id);
         self.learn(generation);
-        let mut found = false;
-        if let Some(q) = self.quarantine.take() {
-            self.token = self.token.or(Some(q));
-        }
-        if let Some(t) = &mut self.token {
-            t.generation = generation;
-            found = true;
-        }
+        let mut round = Round {
+            generation,
+            awaiting: self.alive.clone(),
+            holders: BTreeSet::new(),
+            newest: None,
+        };
+        round.held(self.id, self.set_aside());
         out.broadcast(self.alive.iter().copied(), TokenMsg::Probe { generation });
-        self.round = Some(Round { generation, awaiting: self.alive.clone(), found });
-        self.after_probe(now, out);
+        self.round = Some(round);
         self.finish_round(now, out);
-    }
-
-    /// A probe found the token here, outside the critical section: use it,
-    /// or send it round the ring. A probe means something went wrong, and
-    /// the nodes that wait may no longer know where the token parks.
-    fn after_probe(&mut self, now: Time, out: &mut Out<TokenRing>) {
-        if self.state == CsState::Held {
-            return;
-        }
-        if let Some(token) = self.token.take() {
-            if self.state == CsState::Wanting {
-                self.hold_or_pass(now, token, out);
-            } else {
-                self.lap(token, out);
-            }
-        }
     }
 
     /// Coordinator: settles the round once every live node has answered.
@@ -334,19 +402,49 @@ impl TokenRing {
         if !round.awaiting.is_empty() {
             return;
         }
-        let Round { generation, found, .. } = self.round.take().expect("checked");
+        let Round { generation, holders, newest, .. } = self.round.take().expect("checked");
         if self.highest > generation {
             // Some node had seen a newer generation: try above it.
             return self.start_round(now, out);
         }
         self.settled = Some(generation);
-        if !found && self.token.is_none() {
-            let token = Token { generation, entries: 0, idle_since: self.id };
-            if self.state == CsState::Wanting {
-                self.hold_or_pass(now, token, out);
-            } else {
-                self.lap(token, out); // round the ring, past every waiter
+        match newest {
+            Some((_, _, keeper)) => {
+                for other in holders.into_iter().filter(|&h| h != keeper && h != self.id) {
+                    out.send(other, TokenMsg::Generation { generation });
+                }
+                if keeper == self.id {
+                    self.keep(now, generation, out);
+                } else {
+                    // This node's own token, if it had an older one, is
+                    // dead: the generation it learnt makes it stale.
+                    self.drop_stale();
+                    out.send(keeper, TokenMsg::Keep { generation });
+                }
             }
+            None => {
+                let token = Token { generation, entries: 0, idle_since: self.id };
+                if self.state == CsState::Wanting {
+                    self.hold_or_pass(now, token, out);
+                } else {
+                    self.lap(token, out); // round the ring, past every waiter
+                }
+            }
+        }
+    }
+
+    /// Drops a token set aside that is older than the current generation.
+    fn drop_stale(&mut self) {
+        let Some(current) = self.generation else {
+            return;
+        };
+        if self.quarantine.is_some_and(|q| q.generation < current) {
+            self.quarantine = None;
+        }
+        if self.pending && self.token.is_some_and(|t| t.generation < current) {
+            // Still inside with it: its fence is stale; it goes nowhere.
+            self.pending = false;
+            self.token = None;
         }
     }
 }
@@ -374,24 +472,14 @@ impl Algorithm for TokenRing {
                 self.highest = self.highest.max(generation);
                 if self.generation.is_some_and(|g| generation < g) {
                     let known = self.highest;
-                    out.send(from, TokenMsg::ProbeAck { generation, has_token: false, known });
+                    out.send(from, TokenMsg::ProbeAck { generation, held: None, known });
                     return;
                 }
                 self.learn(generation);
-                if let Some(q) = self.quarantine.take() {
-                    self.token = self.token.or(Some(q));
-                }
-                let has_token = match &mut self.token {
-                    Some(t) => {
-                        t.generation = generation;
-                        true
-                    }
-                    None => false,
-                };
-                out.send(from, TokenMsg::ProbeAck { generation, has_token, known: generation });
-                self.after_probe(now, out);
+                let held = self.set_aside();
+                out.send(from, TokenMsg::ProbeAck { generation, held, known: generation });
             }
-            TokenMsg::ProbeAck { generation, has_token, known } => {
+            TokenMsg::ProbeAck { generation, held, known } => {
                 self.highest = self.highest.max(known);
                 let Some(round) = &mut self.round else {
                     return;
@@ -400,11 +488,16 @@ impl Algorithm for TokenRing {
                     return; // an answer to an abandoned round
                 }
                 round.awaiting.remove(&from);
-                round.found |= has_token;
+                round.held(from, held);
                 self.finish_round(now, out);
             }
+            TokenMsg::Keep { generation } => self.keep(now, generation, out),
             TokenMsg::Generation { generation } => {
+                if self.generation.is_some_and(|g| generation < g) {
+                    return; // news of a round since overtaken
+                }
                 self.learn(generation);
+                self.drop_stale();
                 if let Some(q) = self.quarantine.take() {
                     self.receive(now, q, out);
                 }
@@ -481,7 +574,13 @@ impl MutexAlgorithm for TokenRing {
         }
         self.state = CsState::Idle;
         if let Some(token) = self.token.take() {
-            self.lap(token, out);
+            if self.pending {
+                // Reported to a probe round: set aside for its verdict.
+                self.pending = false;
+                self.quarantine = Some(token);
+            } else {
+                self.lap(token, out);
+            }
         }
     }
 
@@ -557,7 +656,7 @@ mod tests {
         let g = generation(1, 3);
         let probe = TokenMsg::Probe { generation: g };
         assert_eq!(out.take(), vec![send(1, probe.clone()), send(2, probe)]);
-        let no = TokenMsg::ProbeAck { generation: g, has_token: false, known: g };
+        let no = TokenMsg::ProbeAck { generation: g, held: None, known: g };
         c.handle_message(T, n(1), no.clone(), &mut out);
         assert!(out.is_empty(), "still waiting for node 2");
         c.handle_message(T, n(2), no, &mut out);
@@ -616,7 +715,7 @@ mod tests {
         let mut out = Out::<TokenRing>::new();
         let g2 = generation(2, 3);
         t.handle_message(T, n(3), TokenMsg::Probe { generation: g2 }, &mut out);
-        let no = TokenMsg::ProbeAck { generation: g2, has_token: false, known: g2 };
+        let no = TokenMsg::ProbeAck { generation: g2, held: None, known: g2 };
         assert_eq!(out.take(), vec![send(3, no)]);
         t.handle_request(T, &mut out);
         out.take();
@@ -634,12 +733,12 @@ mod tests {
         let known = generation(1, 3);
         assert_eq!(
             out.take(),
-            vec![send(2, TokenMsg::ProbeAck { generation: g0, has_token: false, known })]
+            vec![send(2, TokenMsg::ProbeAck { generation: g0, held: None, known })]
         );
     }
 
     #[test]
-    fn the_holder_relabels_the_token_when_probed() {
+    fn a_probed_holder_sets_its_token_aside_until_told_to_keep_it() {
         let mut t = follower(1);
         let mut out = Out::<TokenRing>::new();
         t.handle_request(T, &mut out);
@@ -647,11 +746,62 @@ mod tests {
         out.take();
         let g2 = generation(2, 3);
         t.handle_message(T, n(3), TokenMsg::Probe { generation: g2 }, &mut out);
-        let yes = TokenMsg::ProbeAck { generation: g2, has_token: true, known: g2 };
+        let yes =
+            TokenMsg::ProbeAck { generation: g2, held: Some((generation(1, 3), 5)), known: g2 };
         assert_eq!(out.take(), vec![send(3, yes)]);
+        // Leaving before the verdict: the token goes nowhere.
         t.handle_release(T, &mut out);
+        assert!(out.is_empty(), "set aside for the verdict");
+        // Kept: relabelled, and sent round the ring.
+        t.handle_message(T, n(3), TokenMsg::Keep { generation: g2 }, &mut out);
         let relabelled = Token { generation: g2, entries: 5, idle_since: n(1) };
         assert_eq!(out.take(), vec![send(2, TokenMsg::Token(relabelled))]);
+    }
+
+    /// A holder wrongly suspected keeps its token while a round it was
+    /// left out of makes another. At the next round both answer; only the
+    /// newer token is kept, and the other holder is told the generation
+    /// that makes its own stale.
+    #[test]
+    fn of_two_tokens_only_the_newest_is_kept() {
+        let (mut c, mut out) = node(3, 3, 3);
+        out.take();
+        let g1 = generation(1, 3);
+        let old = Some((Epoch::new(0, n(2)), 40));
+        let new = Some((Epoch::new(0, n(3)), 7));
+        c.handle_message(
+            T,
+            n(1),
+            TokenMsg::ProbeAck { generation: g1, held: new, known: g1 },
+            &mut out,
+        );
+        c.handle_message(
+            T,
+            n(2),
+            TokenMsg::ProbeAck { generation: g1, held: old, known: g1 },
+            &mut out,
+        );
+        let mut verdict = out.take();
+        verdict.sort_by_key(|a| format!("{a:?}"));
+        assert_eq!(
+            verdict,
+            vec![
+                send(1, TokenMsg::Keep { generation: g1 }),
+                send(2, TokenMsg::Generation { generation: g1 })
+            ]
+        );
+        // The one told the generation drops its token, even from inside.
+        let mut t = follower(2);
+        t.handle_request(T, &mut out);
+        t.handle_message(T, n(3), TokenMsg::Token(token(1, 4, 3)), &mut out);
+        let g2 = generation(2, 3);
+        t.handle_message(T, n(3), TokenMsg::Probe { generation: g2 }, &mut out);
+        t.handle_message(T, n(3), TokenMsg::Generation { generation: g2 }, &mut out);
+        out.take();
+        t.handle_release(T, &mut out);
+        assert!(out.is_empty(), "a dead token goes nowhere");
+        t.handle_message(T, n(3), TokenMsg::Keep { generation: g2 }, &mut out);
+        assert!(out.is_empty(), "nothing left to keep");
     }
 
     #[test]
@@ -680,7 +830,7 @@ mod tests {
         let (mut c, mut out) = node(3, 3, 3);
         let g1 = generation(1, 3);
         for p in [1, 2] {
-            let no = TokenMsg::ProbeAck { generation: g1, has_token: false, known: g1 };
+            let no = TokenMsg::ProbeAck { generation: g1, held: None, known: g1 };
             c.handle_message(T, n(p), no, &mut out);
         }
         out.take();
@@ -690,7 +840,7 @@ mod tests {
         assert_eq!(out.take(), vec![send(2, TokenMsg::Probe { generation: g2 })]);
         c.handle_request(T, &mut out);
         out.take();
-        let no = TokenMsg::ProbeAck { generation: g2, has_token: false, known: g2 };
+        let no = TokenMsg::ProbeAck { generation: g2, held: None, known: g2 };
         c.handle_message(T, n(2), no, &mut out);
         let fence = Fence::new(g2.0, 1);
         assert_eq!(
