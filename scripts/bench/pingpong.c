@@ -35,24 +35,16 @@ static int dial(struct sockaddr_in *a) {
     return c;
 }
 
-/* K processes in a ring: process i dials process i+1 and accepts from
- * process i-1; process 0 sends the message round N times. */
-static int ring(int n, int k) {
-    struct sockaddr_in a[64];
-    int l[64], one = 1;
-    if (k < 2 || k > 64) return 1;
-    for (int i = 0; i < k; i++) l[i] = listener(&a[i]);
-    for (int i = 1; i < k; i++) {
-        if (fork() == 0) {
-            int out = dial(&a[(i + 1) % k]), in = accept(l[i], 0, 0);
-            char b[64];
-            setsockopt(in, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            for (ssize_t r; (r = read(in, b, sizeof b)) > 0;) write(out, b, r);
-            close(out);
-            exit(0);
-        }
-    }
-    int out = dial(&a[1]), in = accept(l[0], 0, 0);
+/* Sends what arrives on `in` to `out` until `in` closes. */
+static void relay(int in, int out) {
+    char b[64];
+    int one = 1;
+    setsockopt(in, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    for (ssize_t r; (r = read(in, b, sizeof b)) > 0;) write(out, b, r);
+}
+
+/* Sends 16 bytes on `out` and waits for them on `in`, n times: seconds. */
+static double timed(int out, int in, int n) {
     char b[64] = "0123456789abcdef";
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -61,41 +53,44 @@ static int ring(int n, int k) {
         read(in, b, sizeof b);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    double dt = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-    printf("%.0f %.1f\n", (double)n * k / dt, dt / ((double)n * k) * 1e6);
+    return (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+}
+
+/* K processes in a ring: process i dials process i+1 and accepts from
+ * process i-1; process 0 sends the message round N times. */
+static int ring(int n, int k) {
+    struct sockaddr_in a[64];
+    int l[64];
+    if (k < 2 || k > 64) return 1;
+    for (int i = 0; i < k; i++) l[i] = listener(&a[i]);
+    for (int i = 1; i < k; i++) {
+        if (fork() == 0) {
+            int out = dial(&a[(i + 1) % k]);
+            relay(accept(l[i], 0, 0), out);
+            close(out);
+            exit(0);
+        }
+    }
+    int out = dial(&a[1]), in = accept(l[0], 0, 0);
+    double dt = timed(out, in, n), hops = (double)n * k;
+    printf("%.0f %.1f\n", hops / dt, dt / hops * 1e6);
     close(out);
     while (wait(0) > 0) {}
     return 0;
 }
 
 int main(int argc, char **argv) {
-    int n = argc > 1 ? atoi(argv[1]) : 50000, one = 1;
+    int n = argc > 1 ? atoi(argv[1]) : 50000;
     if (argc > 2) return ring(n, atoi(argv[2]));
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (bind(s, (void *)&a, sizeof a) || listen(s, 1) || getsockname(s, (void *)&a, &len)) return 1;
+    struct sockaddr_in a;
+    int s = listener(&a);
     if (fork() == 0) {
         int c = accept(s, 0, 0);
-        char b[64];
-        setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        for (ssize_t r; (r = read(c, b, sizeof b)) > 0;) write(c, b, r);
+        relay(c, c);
         exit(0);
     }
-    int c = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(c, (void *)&a, sizeof a)) return 1;
-    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    char b[64] = "0123456789abcdef";
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < n; i++) {
-        write(c, b, 16);
-        read(c, b, sizeof b);
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double dt = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    int c = dial(&a);
+    double dt = timed(c, c, n);
     printf("%.0f %.1f\n", n / dt, dt / n * 1e6);
     close(c);
     wait(0);
