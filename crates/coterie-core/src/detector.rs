@@ -109,8 +109,9 @@ impl FailureDetector {
         }
     }
 
-    /// The highest awareness: a starved node waits at most this many times
-    /// longer than configured, plus one (as Lifeguard's default, 8).
+    /// The highest awareness: a starved node waits at most
+    /// `MAX_AWARENESS + 1` = 8 times the configured timeout, Lifeguard's
+    /// default multiplier.
     pub const MAX_AWARENESS: u32 = 7;
 
     /// The timeout in force: the configured one times one plus the

@@ -163,8 +163,8 @@ pub struct Status {
     /// ([`FailureDetector::ran_late`]).
     #[serde(default)]
     pub failure_timeout_ms: u64,
-    /// How many times the configured failure timeout is added to it for
-    /// that: 0 while the node keeps time.
+    /// How many times the configured failure timeout has been added to
+    /// it: 0 while the node keeps time.
     #[serde(default)]
     pub awareness: u32,
     /// The reliable session with each peer; filled in by the node's

@@ -58,8 +58,9 @@
 //! **Newcomers.** A node that (re)starts knows no generation, so it cannot
 //! tell a stale token from the live one. It keeps any token that reaches
 //! it in quarantine, unused, until the coordinator tells it the current
-//! generation (or probes it); then it uses the token if it is current and
-//! drops it otherwise.
+//! generation, then uses the token if it is current and drops it
+//! otherwise; or until it is probed, when it reports the token like any
+//! holder and waits for the verdict.
 //!
 //! **Fences.** The token carries its generation and the number of entries
 //! made with it; a grant's fence is (generation, entries). Entries within a
