@@ -297,6 +297,26 @@ pub trait Algorithm: Send + Clone + std::hash::Hash + 'static {
     ) {
     }
 
+    /// `peer` and this node were out of touch without either restarting:
+    /// this node suspected `peer` and hears from it again, or `peer` says
+    /// it suspected this node and counts it up again (the engine's
+    /// *re-admission*). Whichever suspected forgot what the other had
+    /// asked of it and stopped telling it things (a release went to the
+    /// live peers only), yet the other knows nothing of it: unlike a
+    /// restarted node, it still believes what it believed. So each side
+    /// tells the other what a newcomer must be told, and what the other
+    /// may still wrongly believe of it. The default is
+    /// [`handle_peer_up`](Self::handle_peer_up), enough for an algorithm
+    /// that tells a newcomer everything it holds or wants.
+    fn handle_peer_back(
+        &mut self,
+        now: Time,
+        peer: NodeId,
+        out: &mut Outbox<Self::Msg, Self::Timer>,
+    ) {
+        self.handle_peer_up(now, peer, out);
+    }
+
     /// The failure detector suspects `peer` has crashed.
     fn handle_peer_down(
         &mut self,

@@ -47,6 +47,12 @@ use std::time::Duration;
 pub enum Verdict {
     /// The peer was heard from and is now counted as up.
     Up(NodeId),
+    /// The peer was heard from again after this node suspected it on a
+    /// timeout or a lost link, with no sign that it restarted: it is
+    /// counted as up, and it does not know that this node forgot what it
+    /// had asked of it meanwhile (see [`Engine`](crate::Engine)'s
+    /// re-admission).
+    Back(NodeId),
     /// The peer is now suspected down.
     Down(NodeId),
 }
@@ -65,6 +71,9 @@ struct Health {
     /// Another node announced it suspects the peer: its silence counts
     /// until it is heard from.
     checking: bool,
+    /// It was suspected on a timeout or a lost link rather than seen to
+    /// restart: if it comes back, it comes back as itself, unaware.
+    forgotten: bool,
 }
 
 impl Health {
@@ -100,6 +109,7 @@ impl FailureDetector {
             incarnation: None,
             watched: true,
             checking: false,
+            forgotten: false,
         };
         FailureDetector {
             timeout,
@@ -198,11 +208,13 @@ impl FailureDetector {
             health.up.hash(h);
             health.incarnation.hash(h);
             health.watched.hash(h);
+            health.forgotten.hash(h);
             health.checking.hash(h);
         }
     }
 
-    /// Something arrived from `peer`. Returns [`Verdict::Up`] if that
+    /// Something arrived from `peer`. Returns [`Verdict::Up`] (or
+    /// [`Verdict::Back`], for a peer suspected without a restart) if that
     /// changes the peer's standing. Unknown peers are ignored.
     pub fn heard_from(&mut self, peer: NodeId, now: Time) -> Option<Verdict> {
         let health = self.peers.get_mut(&peer)?;
@@ -212,7 +224,8 @@ impl FailureDetector {
             None
         } else {
             health.up = true;
-            Some(Verdict::Up(peer))
+            let back = std::mem::take(&mut health.forgotten);
+            Some(if back { Verdict::Back(peer) } else { Verdict::Up(peer) })
         }
     }
 
@@ -222,7 +235,12 @@ impl FailureDetector {
     pub fn incarnation(&mut self, peer: NodeId, incarnation: u64) -> Option<Verdict> {
         let health = self.peers.get_mut(&peer)?;
         let previous = health.incarnation.replace(incarnation);
-        if health.up && previous.is_some_and(|p| p != incarnation) {
+        let restarted = previous.is_some_and(|p| p != incarnation);
+        if restarted {
+            // It forgot everything itself: nothing to tell it.
+            health.forgotten = false;
+        }
+        if health.up && restarted {
             health.up = false;
             health.checking = false;
             Some(Verdict::Down(peer))
@@ -238,6 +256,7 @@ impl FailureDetector {
         if health.up {
             health.up = false;
             health.checking = false;
+            health.forgotten = true;
             Some(Verdict::Down(peer))
         } else {
             None
@@ -263,6 +282,7 @@ impl FailureDetector {
             .map(|(&peer, h)| {
                 h.up = false;
                 h.checking = false;
+                h.forgotten = true;
                 Verdict::Down(peer)
             })
             .collect()
@@ -334,9 +354,15 @@ mod tests {
     #[test]
     fn heartbeat_brings_a_suspected_peer_back() {
         let mut d = FailureDetector::new([NodeId(2)], ms(250), ms(0));
+        d.incarnation(NodeId(2), 7);
         d.heard_from(NodeId(2), ms(0));
         assert_eq!(d.check(ms(300)), vec![Verdict::Down(NodeId(2))]);
-        assert_eq!(d.heard_from(NodeId(2), ms(310)), Some(Verdict::Up(NodeId(2))));
+        // The same incarnation: it was only silent, and does not know.
+        assert_eq!(d.heard_from(NodeId(2), ms(310)), Some(Verdict::Back(NodeId(2))));
+        assert_eq!(d.link_down(NodeId(2)), Some(Verdict::Down(NodeId(2))));
+        // A new one: it restarted while suspected, and knows it forgot.
+        assert_eq!(d.incarnation(NodeId(2), 8), None);
+        assert_eq!(d.heard_from(NodeId(2), ms(400)), Some(Verdict::Up(NodeId(2))));
     }
 
     #[test]

@@ -523,10 +523,27 @@ impl Engine {
                 self.peer_down(now, peer);
             }
         }
-        if let Some(Verdict::Up(peer)) = self.detector.heard_from(from, now) {
-            self.peer_up(now, peer);
-        }
+        let came_up = match self.detector.heard_from(from, now) {
+            Some(Verdict::Up(peer)) => {
+                self.peer_up(now, peer, false);
+                true
+            }
+            Some(Verdict::Back(peer)) => {
+                self.peer_up(now, peer, true);
+                true
+            }
+            _ => false,
+        };
+        // After the heartbeat is delivered: its watermark brings this
+        // node's clock up to what happened while the two were apart.
+        let forgotten = match &envelope {
+            Envelope::Heartbeat(hb) if hb.readmitted && !came_up => Some(hb.you),
+            _ => None,
+        };
         let result = self.deliver(now, from, envelope);
+        if let Some(you) = forgotten {
+            self.forgotten_by(now, from, you);
+        }
         self.join_if_complete(now);
         result
     }
@@ -737,6 +754,10 @@ impl Engine {
     }
 
     fn send_heartbeat(&mut self, to: NodeId, probe: bool) {
+        self.push_heartbeat(to, probe, false);
+    }
+
+    fn push_heartbeat(&mut self, to: NodeId, probe: bool, readmitted: bool) {
         let hb = Heartbeat {
             epoch: self.election.epoch(),
             coordinator: self.election.coordinator(),
@@ -744,6 +765,7 @@ impl Engine {
             incarnation: self.cfg.incarnation,
             you: self.detector.up_incarnation(to),
             probe,
+            readmitted,
         };
         self.push_send(to, Envelope::Heartbeat(hb), "heartbeat");
     }
@@ -766,13 +788,20 @@ impl Engine {
         }
     }
 
-    fn peer_up(&mut self, now: Time, peer: NodeId) {
+    /// `peer` counts as up again; `readmitted` when it had been suspected
+    /// without restarting (see [`forgotten_by`](Self::forgotten_by)).
+    fn peer_up(&mut self, now: Time, peer: NodeId, readmitted: bool) {
         self.emit(Output::PeerUp(peer));
         // Tell it at once that it counts as up here, so that it joins
-        // without waiting for the next round of heartbeats.
-        self.send_heartbeat(peer, false);
+        // without waiting for the next round of heartbeats, and, if it was
+        // suspected, that this node forgot what it had asked.
+        self.push_heartbeat(peer, false, readmitted);
         let mut acts = self.take_scratch();
-        self.mutex.handle_peer_up(now, peer, &mut acts);
+        if readmitted {
+            self.mutex.handle_peer_back(now, peer, &mut acts);
+        } else {
+            self.mutex.handle_peer_up(now, peer, &mut acts);
+        }
         self.apply(now, Layer::Mutex, acts);
         let mut acts = self.take_scratch();
         self.election.handle_peer_up(now, peer, &mut acts);
@@ -787,6 +816,30 @@ impl Engine {
         if self.join_deadline.is_some() && self.cfg.peers().all(|p| self.synced.contains(&p)) {
             self.join(now);
         }
+    }
+
+    /// `peer` says it had suspected this node and counts it up again
+    /// (naming the incarnation `you`): it forgot whatever this node had
+    /// asked of it, and nothing else will tell this node so. A node that
+    /// was only slow — stopped, starved, cut off for longer than a failure
+    /// timeout — was never down in its own eyes, and would wait for ever
+    /// for answers to requests its peers dropped when they suspected it
+    /// (Ricart–Agrawala's deferred reply, Lamport's queue entry). So
+    /// suspicion is made mutual on the way back: both mutex layers meet
+    /// again ([`handle_peer_back`](crate::Algorithm::handle_peer_back)),
+    /// each telling the other what a newcomer must be told (a request
+    /// under way, above all). A restarted node learns
+    /// nothing here: it knows it forgot, and its peers meet it as new.
+    fn forgotten_by(&mut self, now: Time, peer: NodeId, you: Option<u64>) {
+        if you != Some(self.cfg.incarnation)
+            || self.join_deadline.is_some()
+            || !self.detector.is_up(peer)
+        {
+            return;
+        }
+        let mut acts = self.take_scratch();
+        self.mutex.handle_peer_back(now, peer, &mut acts);
+        self.apply(now, Layer::Mutex, acts);
     }
 
     fn peer_down(&mut self, now: Time, peer: NodeId) {
@@ -941,6 +994,7 @@ mod tests {
             incarnation: 1,
             you: Some(0),
             probe: false,
+            readmitted: false,
         })
     }
 

@@ -39,6 +39,8 @@ pub trait DynAlgorithm: Send {
     fn handle_timer(&mut self, now: Time, timer: TimerId, out: &mut Actions);
     /// See [`Algorithm::handle_peer_up`].
     fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Actions);
+    /// See [`Algorithm::handle_peer_back`].
+    fn handle_peer_back(&mut self, now: Time, peer: NodeId, out: &mut Actions);
     /// See [`Algorithm::handle_peer_down`].
     fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Actions);
     /// Decodes `bytes` for a trace line.
@@ -151,6 +153,9 @@ impl<A: Algorithm> DynAlgorithm for Erased<A> {
     }
     fn handle_peer_up(&mut self, now: Time, peer: NodeId, out: &mut Actions) {
         self.with(out, |a, o| a.handle_peer_up(now, peer, o));
+    }
+    fn handle_peer_back(&mut self, now: Time, peer: NodeId, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_peer_back(now, peer, o));
     }
     fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Actions) {
         self.with(out, |a, o| a.handle_peer_down(now, peer, o));

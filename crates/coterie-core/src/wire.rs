@@ -13,7 +13,7 @@ use crate::types::{Epoch, NodeId};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 /// Bumped whenever a frame's encoding changes.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// The largest frame body accepted, in bytes. Every coterie message is far
 /// smaller; a larger length prefix is a broken or hostile peer.
@@ -174,6 +174,12 @@ pub struct Heartbeat {
     /// it is about to hand a grant on under a lock delay and must hear from
     /// every peer first ([`Engine::probe_peers`](crate::Engine::probe_peers)).
     pub probe: bool,
+    /// The sender had suspected the receiver (a timeout, not a restart)
+    /// and counts it up again: it forgot what the receiver had asked of
+    /// it, and the receiver's algorithms introduce themselves to it again
+    /// as to a newcomer. Set only on the heartbeat sent at once on
+    /// re-admission.
+    pub readmitted: bool,
 }
 
 /// One message between two nodes' engines.

@@ -309,6 +309,11 @@ impl Agent {
         }
     }
 
+    /// Whether a fault pauses the node now.
+    pub(crate) fn paused(&self) -> bool {
+        *self.paused.borrow()
+    }
+
     /// Resolves at once unless a fault paused the node; then when resumed.
     pub(crate) async fn unpaused(&self) {
         if !*self.paused.borrow() {

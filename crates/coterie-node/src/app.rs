@@ -7,11 +7,13 @@
 //! A client session is its connection: it asks for the critical section
 //! and waits for the grant on a oneshot channel (the seed's semaphore
 //! `s`), releases, reads the status, injects faults, or turns into a watch
-//! stream. A session that pings ([`ClientRequest::Ping`]) is watched until
-//! its next other request: if it falls silent for a failure timeout, its
-//! client is taken for hung or cut off. A session lost while holding (disconnected, or silent) is released
-//! by the node, after the lock delay if one is configured; one that
-//! disconnects while waiting gives up its place. Everything it needs of
+//! stream. A session is a lease while it waits for the lock or holds it
+//! (and after a ping, until its next other request): its client pings
+//! ([`ClientRequest::Ping`]) once a heartbeat, and a session silent for a
+//! failure timeout is taken for hung or cut off. A session lost while
+//! holding (disconnected, or silent) is released by the node, after the
+//! lock delay if one is configured; one lost while waiting gives up its
+//! place, so a grant never goes to a client that cannot take it. Everything it needs of
 //! the engine it asks of the [`Agent`] through methods.
 //!
 //! Limits (`[limits]`): a connection beyond `max_clients` is told so and
@@ -22,7 +24,7 @@
 
 use crate::agent::{Agent, Asked};
 use crate::auth::AuthFrame;
-use crate::codec::{read_frame, write_frame, FrameError};
+use crate::codec::{write_frame, FrameError, FrameReader};
 use crate::node::stopped;
 use crate::protocol::{ClientRequest, ClientResponse, NodeEvent, WatchEvent};
 use std::sync::Arc;
@@ -30,10 +32,11 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
-/// A client connection's read half, buffered.
-type ClientReader = tokio::io::BufReader<OwnedReadHalf>;
+/// A client connection's read half, read a frame at a time.
+type ClientReader = FrameReader<OwnedReadHalf>;
 use tokio::net::TcpStream;
 use tokio::sync::{broadcast, oneshot, watch};
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 /// How long a new connection to the client port may stay silent before
@@ -45,7 +48,8 @@ pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 enum Deadline {
     /// The first request of a connection.
     First,
-    /// The next ping of a session that pings.
+    /// The next ping of a session under lease: one that waits for the
+    /// lock, holds it, or has pinged since its last other request.
     Lease(Duration),
     /// Nothing: the client may think as long as it likes.
     None,
@@ -68,14 +72,13 @@ pub(crate) async fn client_session(
         return;
     }
     let (reader, mut writer) = stream.into_split();
-    // A request's length prefix and body in one system call.
-    let mut reader = tokio::io::BufReader::with_capacity(1024, reader);
+    let mut reader = FrameReader::new(reader);
     let session = agent.new_session();
-    let mut buf = Vec::new();
     // Without a handshake, the first request is what a silent connection
-    // is dropped for lacking; once the client pings, it must be heard from
-    // within the failure timeout.
+    // is dropped for lacking. A session that holds the lock, or has
+    // pinged, must then be heard from within the failure timeout.
     let mut deadline = if agent.authenticates() { Deadline::None } else { Deadline::First };
+    let mut holds = false;
     loop {
         let silence = async {
             match deadline {
@@ -85,9 +88,20 @@ pub(crate) async fn client_session(
             }
         };
         let request = tokio::select! {
-            r = read_frame::<ClientRequest, _>(&mut reader, &mut buf) => r,
+            // A request that came is read before a silence that ran out
+            // meanwhile is believed: after this process was stopped, both
+            // are ready at once, and the client was not the silent one.
+            biased;
+            r = reader.next::<ClientRequest>() => r,
             _ = stopped(&mut stop) => break,
             _ = silence => {
+                if agent.paused() {
+                    // A paused node is a stopped one that can still be
+                    // resumed: its leases do not run out meanwhile. What
+                    // came is read once it resumes, and the lease runs anew.
+                    agent.unpaused().await;
+                    continue;
+                }
                 match deadline {
                     Deadline::Lease(limit) => {
                         let silent_ms = limit.as_millis();
@@ -98,21 +112,23 @@ pub(crate) async fn client_session(
                 break;
             }
         };
-        // Pings are a lease: after one, the next is due within the limit,
-        // until the client asks something else.
-        deadline = Deadline::None;
         if matches!(request, Ok(Some(ref r)) if !matches!(r, ClientRequest::Fault(_))) {
             agent.unpaused().await;
         }
         let response = match request {
             Ok(Some(ClientRequest::Fault(command))) => agent.fault(&command),
             Ok(Some(ClientRequest::Acquire { timeout_ms, try_lock })) => {
-                match acquire(&agent, session, timeout_ms, try_lock, &mut reader).await {
-                    Some(r) => r,
-                    None => break, // the client vanished while waiting
+                let asked = Asking { session, timeout_ms, try_lock };
+                match acquire(&agent, asked, &mut reader, &mut writer).await {
+                    Some(r) => {
+                        holds = matches!(r, ClientResponse::Granted { .. });
+                        r
+                    }
+                    None => break, // the client vanished or fell silent while waiting
                 }
             }
             Ok(Some(ClientRequest::Release)) => {
+                holds = false;
                 if agent.leave(session) {
                     ClientResponse::Released
                 } else {
@@ -120,14 +136,7 @@ pub(crate) async fn client_session(
                 }
             }
             Ok(Some(ClientRequest::Status)) => ClientResponse::Status(Box::new(agent.status())),
-            Ok(Some(ClientRequest::Ping)) => {
-                let (heartbeat, failure_timeout) = (agent.heartbeat(), agent.failure_timeout());
-                deadline = Deadline::Lease(failure_timeout);
-                ClientResponse::Pong {
-                    heartbeat_ms: heartbeat.as_millis() as u64,
-                    failure_timeout_ms: failure_timeout.as_millis() as u64,
-                }
-            }
+            Ok(Some(ClientRequest::Ping)) => pong(&agent),
             Ok(Some(ClientRequest::Watch)) => {
                 watch_session(&agent, session, &mut reader, &mut writer, &mut stop).await;
                 break;
@@ -145,12 +154,28 @@ pub(crate) async fn client_session(
                 break;
             }
         };
+        // The lease: while the session holds, and after a ping until the
+        // client asks something else, the next ping is due within a
+        // failure timeout.
+        let pinged = matches!(response, ClientResponse::Pong { .. });
+        deadline =
+            if holds || pinged { Deadline::Lease(agent.failure_timeout()) } else { Deadline::None };
         if write_frame(&mut writer, &response).await.is_err() {
             break;
         }
     }
     if agent.lose(session) {
         info!(session, "client lost while holding: released on its behalf");
+    }
+}
+
+/// The answer to a keepalive: the node's timing, which the client paces
+/// its pings by.
+fn pong(agent: &Agent) -> ClientResponse {
+    let (heartbeat, failure_timeout) = (agent.heartbeat(), agent.failure_timeout());
+    ClientResponse::Pong {
+        heartbeat_ms: heartbeat.as_millis() as u64,
+        failure_timeout_ms: failure_timeout.as_millis() as u64,
     }
 }
 
@@ -187,7 +212,7 @@ async fn watch_session(
             let event = tokio::select! {
                 e = events.recv() => e,
                 // A watcher sends nothing more: a read returning is it leaving.
-                _ = reader.read(&mut probe) => return,
+                _ = reader.get_mut().read(&mut probe) => return,
                 _ = stopped(stop) => return,
                 () = linger => break,
             };
@@ -218,16 +243,30 @@ const WATCH_LINGER: Duration = Duration::from_millis(2);
 /// A watch stream writes at once when this many bytes are waiting.
 const WATCH_BATCH: usize = 64 * 1024;
 
-/// Waits for the critical section on behalf of `session`. `None` when the
-/// client disconnected meanwhile (its place is given up).
-async fn acquire(
-    agent: &Agent,
+/// A client's request for the critical section.
+struct Asking {
     session: u64,
     timeout_ms: Option<u64>,
     try_lock: bool,
+}
+
+/// Waits for the critical section on behalf of a session. `None` when the
+/// client disconnected or fell silent meanwhile: it gives up its place (or
+/// the grant that raced its loss, after the lock delay).
+///
+/// A waiting session is under lease as a holding one is: its client pings
+/// while it waits, and one silent for a failure timeout (its process
+/// stopped, its network cut) is lost. Otherwise the grant would go to a
+/// client that cannot take it, and with the session still open the lock
+/// would be held for ever.
+async fn acquire(
+    agent: &Agent,
+    asked: Asking,
     reader: &mut ClientReader,
+    writer: &mut OwnedWriteHalf,
 ) -> Option<ClientResponse> {
-    let (tx, rx) = oneshot::channel();
+    let Asking { session, timeout_ms, try_lock } = asked;
+    let (tx, mut rx) = oneshot::channel();
     match agent.ask(session, tx) {
         Asked::Queued => {}
         Asked::AlreadyHolds => {
@@ -247,20 +286,55 @@ async fn acquire(
         (None, true) => Some(agent.failure_timeout()),
         (None, false) => None,
     };
-    let timer = async {
-        match limit {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    let mut probe = [0u8; 1];
-    let outcome = tokio::select! {
-        granted = rx => granted.ok(),
-        _ = timer => None,
-        _ = reader.read(&mut probe) => {
-            // A client waiting for a grant sends nothing: this is it leaving.
-            agent.leave(session);
-            return None;
+    let give_up = limit.map(|d| Instant::now() + d);
+    let lease = agent.failure_timeout();
+    let mut silent_at = Instant::now() + lease;
+    let outcome = loop {
+        let timer = async {
+            match give_up {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            // What the client sent is read first: a ping that came is not
+            // taken for silence, nor a departure for a wait.
+            biased;
+            request = reader.next::<ClientRequest>() => match request {
+                Ok(Some(ClientRequest::Ping)) => {
+                    silent_at = Instant::now() + lease;
+                    if write_frame(writer, &pong(agent)).await.is_err() {
+                        agent.lose(session);
+                        return None;
+                    }
+                }
+                Ok(Some(other)) => {
+                    // Nothing else may be asked before the answer.
+                    let why = format!("{other:?} while waiting for the lock: only Ping may be sent");
+                    warn!(session, "closing client connection: {why}");
+                    agent.lose(session);
+                    let _ = write_frame(writer, &ClientResponse::Error(why)).await;
+                    return None;
+                }
+                // It left (or broke the connection) while waiting.
+                Ok(None) | Err(_) => {
+                    agent.lose(session);
+                    return None;
+                }
+            },
+            granted = &mut rx => break granted.ok(),
+            _ = timer => break None,
+            _ = tokio::time::sleep_until(silent_at) => {
+                if agent.paused() {
+                    agent.unpaused().await;
+                    silent_at = Instant::now() + lease;
+                    continue;
+                }
+                let silent_ms = lease.as_millis();
+                warn!(session, silent_ms, "waiting client fell silent: its request is withdrawn");
+                agent.lose(session);
+                return None;
+            }
         }
     };
     match outcome {

@@ -1,16 +1,14 @@
 //! Talking to a node's client port, and to the witness.
 
 use crate::auth::{self, AuthError, Role, Secret};
-use crate::codec::{write_frame, FrameError};
+use crate::codec::{write_frame, FrameError, FrameReader};
 use crate::protocol::{
     ClientRequest, ClientResponse, FaultCommand, FaultState, WatchEvent, WitnessReport,
     WitnessRequest, WitnessResponse,
 };
-use coterie_core::wire::{self, HEADER_LEN};
 use coterie_core::Status;
 use serde::{de::DeserializeOwned, Serialize};
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -37,6 +35,10 @@ pub enum ClientError {
     /// The node refused the request, saying why.
     #[error("{0}")]
     Refused(String),
+    /// The session was lost while waiting for an answer (see
+    /// [`Client::lost`]).
+    #[error("the session was lost: {0}")]
+    Lost(Loss),
     /// The node refused our credentials, or could not show it knows the
     /// secret.
     #[error("authentication with {addr} failed: {source}")]
@@ -58,11 +60,10 @@ pub struct Credentials {
     pub cluster: String,
 }
 
-/// A framed request/response connection. Reading is cancel-safe: bytes
-/// read before a read is dropped stay in `pending` for the next one.
+/// A framed request/response connection. Reading is cancel-safe
+/// ([`FrameReader`]).
 struct Conn {
-    stream: TcpStream,
-    pending: Vec<u8>,
+    reader: FrameReader<TcpStream>,
     /// Keepalive pings written whose PONG has not been read yet.
     pings_due: u32,
 }
@@ -79,35 +80,24 @@ impl Conn {
             }
         };
         stream.set_nodelay(true).map_err(FrameError::Io)?;
-        Ok(Conn { stream, pending: Vec::with_capacity(256), pings_due: 0 })
+        Ok(Conn { reader: FrameReader::new(stream), pings_due: 0 })
+    }
+
+    fn stream(&mut self) -> &mut TcpStream {
+        self.reader.get_mut()
     }
 
     /// The next frame; `None` at a clean end of stream.
     async fn read<T: DeserializeOwned>(&mut self) -> Result<Option<T>, FrameError> {
-        loop {
-            if let Some(header) = self.pending.first_chunk::<HEADER_LEN>() {
-                let len = wire::frame_len(*header)?;
-                if self.pending.len() >= HEADER_LEN + len {
-                    let value = wire::decode(&self.pending[HEADER_LEN..HEADER_LEN + len]);
-                    self.pending.drain(..HEADER_LEN + len);
-                    return Ok(Some(value?));
-                }
-            }
-            if self.stream.read_buf(&mut self.pending).await? == 0 {
-                if self.pending.is_empty() {
-                    return Ok(None);
-                }
-                let torn = std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "connection closed in the middle of a frame",
-                );
-                return Err(FrameError::Io(torn));
-            }
-        }
+        self.reader.next().await
+    }
+
+    async fn send<Req: Serialize>(&mut self, req: &Req) -> Result<(), FrameError> {
+        write_frame(self.stream(), req).await.map_err(FrameError::Io)
     }
 
     async fn call<Req: Serialize>(&mut self, req: &Req) -> Result<ClientResponse, ClientError> {
-        write_frame(&mut self.stream, req).await.map_err(FrameError::Io)?;
+        self.send(req).await?;
         loop {
             match self.read().await?.ok_or(ClientError::Closed)? {
                 // The answer to a keepalive that went before.
@@ -118,7 +108,7 @@ impl Conn {
     }
 
     async fn witness_call(&mut self, req: &WitnessRequest) -> Result<WitnessResponse, ClientError> {
-        write_frame(&mut self.stream, req).await.map_err(FrameError::Io)?;
+        self.send(req).await?;
         self.read().await?.ok_or(ClientError::Closed)
     }
 }
@@ -189,7 +179,7 @@ impl Client {
     ) -> Result<Client, ClientError> {
         let mut conn = Conn::open(addr).await?;
         if let Some(c) = credentials {
-            auth::dial(&mut conn.stream, &c.secret, &c.cluster, Role::Client, 0)
+            auth::dial(conn.stream(), &c.secret, &c.cluster, Role::Client, 0)
                 .await
                 .map_err(|source| ClientError::Auth { addr: addr.to_string(), source })?;
         }
@@ -201,18 +191,29 @@ impl Client {
     /// failure timeout (it hangs, or is cut off), or the connection broke.
     /// Pings go out once per the node's heartbeat, the first after one
     /// heartbeat. They are a lease, as etcd's and Consul's sessions are:
-    /// once they have started, the node expects the next within a failure
-    /// timeout until the client makes another request, and otherwise takes
-    /// the session for lost (its client hangs) and releases what it held.
-    /// So call it for as long as you hold, and stop only to release or ask
-    /// something else; dropping the future loses nothing.
+    /// while a session waits for the lock or holds it, the node expects to
+    /// hear from it within a failure timeout, and otherwise takes it for
+    /// lost (its client hangs) and withdraws its request or releases what
+    /// it held. So call this for as long as you hold, and stop only to
+    /// release or ask something else; dropping the future loses nothing.
+    /// ([`acquire`](Self::acquire) pings by itself while it waits.)
     pub async fn lost(&mut self) -> Loss {
+        match self.next_answer().await {
+            Ok(other) => Loss::Broken(format!("unexpected {other:?}")),
+            Err(loss) => loss,
+        }
+    }
+
+    /// The node's next answer that is not a keepalive's, pinging as the
+    /// lease requires meanwhile; `Err` once the session is lost (see
+    /// [`lost`](Self::lost)).
+    async fn next_answer(&mut self) -> Result<ClientResponse, Loss> {
         let mut next_ping = Instant::now() + self.keepalive.0;
         loop {
             let failure_timeout = self.keepalive.1;
             if self.conn.pings_due == 0 && Instant::now() >= next_ping {
-                if let Err(e) = write_frame(&mut self.conn.stream, &ClientRequest::Ping).await {
-                    return Loss::Broken(e.to_string());
+                if let Err(e) = self.conn.send(&ClientRequest::Ping).await {
+                    return Err(Loss::Broken(e.to_string()));
                 }
                 self.conn.pings_due += 1;
                 self.ping_sent = Some(Instant::now());
@@ -222,6 +223,9 @@ impl Client {
                 None => next_ping,
             };
             tokio::select! {
+                // An answer that came is read before a deadline that passed
+                // meanwhile is believed (this process may have been stopped).
+                biased;
                 frame = self.conn.read::<ClientResponse>() => match frame {
                     Ok(Some(ClientResponse::Pong { heartbeat_ms, failure_timeout_ms })) => {
                         self.conn.pings_due = self.conn.pings_due.saturating_sub(1);
@@ -231,13 +235,13 @@ impl Client {
                         );
                         next_ping = Instant::now() + self.keepalive.0;
                     }
-                    Ok(Some(other)) => return Loss::Broken(format!("unexpected {other:?}")),
-                    Ok(None) => return Loss::Closed,
-                    Err(e) => return Loss::Broken(e.to_string()),
+                    Ok(Some(other)) => return Ok(other),
+                    Ok(None) => return Err(Loss::Closed),
+                    Err(e) => return Err(Loss::Broken(e.to_string())),
                 },
                 _ = tokio::time::sleep_until(deadline) => {
                     if let Some(sent) = self.ping_sent.filter(|_| self.conn.pings_due > 0) {
-                        return Loss::Silent(sent.elapsed());
+                        return Err(Loss::Silent(sent.elapsed()));
                     }
                 }
             }
@@ -278,14 +282,20 @@ impl Client {
         })
     }
 
-    /// Asks for the critical section.
+    /// Asks for the critical section, keeping the session alive while it
+    /// waits: a client that stops (a stopped process, a cut network) loses
+    /// its place within the node's failure timeout, and is never handed a
+    /// grant it cannot take.
     pub async fn acquire(
         &mut self,
         timeout: Option<Duration>,
         try_lock: bool,
     ) -> Result<Acquired, ClientError> {
         let timeout_ms = timeout.map(|d| d.as_millis() as u64);
-        match self.conn.call(&ClientRequest::Acquire { timeout_ms, try_lock }).await? {
+        self.conn.send(&ClientRequest::Acquire { timeout_ms, try_lock }).await?;
+        // A waiting session is a lease too: the node hands a grant only to
+        // a client that is there to take it.
+        match self.next_answer().await.map_err(ClientError::Lost)? {
             ClientResponse::Granted { fence, .. } => Ok(Acquired::Granted(fence)),
             ClientResponse::TimedOut => Ok(Acquired::TimedOut),
             ClientResponse::Busy => Ok(Acquired::Busy),
@@ -334,8 +344,7 @@ impl Client {
         mut self,
         request: &ClientRequest,
     ) -> Result<(WatchEvent, Watch), ClientError> {
-        let conn = &mut self.conn;
-        write_frame(&mut conn.stream, request).await.map_err(FrameError::Io)?;
+        self.conn.send(request).await?;
         let mut watch = Watch { conn: self.conn };
         for _ in 0..watch.conn.pings_due {
             watch.conn.read::<ClientResponse>().await?; // their PONGs

@@ -35,6 +35,52 @@ where
     Ok(Some(wire::decode(buf)?))
 }
 
+/// Reads frames from a stream, cancel-safely: bytes read before a read is
+/// dropped (a `select!` branch that lost) stay for the next one, so a
+/// frame is never torn. For connections read in a `select!` with other
+/// work, as a client session is while it waits for a grant.
+pub struct FrameReader<R> {
+    stream: R,
+    pending: Vec<u8>,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// Reads `stream`.
+    pub fn new(stream: R) -> FrameReader<R> {
+        FrameReader { stream, pending: Vec::with_capacity(256) }
+    }
+
+    /// The stream, to write to it (a read is not under way).
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.stream
+    }
+
+    /// The next frame; `Ok(None)` at a clean end of stream between frames,
+    /// an error at an end in the middle of one.
+    pub async fn next<T: DeserializeOwned>(&mut self) -> Result<Option<T>, FrameError> {
+        loop {
+            if let Some(header) = self.pending.first_chunk::<HEADER_LEN>() {
+                let len = wire::frame_len(*header)?;
+                if self.pending.len() >= HEADER_LEN + len {
+                    let value = wire::decode(&self.pending[HEADER_LEN..HEADER_LEN + len]);
+                    self.pending.drain(..HEADER_LEN + len);
+                    return Ok(Some(value?));
+                }
+            }
+            if self.stream.read_buf(&mut self.pending).await? == 0 {
+                if self.pending.is_empty() {
+                    return Ok(None);
+                }
+                let torn = std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "connection closed in the middle of a frame",
+                );
+                return Err(FrameError::Io(torn));
+            }
+        }
+    }
+}
+
 /// Writes one frame.
 pub async fn write_frame<T, W>(writer: &mut W, value: &T) -> std::io::Result<()>
 where
@@ -71,5 +117,21 @@ mod tests {
         let mut good = Vec::new();
         write_frame(&mut good, &42u32).await.unwrap();
         assert_eq!(read_frame::<u32, _>(&mut &good[..], &mut buf).await.unwrap(), Some(42));
+    }
+
+    #[tokio::test]
+    async fn a_frame_reader_dropped_mid_frame_loses_nothing() {
+        let (mut tx, rx) = tokio::io::duplex(64);
+        let mut reader = FrameReader::new(rx);
+        let mut frame = Vec::new();
+        write_frame(&mut frame, &7u64).await.unwrap();
+        tx.write_all(&frame[..3]).await.unwrap();
+        // The read gives up half-way, as a select! branch that lost does.
+        let half = tokio::time::timeout(std::time::Duration::from_millis(20), reader.next::<u64>());
+        assert!(half.await.is_err());
+        tx.write_all(&frame[3..]).await.unwrap();
+        assert_eq!(reader.next::<u64>().await.unwrap(), Some(7));
+        drop(tx);
+        assert_eq!(reader.next::<u64>().await.unwrap(), None);
     }
 }

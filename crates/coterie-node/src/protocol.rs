@@ -26,9 +26,12 @@ pub enum ClientRequest {
     /// client closes it or the node stops.
     Watch,
     /// A keepalive, answered with [`ClientResponse::Pong`]. A session that
-    /// has sent one is watched from then on: if it falls silent for a
-    /// failure timeout, the node takes it for lost (its client hung or
-    /// was cut off) and releases what it held, as when it disconnects.
+    /// waits for the lock or holds it must send one within every failure
+    /// timeout (it is a lease), and so must one that has pinged, until its
+    /// next other request: if it falls silent, the node takes it for lost
+    /// (its client hung or was cut off), withdraws its request or releases
+    /// what it held, as when it disconnects. While a session waits, Ping
+    /// is the only request it may send.
     Ping,
     /// [`Watch`](Self::Watch), with every message the node sends and
     /// delivers too ([`NodeEvent::Sent`], [`NodeEvent::Delivered`]), for

@@ -274,13 +274,16 @@ async fn client_that_vanishes_while_holding_is_released() {
     let cluster = TestCluster::start(3, "centralized").await;
     let mut first = cluster.client(1).await;
     assert!(matches!(first.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));
+    // A holder keeps its session alive (it is a lease) until it vanishes.
+    let holding = tokio::spawn(async move { first.lost().await });
     let mut second = cluster.client(2).await;
     assert_eq!(
-        second.acquire(Some(Duration::from_millis(200)), false).await.unwrap(),
+        second.acquire(Some(Duration::from_millis(600)), false).await.unwrap(),
         Acquired::TimedOut,
         "held by the first client"
     );
-    drop(first);
+    holding.abort();
+    let _ = holding.await;
     assert!(matches!(second.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));
 }
 
@@ -645,6 +648,7 @@ async fn a_member_that_lies_crashes_nothing_and_grants_nothing_unasked() {
             incarnation: 424242,
             you: None,
             probe: true,
+            readmitted: true,
         }),
     ];
     let mut liars = Vec::new();

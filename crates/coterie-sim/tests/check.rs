@@ -56,14 +56,15 @@ fn check_finds_a_stale_fence_after_a_lost_grant() {
     assert!(fence.schedule.iter().any(|l| l.contains("PARTITION")), "{:#?}", fence.schedule);
 }
 
-/// Ricart-Agrawala never asks again for a message it lost: a one-way
-/// partition swallows a REQUEST, the partition heals, and the requester
-/// waits forever while the others hear its heartbeats. The checker calls
-/// it a deadlock at the moment it is certain (every node idle, only
-/// heartbeats left, a failure timeout of them changing nothing), not a
-/// liveness failure at the time limit, with the shortest schedule.
+/// A one-way partition swallows a REQUEST and heals; the side that
+/// suspected the requester forgot the request, and the requester, never
+/// suspected in its own eyes, waited for ever: a deadlock in 90 steps,
+/// until suspicion was made mutual on the way back (the engine's
+/// re-admission: the peer that suspected says so, and the requester asks
+/// again with a fresh stamp). Every schedule of it is now explored with no
+/// violation at all; the states pin the exploration.
 #[test]
-fn check_finds_a_deadlock_after_a_one_way_partition() {
+fn check_proves_no_deadlock_after_a_one_way_partition() {
     let cfg = CheckConfig {
         one_way_partitions: 1,
         delay_ticks: 1,
@@ -71,17 +72,8 @@ fn check_finds_a_deadlock_after_a_one_way_partition() {
     };
     let report = check::check(&cfg, |_| {}).unwrap();
     assert!(report.exhausted);
-    let deadlock = report
-        .counterexamples
-        .iter()
-        .find(|c| c.invariant == coterie_sim::Invariant::Deadlock)
-        .unwrap_or_else(|| panic!("no deadlock among {:#?}", report.counterexamples));
-    assert_eq!((deadlock.steps, deadlock.proven_shortest), (90, true));
-    let last = deadlock.schedule.last().expect("a schedule");
-    assert!(last.contains("VIOLATION deadlock"), "{last}");
-    assert!(deadlock.schedule.iter().any(|l| l.contains("HEAL")), "{:#?}", deadlock.schedule);
-    let again = check::replay(&cfg.sim_config(), &deadlock.path);
-    assert_eq!(again, deadlock.schedule);
+    assert!(report.counterexamples.is_empty(), "{:#?}", report.counterexamples);
+    assert_eq!((report.states, report.distinct_states), (85_647, 68_313));
 }
 
 /// The algorithms that claim safety under partitions keep it (and

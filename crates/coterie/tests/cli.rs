@@ -433,6 +433,59 @@ fn a_hung_holder_loses_the_lock_after_the_lock_delay() {
     unsafe_kill(pid, 9);
 }
 
+/// A client stopped (SIGSTOP) while it *waits* for the lock must not be
+/// handed it: before waiting sessions were leases, the grant went to the
+/// frozen client's open connection and the lock was held for ever. Now
+/// the frozen waiter falls silent, loses its place within the failure
+/// timeout, and a third client gets the lock. Every algorithm, since the
+/// rule lives in the node, not in any of them.
+#[test]
+fn a_client_frozen_while_waiting_is_never_granted_the_lock_for_good() {
+    for mutex in [
+        "centralized",
+        "token-ring",
+        "bakery",
+        "lamport",
+        "ricart-agrawala",
+        "raymond-k",
+        "lodha-kshemkalyani",
+        "maekawa",
+        "tree-quorum",
+    ] {
+        let env = [("COTERIE_MUTEX", mutex)];
+        let up =
+            Up::start_in(3, &format!("frozen-waiter-{mutex}"), "", "allow_faults = true\n", &env);
+        let dir = scratch(&format!("frozen-waiter-{mutex}"));
+        let holder = "touch $D/a-holds; while [ ! -e $D/a-may-go ]; do sleep 0.01; done";
+        let a = lock_running(up.config(), 1, &[], holder, &dir.0);
+        appears(&dir.0.join("a-holds"));
+        let b = lock_running(up.config(), 2, &[], "touch $D/b-held", &dir.0);
+        up.wait_for(|rows| rows.iter().any(|r| r["id"] == 2 && r["cs_state"] == "wanting"));
+        unsafe_kill(b.id(), 19); // SIGSTOP: B waits, and can no longer answer
+        std::fs::write(dir.0.join("a-may-go"), "").unwrap();
+        assert_eq!(finished(a, &dir.0).0, Some(0), "{mutex}: A ran to its end");
+        let c = coterie(&[
+            "lock",
+            "--config",
+            up.config(),
+            "--node",
+            "3",
+            "--timeout",
+            "10s",
+            "--",
+            "true",
+        ]);
+        assert!(
+            c.status.success(),
+            "{mutex}: the third client never got the lock: {}",
+            String::from_utf8_lossy(&c.stderr)
+        );
+        assert!(!dir.0.join("b-held").exists(), "{mutex}: the frozen client ran its command");
+        unsafe_kill(b.id(), 9);
+        let _ = finished(b, &dir.0);
+    }
+}
+
 #[test]
 fn killed_coordinator_is_replaced_by_the_next_highest() {
     let up = Up::start(4, "kill");

@@ -22,7 +22,14 @@
 //! dequeues the sender's request everywhere.
 //!
 //! **Failures and newcomers.** A peer reported down leaves every queue and
-//! is no longer waited for. A node that wants or holds the critical section
+//! is no longer waited for; a RELEASE dequeues every request of its
+//! sender up to the stamp it names. A peer that was suspected without
+//! crashing (stopped, or cut off) comes back believing what it believed:
+//! meeting again, each side withdraws a request under way and asks again
+//! with a fresh stamp (entries made meanwhile never asked the other side,
+//! and may be stamped above it), or, if idle, sends a RELEASE of
+//! everything it ever asked (the RELEASEs it sent meanwhile went to the
+//! live peers only). A node that wants or holds the critical section
 //! sends its request to a peer that comes up, so the newcomer's queue has
 //! it; a waiting node also waits for the newcomer's reply. Because a holder
 //! entered before the newcomer could ask, a request stamped *below* the
@@ -189,8 +196,10 @@ impl Algorithm for Lamport {
             }
             LamportMsg::Release { stamp, clock } => {
                 self.clock.observe(clock);
+                // A node has one request at a time, each stamped above the
+                // last: whatever it asked up to this one is over.
                 if stamp.node == from {
-                    self.queue.remove(&stamp);
+                    self.queue.retain(|s| s.node != from || *s > stamp);
                 }
                 self.heard(from, clock);
                 self.try_enter(out);
@@ -207,6 +216,31 @@ impl Algorithm for Lamport {
             }
             Ask::Held { stamp } => out.send(peer, LamportMsg::Request { stamp: *stamp }),
             Ask::Idle => {}
+        }
+    }
+
+    /// As to a newcomer, and when idle, a RELEASE of everything this node
+    /// ever asked: a peer that was out of touch missed the RELEASEs sent
+    /// meanwhile, and would keep a finished request at the head of its
+    /// queue for ever.
+    fn handle_peer_back(&mut self, now: Time, peer: NodeId, out: &mut Out<Lamport>) {
+        self.alive.insert(peer);
+        match self.state {
+            // Entries made while the two were apart never asked the other
+            // side, and may carry stamps above this request's: withdraw
+            // it and ask again, later (as when overtaken).
+            Ask::Wanting { stamp, .. } => {
+                self.queue.remove(&stamp);
+                let clock = self.clock.tick();
+                out.broadcast(self.alive.iter().copied(), LamportMsg::Release { stamp, clock });
+                self.ask(out);
+            }
+            Ask::Held { .. } => self.handle_peer_up(now, peer, out),
+            Ask::Idle => {
+                let clock = self.clock.tick();
+                let stamp = Stamp { ts: clock, node: self.id };
+                out.send(peer, LamportMsg::Release { stamp, clock });
+            }
         }
     }
 

@@ -70,7 +70,12 @@
 //!
 //! **Newcomers.** A peer that comes up (or restarts) while this node waits
 //! is sent the request too and its reply awaited: otherwise the newcomer,
-//! unaware of the request, could grant itself while this node enters.
+//! unaware of the request, could grant itself while this node enters. A
+//! peer that was only suspected (stopped, or cut off) and is heard again,
+//! or that says it had suspected this node, is met with a fresh round to
+//! every live peer: one side forgot the request, and entries made while
+//! they were apart never asked the other, so the old stamp may be below
+//! their fences (see *Fences*).
 //!
 //! **Fences.** A grant's fence is the stamp of the last *round* of its
 //! request — timestamp in the high bits, node id in the low bits — and every
@@ -489,6 +494,23 @@ impl Algorithm for RicartAgrawala {
         if let Some(t) = &mut self.tolerance {
             t.heard.remove(&peer);
             t.unanswered.remove(&peer);
+        }
+    }
+
+    /// A request under way asks again, with a fresh stamp, everyone: the
+    /// peer forgot it, or this node left the peer out of it, and others
+    /// may have entered meanwhile with rounds this node never answered, so
+    /// the old stamp could be below their fences. The heartbeat that told
+    /// of the re-admission carried the peer's clock, and the fresh stamp
+    /// is above every round the peer answered.
+    fn handle_peer_back(&mut self, now: Time, peer: NodeId, out: &mut Out<RicartAgrawala>) {
+        self.alive.insert(peer);
+        if let Some(t) = &mut self.tolerance {
+            t.heard.remove(&peer);
+            t.unanswered.remove(&peer);
+        }
+        if matches!(self.state, Ask::Wanting { .. }) {
+            self.ask_again(now, out);
         }
     }
 

@@ -138,6 +138,11 @@ pub struct SimConfig {
     /// Judge safety against this many holders instead of `capacity` (a way
     /// to prove the checker catches an overlap; leave `None` otherwise).
     pub checked_capacity: Option<usize>,
+    /// Judge only progress (liveness, deadlock, agreement), not safety and
+    /// fences: what a run under faults the algorithm does not tolerate
+    /// (a pause, for those that trust timeouts) must still do is come
+    /// back, and a run that ends at its first overlap cannot show that.
+    pub progress_only: bool,
 }
 
 impl SimConfig {
@@ -176,6 +181,7 @@ impl SimConfig {
             trace: false,
             record: false,
             checked_capacity: None,
+            progress_only: false,
         }
     }
 }

@@ -22,7 +22,9 @@ const EXIT_LOST: u8 = 76;
 /// resource you protect, so it can refuse a holder whose grant went stale)
 /// and COTERIE_NODE to the node that granted it.
 ///
-/// While CMD runs, the session with the node is kept alive: a node that
+/// While the lock is awaited and while CMD runs, the session with the node
+/// is kept alive (a stopped `coterie lock` loses its place in line, and is
+/// never handed the lock it cannot take). While CMD runs, a node that
 /// dies is noticed at once, one that hangs (or is cut off) within its
 /// failure timeout and a heartbeat. Then the lock is no longer CMD's:
 /// coterie prints one line saying why, sends CMD's process group SIGTERM,
@@ -37,8 +39,8 @@ const EXIT_LOST: u8 = 76;
 /// Exit status: CMD's, when it ran to its end holding the lock; 75 when
 /// the lock was not acquired within --timeout (or at once, with --try); 69
 /// when no node answered, or none accepted our credentials (the cluster's
-/// secret: `[security] secret_file`, or COTERIE_SECRET_FILE); 76 when the
-/// lock was lost while CMD ran;
+/// secret: `[security] secret_file`, or COTERIE_SECRET_FILE), or the node
+/// died or hung while we waited; 76 when the lock was lost while CMD ran;
 /// 128 + the signal when a signal ended the wait for the lock.
 #[derive(clap::Args)]
 pub struct Args {
@@ -123,6 +125,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 Ok(acquired) => acquired,
                 Err(ClientError::Refused(why)) => {
                     eprintln!("coterie lock: {} refused us: {why}", node.addr);
+                    return Ok(ExitCode::from(EXIT_UNAVAILABLE));
+                }
+                Err(ClientError::Lost(loss)) => {
+                    eprintln!("coterie lock: lost {} while waiting for the lock: {loss}", node.addr);
                     return Ok(ExitCode::from(EXIT_UNAVAILABLE));
                 }
                 Err(e) => return Err(e.into()),

@@ -98,6 +98,12 @@ pub struct Args {
     /// coordinator.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     watch: u32,
+    /// Judge only progress (liveness, deadlock, agreement), not safety
+    /// and fences, so that a run goes on past an overlap: whether an
+    /// algorithm comes back from faults it does not tolerate (a pause, for
+    /// those that trust timeouts).
+    #[arg(long)]
+    progress_only: bool,
     /// Critical-section entries per node's client.
     #[arg(long, default_value_t = 10)]
     requests: u32,
@@ -182,6 +188,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ..defaults.timing
         },
         requests: args.requests,
+        progress_only: args.progress_only,
         load: if args.sequential {
             Load::Sequential
         } else if args.burst {
@@ -348,6 +355,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         if args.burst {
             extra.push_str(" --burst");
+        }
+        if args.progress_only {
+            extra.push_str(" --progress-only");
         }
         if args.one_way_partitions > 0 {
             extra.push_str(&format!(" --one-way-partitions {}", args.one_way_partitions));
