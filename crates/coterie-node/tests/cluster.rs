@@ -311,8 +311,11 @@ async fn try_on_a_held_lock_is_busy() {
     let cluster = TestCluster::start(2, "centralized").await;
     let mut holder = cluster.client(1).await;
     assert!(matches!(holder.acquire(None, false).await.unwrap(), Acquired::Granted(_)));
+    // A holder keeps its session alive: it is a lease.
+    let holding = tokio::spawn(async move { holder.lost().await });
     let mut other = cluster.client(2).await;
     assert_eq!(other.acquire(None, true).await.unwrap(), Acquired::Busy);
+    holding.abort();
 }
 
 async fn still_serves(cluster: &TestCluster) {
