@@ -779,11 +779,7 @@ fn pauses_never_leave_a_request_waiting_for_ever() {
     every_pair(|base| {
         let cfg = SimConfig { pauses: 3, progress_only: true, ..base };
         let summary = run_seeds(&cfg, 0..100, |_, _| {}).unwrap();
-        assert!(
-            summary.injected.pauses >= 250,
-            "pauses were injected: {}",
-            summary.injected.pauses
-        );
+        assert!(summary.injected.pauses > 200, "pauses were injected: {}", summary.injected.pauses);
         assert_clean(&cfg, &summary);
     });
 }
