@@ -96,6 +96,9 @@ pub fn witness() -> Vec<Vec<u8>> {
         WitnessRequest::Enter { fence: 4, node: 2 },
         WitnessRequest::Enter { fence: 9, node: 2 },
         WitnessRequest::Report,
+        WitnessRequest::Read { name: "default".into(), fenced: true, fence: Some(9) },
+        WitnessRequest::Write { name: "default".into(), fenced: true, fence: Some(4), value: 1 },
+        WitnessRequest::Write { name: "default".into(), fenced: false, fence: None, value: 1 },
         WitnessRequest::Leave { fence: 9 },
     ];
     let mut input = vec![0];

@@ -11,18 +11,13 @@ pub fn run(data: &[u8]) {
     let [capacity, rest @ ..] = data else { return };
     let mut witness = Witness::new(1 + u32::from(capacity % 4));
     let mut entered = 0u64;
+    let mut inside = 0u32;
     for request in each::<WitnessRequest>(rest) {
-        match request {
-            WitnessRequest::Enter { fence, node } => {
-                if let WitnessResponse::Accepted { .. } = witness.enter(fence, node) {
-                    entered += 1;
-                }
-            }
-            WitnessRequest::Leave { .. } => witness.leave(),
-            WitnessRequest::Report => {
-                let report = witness.report();
-                assert!(report.entries <= entered);
-            }
+        let report = matches!(request, WitnessRequest::Report);
+        match witness.apply(request, &mut inside) {
+            WitnessResponse::Accepted { .. } => entered += 1,
+            WitnessResponse::Report(r) => assert!(report && r.entries <= entered),
+            _ => {}
         }
     }
 }

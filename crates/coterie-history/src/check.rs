@@ -562,7 +562,7 @@ impl<'a> Found<'a> {
         if !seen {
             return None;
         }
-        let final_value = report.final_value?;
+        let Some(final_value) = report.final_value else { return Some(report) };
         let lost = report.writes_ok.saturating_sub(final_value.max(0) as u64);
         report.lost_updates = Some(lost);
         let kind = match register {

@@ -456,6 +456,43 @@ impl WitnessClient {
         }
     }
 
+    /// Reads the register `name`: its plain copy (`fence` ignored), or its
+    /// fenced copy with `fence`. `Ok(Err(highest))` when the fenced copy
+    /// refused a fence below `highest`.
+    pub async fn read(
+        &mut self,
+        name: &str,
+        fenced: bool,
+        fence: Option<u64>,
+    ) -> Result<Result<i64, u64>, ClientError> {
+        let request = WitnessRequest::Read { name: name.to_string(), fenced, fence };
+        match self.conn.witness_call(&request).await? {
+            WitnessResponse::Value(v) => Ok(Ok(v)),
+            WitnessResponse::Fenced { highest } => Ok(Err(highest)),
+            WitnessResponse::Refused(why) => Err(ClientError::Refused(why)),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Writes `value` to the register `name`: its plain copy, or its
+    /// fenced copy with `fence`. `Ok(Err(highest))` when the fenced copy
+    /// refused a fence below `highest`.
+    pub async fn write(
+        &mut self,
+        name: &str,
+        fenced: bool,
+        fence: Option<u64>,
+        value: i64,
+    ) -> Result<Result<(), u64>, ClientError> {
+        let request = WitnessRequest::Write { name: name.to_string(), fenced, fence, value };
+        match self.conn.witness_call(&request).await? {
+            WitnessResponse::Written => Ok(Ok(())),
+            WitnessResponse::Fenced { highest } => Ok(Err(highest)),
+            WitnessResponse::Refused(why) => Err(ClientError::Refused(why)),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
     /// The witness's counters.
     pub async fn report(&mut self) -> Result<WitnessReport, ClientError> {
         match self.conn.witness_call(&WitnessRequest::Report).await? {

@@ -291,6 +291,29 @@ pub enum WitnessRequest {
     },
     /// The witness's counters.
     Report,
+    /// Read the register `name`: its plain copy, or its fenced copy with
+    /// `fence` (refused if below the highest fence that copy has seen;
+    /// without a fence, a look that checks and raises nothing).
+    Read {
+        /// The register's name (the lock's).
+        name: String,
+        /// The fenced copy rather than the plain one.
+        fenced: bool,
+        /// The holder's fence.
+        fence: Option<u64>,
+    },
+    /// Write `value` to the register `name`: its plain copy, or its fenced
+    /// copy with `fence` (refused if below the highest fence seen there).
+    Write {
+        /// The register's name (the lock's).
+        name: String,
+        /// The fenced copy rather than the plain one.
+        fenced: bool,
+        /// The holder's fence (required by the fenced copy).
+        fence: Option<u64>,
+        /// The new value.
+        value: i64,
+    },
 }
 
 /// The witness's answer.
@@ -312,6 +335,18 @@ pub enum WitnessResponse {
     Left,
     /// The counters.
     Report(WitnessReport),
+    /// The register's value.
+    Value(i64),
+    /// The write was taken.
+    Written,
+    /// The fenced copy refused a fence below `highest`, the highest it has
+    /// seen.
+    Fenced {
+        /// The highest fence the copy has seen.
+        highest: u64,
+    },
+    /// The request cannot be served (a bad name, too many registers).
+    Refused(String),
 }
 
 /// What the witness has seen.

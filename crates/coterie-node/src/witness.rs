@@ -7,14 +7,30 @@
 //! semaphore, whose grants may legitimately arrive out of order, a token it
 //! has already seen. A holder whose connection drops leaves at once: its
 //! process is gone and can no longer touch the resource.
+//!
+//! It also serves a **register** per lock name, the data a lock protects
+//! in a history test (`coterie nemesis`, `coterie history client`): holders
+//! read it and write back one more. Each register has two copies. The
+//! *plain* copy takes every read and write, as a resource that knows
+//! nothing of fences. The *fenced* copy is the resource Kleppmann asks
+//! for: it remembers the highest fence any read or write brought, and
+//! refuses an operation with a lower one. Checking reads as well as writes
+//! matters: a stale holder that read before a newer holder wrote must not
+//! write back what it read.
 
 use crate::codec::{read_frame, write_frame};
 use crate::protocol::{WitnessReport, WitnessRequest, WitnessResponse};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{info, warn};
+
+/// The most registers a witness keeps (a test's lock names).
+pub const MAX_REGISTERS: usize = 65_536;
+
+/// The longest register name, in bytes (a lock name's limit).
+pub const MAX_REGISTER_NAME: usize = 256;
 
 /// The witness's counters and holders.
 #[derive(Debug, Default)]
@@ -22,6 +38,16 @@ pub struct Witness {
     report: WitnessReport,
     /// Every fence accepted (for capacity > 1).
     seen: BTreeSet<u64>,
+    registers: HashMap<String, Register>,
+}
+
+/// The two copies of one register.
+#[derive(Clone, Copy, Debug, Default)]
+struct Register {
+    plain: i64,
+    fenced: i64,
+    /// The highest fence an operation on the fenced copy brought.
+    highest: u64,
 }
 
 impl Witness {
@@ -30,6 +56,92 @@ impl Witness {
         Witness {
             report: WitnessReport { capacity: capacity.max(1), ..WitnessReport::default() },
             seen: BTreeSet::new(),
+            registers: HashMap::new(),
+        }
+    }
+
+    /// Serves one request of a session; `inside` counts the holders this
+    /// session has entered and not left.
+    pub fn apply(&mut self, request: WitnessRequest, inside: &mut u32) -> WitnessResponse {
+        match request {
+            WitnessRequest::Enter { fence, node } => {
+                let answer = self.enter(fence, node);
+                if matches!(answer, WitnessResponse::Accepted { .. }) {
+                    *inside += 1;
+                }
+                answer
+            }
+            WitnessRequest::Leave { .. } => {
+                if *inside > 0 {
+                    *inside -= 1;
+                    self.leave();
+                }
+                WitnessResponse::Left
+            }
+            WitnessRequest::Report => WitnessResponse::Report(self.report()),
+            WitnessRequest::Read { name, fenced, fence } => self.read(&name, fenced, fence),
+            WitnessRequest::Write { name, fenced, fence, value } => {
+                self.write(&name, fenced, fence, value)
+            }
+        }
+    }
+
+    /// The register `name`, made on first use.
+    fn register(&mut self, name: &str) -> Result<&mut Register, WitnessResponse> {
+        if name.is_empty() || name.len() > MAX_REGISTER_NAME || name.chars().any(char::is_control) {
+            return Err(WitnessResponse::Refused(format!(
+                "a register name is 1 to {MAX_REGISTER_NAME} bytes with no control characters"
+            )));
+        }
+        if !self.registers.contains_key(name) && self.registers.len() >= MAX_REGISTERS {
+            return Err(WitnessResponse::Refused(format!(
+                "the witness keeps at most {MAX_REGISTERS} registers"
+            )));
+        }
+        Ok(self.registers.entry(name.to_string()).or_default())
+    }
+
+    /// Reads a register's plain copy, or its fenced copy with `fence`.
+    pub fn read(&mut self, name: &str, fenced: bool, fence: Option<u64>) -> WitnessResponse {
+        let r = match self.register(name) {
+            Ok(r) => r,
+            Err(refused) => return refused,
+        };
+        if !fenced {
+            return WitnessResponse::Value(r.plain);
+        }
+        if let Some(fence) = fence {
+            if fence < r.highest {
+                return WitnessResponse::Fenced { highest: r.highest };
+            }
+            r.highest = fence;
+        }
+        WitnessResponse::Value(r.fenced)
+    }
+
+    /// Writes a register's plain copy, or its fenced copy with `fence`.
+    pub fn write(
+        &mut self,
+        name: &str,
+        fenced: bool,
+        fence: Option<u64>,
+        value: i64,
+    ) -> WitnessResponse {
+        let r = match self.register(name) {
+            Ok(r) => r,
+            Err(refused) => return refused,
+        };
+        if !fenced {
+            r.plain = value;
+            return WitnessResponse::Written;
+        }
+        match fence {
+            Some(fence) if fence >= r.highest => {
+                r.highest = fence;
+                r.fenced = value;
+                WitnessResponse::Written
+            }
+            _ => WitnessResponse::Fenced { highest: r.highest },
         }
     }
 
@@ -112,26 +224,7 @@ async fn session(
         };
         // The lock is never held across an .await: each arm computes its
         // answer, and only then is it written.
-        let response = {
-            let mut w = witness.lock().expect("witness lock");
-            match request {
-                WitnessRequest::Enter { fence, node } => {
-                    let answer = w.enter(fence, node);
-                    if matches!(answer, WitnessResponse::Accepted { .. }) {
-                        inside += 1;
-                    }
-                    answer
-                }
-                WitnessRequest::Leave { .. } => {
-                    if inside > 0 {
-                        inside -= 1;
-                        w.leave();
-                    }
-                    WitnessResponse::Left
-                }
-                WitnessRequest::Report => WitnessResponse::Report(w.report()),
-            }
-        };
+        let response = witness.lock().expect("witness lock").apply(request, &mut inside);
         if let Err(e) = write_frame(&mut stream, &response).await {
             break Err(e.into());
         }
@@ -167,6 +260,31 @@ mod tests {
         assert_eq!(w.enter(11, 2), WitnessResponse::Accepted { holders: 1, violation: false });
         assert_eq!(w.report().stale_fences, 2);
         assert_eq!(w.report().violations, 0);
+    }
+
+    #[test]
+    fn the_fenced_copy_refuses_a_stale_holder_that_read_before_a_newer_one_wrote() {
+        let mut w = Witness::new(1);
+        let value = |r| match r {
+            WitnessResponse::Value(v) => v,
+            other => panic!("{other:?}"),
+        };
+        // Holder 5 reads 0; holder 6 (its lease ran out) reads 0 and
+        // writes 1; holder 5 writes 1 back. The plain copy loses an update.
+        for fenced in [false, true] {
+            assert_eq!(value(w.read("x", fenced, Some(5))), 0);
+            assert_eq!(value(w.read("x", fenced, Some(6))), 0);
+            assert_eq!(w.write("x", fenced, Some(6), 1), WitnessResponse::Written);
+        }
+        assert_eq!(w.write("x", false, Some(5), 1), WitnessResponse::Written);
+        assert_eq!(w.write("x", true, Some(5), 1), WitnessResponse::Fenced { highest: 6 });
+        assert_eq!(w.read("x", true, Some(5)), WitnessResponse::Fenced { highest: 6 });
+        // A look without a fence neither checks nor raises.
+        assert_eq!(value(w.read("x", true, None)), 1);
+        assert_eq!(w.write("x", true, None, 9), WitnessResponse::Fenced { highest: 6 });
+        // Names are registers of their own.
+        assert_eq!(value(w.read("y", true, Some(1))), 0);
+        assert!(matches!(w.read("", false, None), WitnessResponse::Refused(_)));
     }
 
     #[test]

@@ -54,6 +54,10 @@ enum Command {
     Run(cmd::run::Args),
     /// Serve a live page of a running cluster: nodes, messages, controls.
     Dashboard(cmd::dashboard::Args),
+    /// Record clients' operations as a history, or check histories.
+    History(cmd::history::Args),
+    // The help text is cmd::nemesis::Args's: it lists the faults.
+    Nemesis(cmd::nemesis::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -74,6 +78,8 @@ fn main() -> std::process::ExitCode {
         Command::Fault(args) => cmd::fault::run(args),
         Command::Run(args) => cmd::run::run(args, log),
         Command::Dashboard(args) => cmd::dashboard::run(args),
+        Command::History(args) => cmd::history::run(args),
+        Command::Nemesis(args) => cmd::nemesis::run(args),
     };
     match result {
         Ok(code) => code,

@@ -30,6 +30,8 @@ pub struct LocalCluster {
     /// stderr when `None`.
     log_dir: Option<PathBuf>,
     log_format: String,
+    /// Environment variables each node is started with (by id).
+    env: std::collections::BTreeMap<u32, Vec<(String, String)>>,
 }
 
 impl LocalCluster {
@@ -43,6 +45,7 @@ impl LocalCluster {
             nodes,
             log_dir: None,
             log_format: log_format.to_string(),
+            env: Default::default(),
         };
         for id in cluster.ids() {
             cluster.start(id)?;
@@ -60,6 +63,17 @@ impl LocalCluster {
         log_format: &str,
         dir: &Path,
     ) -> Result<(LocalCluster, Witness)> {
+        LocalCluster::launch_with(shape, log_format, dir, &|_| Vec::new()).await
+    }
+
+    /// As [`launch`](Self::launch), starting node `id` with the
+    /// environment variables `env(id)`.
+    pub async fn launch_with(
+        shape: &Shape,
+        log_format: &str,
+        dir: &Path,
+        env: &dyn Fn(u32) -> Vec<(String, String)>,
+    ) -> Result<(LocalCluster, Witness)> {
         let mut last_error = None;
         for _attempt in 0..5 {
             let n = shape.nodes as usize;
@@ -71,6 +85,7 @@ impl LocalCluster {
             let mut cluster = LocalCluster::configure(shape, &ports, &witness_addr, dir)?;
             log_format.clone_into(&mut cluster.log_format);
             for id in cluster.ids() {
+                cluster.set_env(id, env(id));
                 cluster.start(id)?;
             }
             // Every node up and listening, or one gone (its port taken).
@@ -140,6 +155,7 @@ impl LocalCluster {
             nodes,
             log_dir: Some(dir.to_path_buf()),
             log_format: String::new(),
+            env: Default::default(),
         })
     }
 
@@ -170,12 +186,24 @@ impl LocalCluster {
             None => std::process::Stdio::inherit(),
         };
         let (config, format) = (self.config.clone(), self.log_format.clone());
+        let env = self.env.get(&id).cloned().unwrap_or_default();
         let slot = self.slot(id)?;
         if slot.is_some() {
             bail!("node {id} is running");
         }
-        *slot = Some(Process::node(&config, id, &format, stderr)?);
+        *slot = Some(Process::node(&config, id, &format, stderr, &env)?);
         Ok(())
+    }
+
+    /// Starts node `id` with these environment variables from its next
+    /// start on (a clock of its own, through libfaketime).
+    pub fn set_env(&mut self, id: u32, env: Vec<(String, String)>) {
+        self.env.insert(id, env);
+    }
+
+    /// Whether node `id`'s process runs (started, and not killed by us).
+    pub fn running(&mut self, id: u32) -> bool {
+        self.slot(id).is_ok_and(|p| p.is_some())
     }
 
     /// Kills node `id` (SIGKILL: no goodbye, as in a crash).

@@ -39,12 +39,14 @@ impl Process {
         id: u32,
         log_format: &str,
         stderr: std::process::Stdio,
+        env: &[(String, String)],
     ) -> Result<Process> {
         let mut command = Command::new(std::env::current_exe().context("finding the binary")?);
         command
             .args(["--log-format", log_format, "node", "--config"])
             .arg(config)
             .args(["--id", &id.to_string()])
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stderr(stderr);
         Process::spawn(command).with_context(|| format!("starting node {id}"))
     }

@@ -1,0 +1,278 @@
+//! Carrying out each fault of the schedule on a local cluster, and undoing
+//! it: signals to node and client processes, the agents' own partition
+//! faults, libfaketime clock files, and a node's state file.
+
+use super::clients::{Clients, Doing};
+use super::plan::{cuts, Clock, Disk, Fault, Kind};
+use crate::cmd::harness::{LocalCluster, Signal};
+use anyhow::{Context, Result};
+use coterie_node::protocol::{FaultCommand, Way};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Where Debian's libfaketime lives (the multi-threaded build, for the
+/// node's runtime threads).
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// Whether clock faults can be made here.
+pub fn clock_faults_possible() -> bool {
+    Path::new(LIBFAKETIME).exists()
+}
+
+/// The environment that gives node `id` a wall clock of its own, read
+/// from `dir/clock-nID` (at most a second late), while its monotonic clock
+/// stays the machine's: a stepped clock, as NTP or an operator steps it.
+pub fn clock_env(dir: &Path, id: u32) -> Vec<(String, String)> {
+    let file = clock_file(dir, id);
+    let _ = std::fs::write(&file, "+0\n");
+    vec![
+        ("LD_PRELOAD".into(), LIBFAKETIME.into()),
+        ("FAKETIME_TIMESTAMP_FILE".into(), file.display().to_string()),
+        ("FAKETIME_CACHE_DURATION".into(), "1".into()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+    ]
+}
+
+fn clock_file(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("clock-n{id}"))
+}
+
+fn state_file(dir: &Path, id: u32) -> PathBuf {
+    dir.join("state").join(format!("demo-node{id}.state"))
+}
+
+/// A state file's copies: (the older, the newer); `None` where there was
+/// no file.
+type Snapshots = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// The nemesis's hold on the cluster: what it has done and must undo.
+pub struct Nemesis<'a> {
+    pub cluster: &'a mut LocalCluster,
+    pub clients: &'a mut Clients,
+    pub dir: PathBuf,
+    pub nodes: u32,
+    /// Each node's state file as it was at the previous look, and at the
+    /// one before (a rollback restores the older).
+    snapshots: BTreeMap<u32, Snapshots>,
+    /// Clients frozen and not yet thawed.
+    frozen: Vec<u32>,
+}
+
+impl<'a> Nemesis<'a> {
+    pub fn new(
+        cluster: &'a mut LocalCluster,
+        clients: &'a mut Clients,
+        dir: &Path,
+        nodes: u32,
+    ) -> Self {
+        Nemesis {
+            cluster,
+            clients,
+            dir: dir.to_path_buf(),
+            nodes,
+            snapshots: BTreeMap::new(),
+            frozen: Vec::new(),
+        }
+    }
+
+    /// Copies every node's state file aside, keeping the previous copy for
+    /// a rollback.
+    pub fn snapshot(&mut self) {
+        for id in 1..=self.nodes {
+            let now = std::fs::read(state_file(&self.dir, id)).ok();
+            let entry = self.snapshots.entry(id).or_default();
+            entry.0 = entry.1.take().or(now.clone());
+            entry.1 = now;
+        }
+    }
+
+    /// Starts `fault`; says what was done.
+    pub async fn start(&mut self, fault: &Fault) -> Result<String> {
+        let id = fault.target;
+        Ok(match fault.kind {
+            Kind::Kill => {
+                self.cluster.kill(id).await?;
+                format!("kill -9 n{id}")
+            }
+            Kind::Pause => {
+                self.cluster.signal(id, Signal::Stop)?;
+                format!("SIGSTOP n{id}")
+            }
+            Kind::FreezeWaiter | Kind::FreezeHolder => {
+                let want =
+                    if fault.kind == Kind::FreezeWaiter { Doing::Waiting } else { Doing::Holding };
+                let (p, found) = self.find_client(id, want).await;
+                self.clients.signal(p, libc::SIGSTOP);
+                self.frozen.push(p);
+                let doing = if want == Doing::Waiting { "waiting" } else { "holding" };
+                if found {
+                    format!("SIGSTOP client p{p} while {doing}")
+                } else {
+                    format!("SIGSTOP client p{p} (none was {doing} within 1 s)")
+                }
+            }
+            Kind::Partition | Kind::Bridge | Kind::Ring => {
+                let cuts = cuts(fault.kind, self.nodes, id, fault.seed);
+                for (i, peers) in cuts.iter().enumerate() {
+                    if !peers.is_empty() {
+                        let command =
+                            FaultCommand::Partition { peers: peers.clone(), way: Way::Both };
+                        self.agent(i as u32 + 1, command).await?;
+                    }
+                }
+                describe_cuts(fault.kind, &cuts, id)
+            }
+            Kind::Clock => {
+                std::fs::write(clock_file(&self.dir, id), format!("{}\n", fault.clock.faketime()))?;
+                self.cluster.kill(id).await?;
+                self.cluster.start(id)?;
+                let what = match fault.clock {
+                    Clock::Ahead => "an hour ahead",
+                    Clock::Behind => "an hour behind",
+                    Clock::Fast => "running twice as fast",
+                };
+                format!("n{id}'s wall clock {what}, and n{id} restarted under it")
+            }
+            Kind::Disk => {
+                self.cluster.kill(id).await?;
+                let path = state_file(&self.dir, id);
+                let what = match fault.disk {
+                    Disk::Lose => {
+                        let _ = std::fs::remove_file(&path);
+                        "lost"
+                    }
+                    Disk::Truncate => {
+                        if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) {
+                            let len = f.metadata().map_or(0, |m| m.len());
+                            f.set_len(len / 2)?;
+                        }
+                        "truncated to half"
+                    }
+                    Disk::Rollback => {
+                        match self.snapshots.get(&id).and_then(|s| s.0.clone()) {
+                            Some(old) => std::fs::write(&path, old)?,
+                            None => {
+                                let _ = std::fs::remove_file(&path);
+                            }
+                        }
+                        "rolled back to an earlier copy"
+                    }
+                };
+                format!("kill -9 n{id}, its state file {what}")
+            }
+        })
+    }
+
+    /// Ends `fault`; says what was done.
+    pub async fn heal(&mut self, fault: &Fault) -> Result<String> {
+        let id = fault.target;
+        Ok(match fault.kind {
+            Kind::Kill | Kind::Disk => {
+                self.cluster.start(id)?;
+                format!("restart n{id}")
+            }
+            Kind::Pause => {
+                self.cluster.signal(id, Signal::Continue)?;
+                format!("SIGCONT n{id}")
+            }
+            Kind::FreezeWaiter | Kind::FreezeHolder => {
+                let thawed: Vec<String> = self.frozen.iter().map(|p| format!("p{p}")).collect();
+                for p in std::mem::take(&mut self.frozen) {
+                    self.clients.signal(p, libc::SIGCONT);
+                }
+                format!("SIGCONT client {}", thawed.join(", "))
+            }
+            Kind::Partition | Kind::Bridge | Kind::Ring => {
+                for node in 1..=self.nodes {
+                    self.agent(node, FaultCommand::Heal).await?;
+                }
+                "heal the partition".to_string()
+            }
+            Kind::Clock => format!("n{id} keeps its clock"),
+        })
+    }
+
+    /// Undoes whatever may still be in force: every node running and
+    /// resumed, no partition, no client frozen. Runs even after an error.
+    pub async fn heal_all(&mut self) {
+        for p in std::mem::take(&mut self.frozen) {
+            self.clients.signal(p, libc::SIGCONT);
+        }
+        for id in 1..=self.nodes {
+            if self.cluster.running(id) {
+                let _ = self.cluster.signal(id, Signal::Continue);
+            } else {
+                let _ = self.cluster.start(id);
+            }
+        }
+        for id in 1..=self.nodes {
+            let _ = self.agent(id, FaultCommand::Heal).await;
+        }
+    }
+
+    /// A client doing `want`: `first` if it is, else the first other that
+    /// is within a second, else `first`; and whether one was found.
+    async fn find_client(&mut self, first: u32, want: Doing) -> (u32, bool) {
+        let n = self.clients.len();
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until {
+            for k in 0..n {
+                let p = (first - 1 + k) % n + 1;
+                if self.clients.doing(p) == want {
+                    return (p, true);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        (first, false)
+    }
+
+    /// Sends a fault command to node `id`'s agent.
+    async fn agent(&self, id: u32, command: FaultCommand) -> Result<()> {
+        let node = self
+            .cluster
+            .nodes()
+            .iter()
+            .find(|n| n.id == Some(id))
+            .with_context(|| format!("no node {id}"))?;
+        node.connect().await?.fault(command).await?;
+        Ok(())
+    }
+}
+
+/// A partition in words: the groups each node sees.
+fn describe_cuts(kind: Kind, cuts: &[Vec<u32>], bridge: u32) -> String {
+    let n = cuts.len() as u32;
+    let sees = |a: u32| -> Vec<String> {
+        (1..=n)
+            .filter(|&b| b != a && !cuts[a as usize - 1].contains(&b))
+            .map(|b| format!("n{b}"))
+            .collect()
+    };
+    match kind {
+        Kind::Ring => {
+            let links: Vec<String> =
+                (1..=n).map(|a| format!("n{a}:{}", sees(a).join("+"))).collect();
+            format!("majorities ring ({})", links.join(" "))
+        }
+        _ => {
+            let mut groups: Vec<Vec<u32>> = Vec::new();
+            for a in (1..=n).filter(|&a| kind != Kind::Bridge || a != bridge) {
+                match groups.iter_mut().find(|g| !cuts[a as usize - 1].contains(&g[0])) {
+                    Some(g) => g.push(a),
+                    None => groups.push(vec![a]),
+                }
+            }
+            let text: Vec<String> = groups
+                .iter()
+                .map(|g| g.iter().map(|a| format!("n{a}")).collect::<Vec<_>>().join(","))
+                .collect();
+            if kind == Kind::Bridge {
+                format!("partition {} bridged by n{bridge}", text.join(" | "))
+            } else {
+                format!("partition {}", text.join(" | "))
+            }
+        }
+    }
+}

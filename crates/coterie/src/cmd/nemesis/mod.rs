@@ -1,0 +1,422 @@
+//! `coterie nemesis`: a real cluster, recorded clients and a seeded
+//! nemesis, judged by the history checker.
+//!
+//! Jepsen's shape on one machine. Launch nodes as processes; start client
+//! processes (`coterie history client`) that take the lock and increment
+//! the witness's register, each recording what it was told; run a seeded
+//! schedule of faults against nodes and clients, recording each in the
+//! history too; heal everything, let the clients run on to show recovery,
+//! stop them, read the registers; then merge and check the history.
+
+mod clients;
+mod inflict;
+pub mod plan;
+
+use super::common;
+use super::harness::{Cluster, LocalCluster, Shape};
+use super::timeline::Reach;
+use anyhow::{bail, Context, Result};
+use coterie_core::{CsState, Epoch};
+use coterie_history::{Func, Kind as OpKind, Op, Options, Recorder, Register, Report, NEMESIS};
+use plan::Kind;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Run a cluster under a nemesis, record every client operation, check
+/// the history.
+///
+/// Nodes and clients are real processes on this machine. The nemesis
+/// kills and restarts nodes, pauses them (SIGSTOP), freezes clients while
+/// they wait and while they hold, partitions the nodes (halves, a bridge
+/// node that sees both, a majorities ring; with the agents' own faults),
+/// steps or speeds a node's wall clock (libfaketime) and restarts it, and
+/// loses, truncates or rolls back a node's state file before a restart.
+/// One fault every --every, each healed before the next, for --duration;
+/// then everything is healed and the clients run on for --recover.
+///
+/// The history checker then reports, per lock name: acknowledged holds
+/// that overlapped, fences out of real-time order or granted twice, lost
+/// updates on the plain and on the fenced register, and how long after
+/// the nemesis ended a lock was granted again. Overlaps and plain lost
+/// updates are what a lock that trusts timeouts costs (a frozen holder's
+/// lease runs out while it believes it holds); a fence granted twice, a
+/// fenced lost update, a stall or a node left wanting are failures.
+///
+/// Exit status: 0 when no run has a failure, 1 otherwise.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Mutual-exclusion algorithm: a name, several separated by commas,
+    /// or `all`.
+    #[arg(long, default_value = "ricart-agrawala")]
+    mutex: String,
+    /// Election algorithm: a name, several separated by commas, or `all`.
+    #[arg(long, default_value = "bully")]
+    election: String,
+    /// Nodes.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=64))]
+    nodes: u32,
+    /// Recorded client processes (spread over the nodes).
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=64))]
+    clients: u32,
+    /// How long the nemesis acts.
+    #[arg(long, value_parser = common::parse_duration, default_value = "30s")]
+    duration: Duration,
+    /// The faults to draw from, separated by commas (default: all that
+    /// this machine can make; `clock` needs libfaketime).
+    #[arg(long, value_delimiter = ',')]
+    faults: Vec<Kind>,
+    /// One fault this often.
+    #[arg(long, value_parser = common::parse_duration, default_value = "2s")]
+    every: Duration,
+    /// Seeds the schedule: the same seed, the same faults at the same times.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// `[cluster] lock_delay`.
+    #[arg(long, value_parser = common::parse_duration, default_value = "0s")]
+    lock_delay: Duration,
+    /// How long a client holds the lock between reading the register and
+    /// writing it back.
+    #[arg(long, value_parser = common::parse_duration, default_value = "20ms")]
+    hold: Duration,
+    /// How long the clients run on after the nemesis ends.
+    #[arg(long, value_parser = common::parse_duration, default_value = "5s")]
+    recover: Duration,
+    /// How soon after the nemesis ends a lock must be granted again.
+    #[arg(long, value_parser = common::parse_duration, default_value = "10s")]
+    recovery_bound: Duration,
+    /// Keep each run's histories, logs and report under DIR/MUTEX-ELECTION
+    /// (default: a temporary directory, removed unless the run failed).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Print JSON: an array with one report per run.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What one run found.
+#[derive(Serialize)]
+pub struct RunReport {
+    pub mutex: String,
+    pub election: String,
+    pub nodes: u32,
+    pub clients: u32,
+    pub seed: u64,
+    pub lock_delay_ms: u64,
+    pub duration_s: f64,
+    /// Faults made, by kind.
+    pub faults: BTreeMap<String, u32>,
+    /// Nodes still wanting or holding five seconds after every client
+    /// stopped: a lock that would never come back.
+    pub stuck_nodes: Vec<u32>,
+    /// Failures: what nothing excuses.
+    pub failures: Vec<String>,
+    /// Where the histories, logs and this report are.
+    pub dir: String,
+    /// The checker's report.
+    pub history: Report,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    use coterie_core::registry::{ELECTIONS, MUTEXES};
+    let mutexes = expand(&args.mutex, &MUTEXES.iter().map(|m| m.name).collect::<Vec<_>>())?;
+    let elections = expand(&args.election, &ELECTIONS.iter().map(|e| e.name).collect::<Vec<_>>())?;
+    let kinds = kinds(&args.faults)?;
+    let keep = args.out.clone();
+    let root = match &keep {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir().join(format!("coterie-nemesis-{}", std::process::id())),
+    };
+    let mut reports = Vec::new();
+    let runtime = common::runtime()?;
+    for mutex in &mutexes {
+        for election in &elections {
+            let dir = root.join(format!("{mutex}-{election}"));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.join("history"))
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            if !args.json {
+                eprintln!(
+                    "nemesis: {mutex} + {election}, {} nodes, {} clients, {} s of {} (seed {}); in {}",
+                    args.nodes,
+                    args.clients,
+                    args.duration.as_secs_f64(),
+                    kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(","),
+                    args.seed,
+                    dir.display()
+                );
+            }
+            let report = runtime.block_on(one(&args, mutex, election, &kinds, &dir))?;
+            if !args.json {
+                let history = coterie_history::read(&[dir.join("history.jsonl")])?;
+                print!("{}", super::history::render(&history, &report.history));
+                println!("{}", summary_line(&report));
+            }
+            if keep.is_none() && report.failures.is_empty() {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            reports.push(report);
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else if reports.len() > 1 {
+        println!("\n{}", table(&reports));
+    }
+    if keep.is_none() {
+        let _ = std::fs::remove_dir(&root);
+    }
+    let failed = reports.iter().any(|r| !r.failures.is_empty());
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// `all`, one name or a comma list, checked against `known`.
+fn expand(asked: &str, known: &[&'static str]) -> Result<Vec<String>> {
+    if asked == "all" {
+        return Ok(known.iter().map(|s| s.to_string()).collect());
+    }
+    let names: Vec<String> = asked.split(',').map(|s| s.trim().to_string()).collect();
+    for name in &names {
+        if !known.contains(&name.as_str()) {
+            bail!("unknown algorithm {name:?}; known: {}", known.join(", "));
+        }
+    }
+    Ok(names)
+}
+
+/// The faults asked for, or every one this machine can make.
+fn kinds(asked: &[Kind]) -> Result<Vec<Kind>> {
+    if asked.is_empty() {
+        let all = Kind::ALL.iter().copied();
+        return Ok(all.filter(|&k| k != Kind::Clock || inflict::clock_faults_possible()).collect());
+    }
+    if asked.contains(&Kind::Clock) && !inflict::clock_faults_possible() {
+        bail!(
+            "the clock fault needs libfaketime ({}): apt-get install faketime",
+            inflict::LIBFAKETIME
+        );
+    }
+    Ok(asked.to_vec())
+}
+
+/// One run: launch, nemesis, heal, recover, stop, check.
+async fn one(
+    args: &Args,
+    mutex: &str,
+    election: &str,
+    kinds: &[Kind],
+    dir: &Path,
+) -> Result<RunReport> {
+    let shape = Shape {
+        nodes: args.nodes,
+        mutex: mutex.to_string(),
+        election: election.to_string(),
+        count: 1,
+        lock_delay: args.lock_delay,
+    };
+    let clocks = kinds.contains(&Kind::Clock);
+    let env = |id| if clocks { inflict::clock_env(dir, id) } else { Vec::new() };
+    let (cluster, witness) = LocalCluster::launch_with(&shape, "text", dir, &env).await?;
+    let cluster = Cluster::Local(cluster);
+    let agreed = cluster.agree(&Reach::default(), Epoch(0), Duration::from_secs(20)).await;
+    let Cluster::Local(mut local) = cluster else { unreachable!("launched locally") };
+    if let Err(e) = agreed {
+        local.stop_all().await;
+        witness.stop().await;
+        return Err(e.context("the cluster did not elect a coordinator before the nemesis"));
+    }
+    let history_dir = dir.join("history");
+    let mut recorder = Recorder::create(&history_dir.join("nemesis.jsonl"), NEMESIS)?;
+    let setup = clients::Setup {
+        config: &dir.join("cluster.toml"),
+        witness: witness.addr(),
+        dir: &history_dir,
+        hold: args.hold,
+        timeout: Duration::from_secs(5),
+    };
+    let mut clients = clients::Clients::start(args.clients, &setup)?;
+    let schedule =
+        plan::schedule(args.seed, kinds, args.every, args.duration, args.nodes, args.clients);
+    let mut faults: BTreeMap<String, u32> = BTreeMap::new();
+    let outcome = {
+        let mut nemesis = inflict::Nemesis::new(&mut local, &mut clients, dir, args.nodes);
+        nemesis.snapshot();
+        let played = play(&mut nemesis, &schedule, &mut recorder, &mut faults, args).await;
+        nemesis.heal_all().await;
+        played
+    };
+    let note = |recorder: &mut Recorder, f, detail: &str| {
+        let op = Op::new(coterie_history::monotonic_ns(), NEMESIS, OpKind::Info, f, "default");
+        recorder.record(&op.detail(detail))
+    };
+    note(
+        &mut recorder,
+        Func::End,
+        "every fault healed: nodes running, no partition, clients thawed",
+    )?;
+    if outcome.is_ok() {
+        tokio::time::sleep(args.recover).await;
+    }
+    clients.stop().await;
+    let stuck_nodes = settle(&local, args.nodes).await;
+    // The driver's final reads of both copies of the register.
+    if let Ok(mut w) = coterie_node::WitnessClient::connect(witness.addr()).await {
+        for register in [Register::Plain, Register::Fenced] {
+            if let Ok(Ok(v)) = w.read("default", register == Register::Fenced, None).await {
+                let op = Op::new(
+                    coterie_history::monotonic_ns(),
+                    NEMESIS,
+                    OpKind::Ok,
+                    Func::Read,
+                    "default",
+                );
+                recorder.record(&op.register(register).value(v))?;
+            }
+        }
+    }
+    local.stop_all().await;
+    witness.stop().await;
+    outcome?;
+
+    let files = super::history::files_in(&history_dir)?;
+    let history = coterie_history::read(&files)?;
+    let merged: String = history.iter().map(|op| op.to_json() + "\n").collect();
+    std::fs::write(dir.join("history.jsonl"), merged)?;
+    let options = Options {
+        permits: 1,
+        recovery_bound_ns: args.recovery_bound.as_nanos() as u64,
+        ..Options::default()
+    };
+    let checked = coterie_history::check(&history, &options);
+    let mut failures = Vec::new();
+    use coterie_history::ViolationKind as V;
+    for kind in [V::DuplicateFence, V::LostUpdateFenced, V::PhantomUpdate, V::Stall] {
+        if checked.count(kind) > 0 {
+            failures.push(format!("{} {}", checked.count(kind), kind.as_str()));
+        }
+    }
+    if !stuck_nodes.is_empty() {
+        failures
+            .push(format!("nodes {stuck_nodes:?} still wanting or holding with no client left"));
+    }
+    let report = RunReport {
+        mutex: mutex.to_string(),
+        election: election.to_string(),
+        nodes: args.nodes,
+        clients: args.clients,
+        seed: args.seed,
+        lock_delay_ms: args.lock_delay.as_millis() as u64,
+        duration_s: args.duration.as_secs_f64(),
+        faults,
+        stuck_nodes,
+        failures,
+        dir: dir.display().to_string(),
+        history: checked,
+    };
+    std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
+    Ok(report)
+}
+
+/// Plays the schedule, recording each fault and heal.
+async fn play(
+    nemesis: &mut inflict::Nemesis<'_>,
+    schedule: &[plan::Fault],
+    recorder: &mut Recorder,
+    faults: &mut BTreeMap<String, u32>,
+    args: &Args,
+) -> Result<()> {
+    let start = tokio::time::Instant::now();
+    for fault in schedule {
+        tokio::time::sleep_until(start + fault.at).await;
+        nemesis.snapshot();
+        let done =
+            nemesis.start(fault).await.with_context(|| format!("starting {}", fault.kind))?;
+        let op =
+            Op::new(coterie_history::monotonic_ns(), NEMESIS, OpKind::Info, Func::Fault, "default");
+        recorder.record(&op.detail(format!("{}: {done}", fault.kind)))?;
+        *faults.entry(fault.kind.name().to_string()).or_default() += 1;
+        tokio::time::sleep(fault.kind.length()).await;
+        let healed =
+            nemesis.heal(fault).await.with_context(|| format!("healing {}", fault.kind))?;
+        let op =
+            Op::new(coterie_history::monotonic_ns(), NEMESIS, OpKind::Info, Func::Heal, "default");
+        recorder.record(&op.detail(format!("{}: {healed}", fault.kind)))?;
+        if !args.json {
+            eprintln!("  {:>6.1} s  {}: {done}; then {healed}", fault.at.as_secs_f64(), fault.kind);
+        }
+    }
+    tokio::time::sleep_until(start + args.duration).await;
+    Ok(())
+}
+
+/// Nodes still wanting or holding after every client stopped, given five
+/// seconds to let go.
+async fn settle(cluster: &LocalCluster, _nodes: u32) -> Vec<u32> {
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let busy: Vec<u32> = cluster
+            .views(&[])
+            .await
+            .into_iter()
+            .filter(|(_, v)| v.as_ref().is_ok_and(|s| s.cs_state != CsState::Idle))
+            .map(|(id, _)| id)
+            .collect();
+        if busy.is_empty() || tokio::time::Instant::now() > until {
+            return busy;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One line per run: the verdict.
+fn summary_line(r: &RunReport) -> String {
+    if r.failures.is_empty() {
+        format!("nemesis {} + {}: no failure", r.mutex, r.election)
+    } else {
+        format!(
+            "nemesis {} + {}: FAILED: {} (see {})",
+            r.mutex,
+            r.election,
+            r.failures.join("; "),
+            r.dir
+        )
+    }
+}
+
+/// The runs as a Markdown table.
+pub fn table(reports: &[RunReport]) -> String {
+    use coterie_history::ViolationKind as V;
+    let mut out = String::from(
+        "| mutex | election | faults | acquires ok/fail/info | overlaps | stale fences | lost (plain) | lost (fenced) | recovery | failures |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in reports {
+        let h = &r.history;
+        let acquire = h.ops.get("acquire").cloned().unwrap_or_default();
+        let lost = |reg: Register| {
+            h.names
+                .iter()
+                .flat_map(|n| &n.registers)
+                .filter(|x| x.register == reg)
+                .filter_map(|x| x.lost_updates)
+                .sum::<u64>()
+        };
+        let recovery = h.recovery_ns.map_or("none".into(), |ns| format!("{} ms", ns / 1_000_000));
+        let faults: u32 = r.faults.values().sum();
+        out += &format!(
+            "| {} | {} | {faults} | {}/{}/{} | {} | {} | {} | {} | {recovery} | {} |\n",
+            r.mutex,
+            r.election,
+            acquire.ok,
+            acquire.fail,
+            acquire.info,
+            h.count(V::Overlap),
+            h.count(V::FenceOrder) + h.count(V::DuplicateFence),
+            lost(Register::Plain),
+            lost(Register::Fenced),
+            if r.failures.is_empty() { "none".to_string() } else { r.failures.join("; ") }
+        );
+    }
+    out
+}
