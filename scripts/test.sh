@@ -9,6 +9,15 @@ cd "$(dirname "$0")/.."
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 
+sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
+# libfaketime for the nemesis's clock faults (Debian's package).
+if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing faketime for the nemesis's clock faults"
+    sudo_ apt-get install -y -q faketime >/dev/null 2>&1 \
+        || { sudo_ apt-get update -q >/dev/null 2>&1 && sudo_ apt-get install -y -q faketime >/dev/null 2>&1; } \
+        || echo "could not install faketime: the nemesis runs without clock faults"
+fi
+
 cargo test --workspace --release 2>&1 | tee "$log"
 count() { grep -oE "test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed" "$log" | awk -v f="$1" '{ s += $f } END { print s + 0 }'; }
 passed="$(count 4)"
@@ -19,7 +28,6 @@ failed="$(count 6)"
 browser() { command -v chromium || command -v chromium-browser || command -v google-chrome; }
 if ! browser >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
     echo "installing chromium for the dashboard's browser test"
-    sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
     sudo_ apt-get install -y -q chromium >/dev/null 2>&1 \
         || { sudo_ apt-get update -q >/dev/null 2>&1 && sudo_ apt-get install -y -q chromium >/dev/null 2>&1; } \
         || echo "could not install chromium"

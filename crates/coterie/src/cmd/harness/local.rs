@@ -32,6 +32,25 @@ pub struct LocalCluster {
     log_format: String,
     /// Environment variables each node is started with (by id).
     env: std::collections::BTreeMap<u32, Vec<(String, String)>>,
+    /// The command each node is started under (by id), if any.
+    wrap: std::collections::BTreeMap<u32, Vec<String>>,
+}
+
+/// Where and how each node of a launched cluster runs.
+pub struct Placement<'a> {
+    /// Environment variables node `id` is started with.
+    pub env: &'a dyn Fn(u32) -> Vec<(String, String)>,
+    /// A command node `id` is started under (`ip netns exec NS`), or none.
+    pub wrap: &'a dyn Fn(u32) -> Vec<String>,
+    /// Node `id`'s peer and client addresses; free ports of 127.0.0.1
+    /// when `None`.
+    pub addrs: Option<&'a dyn Fn(u32) -> (String, String)>,
+}
+
+impl Placement<'_> {
+    /// Every node on 127.0.0.1, started as it is.
+    pub const LOCAL: Placement<'static> =
+        Placement { env: &|_| Vec::new(), wrap: &|_| Vec::new(), addrs: None };
 }
 
 impl LocalCluster {
@@ -46,6 +65,7 @@ impl LocalCluster {
             log_dir: None,
             log_format: log_format.to_string(),
             env: Default::default(),
+            wrap: Default::default(),
         };
         for id in cluster.ids() {
             cluster.start(id)?;
@@ -63,16 +83,16 @@ impl LocalCluster {
         log_format: &str,
         dir: &Path,
     ) -> Result<(LocalCluster, Witness)> {
-        LocalCluster::launch_with(shape, log_format, dir, &|_| Vec::new()).await
+        LocalCluster::launch_with(shape, log_format, dir, &Placement::LOCAL).await
     }
 
-    /// As [`launch`](Self::launch), starting node `id` with the
-    /// environment variables `env(id)`.
+    /// As [`launch`](Self::launch), with each node placed as `placement`
+    /// says.
     pub async fn launch_with(
         shape: &Shape,
         log_format: &str,
         dir: &Path,
-        env: &dyn Fn(u32) -> Vec<(String, String)>,
+        placement: &Placement<'_>,
     ) -> Result<(LocalCluster, Witness)> {
         let mut last_error = None;
         for _attempt in 0..5 {
@@ -82,10 +102,20 @@ impl LocalCluster {
             let Ok(listener) = tokio::net::TcpListener::bind(&witness_addr).await else {
                 continue;
             };
-            let mut cluster = LocalCluster::configure(shape, &ports, &witness_addr, dir)?;
+            let addrs: Vec<(String, String)> = (0..n)
+                .map(|i| match placement.addrs {
+                    Some(addrs) => addrs(i as u32 + 1),
+                    None => (
+                        format!("127.0.0.1:{}", ports[2 * i]),
+                        format!("127.0.0.1:{}", ports[2 * i + 1]),
+                    ),
+                })
+                .collect();
+            let mut cluster = LocalCluster::configure(shape, &addrs, &witness_addr, dir)?;
             log_format.clone_into(&mut cluster.log_format);
             for id in cluster.ids() {
-                cluster.set_env(id, env(id));
+                cluster.env.insert(id, (placement.env)(id));
+                cluster.wrap.insert(id, (placement.wrap)(id));
                 cluster.start(id)?;
             }
             // Every node up and listening, or one gone (its port taken).
@@ -116,11 +146,11 @@ impl LocalCluster {
         )
     }
 
-    /// Writes `dir/cluster.toml` and a fresh secret for a cluster on
-    /// `ports` (a peer and a client port per node).
+    /// Writes `dir/cluster.toml` and a fresh secret for a cluster whose
+    /// nodes have `addrs` (a peer and a client address each).
     fn configure(
         shape: &Shape,
-        ports: &[u16],
+        addrs: &[(String, String)],
         witness_addr: &str,
         dir: &Path,
     ) -> Result<LocalCluster> {
@@ -140,9 +170,8 @@ impl LocalCluster {
         let credentials =
             std::sync::Arc::new(coterie_node::Credentials { secret, cluster: "demo".into() });
         let mut nodes = Vec::new();
-        for i in 0..shape.nodes as usize {
-            let (peer, client) =
-                (format!("127.0.0.1:{}", ports[2 * i]), format!("127.0.0.1:{}", ports[2 * i + 1]));
+        for (i, (peer, client)) in addrs.iter().enumerate() {
+            let client = client.clone();
             write!(toml, "\n[[node]]\nid = {}\npeer = \"{peer}\"\nclient = \"{client}\"\n", i + 1)?;
             let credentials = Some(credentials.clone());
             nodes.push(NodeAddr { id: Some(i as u32 + 1), addr: client, credentials });
@@ -156,6 +185,7 @@ impl LocalCluster {
             log_dir: Some(dir.to_path_buf()),
             log_format: String::new(),
             env: Default::default(),
+            wrap: Default::default(),
         })
     }
 
@@ -187,18 +217,13 @@ impl LocalCluster {
         };
         let (config, format) = (self.config.clone(), self.log_format.clone());
         let env = self.env.get(&id).cloned().unwrap_or_default();
+        let wrap = self.wrap.get(&id).cloned().unwrap_or_default();
         let slot = self.slot(id)?;
         if slot.is_some() {
             bail!("node {id} is running");
         }
-        *slot = Some(Process::node(&config, id, &format, stderr, &env)?);
+        *slot = Some(Process::node(&config, id, &format, stderr, &env, &wrap)?);
         Ok(())
-    }
-
-    /// Starts node `id` with these environment variables from its next
-    /// start on (a clock of its own, through libfaketime).
-    pub fn set_env(&mut self, id: u32, env: Vec<(String, String)>) {
-        self.env.insert(id, env);
     }
 
     /// Whether node `id`'s process runs (started, and not killed by us).

@@ -12,7 +12,7 @@ pub mod scenario;
 pub mod step;
 
 pub use compose::Compose;
-pub use local::{LocalCluster, Shape};
+pub use local::{LocalCluster, Placement, Shape};
 pub use process::{Process, Signal};
 pub use step::{Action, Step, Target};
 

@@ -40,8 +40,19 @@ impl Process {
         log_format: &str,
         stderr: std::process::Stdio,
         env: &[(String, String)],
+        wrap: &[String],
     ) -> Result<Process> {
-        let mut command = Command::new(std::env::current_exe().context("finding the binary")?);
+        let exe = std::env::current_exe().context("finding the binary")?;
+        // Under a wrapper (`ip netns exec NS`, which execs the node in its
+        // place, so the process is still the node's), or on its own.
+        let mut command = match wrap.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
         command
             .args(["--log-format", log_format, "node", "--config"])
             .arg(config)

@@ -3,6 +3,7 @@
 //! faults, libfaketime clock files, and a node's state file.
 
 use super::clients::{Clients, Doing};
+use super::netns::Network;
 use super::plan::{cuts, Clock, Disk, Fault, Kind};
 use crate::cmd::harness::{LocalCluster, Signal};
 use anyhow::{Context, Result};
@@ -52,6 +53,9 @@ pub struct Nemesis<'a> {
     pub clients: &'a mut Clients,
     pub dir: PathBuf,
     pub nodes: u32,
+    /// The nodes' namespaces, when partitions are made there (else by the
+    /// agents' own faults).
+    network: Option<&'a Network>,
     /// Each node's state file as it was at the previous look, and at the
     /// one before (a rollback restores the older).
     snapshots: BTreeMap<u32, Snapshots>,
@@ -65,12 +69,14 @@ impl<'a> Nemesis<'a> {
         clients: &'a mut Clients,
         dir: &Path,
         nodes: u32,
+        network: Option<&'a Network>,
     ) -> Self {
         Nemesis {
             cluster,
             clients,
             dir: dir.to_path_buf(),
             nodes,
+            network,
             snapshots: BTreeMap::new(),
             frozen: Vec::new(),
         }
@@ -115,10 +121,16 @@ impl<'a> Nemesis<'a> {
             Kind::Partition | Kind::Bridge | Kind::Ring => {
                 let cuts = cuts(fault.kind, self.nodes, id, fault.seed);
                 for (i, peers) in cuts.iter().enumerate() {
-                    if !peers.is_empty() {
-                        let command =
-                            FaultCommand::Partition { peers: peers.clone(), way: Way::Both };
-                        self.agent(i as u32 + 1, command).await?;
+                    if peers.is_empty() {
+                        continue;
+                    }
+                    match self.network {
+                        Some(network) => network.cut(i as u32 + 1, peers)?,
+                        None => {
+                            let command =
+                                FaultCommand::Partition { peers: peers.clone(), way: Way::Both };
+                            self.agent(i as u32 + 1, command).await?;
+                        }
                     }
                 }
                 describe_cuts(fault.kind, &cuts, id)
@@ -185,7 +197,10 @@ impl<'a> Nemesis<'a> {
             }
             Kind::Partition | Kind::Bridge | Kind::Ring => {
                 for node in 1..=self.nodes {
-                    self.agent(node, FaultCommand::Heal).await?;
+                    match self.network {
+                        Some(network) => network.heal(node),
+                        None => self.agent(node, FaultCommand::Heal).await?,
+                    }
                 }
                 "heal the partition".to_string()
             }
@@ -207,7 +222,12 @@ impl<'a> Nemesis<'a> {
             }
         }
         for id in 1..=self.nodes {
-            let _ = self.agent(id, FaultCommand::Heal).await;
+            match self.network {
+                Some(network) => network.heal(id),
+                None => {
+                    let _ = self.agent(id, FaultCommand::Heal).await;
+                }
+            }
         }
     }
 

@@ -10,10 +10,11 @@
 
 mod clients;
 mod inflict;
+mod netns;
 pub mod plan;
 
 use super::common;
-use super::harness::{Cluster, LocalCluster, Shape};
+use super::harness::{Cluster, LocalCluster, Placement, Shape};
 use super::timeline::Reach;
 use anyhow::{bail, Context, Result};
 use coterie_core::{CsState, Epoch};
@@ -74,6 +75,12 @@ pub struct Args {
     /// Seeds the schedule: the same seed, the same faults at the same times.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Where partitions are made: `netns` puts each node in a network
+    /// namespace of its own and cuts links with nftables (root only);
+    /// `agent` uses the nodes' own partition fault; `auto` takes netns
+    /// where it can.
+    #[arg(long, value_enum, default_value_t = Network::Auto)]
+    network: Network,
     /// `[cluster] lock_delay`.
     #[arg(long, value_parser = common::parse_duration, default_value = "0s")]
     lock_delay: Duration,
@@ -96,6 +103,18 @@ pub struct Args {
     json: bool,
 }
 
+/// Where partitions are made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// netns where this machine allows it, else agent.
+    Auto,
+    /// Network namespaces, veth links and nftables rules.
+    Netns,
+    /// The agents' own partition fault.
+    Agent,
+}
+
 /// What one run found.
 #[derive(Serialize)]
 pub struct RunReport {
@@ -106,6 +125,8 @@ pub struct RunReport {
     pub seed: u64,
     pub lock_delay_ms: u64,
     pub duration_s: f64,
+    /// Where partitions were made: `netns` or `agent`.
+    pub network: Network,
     /// Faults made, by kind.
     pub faults: BTreeMap<String, u32>,
     /// Nodes still wanting or holding five seconds after every client
@@ -148,7 +169,21 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     dir.display()
                 );
             }
-            let report = runtime.block_on(one(&args, mutex, election, &kinds, &dir))?;
+            // Ctrl-C or SIGTERM drops the run: every node and client this
+            // process started is killed as it is dropped (stopped ones too).
+            let report = runtime.block_on(async {
+                tokio::select! {
+                    report = one(&args, mutex, election, &kinds, &dir) => report.map(Some),
+                    _ = common::shutdown_signal() => Ok(None),
+                }
+            })?;
+            let Some(report) = report else {
+                eprintln!(
+                    "nemesis: interrupted; every node and client stopped ({})",
+                    dir.display()
+                );
+                return Ok(ExitCode::from(130));
+            };
             if !args.json {
                 let history = coterie_history::read(&[dir.join("history.jsonl")])?;
                 print!("{}", super::history::render(&history, &report.history));
@@ -218,7 +253,31 @@ async fn one(
     };
     let clocks = kinds.contains(&Kind::Clock);
     let env = |id| if clocks { inflict::clock_env(dir, id) } else { Vec::new() };
-    let (cluster, witness) = LocalCluster::launch_with(&shape, "text", dir, &env).await?;
+    let mode = match args.network {
+        Network::Auto if netns::Network::possible() => Network::Netns,
+        Network::Auto => Network::Agent,
+        Network::Netns if !netns::Network::possible() => {
+            bail!("--network netns needs root, and `ip` and `nft` on the path")
+        }
+        other => other,
+    };
+    // Declared before the cluster, so dropped after it: the nodes are
+    // killed before their namespaces go.
+    let network = match mode {
+        Network::Netns => Some(netns::Network::create(args.nodes)?),
+        _ => None,
+    };
+    let wrap = |id| network.as_ref().map_or(Vec::new(), |n| n.wrap(id));
+    let addrs = |id| {
+        let n = network.as_ref().expect("addresses only with a network");
+        (format!("{}:7001", n.address(id)), format!("{}:7002", n.address(id)))
+    };
+    let placement = Placement {
+        env: &env,
+        wrap: &wrap,
+        addrs: network.as_ref().map(|_| &addrs as &dyn Fn(u32) -> (String, String)),
+    };
+    let (cluster, witness) = LocalCluster::launch_with(&shape, "text", dir, &placement).await?;
     let cluster = Cluster::Local(cluster);
     let agreed = cluster.agree(&Reach::default(), Epoch(0), Duration::from_secs(20)).await;
     let Cluster::Local(mut local) = cluster else { unreachable!("launched locally") };
@@ -241,7 +300,8 @@ async fn one(
         plan::schedule(args.seed, kinds, args.every, args.duration, args.nodes, args.clients);
     let mut faults: BTreeMap<String, u32> = BTreeMap::new();
     let outcome = {
-        let mut nemesis = inflict::Nemesis::new(&mut local, &mut clients, dir, args.nodes);
+        let mut nemesis =
+            inflict::Nemesis::new(&mut local, &mut clients, dir, args.nodes, network.as_ref());
         nemesis.snapshot();
         let played = play(&mut nemesis, &schedule, &mut recorder, &mut faults, args).await;
         nemesis.heal_all().await;
@@ -309,6 +369,7 @@ async fn one(
         seed: args.seed,
         lock_delay_ms: args.lock_delay.as_millis() as u64,
         duration_s: args.duration.as_secs_f64(),
+        network: mode,
         faults,
         stuck_nodes,
         failures,
@@ -331,17 +392,18 @@ async fn play(
     for fault in schedule {
         tokio::time::sleep_until(start + fault.at).await;
         nemesis.snapshot();
+        // Stamped as it starts: a kill's effects begin before it returns.
+        let began = coterie_history::monotonic_ns();
         let done =
             nemesis.start(fault).await.with_context(|| format!("starting {}", fault.kind))?;
-        let op =
-            Op::new(coterie_history::monotonic_ns(), NEMESIS, OpKind::Info, Func::Fault, "default");
+        let op = Op::new(began, NEMESIS, OpKind::Info, Func::Fault, "default");
         recorder.record(&op.detail(format!("{}: {done}", fault.kind)))?;
         *faults.entry(fault.kind.name().to_string()).or_default() += 1;
         tokio::time::sleep(fault.kind.length()).await;
+        let began = coterie_history::monotonic_ns();
         let healed =
             nemesis.heal(fault).await.with_context(|| format!("healing {}", fault.kind))?;
-        let op =
-            Op::new(coterie_history::monotonic_ns(), NEMESIS, OpKind::Info, Func::Heal, "default");
+        let op = Op::new(began, NEMESIS, OpKind::Info, Func::Heal, "default");
         recorder.record(&op.detail(format!("{}: {healed}", fault.kind)))?;
         if !args.json {
             eprintln!("  {:>6.1} s  {}: {done}; then {healed}", fault.at.as_secs_f64(), fault.kind);

@@ -130,8 +130,9 @@ pub struct Fault {
     pub seed: u64,
 }
 
-/// A seeded schedule: one fault every `every`, from `every / 2` until
-/// `duration`, each of a kind drawn from `kinds`, on a node (or client)
+/// A seeded schedule: one fault every `every`, from `every / 2`, each
+/// healed by `duration`, each of a kind dealt from `kinds` (each kind once
+/// in every `kinds.len()` faults), on a node (or client)
 /// drawn from `1..=nodes` (`1..=clients`).
 pub fn schedule(
     seed: u64,
@@ -146,9 +147,20 @@ pub fn schedule(
     if kinds.is_empty() {
         return faults;
     }
+    // Kinds are dealt from a shuffled deck, shuffled again when it runs
+    // out: every kind comes once in each `kinds.len()` faults.
+    let mut deck: Vec<Kind> = Vec::new();
     let mut at = every / 2;
-    while at + Duration::from_millis(100) < duration {
-        let kind = kinds[rng.random_range(0..kinds.len())];
+    // Every fault is healed before the nemesis ends.
+    let longest = Kind::ALL.iter().map(|k| k.length()).max().unwrap_or_default();
+    while at + longest <= duration {
+        if deck.is_empty() {
+            deck = kinds.to_vec();
+            for i in (1..deck.len()).rev() {
+                deck.swap(i, rng.random_range(0..=i));
+            }
+        }
+        let kind = deck.pop().unwrap_or(Kind::Pause);
         let target = match kind {
             Kind::FreezeWaiter | Kind::FreezeHolder => rng.random_range(1..=clients.max(1)),
             _ => rng.random_range(1..=nodes),
@@ -204,12 +216,21 @@ mod tests {
     fn a_seed_gives_the_same_schedule() {
         let a = schedule(7, &Kind::ALL, Duration::from_secs(2), Duration::from_secs(30), 5, 6);
         let b = schedule(7, &Kind::ALL, Duration::from_secs(2), Duration::from_secs(30), 5, 6);
-        assert_eq!(a.len(), 15);
+        assert_eq!(a.len(), 14);
         let key = |f: &Fault| (f.at, f.kind, f.target, f.seed);
         assert!(a.iter().map(key).eq(b.iter().map(key)));
         assert!(a
             .iter()
             .all(|f| f.target >= 1 && f.at + f.kind.length() < Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn seeds_draw_different_partitions() {
+        let schedule =
+            schedule(1, &[Kind::Partition], Duration::from_secs(2), Duration::from_secs(60), 5, 6);
+        let drawn: std::collections::BTreeSet<Vec<Vec<u32>>> =
+            schedule.iter().map(|f| cuts(f.kind, 5, f.target, f.seed)).collect();
+        assert!(drawn.len() >= 5, "{drawn:?}");
     }
 
     #[test]

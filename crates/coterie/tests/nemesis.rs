@@ -1,0 +1,164 @@
+//! `coterie nemesis` and `coterie history` through the binary, on real
+//! processes: every mutex under the mixed nemesis, judged by the history
+//! checker; a run interrupted half-way leaves no process behind; and
+//! `history check` fails on a history that shows a violation.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_coterie");
+
+fn scratch(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("coterie-nemesis-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Processes whose command line mentions `dir`, but this test's own.
+fn processes_under(dir: &Path) -> Vec<String> {
+    let needle = dir.display().to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        // A zombie has an empty command line and holds nothing.
+        if cmdline.contains(&needle) {
+            found.push(format!("{pid}: {cmdline}"));
+        }
+    }
+    found
+}
+
+#[test]
+fn every_mutex_under_the_mixed_nemesis_loses_no_fenced_update_and_recovers() {
+    let dir = scratch("mixed");
+    let out = Command::new(BIN)
+        .args(["nemesis", "--mutex", "all", "--duration", "16s", "--every", "1.5s"])
+        .args(["--recover", "3s", "--seed", "7", "--json", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let reports: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {stderr}"));
+    let reports = reports.as_array().unwrap();
+    assert_eq!(reports.len(), 9);
+    let mut kinds = std::collections::BTreeSet::new();
+    for r in reports {
+        let mutex = r["mutex"].as_str().unwrap();
+        let h = &r["history"];
+        assert_eq!(r["failures"], Value::Array(vec![]), "{mutex}: {r:#}");
+        assert!(h["ops"]["acquire"]["ok"].as_u64().unwrap() > 50, "{mutex}: {:#}", h["ops"]);
+        let registers = h["names"][0]["registers"].as_array().unwrap();
+        let fenced = registers.iter().find(|x| x["register"] == "fenced").unwrap();
+        assert_eq!(fenced["lost_updates"], 0, "{mutex}: {fenced:#}");
+        assert!(fenced["writes_ok"].as_u64().unwrap() > 50, "{mutex}: {fenced:#}");
+        let recovery = h["recovery_ns"].as_u64().unwrap_or(u64::MAX);
+        assert!(recovery < 10_000_000_000, "{mutex}: recovery {recovery}");
+        assert_eq!(r["stuck_nodes"], Value::Array(vec![]));
+        for kind in r["faults"].as_object().unwrap().keys() {
+            kinds.insert(kind.clone());
+        }
+        // The merged history is on disk and checks the same through
+        // `history check`.
+        let run = Path::new(r["dir"].as_str().unwrap());
+        let check = Command::new(BIN)
+            .args(["history", "check", "--json"])
+            .arg(run.join("history.jsonl"))
+            .output()
+            .unwrap();
+        let again: Value = serde_json::from_slice(&check.stdout).unwrap();
+        assert_eq!(again["violation_counts"], h["violation_counts"], "{mutex}");
+        assert_eq!(check.status.success(), h["valid"].as_bool().unwrap());
+    }
+    // Ten faults deal every kind at least once (clock where libfaketime is).
+    let mut every = vec!["kill", "pause", "freeze-waiter", "freeze-holder", "partition"];
+    every.extend(["bridge", "ring", "disk"]);
+    if Path::new("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1").exists() {
+        every.push("clock");
+    }
+    for kind in every {
+        assert!(kinds.contains(kind), "{kind} never drawn: {kinds:?}");
+    }
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(processes_under(&dir), Vec::<String>::new());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_interrupted_nemesis_leaves_no_process_behind() {
+    let dir = scratch("interrupted");
+    let mut child = Command::new(BIN)
+        .args(["nemesis", "--mutex", "centralized", "--duration", "30s", "--every", "1s"])
+        .args(["--faults", "pause,freeze-holder,freeze-waiter", "--out"])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let the nodes and clients start and a fault or two be in force.
+    let started = std::time::Instant::now();
+    while processes_under(&dir).len() < 12 && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(2600));
+    assert!(processes_under(&dir).len() >= 11, "{:?}", processes_under(&dir));
+    // SAFETY: a plain kill(2) of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    // Killed children go at once; give the kernel a moment to reap them.
+    let gone = std::time::Instant::now();
+    while !processes_under(&dir).is_empty() && gone.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(processes_under(&dir), Vec::<String>::new());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn history_check_fails_on_an_overlap_and_passes_a_clean_history() {
+    let dir = scratch("check");
+    let line = |t: u64, p: u32, kind: &str, f: &str, extra: &str| {
+        format!(r#"{{"time_ns":{t},"process":{p},"type":"{kind}","f":"{f}"{extra}}}"#)
+    };
+    let clean = [
+        line(1, 1, "invoke", "acquire", ""),
+        line(2, 1, "ok", "acquire", r#","fence":5"#),
+        line(3, 1, "invoke", "release", ""),
+        line(4, 1, "ok", "release", ""),
+        line(5, 2, "invoke", "acquire", ""),
+        line(6, 2, "ok", "acquire", r#","fence":6"#),
+        line(7, 2, "invoke", "release", ""),
+        line(8, 2, "ok", "release", ""),
+    ];
+    let path = dir.join("clean.jsonl");
+    std::fs::write(&path, clean.join("\n") + "\n").unwrap();
+    let ok = Command::new(BIN).args(["history", "check"]).arg(&path).output().unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stdout));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("valid: no violation"));
+    // Process 2 is granted before process 1 releases.
+    let mut overlap = clean.to_vec();
+    overlap[4] = line(2, 2, "invoke", "acquire", "");
+    overlap[5] = line(2, 2, "ok", "acquire", r#","fence":6"#);
+    let path = dir.join("overlap.jsonl");
+    std::fs::write(&path, overlap.join("\n") + "\n").unwrap();
+    let bad = Command::new(BIN).args(["history", "check"]).arg(&path).output().unwrap();
+    let text = String::from_utf8_lossy(&bad.stdout);
+    assert_eq!(bad.status.code(), Some(1), "{text}");
+    assert!(text.contains("INVALID: overlap 1"), "{text}");
+    // A line that is not an operation is an error with its line number.
+    std::fs::write(&path, "{\"time_ns\":1}\n{}\n").unwrap();
+    let garbage = Command::new(BIN).args(["history", "check"]).arg(&path).output().unwrap();
+    assert_eq!(garbage.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&garbage.stderr).contains("overlap.jsonl:1: not an operation"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
