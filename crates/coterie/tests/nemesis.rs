@@ -98,7 +98,7 @@ fn an_interrupted_nemesis_leaves_no_process_behind() {
     let dir = scratch("interrupted");
     let mut child = Command::new(BIN)
         .args(["nemesis", "--mutex", "centralized", "--duration", "30s", "--every", "1s"])
-        .args(["--faults", "pause,freeze-holder,freeze-waiter", "--out"])
+        .args(["--faults", "pause,partition,freeze-holder,freeze-waiter", "--out"])
         .arg(&dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -121,6 +121,54 @@ fn an_interrupted_nemesis_leaves_no_process_behind() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(processes_under(&dir), Vec::<String>::new());
+    // Nor a network namespace (where the machine lets it make them).
+    let prefix = format!("coterie-{}-", child.id());
+    let namespaces = namespaces();
+    assert!(!namespaces.iter().any(|n| n.starts_with(&prefix)), "{namespaces:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn namespaces() -> Vec<String> {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return Vec::new() };
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| l.to_string()).collect()
+}
+
+#[test]
+fn a_nemesis_killed_outright_takes_its_processes_with_it() {
+    let dir = scratch("killed");
+    let mut child = Command::new(BIN)
+        .args(["nemesis", "--mutex", "ricart-agrawala", "--duration", "30s", "--every", "1s"])
+        .args(["--faults", "pause,partition,freeze-holder", "--out"])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while processes_under(&dir).len() < 12 && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(2600));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let gone = std::time::Instant::now();
+    while !processes_under(&dir).is_empty() && gone.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(processes_under(&dir), Vec::<String>::new());
+    // Its namespaces outlive it; the next run deletes them before it starts.
+    let prefix = format!("coterie-{}-", child.id());
+    if Command::new("nft").arg("-V").output().is_ok_and(|o| o.status.success()) {
+        assert!(namespaces().iter().any(|n| n.starts_with(&prefix)), "{:?}", namespaces());
+    }
+    let sweep = Command::new(BIN)
+        .args(["nemesis", "--mutex", "centralized", "--duration", "1s", "--faults", "pause"])
+        .args(["--recover", "1s", "--json"])
+        .output()
+        .unwrap();
+    assert!(sweep.status.success(), "{}", String::from_utf8_lossy(&sweep.stderr));
+    let namespaces = namespaces();
+    assert!(!namespaces.iter().any(|n| n.starts_with(&prefix)), "{namespaces:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

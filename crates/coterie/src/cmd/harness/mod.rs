@@ -13,7 +13,7 @@ pub mod step;
 
 pub use compose::Compose;
 pub use local::{LocalCluster, Placement, Shape};
-pub use process::{Process, Signal};
+pub use process::{die_with_parent, Process, Signal};
 pub use step::{Action, Step, Target};
 
 use super::common::NodeAddr;

@@ -71,7 +71,7 @@ impl Process {
     }
 
     fn spawn(mut command: Command) -> std::io::Result<Process> {
-        let child = command
+        command
             .stdin(std::process::Stdio::null())
             // A process group of its own: a node stopped on purpose
             // (SIGSTOP, a hang) must not share a group with its siblings
@@ -80,8 +80,9 @@ impl Process {
             // a stopped member). Ctrl-C reaches the command that started
             // it, which stops its children itself.
             .process_group(0)
-            .kill_on_drop(true)
-            .spawn()?;
+            .kill_on_drop(true);
+        die_with_parent(&mut command);
+        let child = command.spawn()?;
         Ok(Process { child })
     }
 
@@ -121,5 +122,21 @@ impl Process {
         for p in &mut all {
             let _ = tokio::time::timeout(Duration::from_secs(3), p.child.wait()).await;
         }
+    }
+}
+
+/// Makes the child killed when this process dies, however it dies (a
+/// SIGKILL leaves no time to stop children): a harness never leaves nodes
+/// or clients behind. Linux's parent-death signal, kept across `exec`.
+pub fn die_with_parent(command: &mut Command) {
+    // SAFETY: between fork and exec only async-signal-safe calls are
+    // allowed; prctl is one, and nothing is allocated.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }

@@ -51,7 +51,8 @@ impl Clients {
         for p in 1..=n {
             let history = setup.dir.join(format!("p{p}.jsonl"));
             let log = std::fs::File::create(setup.dir.join(format!("p{p}.log")))?;
-            let child = Command::new(&exe)
+            let mut command = Command::new(&exe);
+            command
                 .args(["history", "client", "--config"])
                 .arg(setup.config)
                 .args(["--witness", setup.witness, "--process", &p.to_string(), "--out"])
@@ -63,9 +64,9 @@ impl Clients {
                 // A group of its own, as for nodes: a stopped member must
                 // not get the whole group a SIGHUP.
                 .process_group(0)
-                .kill_on_drop(true)
-                .spawn()
-                .with_context(|| format!("starting client {p}"))?;
+                .kill_on_drop(true);
+            crate::cmd::harness::die_with_parent(&mut command);
+            let child = command.spawn().with_context(|| format!("starting client {p}"))?;
             clients.push(Client { child, history, read_to: 0, last: None });
         }
         Ok(Clients { clients })

@@ -173,7 +173,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             // process started is killed as it is dropped (stopped ones too).
             let report = runtime.block_on(async {
                 tokio::select! {
-                    report = one(&args, mutex, election, &kinds, &dir) => report.map(Some),
+                    report = one(&args, mutex, election, &kinds, &dir, reports.len() as u32) => report.map(Some),
                     _ = common::shutdown_signal() => Ok(None),
                 }
             })?;
@@ -243,6 +243,7 @@ async fn one(
     election: &str,
     kinds: &[Kind],
     dir: &Path,
+    run: u32,
 ) -> Result<RunReport> {
     let shape = Shape {
         nodes: args.nodes,
@@ -264,7 +265,7 @@ async fn one(
     // Declared before the cluster, so dropped after it: the nodes are
     // killed before their namespaces go.
     let network = match mode {
-        Network::Netns => Some(netns::Network::create(args.nodes)?),
+        Network::Netns => Some(netns::Network::create(args.nodes, run)?),
         _ => None,
     };
     let wrap = |id| network.as_ref().map_or(Vec::new(), |n| n.wrap(id));

@@ -17,7 +17,7 @@
 //! never cut, so the clients and the driver still reach every node: the
 //! partition is between the nodes.
 //!
-//! Everything is named after this process's id. Dropping the [`Network`]
+//! Everything is named after this process's id and the run's number. Dropping the [`Network`]
 //! deletes its namespaces (and with them the bridge and every veth); a
 //! driver killed before it could do so leaves namespaces named after a
 //! dead process, which the next run deletes before it starts
@@ -29,6 +29,7 @@ use std::process::Command;
 /// The namespaces, bridge and links of one run.
 pub struct Network {
     prefix: String,
+    run: u32,
     nodes: u32,
     subnet: (u8, u8),
 }
@@ -69,14 +70,18 @@ impl Network {
         }
     }
 
-    /// Makes the hub, one namespace per node and the links.
-    pub fn create(nodes: u32) -> Result<Network> {
+    /// Makes the hub, one namespace per node and the links, for this
+    /// process's `run`-th run (each run's names and subnet are its own: a
+    /// namespace deleted by the run before may linger a moment in the
+    /// kernel).
+    pub fn create(nodes: u32, run: u32) -> Result<Network> {
         Network::sweep();
         let pid = std::process::id();
         let net = Network {
-            prefix: format!("coterie-{pid}"),
+            prefix: format!("coterie-{pid}-{run}"),
+            run,
             nodes,
-            subnet: (100 + ((pid >> 8) % 100) as u8, (pid % 256) as u8),
+            subnet: (100 + ((pid >> 8) % 100) as u8, (pid.wrapping_add(run) % 256) as u8),
         };
         if let Err(e) = net.build() {
             drop(net);
@@ -87,12 +92,11 @@ impl Network {
 
     fn build(&self) -> Result<()> {
         let hub = self.hub();
-        let pid = std::process::id();
         run("ip", &["netns", "add", &hub])?;
         run("ip", &["-n", &hub, "link", "add", "br0", "type", "bridge"])?;
         run("ip", &["-n", &hub, "link", "set", "br0", "up"])?;
         // The root namespace's link: the driver and the clients.
-        let root = format!("ct{pid}r");
+        let root = self.root_link();
         run("ip", &["link", "add", &root, "type", "veth", "peer", "name", "up0", "netns", &hub])?;
         run("ip", &["-n", &hub, "link", "set", "up0", "master", "br0", "up"])?;
         run("ip", &["addr", "add", &format!("{}/24", self.address(254)), "dev", &root])?;
@@ -117,6 +121,12 @@ impl Network {
             run("ip", &["-n", &ns, "link", "set", "lo", "up"])?;
         }
         Ok(())
+    }
+
+    /// The root namespace's end of its link to the hub: `ct`, the pid in
+    /// hex, `x`, the run: within the 15 bytes a link's name may have.
+    fn root_link(&self) -> String {
+        format!("ct{:x}x{}r", std::process::id(), self.run)
     }
 
     fn hub(&self) -> String {

@@ -165,8 +165,10 @@ pub fn schedule(
             Kind::FreezeWaiter | Kind::FreezeHolder => rng.random_range(1..=clients.max(1)),
             _ => rng.random_range(1..=nodes),
         };
-        let clock = [Clock::Ahead, Clock::Behind, Clock::Fast][rng.random_range(0..3)];
-        let disk = [Disk::Lose, Disk::Truncate, Disk::Rollback][rng.random_range(0..3)];
+        // Clock and disk faults take their forms in turn.
+        let nth = faults.iter().filter(|f: &&Fault| f.kind == kind).count();
+        let clock = [Clock::Behind, Clock::Ahead, Clock::Fast][nth % 3];
+        let disk = [Disk::Lose, Disk::Rollback, Disk::Truncate][nth % 3];
         faults.push(Fault { at, kind, target, clock, disk, seed: rng.random() });
         at += every;
     }
