@@ -16,6 +16,8 @@
 //!   overlap, fences that do not rise in real-time order, updates lost on
 //!   the unfenced and on the fenced register, and a stall after the
 //!   nemesis ends.
+//! - [`plot`]: the history as a picture, latencies over time with the
+//!   faults behind them.
 //!
 //! The register is the resource a lock protects, as in Kleppmann's "How to
 //! do distributed locking" (2016): clients read it, think, and write back
@@ -30,6 +32,7 @@
 
 pub mod check;
 pub mod op;
+pub mod plot;
 pub mod recorder;
 
 pub use check::{check, Options, Report, Violation, ViolationKind};

@@ -80,6 +80,10 @@ struct CheckArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Also draw the history (acquire latencies over time, faults behind
+    /// them) as an SVG picture in FILE.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -93,6 +97,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 ..Options::default()
             };
             let report = check(&history, &options);
+            if let Some(path) = &a.plot {
+                let title = a.files.first().map(|f| f.display().to_string()).unwrap_or_default();
+                std::fs::write(path, coterie_history::plot::svg(&history, &title))
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

@@ -345,6 +345,14 @@ async fn one(
     let history = coterie_history::read(&files)?;
     let merged: String = history.iter().map(|op| op.to_json() + "\n").collect();
     std::fs::write(dir.join("history.jsonl"), merged)?;
+    let title = format!(
+        "{mutex} + {election}, {} nodes, {} clients: {} (seed {})",
+        args.nodes,
+        args.clients,
+        kinds.iter().map(|k| k.name()).collect::<Vec<_>>().join(", "),
+        args.seed
+    );
+    std::fs::write(dir.join("timeline.svg"), coterie_history::plot::svg(&history, &title))?;
     let options = Options {
         permits: 1,
         recovery_bound_ns: args.recovery_bound.as_nanos() as u64,
