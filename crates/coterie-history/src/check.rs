@@ -5,7 +5,11 @@
 //!   acquire until it invokes its release, or learns the lock was lost
 //!   (`lose`), or the history ends. These are the holds the clients
 //!   *acknowledged*; the lock service held each for at least as long. More
-//!   than `permits` of them at one instant is a violation.
+//!   than `permits` of them at one instant is a violation: a *lease
+//!   overlap* when one of the holds ended in a loss (the client was told
+//!   later that its lease had run out or its node had died, or its release
+//!   got no answer), else an *overlap*: two clients each granted the lock
+//!   and each releasing it as its own.
 //! - **Fence order.** If one acquire was acknowledged before another was
 //!   invoked, real time orders them, and so must their fences: the later
 //!   grant's fence must be greater. Two grants with one fence are a
@@ -57,8 +61,12 @@ impl Default for Options {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ViolationKind {
-    /// More acknowledged holds at once than permits.
+    /// More acknowledged holds at once than permits, each released as
+    /// held.
     Overlap,
+    /// More acknowledged holds at once than permits, one of them later
+    /// found lost (its lease ran out, its node died).
+    LeaseOverlap,
     /// A grant's fence is not above one acknowledged before it was asked.
     FenceOrder,
     /// Two grants carry one fence.
@@ -75,8 +83,9 @@ pub enum ViolationKind {
 
 impl ViolationKind {
     /// Every kind, in report order.
-    pub const ALL: [ViolationKind; 7] = [
+    pub const ALL: [ViolationKind; 8] = [
         ViolationKind::Overlap,
+        ViolationKind::LeaseOverlap,
         ViolationKind::FenceOrder,
         ViolationKind::DuplicateFence,
         ViolationKind::LostUpdatePlain,
@@ -89,6 +98,7 @@ impl ViolationKind {
     pub fn as_str(self) -> &'static str {
         match self {
             ViolationKind::Overlap => "overlap",
+            ViolationKind::LeaseOverlap => "lease-overlap",
             ViolationKind::FenceOrder => "fence-order",
             ViolationKind::DuplicateFence => "duplicate-fence",
             ViolationKind::LostUpdatePlain => "lost-update-plain",
@@ -200,6 +210,8 @@ struct Hold {
     /// Release invoked, loss learnt, or the history's end.
     end: u64,
     fence: Option<u64>,
+    /// Ended in a loss: `lose`, or a release whose outcome is unknown.
+    lost: bool,
 }
 
 /// Judges `history` (in time order, as [`read`](crate::read) returns it).
@@ -354,13 +366,17 @@ fn holds_of(history: &[Op], completions: &[Option<usize>], name: &str, end: u64)
                             start: ok.time_ns,
                             end,
                             fence: ok.fence,
+                            lost: false,
                         },
                     );
                 }
             }
             (Func::Release, Kind::Invoke) | (Func::Lose, _) => {
                 if let Some(hold) = open.remove(&op.process) {
-                    holds.push(Hold { end: op.time_ns.max(hold.start), ..hold });
+                    let unanswered = op.f == Func::Release
+                        && completions[i].is_none_or(|j| history[j].kind != Kind::Ok);
+                    let lost = op.f == Func::Lose || unanswered;
+                    holds.push(Hold { end: op.time_ns.max(hold.start), lost, ..hold });
                 }
             }
             _ => {}
@@ -448,9 +464,12 @@ impl<'a> Found<'a> {
                     who.join(", ")
                 );
                 let procs: Vec<u32> = active.iter().map(|h| h.process).collect();
-                self.add(ViolationKind::Overlap, name, detail, from, first_end, &|p| {
-                    procs.contains(&p)
-                });
+                let kind = if active.iter().any(|h| h.lost) {
+                    ViolationKind::LeaseOverlap
+                } else {
+                    ViolationKind::Overlap
+                };
+                self.add(kind, name, detail, from, first_end, &|p| procs.contains(&p));
             }
         }
         most as u32

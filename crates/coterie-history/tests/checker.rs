@@ -146,7 +146,8 @@ fn a_hold_ends_when_its_loss_is_learnt_not_when_the_lease_ran_out() {
     h.push(28, 4, Kind::Info, Func::Lose).error = Some("session expired".into());
     let ops = h.finish(200);
     let report = check(&ops, &Options::default());
-    assert_eq!(report.count(ViolationKind::Overlap), 1);
+    assert_eq!(report.count(ViolationKind::Overlap), 0);
+    assert_eq!(report.count(ViolationKind::LeaseOverlap), 1);
     assert_eq!(report.names[0].holds_lost, 1);
     let v = &report.violations[0];
     assert_eq!(v.to_ns, 28 * MS);
@@ -155,7 +156,14 @@ fn a_hold_ends_when_its_loss_is_learnt_not_when_the_lease_ran_out() {
     let mut h = clean();
     h.acquire(4, 12, 15);
     h.push(19, 4, Kind::Info, Func::Lose);
-    assert_eq!(check(&h.finish(200), &Options::default()).count(ViolationKind::Overlap), 0);
+    assert!(check(&h.finish(200), &Options::default()).valid);
+    // A release with no answer ends the hold as a loss too.
+    let mut h = clean();
+    h.acquire(4, 20, 16);
+    h.push(28, 4, Kind::Invoke, Func::Release);
+    h.push(29, 4, Kind::Info, Func::Release).error = Some("connection reset".into());
+    let report = check(&h.finish(200), &Options::default());
+    assert_eq!(report.count(ViolationKind::LeaseOverlap), 1);
 }
 
 #[test]

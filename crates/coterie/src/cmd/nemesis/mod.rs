@@ -39,12 +39,14 @@ use std::time::Duration;
 /// then everything is healed and the clients run on for --recover.
 ///
 /// The history checker then reports, per lock name: acknowledged holds
-/// that overlapped, fences out of real-time order or granted twice, lost
-/// updates on the plain and on the fenced register, and how long after
-/// the nemesis ended a lock was granted again. Overlaps and plain lost
+/// that overlapped (lease overlaps: one of them was later found lost),
+/// fences out of real-time order or granted twice, lost updates on the
+/// plain and on the fenced register, and how long after the nemesis ended
+/// a lock was granted again. Overlaps, fences out of order and plain lost
 /// updates are what a lock that trusts timeouts costs (a frozen holder's
-/// lease runs out while it believes it holds); a fence granted twice, a
-/// fenced lost update, a stall or a node left wanting are failures.
+/// lease runs out while it believes it holds; a cut-off minority goes on
+/// granting); a fence granted twice, a fenced lost update, a stall or a
+/// node left wanting are failures. See docs/nemesis.md.
 ///
 /// Exit status: 0 when no run has a failure, 1 otherwise.
 #[derive(clap::Args)]
@@ -460,7 +462,7 @@ fn summary_line(r: &RunReport) -> String {
 pub fn table(reports: &[RunReport]) -> String {
     use coterie_history::ViolationKind as V;
     let mut out = String::from(
-        "| mutex | election | faults | acquires ok/fail/info | overlaps | stale fences | lost (plain) | lost (fenced) | recovery | failures |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| mutex | election | faults | acquires ok/fail/info | overlaps | lease overlaps | fences out of order | lost (plain) | lost (fenced) | recovery | failures |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in reports {
         let h = &r.history;
@@ -476,13 +478,14 @@ pub fn table(reports: &[RunReport]) -> String {
         let recovery = h.recovery_ns.map_or("none".into(), |ns| format!("{} ms", ns / 1_000_000));
         let faults: u32 = r.faults.values().sum();
         out += &format!(
-            "| {} | {} | {faults} | {}/{}/{} | {} | {} | {} | {} | {recovery} | {} |\n",
+            "| {} | {} | {faults} | {}/{}/{} | {} | {} | {} | {} | {} | {recovery} | {} |\n",
             r.mutex,
             r.election,
             acquire.ok,
             acquire.fail,
             acquire.info,
             h.count(V::Overlap),
+            h.count(V::LeaseOverlap),
             h.count(V::FenceOrder) + h.count(V::DuplicateFence),
             lost(Register::Plain),
             lost(Register::Fenced),
