@@ -27,7 +27,10 @@
 //! Each violation comes with the smallest window of the history that shows
 //! it: the operations of the processes involved between the first and the
 //! last operation the argument needs, with the nemesis's operations of a
-//! little before it for context.
+//! little before it for context. Each is also put down to the fault that
+//! was in force as it began (or had been healed less than a second
+//! before: a paused node acts on what it believed just after it resumes),
+//! so a report can say which faults cost what.
 
 use crate::op::{Func, Kind, Op, Register, NEMESIS};
 use serde::Serialize;
@@ -122,9 +125,14 @@ pub struct Violation {
     pub from_ns: u64,
     /// See `from_ns`.
     pub to_ns: u64,
+    /// The fault in force as it began (the nemesis's `detail`), if any.
+    pub during: Option<String>,
     /// The operations in the window that show it.
     pub window: Vec<Op>,
 }
+
+/// How long after its heal a fault is still blamed for what begins.
+const AFTERMATH_NS: u64 = 1_000_000_000;
 
 /// How operations of one function ended.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -180,6 +188,9 @@ pub struct Report {
     pub names: Vec<NameReport>,
     /// Violations found, by kind (all of them).
     pub violation_counts: BTreeMap<ViolationKind, u64>,
+    /// Violations by kind and by the kind of fault in force as each began
+    /// (the fault's name, as the nemesis's `detail` starts; `none`).
+    pub by_fault: BTreeMap<ViolationKind, BTreeMap<String, u64>>,
     /// Violations with windows (at most `windows_per_kind` of each kind).
     pub violations: Vec<Violation>,
     /// When the nemesis ended (its last `end`), if it did.
@@ -289,7 +300,7 @@ pub fn check(history: &[Op], options: &Options) -> Report {
                 ),
             };
             let to = end + recovery_ns.unwrap_or(end_of_history.saturating_sub(end));
-            found.add(ViolationKind::Stall, "*", detail, end, to, &|_| false);
+            found.add(ViolationKind::Stall, "*", detail, (end, end, to), &|_| false);
         }
     }
     let longest_gap_ns = grants
@@ -305,6 +316,7 @@ pub fn check(history: &[Op], options: &Options) -> Report {
         ops,
         names: reports,
         violation_counts: found.counts,
+        by_fault: found.by_fault,
         violations: found.violations,
         nemesis_end_ns,
         recovery_ns,
@@ -392,16 +404,52 @@ struct Found<'a> {
     history: &'a [Op],
     options: &'a Options,
     counts: BTreeMap<ViolationKind, u64>,
+    by_fault: BTreeMap<ViolationKind, BTreeMap<String, u64>>,
     violations: Vec<Violation>,
+    /// Each fault of the nemesis: its start, its heal, its detail.
+    faults: Vec<(u64, u64, String)>,
 }
 
 impl<'a> Found<'a> {
     fn new(history: &'a [Op], options: &'a Options) -> Found<'a> {
         let counts = ViolationKind::ALL.iter().map(|&k| (k, 0)).collect();
-        Found { history, options, counts, violations: Vec::new() }
+        let mut faults: Vec<(u64, u64, String)> = Vec::new();
+        for op in history.iter().filter(|op| op.process == NEMESIS) {
+            match op.f {
+                Func::Fault => {
+                    faults.push((op.time_ns, u64::MAX, op.detail.clone().unwrap_or_default()))
+                }
+                Func::Heal | Func::End => {
+                    for f in faults.iter_mut().filter(|f| f.1 == u64::MAX) {
+                        f.1 = op.time_ns;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Found {
+            history,
+            options,
+            counts,
+            by_fault: BTreeMap::new(),
+            violations: Vec::new(),
+            faults,
+        }
     }
 
-    /// Counts a violation, and keeps its window while there are few of its
+    /// The faults in force at `t`: begun by then, and healed no more than
+    /// [`AFTERMATH_NS`] before (a fault's effects outlast its heal a
+    /// little, so two may be blamed at once).
+    fn during(&self, t: u64) -> Vec<&str> {
+        self.faults
+            .iter()
+            .filter(|(start, heal, _)| *start <= t && heal.saturating_add(AFTERMATH_NS) >= t)
+            .map(|(_, _, detail)| detail.as_str())
+            .collect()
+    }
+
+    /// Counts a violation, blamed on the faults in force at `blame` (the
+    /// moment it began), and keeps its window while there are few of its
     /// kind: the operations of `involved` processes in `[from, to]`, and the
     /// nemesis's from a little before.
     fn add(
@@ -409,10 +457,14 @@ impl<'a> Found<'a> {
         kind: ViolationKind,
         name: &str,
         detail: String,
-        from: u64,
-        to: u64,
+        (from, blame, to): (u64, u64, u64),
         involved: &dyn Fn(u32) -> bool,
     ) {
+        let faults = self.during(blame);
+        let during = (!faults.is_empty()).then(|| faults.join("; "));
+        let names: Vec<&str> = faults.iter().map(|d| d.split(':').next().unwrap_or(d)).collect();
+        let key = if names.is_empty() { "none".to_string() } else { names.join("+") };
+        *self.by_fault.entry(kind).or_default().entry(key).or_default() += 1;
         let count = self.counts.entry(kind).or_default();
         *count += 1;
         if *count as usize > self.options.windows_per_kind {
@@ -438,6 +490,7 @@ impl<'a> Found<'a> {
             detail,
             from_ns: from,
             to_ns: to,
+            during,
             window,
         });
     }
@@ -469,7 +522,8 @@ impl<'a> Found<'a> {
                 } else {
                     ViolationKind::Overlap
                 };
-                self.add(kind, name, detail, from, first_end, &|p| procs.contains(&p));
+                let span = (from, hold.start, first_end);
+                self.add(kind, name, detail, span, &|p| procs.contains(&p));
             }
         }
         most as u32
@@ -487,7 +541,7 @@ impl<'a> Found<'a> {
                 );
                 let procs = [other.process, hold.process];
                 let (from, to) = (other.invoked.min(hold.invoked), other.start.max(hold.start));
-                self.add(ViolationKind::DuplicateFence, name, detail, from, to, &|p| {
+                self.add(ViolationKind::DuplicateFence, name, detail, (from, to, to), &|p| {
                     procs.contains(&p)
                 });
             } else {
@@ -519,9 +573,8 @@ impl<'a> Found<'a> {
                     fence_text(before.fence)
                 );
                 let procs = [before.process, hold.process];
-                self.add(ViolationKind::FenceOrder, name, detail, before.start, hold.start, &|p| {
-                    procs.contains(&p)
-                });
+                let span = (before.start, hold.start, hold.start);
+                self.add(ViolationKind::FenceOrder, name, detail, span, &|p| procs.contains(&p));
             }
         }
     }
@@ -623,7 +676,7 @@ impl<'a> Found<'a> {
                     Vec::new(),
                 ),
             };
-            self.add(kind, name, detail, from, to, &|p| procs.contains(&p));
+            self.add(kind, name, detail, (from, from, to), &|p| procs.contains(&p));
         }
         let possible = report.writes_ok + report.writes_unknown;
         if final_value > possible as i64 {
@@ -632,7 +685,7 @@ impl<'a> Found<'a> {
                 register_name(register)
             );
             let last = history.last().map_or(0, |op| op.time_ns);
-            self.add(ViolationKind::PhantomUpdate, name, detail, last, last, &|_| false);
+            self.add(ViolationKind::PhantomUpdate, name, detail, (last, last, last), &|_| false);
         }
         Some(report)
     }

@@ -132,6 +132,9 @@ fn overlapping_holds_are_caught_with_the_window_that_shows_them() {
     assert!(v.window.iter().any(|op| op.process == 3 && op.f == Func::Read));
     assert!(v.window.iter().any(|op| op.f == Func::Fault));
     assert!(v.window.iter().all(|op| [3, 4, NEMESIS].contains(&op.process)));
+    // It began while node 2 was paused, and is put down to the pause.
+    assert_eq!(v.during.as_deref(), Some("pause n2"));
+    assert_eq!(report.by_fault[&ViolationKind::Overlap]["pause n2"], 1);
     // Two permits allow it.
     let two = Options { permits: 2, ..Options::default() };
     assert_eq!(check(&h.finish(200), &two).count(ViolationKind::Overlap), 0);

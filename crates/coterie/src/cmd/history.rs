@@ -176,9 +176,10 @@ pub fn render(history: &[Op], report: &Report) -> String {
     }
     let _ = writeln!(out, "INVALID: {}", found.join(", "));
     for v in &report.violations {
+        let during = v.during.as_deref().map_or(String::new(), |d| format!(" (during {d})"));
         let _ = writeln!(
             out,
-            "\n{} on {:?}, {} .. {}: {}",
+            "\n{} on {:?}, {} .. {}{during}: {}",
             v.kind.as_str(),
             v.name,
             at(v.from_ns),

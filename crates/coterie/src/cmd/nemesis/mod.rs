@@ -103,6 +103,10 @@ pub struct Args {
     /// Print JSON: an array with one report per run.
     #[arg(long)]
     json: bool,
+    /// Run nothing: check again the histories of the runs kept under DIR
+    /// (an earlier --out) and print their tables.
+    #[arg(long, value_name = "DIR")]
+    report_from: Option<PathBuf>,
 }
 
 /// Where partitions are made.
@@ -143,6 +147,16 @@ pub struct RunReport {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
+    if let Some(root) = &args.report_from {
+        let reports = recheck(root, args.recovery_bound)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&reports)?);
+        } else {
+            println!("{}\n{}", table(&reports), by_fault_table(&reports));
+        }
+        let failed = reports.iter().any(|r| !r.failures.is_empty());
+        return Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS });
+    }
     use coterie_core::registry::{ELECTIONS, MUTEXES};
     let mutexes = expand(&args.mutex, &MUTEXES.iter().map(|m| m.name).collect::<Vec<_>>())?;
     let elections = expand(&args.election, &ELECTIONS.iter().map(|e| e.name).collect::<Vec<_>>())?;
@@ -200,7 +214,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     } else if reports.len() > 1 {
-        println!("\n{}", table(&reports));
+        println!("\n{}\n{}", table(&reports), by_fault_table(&reports));
     }
     if keep.is_none() {
         let _ = std::fs::remove_dir(&root);
@@ -361,17 +375,7 @@ async fn one(
         ..Options::default()
     };
     let checked = coterie_history::check(&history, &options);
-    let mut failures = Vec::new();
-    use coterie_history::ViolationKind as V;
-    for kind in [V::DuplicateFence, V::LostUpdateFenced, V::PhantomUpdate, V::Stall] {
-        if checked.count(kind) > 0 {
-            failures.push(format!("{} {}", checked.count(kind), kind.as_str()));
-        }
-    }
-    if !stuck_nodes.is_empty() {
-        failures
-            .push(format!("nodes {stuck_nodes:?} still wanting or holding with no client left"));
-    }
+    let failures = failures(&checked, &stuck_nodes);
     let report = RunReport {
         mutex: mutex.to_string(),
         election: election.to_string(),
@@ -389,6 +393,66 @@ async fn one(
     };
     std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
     Ok(report)
+}
+
+/// What nothing excuses: a fence granted twice, a fenced or phantom
+/// update, a stall, a node left wanting.
+fn failures(checked: &Report, stuck_nodes: &[u32]) -> Vec<String> {
+    use coterie_history::ViolationKind as V;
+    let mut failures = Vec::new();
+    for kind in [V::DuplicateFence, V::LostUpdateFenced, V::PhantomUpdate, V::Stall] {
+        if checked.count(kind) > 0 {
+            failures.push(format!("{} {}", checked.count(kind), kind.as_str()));
+        }
+    }
+    if !stuck_nodes.is_empty() {
+        failures
+            .push(format!("nodes {stuck_nodes:?} still wanting or holding with no client left"));
+    }
+    failures
+}
+
+/// The reports of the runs kept under `root` (`--out` of an earlier
+/// nemesis), with their histories checked again by this checker.
+fn recheck(root: &Path, recovery_bound: Duration) -> Result<Vec<RunReport>> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
+        .with_context(|| format!("cannot read {}", root.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("report.json").exists())
+        .collect();
+    dirs.sort();
+    let mut reports = Vec::new();
+    for dir in dirs {
+        let text = std::fs::read_to_string(dir.join("report.json"))?;
+        let old: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{}/report.json", dir.display()))?;
+        let history = coterie_history::read(&[dir.join("history.jsonl")])?;
+        let options =
+            Options { recovery_bound_ns: recovery_bound.as_nanos() as u64, ..Options::default() };
+        let checked = coterie_history::check(&history, &options);
+        let field = |k: &str| old[k].as_str().unwrap_or_default().to_string();
+        let number = |k: &str| old[k].as_u64().unwrap_or_default();
+        let stuck_nodes: Vec<u32> = serde_json::from_value(old["stuck_nodes"].clone())?;
+        reports.push(RunReport {
+            mutex: field("mutex"),
+            election: field("election"),
+            nodes: number("nodes") as u32,
+            clients: number("clients") as u32,
+            seed: number("seed"),
+            lock_delay_ms: number("lock_delay_ms"),
+            duration_s: old["duration_s"].as_f64().unwrap_or_default(),
+            network: if field("network") == "netns" { Network::Netns } else { Network::Agent },
+            faults: serde_json::from_value(old["faults"].clone())?,
+            failures: failures(&checked, &stuck_nodes),
+            stuck_nodes,
+            dir: dir.display().to_string(),
+            history: checked,
+        });
+    }
+    if reports.is_empty() {
+        bail!("no run under {} (no */report.json)", root.display());
+    }
+    Ok(reports)
 }
 
 /// Plays the schedule, recording each fault and heal.
@@ -491,6 +555,34 @@ pub fn table(reports: &[RunReport]) -> String {
             lost(Register::Fenced),
             if r.failures.is_empty() { "none".to_string() } else { r.failures.join("; ") }
         );
+    }
+    out
+}
+
+/// What each kind of violation came with, per run: the faults in force as
+/// the violations began, most first.
+pub fn by_fault_table(reports: &[RunReport]) -> String {
+    use coterie_history::ViolationKind as V;
+    let kinds = [V::Overlap, V::LeaseOverlap, V::FenceOrder, V::LostUpdatePlain];
+    let mut out = String::from(
+        "| mutex | election | overlaps during | lease overlaps during | fences out of order during | plain lost updates during |\n|---|---|---|---|---|---|\n",
+    );
+    for r in reports {
+        let cells: Vec<String> = kinds
+            .iter()
+            .map(|k| {
+                let Some(by) = r.history.by_fault.get(k) else { return "-".to_string() };
+                let mut by: Vec<(&String, &u64)> = by.iter().collect();
+                by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+                let parts: Vec<String> = by.iter().map(|(f, n)| format!("{f} {n}")).collect();
+                if parts.is_empty() {
+                    "-".to_string()
+                } else {
+                    parts.join(", ")
+                }
+            })
+            .collect();
+        out += &format!("| {} | {} | {} |\n", r.mutex, r.election, cells.join(" | "));
     }
     out
 }
