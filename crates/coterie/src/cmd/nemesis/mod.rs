@@ -560,7 +560,8 @@ pub fn table(reports: &[RunReport]) -> String {
 }
 
 /// What each kind of violation came with, per run: the faults in force as
-/// the violations began, most first.
+/// the violations began (`a+b` when two were: one in force, one healed
+/// less than a second before), most first.
 pub fn by_fault_table(reports: &[RunReport]) -> String {
     use coterie_history::ViolationKind as V;
     let kinds = [V::Overlap, V::LeaseOverlap, V::FenceOrder, V::LostUpdatePlain];
@@ -574,7 +575,12 @@ pub fn by_fault_table(reports: &[RunReport]) -> String {
                 let Some(by) = r.history.by_fault.get(k) else { return "-".to_string() };
                 let mut by: Vec<(&String, &u64)> = by.iter().collect();
                 by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-                let parts: Vec<String> = by.iter().map(|(f, n)| format!("{f} {n}")).collect();
+                let mut parts: Vec<String> =
+                    by.iter().take(4).map(|(f, n)| format!("{f} {n}")).collect();
+                let rest: u64 = by.iter().skip(4).map(|(_, n)| **n).sum();
+                if rest > 0 {
+                    parts.push(format!("other {rest}"));
+                }
                 if parts.is_empty() {
                     "-".to_string()
                 } else {
