@@ -77,6 +77,9 @@ struct CheckArgs {
     /// How soon after the nemesis ends an acquire must succeed.
     #[arg(long, value_parser = common::parse_duration, default_value = "10s")]
     recovery_bound: Duration,
+    /// Violations of each kind shown with their window (all are counted).
+    #[arg(long, default_value_t = 5)]
+    windows: usize,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -94,6 +97,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             let options = Options {
                 permits: a.permits,
                 recovery_bound_ns: a.recovery_bound.as_nanos() as u64,
+                windows_per_kind: a.windows,
                 ..Options::default()
             };
             let report = check(&history, &options);
