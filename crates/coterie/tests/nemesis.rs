@@ -163,35 +163,47 @@ fn pauses_with_and_without_lock_delay_leave_no_node_wanting_and_a_lock_granted_s
     }
 }
 
+/// Starts a nemesis of `mutex` under `faults` that keeps `dir`, and
+/// returns once its nodes and clients run and a fault or two has come.
+fn nemesis_under_way(dir: &Path, mutex: &str, faults: &str) -> std::process::Child {
+    let child = Command::new(BIN)
+        .args(["nemesis", "--mutex", mutex, "--duration", "30s", "--every", "1s"])
+        .args(["--faults", faults, "--out"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while processes_under(dir).len() < 12 && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(2600));
+    assert!(processes_under(dir).len() >= 11, "{:?}", processes_under(dir));
+    child
+}
+
+/// Waits up to five seconds for every process under `dir` to be gone
+/// (killed children go at once; the kernel reaps them a moment later).
+fn all_gone(dir: &Path) {
+    let gone = std::time::Instant::now();
+    while !processes_under(dir).is_empty() && gone.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(processes_under(dir), Vec::<String>::new());
+}
+
 #[test]
 fn an_interrupted_nemesis_leaves_no_process_behind() {
     let _turn = one_cluster_at_a_time();
     let dir = scratch("interrupted");
-    let mut child = Command::new(BIN)
-        .args(["nemesis", "--mutex", "centralized", "--duration", "30s", "--every", "1s"])
-        .args(["--faults", "pause,partition,freeze-holder,freeze-waiter", "--out"])
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Let the nodes and clients start and a fault or two be in force.
-    let started = std::time::Instant::now();
-    while processes_under(&dir).len() < 12 && started.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::thread::sleep(Duration::from_millis(2600));
-    assert!(processes_under(&dir).len() >= 11, "{:?}", processes_under(&dir));
+    let mut child =
+        nemesis_under_way(&dir, "centralized", "pause,partition,freeze-holder,freeze-waiter");
     // SAFETY: a plain kill(2) of our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
-    // Killed children go at once; give the kernel a moment to reap them.
-    let gone = std::time::Instant::now();
-    while !processes_under(&dir).is_empty() && gone.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(processes_under(&dir), Vec::<String>::new());
+    all_gone(&dir);
     // Nor a network namespace (where the machine lets it make them).
     let prefix = format!("coterie-{}-", child.id());
     let namespaces = namespaces();
@@ -208,26 +220,10 @@ fn namespaces() -> Vec<String> {
 fn a_nemesis_killed_outright_takes_its_processes_with_it() {
     let _turn = one_cluster_at_a_time();
     let dir = scratch("killed");
-    let mut child = Command::new(BIN)
-        .args(["nemesis", "--mutex", "ricart-agrawala", "--duration", "30s", "--every", "1s"])
-        .args(["--faults", "pause,partition,freeze-holder", "--out"])
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = std::time::Instant::now();
-    while processes_under(&dir).len() < 12 && started.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::thread::sleep(Duration::from_millis(2600));
+    let mut child = nemesis_under_way(&dir, "ricart-agrawala", "pause,partition,freeze-holder");
     child.kill().unwrap();
     child.wait().unwrap();
-    let gone = std::time::Instant::now();
-    while !processes_under(&dir).is_empty() && gone.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(processes_under(&dir), Vec::<String>::new());
+    all_gone(&dir);
     // Its namespaces outlive it; the next run deletes them before it starts.
     let prefix = format!("coterie-{}-", child.id());
     if Command::new("nft").arg("-V").output().is_ok_and(|o| o.status.success()) {
