@@ -4,11 +4,15 @@
 # namespaces — halves, a bridge, a majorities ring —, clock steps and drift,
 # lost, truncated and rolled-back state files), then under the issue's
 # pause nemesis (one node SIGSTOPped for 1.2 s every 2 s) without and with
-# a lock delay. Every client operation is recorded and the history
+# a lock delay, then under lost, rolled-back and truncated state files and
+# stepped clocks alone. Every client operation is recorded and the history
 # checked; the tables are Markdown, ready for docs/nemesis.md.
+# `coterie nemesis --report-from OUT/NAME` checks a kept run's histories
+# again with the checker of today.
 #
 # Usage: scripts/nemesis-report.sh
-#        DURATION=300s PAUSE_DURATION=30s SEED=1 ELECTION=bully OUT=target/nemesis
+#        DURATION=300s PAUSE_DURATION=30s DISK_CLOCK_DURATION=60s SEED=1
+#        ELECTION=bully OUT=target/nemesis
 #        COTERIE_BIN=target/release/coterie (built when unset)
 # The histories, node logs and a timeline.svg per run are kept under OUT.
 # Run as root to partition in network namespaces (else the agents' own
@@ -44,4 +48,5 @@ run() { # name, then nemesis flags
 run mixed --duration "$duration"
 run pause --faults pause --every 2s --duration "$pause_duration"
 run pause-lock-delay --faults pause --every 2s --duration "$pause_duration" --lock-delay 1s
+run disk-clock --faults disk,clock --every 2s --duration "${DISK_CLOCK_DURATION:-60s}"
 echo "tables in $out/*.md, histories and timelines in $out/*/" >&2
