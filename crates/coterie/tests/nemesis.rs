@@ -45,23 +45,31 @@ fn processes_under(dir: &Path) -> Vec<String> {
     found
 }
 
+/// Runs `coterie nemesis --json ARGS` (split at spaces) to its end, keeping
+/// its runs under `out` if given: its reports, whether it exited 0, and
+/// its stderr.
+fn nemesis_json(args: &str, out: Option<&Path>) -> (Vec<Value>, bool, String) {
+    let mut command = Command::new(BIN);
+    command.args(["nemesis", "--json"]).args(args.split_whitespace());
+    if let Some(dir) = out {
+        command.arg("--out").arg(dir);
+    }
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let reports: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {stderr}"));
+    (reports.as_array().unwrap().clone(), out.status.success(), stderr)
+}
+
 #[test]
 fn every_mutex_under_the_mixed_nemesis_loses_no_fenced_update_and_recovers() {
     let _turn = one_cluster_at_a_time();
     let dir = scratch("mixed");
-    let out = Command::new(BIN)
-        .args(["nemesis", "--mutex", "all", "--duration", "16s", "--every", "1.5s"])
-        .args(["--recover", "3s", "--seed", "7", "--json", "--out"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let reports: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {stderr}"));
-    let reports = reports.as_array().unwrap();
+    let (reports, success, stderr) =
+        nemesis_json("--mutex all --duration 16s --every 1.5s --recover 3s --seed 7", Some(&dir));
     assert_eq!(reports.len(), 9);
     let mut kinds = std::collections::BTreeSet::new();
-    for r in reports {
+    for r in &reports {
         let mutex = r["mutex"].as_str().unwrap();
         let h = &r["history"];
         assert_eq!(r["failures"], Value::Array(vec![]), "{mutex}: {r:#}");
@@ -97,7 +105,7 @@ fn every_mutex_under_the_mixed_nemesis_loses_no_fenced_update_and_recovers() {
     for kind in every {
         assert!(kinds.contains(kind), "{kind} never drawn: {kinds:?}");
     }
-    assert!(out.status.success(), "{stderr}");
+    assert!(success, "{stderr}");
     assert_eq!(processes_under(&dir), Vec::<String>::new());
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -110,16 +118,9 @@ fn lost_truncated_or_rolled_back_state_files_and_stepped_clocks_never_bring_a_fe
     if Path::new("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1").exists() {
         faults += ",clock";
     }
-    let out = Command::new(BIN)
-        .args(["nemesis", "--mutex", "all", "--duration", "12s", "--every", "1.5s"])
-        .args(["--faults", &faults, "--recover", "3s", "--json", "--out"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let reports: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {stderr}"));
-    for r in reports.as_array().unwrap() {
+    let args = format!("--mutex all --duration 12s --every 1.5s --faults {faults} --recover 3s");
+    let (reports, success, stderr) = nemesis_json(&args, Some(&dir));
+    for r in &reports {
         let mutex = r["mutex"].as_str().unwrap();
         let counts = &r["history"]["violation_counts"];
         // Every form of each fault came: the state file lost, rolled back
@@ -133,7 +134,7 @@ fn lost_truncated_or_rolled_back_state_files_and_stepped_clocks_never_bring_a_fe
         }
         assert_eq!(r["failures"], Value::Array(vec![]), "{mutex}");
     }
-    assert!(out.status.success(), "{stderr}");
+    assert!(success, "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -141,16 +142,11 @@ fn lost_truncated_or_rolled_back_state_files_and_stepped_clocks_never_bring_a_fe
 fn pauses_with_and_without_lock_delay_leave_no_node_wanting_and_a_lock_granted_soon() {
     let _turn = one_cluster_at_a_time();
     for delay in ["0s", "1s"] {
-        let out = Command::new(BIN)
-            .args(["nemesis", "--mutex", "all", "--duration", "9s", "--every", "2s"])
-            .args(["--faults", "pause", "--lock-delay", delay, "--recover", "3s"])
-            .args(["--recovery-bound", "5s", "--json"])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let reports: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {stderr}"));
-        for r in reports.as_array().unwrap() {
+        let args =
+            format!("--mutex all --duration 9s --every 2s --faults pause --lock-delay {delay}");
+        let args = args + " --recover 3s --recovery-bound 5s";
+        let (reports, success, stderr) = nemesis_json(&args, None);
+        for r in &reports {
             let mutex = r["mutex"].as_str().unwrap();
             assert_eq!(r["faults"]["pause"], 4, "{mutex}");
             // No node wanting with no client left, a grant within 5 s of
@@ -159,7 +155,7 @@ fn pauses_with_and_without_lock_delay_leave_no_node_wanting_and_a_lock_granted_s
             assert_eq!(r["failures"], Value::Array(vec![]), "{mutex}, lock delay {delay}");
             assert!(r["history"]["recovery_ns"].as_u64().unwrap() < 5_000_000_000);
         }
-        assert!(out.status.success(), "{stderr}");
+        assert!(success, "{stderr}");
     }
 }
 

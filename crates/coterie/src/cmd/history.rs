@@ -9,7 +9,7 @@
 
 use super::common::{self, Target};
 use anyhow::{Context, Result};
-use coterie_history::{check, monotonic_ns, Func, Kind, Op, Options, Recorder, Register, Report};
+use coterie_history::{check, Func, Kind, Op, Options, Recorder, Register, Report};
 use coterie_node::{Acquired, Client, ClientError, WitnessClient};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -254,8 +254,8 @@ fn client(args: ClientArgs) -> Result<ExitCode> {
                     Ok(session) => c.session = Some((session, node.id.unwrap_or_default())),
                     Err(e) => {
                         turn += 1;
-                        let asked = Op::new(0, 0, Kind::Invoke, Func::Acquire, &args.name);
-                        let asked = c.recorder.invoke(asked.node(node.id.unwrap_or_default()))?;
+                        let asked = c.op(Func::Acquire).node(node.id.unwrap_or_default());
+                        let asked = c.recorder.invoke(asked)?;
                         c.recorder.complete(
                             asked.complete(0, Kind::Fail).error(format!("no session: {e}")),
                         )?;
@@ -298,10 +298,9 @@ impl Recorded<'_> {
 
     /// Asks for the lock; the fence if granted.
     async fn acquire(&mut self) -> Result<Option<u64>> {
+        let ask = self.op(Func::Acquire);
         let Some((session, node)) = self.session.as_mut() else { return Ok(None) };
-        let asked = self
-            .recorder
-            .invoke(Op::new(0, 0, Kind::Invoke, Func::Acquire, &self.args.name).node(*node))?;
+        let asked = self.recorder.invoke(ask.node(*node))?;
         let mut stop = self.stop.clone();
         let outcome = tokio::select! {
             outcome = session.acquire(Some(self.args.timeout), false) => outcome,
@@ -356,14 +355,8 @@ impl Recorded<'_> {
         };
         if let Some(loss) = lost {
             self.session = None;
-            let op = self.op(Func::Lose).fence(fence);
-            self.recorder.record(&Op {
-                time_ns: monotonic_ns(),
-                process: self.recorder.process(),
-                kind: Kind::Info,
-                error: Some(loss.to_string()),
-                ..op
-            })?;
+            let lost = self.op(Func::Lose).fence(fence).complete(0, Kind::Info);
+            self.recorder.complete(lost.error(loss.to_string()))?;
             return Ok(());
         }
         if let Some(v) = plain {

@@ -11,7 +11,9 @@ use std::process::ExitCode;
 /// lock enters it with its fencing token and leaves when done. It counts
 /// holders that overlap beyond --capacity (violations) and refuses tokens
 /// that are stale (not greater than the newest it accepted). `workload` and
-/// `demo` check every entry there.
+/// `demo` check every entry there. It also keeps a register per lock name,
+/// in a plain and a fenced copy, which `coterie nemesis` clients increment
+/// while they hold the lock.
 #[derive(clap::Args)]
 pub struct Args {
     /// Serve the witness on this address.

@@ -189,19 +189,11 @@ impl<'a> Nemesis<'a> {
                 format!("SIGCONT n{id}")
             }
             Kind::FreezeWaiter | Kind::FreezeHolder => {
-                let thawed: Vec<String> = self.frozen.iter().map(|p| format!("p{p}")).collect();
-                for p in std::mem::take(&mut self.frozen) {
-                    self.clients.signal(p, libc::SIGCONT);
-                }
+                let thawed: Vec<String> = self.thaw().iter().map(|p| format!("p{p}")).collect();
                 format!("SIGCONT client {}", thawed.join(", "))
             }
             Kind::Partition | Kind::Bridge | Kind::Ring => {
-                for node in 1..=self.nodes {
-                    match self.network {
-                        Some(network) => network.heal(node),
-                        None => self.agent(node, FaultCommand::Heal).await?,
-                    }
-                }
+                self.lift_cuts().await?;
                 "heal the partition".to_string()
             }
             Kind::Clock => format!("n{id} keeps its clock"),
@@ -211,9 +203,7 @@ impl<'a> Nemesis<'a> {
     /// Undoes whatever may still be in force: every node running and
     /// resumed, no partition, no client frozen. Runs even after an error.
     pub async fn heal_all(&mut self) {
-        for p in std::mem::take(&mut self.frozen) {
-            self.clients.signal(p, libc::SIGCONT);
-        }
+        self.thaw();
         for id in 1..=self.nodes {
             if self.cluster.running(id) {
                 let _ = self.cluster.signal(id, Signal::Continue);
@@ -221,14 +211,34 @@ impl<'a> Nemesis<'a> {
                 let _ = self.cluster.start(id);
             }
         }
+        let _ = self.lift_cuts().await;
+    }
+
+    /// Resumes every frozen client; returns which.
+    fn thaw(&mut self) -> Vec<u32> {
+        let thawed = std::mem::take(&mut self.frozen);
+        for &p in &thawed {
+            self.clients.signal(p, libc::SIGCONT);
+        }
+        thawed
+    }
+
+    /// Lifts every node's cuts (in its namespace, or by its agent); every
+    /// node is asked even if one fails, and the first failure is returned.
+    async fn lift_cuts(&self) -> Result<()> {
+        let mut first_error = Ok(());
         for id in 1..=self.nodes {
             match self.network {
                 Some(network) => network.heal(id),
                 None => {
-                    let _ = self.agent(id, FaultCommand::Heal).await;
+                    let healed = self.agent(id, FaultCommand::Heal).await;
+                    if first_error.is_ok() {
+                        first_error = healed;
+                    }
                 }
             }
         }
+        first_error
     }
 
     /// A client doing `want`: `first` if it is, else the first other that

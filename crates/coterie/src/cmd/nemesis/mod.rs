@@ -324,32 +324,20 @@ async fn one(
         nemesis.heal_all().await;
         played
     };
-    let note = |recorder: &mut Recorder, f, detail: &str| {
-        let op = Op::new(coterie_history::monotonic_ns(), NEMESIS, OpKind::Info, f, "default");
-        recorder.record(&op.detail(detail))
-    };
-    note(
-        &mut recorder,
-        Func::End,
-        "every fault healed: nodes running, no partition, clients thawed",
-    )?;
+    let end = driver_op(coterie_history::monotonic_ns(), OpKind::Info, Func::End);
+    recorder
+        .record(&end.detail("every fault healed: nodes running, no partition, clients thawed"))?;
     if outcome.is_ok() {
         tokio::time::sleep(args.recover).await;
     }
     clients.stop().await;
-    let stuck_nodes = settle(&local, args.nodes).await;
+    let stuck_nodes = settle(&local).await;
     // The driver's final reads of both copies of the register.
     if let Ok(mut w) = coterie_node::WitnessClient::connect(witness.addr()).await {
         for register in [Register::Plain, Register::Fenced] {
             if let Ok(Ok(v)) = w.read("default", register == Register::Fenced, None).await {
-                let op = Op::new(
-                    coterie_history::monotonic_ns(),
-                    NEMESIS,
-                    OpKind::Ok,
-                    Func::Read,
-                    "default",
-                );
-                recorder.record(&op.register(register).value(v))?;
+                let read = driver_op(coterie_history::monotonic_ns(), OpKind::Ok, Func::Read);
+                recorder.record(&read.register(register).value(v))?;
             }
         }
     }
@@ -455,6 +443,11 @@ fn recheck(root: &Path, recovery_bound: Duration) -> Result<Vec<RunReport>> {
     Ok(reports)
 }
 
+/// An operation of the nemesis (process 0) on the run's lock, at `time_ns`.
+fn driver_op(time_ns: u64, kind: OpKind, f: Func) -> Op {
+    Op::new(time_ns, NEMESIS, kind, f, "default")
+}
+
 /// Plays the schedule, recording each fault and heal.
 async fn play(
     nemesis: &mut inflict::Nemesis<'_>,
@@ -471,14 +464,14 @@ async fn play(
         let began = coterie_history::monotonic_ns();
         let done =
             nemesis.start(fault).await.with_context(|| format!("starting {}", fault.kind))?;
-        let op = Op::new(began, NEMESIS, OpKind::Info, Func::Fault, "default");
+        let op = driver_op(began, OpKind::Info, Func::Fault);
         recorder.record(&op.detail(format!("{}: {done}", fault.kind)))?;
         *faults.entry(fault.kind.name().to_string()).or_default() += 1;
         tokio::time::sleep(fault.kind.length()).await;
         let began = coterie_history::monotonic_ns();
         let healed =
             nemesis.heal(fault).await.with_context(|| format!("healing {}", fault.kind))?;
-        let op = Op::new(began, NEMESIS, OpKind::Info, Func::Heal, "default");
+        let op = driver_op(began, OpKind::Info, Func::Heal);
         recorder.record(&op.detail(format!("{}: {healed}", fault.kind)))?;
         if !args.json {
             eprintln!("  {:>6.1} s  {}: {done}; then {healed}", fault.at.as_secs_f64(), fault.kind);
@@ -490,7 +483,7 @@ async fn play(
 
 /// Nodes still wanting or holding after every client stopped, given five
 /// seconds to let go.
-async fn settle(cluster: &LocalCluster, _nodes: u32) -> Vec<u32> {
+async fn settle(cluster: &LocalCluster) -> Vec<u32> {
     let until = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
         let busy: Vec<u32> = cluster
