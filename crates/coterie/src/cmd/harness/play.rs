@@ -181,11 +181,14 @@ pub async fn play(
             _ => String::new(),
         };
         timeline.note("step", None, format!("step {}: {what}{role}", i + 1));
+        let sent = unix_us();
         cluster.apply(&step.action, id).await.with_context(|| format!("step {}: {what}", i + 1))?;
         if let (true, Some(id)) = (step.action.loses_holder(), id) {
-            // Stamped once the node is gone: until then its client may
-            // release, and another node's grant is no loss of anything.
-            losses.push((i + 1, unix_us(), id));
+            // Held once the node is gone (until then its client may
+            // release, and another node's grant is no loss of anything);
+            // the delay counts from the signal, which no node can notice
+            // before it is sent.
+            losses.push((i + 1, sent, unix_us(), id));
         }
         standing.after(&step.action, id);
         observer.set_reach(&standing.reach());
@@ -252,9 +255,9 @@ pub async fn play(
         incident_diagrams = write_incidents(&run, &incidents, dir)?;
     }
     if let Some(quiet) = s.expect.no_entry_within {
-        for (step, at, target) in losses {
+        for (step, at, gone, target) in losses {
             // The nodes stamp their grants with the same host clock.
-            if !observer.held_at(target, at) {
+            if !observer.held_at(target, gone) {
                 // Its client released between the look and the step.
                 note(format!(
                     "step {step}: n{target} held nothing when it went: no lock delay to keep"
