@@ -5,8 +5,11 @@ Starts a 5-node `coterie up --dashboard` on free ports, opens the page in
 headless Chromium, waits until it shows five nodes up and n5 the
 coordinator, clicks n5's "kill" button (a mouse press and release at the
 button, through the DevTools protocol), and checks that the page then
-shows n5 down and n4 the coordinator. With --screenshot FILE it saves a
-picture of the page after that.
+shows n5 down and n4 the coordinator. Then clients take named locks with
+`coterie lock` (one holds printer-2 through n2 while another waits for it
+through n3; a third holds jobs/nightly), and the page's lock table must
+show each holder, fence and waiter; once they let go, the locks leave the
+table. With --screenshot FILE it saves a picture of the page then.
 
 Only the standard library: the DevTools protocol is JSON over a
 WebSocket, and the few lines of WebSocket it needs are below.
@@ -120,7 +123,8 @@ class Page:
                 return
             time.sleep(0.1)
         state = self.eval("JSON.stringify([...document.querySelectorAll('.node')].map(n => [n.id, n.className, n.innerText]))")
-        fail(f"the page never showed {what}; it shows {state}")
+        locks = self.eval("document.querySelector('#locks-box').innerText")
+        fail(f"the page never showed {what}; it shows {state} and the locks {locks!r}")
 
     def click(self, selector):
         """A real click: the mouse pressed and released at the element."""
@@ -209,11 +213,41 @@ def main():
                       "!!document.querySelector('#node-4.coordinator') && "
                       "document.querySelector('#node-4 .follows').innerText.includes('n4')")
         print("browser test: after a click on n5's kill, the page shows n5 down and n4 coordinating")
+
+        # Named locks: a holder and a waiter on one, a holder on another.
+        def lock(node, name, *cmd):
+            p = subprocess.Popen([args.bin, "lock", "--config", config, "--node", str(node), name, "--", *cmd],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(p)
+            return p
+        release = os.path.join(tmp, "release")
+        wait_file = f"while [ ! -e {release} ]; do sleep 0.05; done"
+        lock(2, "printer-2", "sh", "-c", wait_file)
+        page.wait_for("printer-2 held by n2",
+                      "[...document.querySelectorAll('#locks tr.lock')].some(r => r.dataset.name === 'printer-2' && "
+                      "r.querySelector('.holders').innerText.startsWith('n2 ') && "
+                      "r.querySelector('.holders').innerText.includes('fence'))")
+        waiter = lock(3, "printer-2", "true")
+        night = lock(1, "jobs/nightly", "sh", "-c", wait_file)
+        page.wait_for("n3 waiting for printer-2 and jobs/nightly held by n1",
+                      "(() => { const rows = Object.fromEntries([...document.querySelectorAll('#locks tr.lock')]"
+                      ".map(r => [r.dataset.name, r])); const p = rows['printer-2'], j = rows['jobs/nightly'];"
+                      " return !!p && !!j && p.dataset.holders === '1' && p.dataset.waiters === '1' &&"
+                      " p.querySelector('.waiters').innerText.startsWith('1. n3 ') &&"
+                      " j.querySelector('.holders').innerText.startsWith('n1 '); })()")
+        print("browser test: the lock table shows printer-2 held by n2 with n3 waiting, and jobs/nightly held by n1")
         if args.screenshot:
             shot = page.call("Page.captureScreenshot", format="png")
             with open(args.screenshot, "wb") as f:
                 f.write(base64.b64decode(shot["data"]))
             print(f"browser test: screenshot in {args.screenshot}")
+        open(release, "w").close()
+        if waiter.wait(timeout=PATIENCE) != 0 or night.wait(timeout=PATIENCE) != 0:
+            fail("a lock client failed")
+        page.wait_for("no lock left once the clients let go",
+                      "document.querySelectorAll('#locks tr.lock').length === 0 && "
+                      "document.querySelector('#locks td.none') !== null")
+        print("browser test: once the clients let go, the table lists no lock")
         print("browser test: PASSED")
     finally:
         for p in reversed(procs):

@@ -10,6 +10,9 @@
 #        CRASHES="0 1" by default: the fault columns to fill.
 #        TICKS=2 by default: a message takes one to TICKS ticks (bakery
 #        always 1).
+#        NAMES=1, PER_REQUEST=1 by default: the locks the requests spread
+#        over, and how many each takes at once (`check --names`,
+#        `--per-request`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 max_states="${1:-5000000}"
@@ -37,6 +40,7 @@ for mutex in "${mutexes[@]}"; do
         for election in "${elections[@]}"; do
             json="$("$bin" check --mutex "$mutex" --election "$election" --nodes 3 \
                 --requests 1 --crashes "$crashes" --delay-ticks "$ticks" \
+                --names "${NAMES:-1}" --per-request "${PER_REQUEST:-1}" \
                 --max-states "$max_states" --json 2>/dev/null || true)"
             line="$(printf '%s' "$json" | python3 -c '
 import json, sys

@@ -5,9 +5,11 @@
 //! never read a clock and never touch a socket; the engine (and through it
 //! the simulator or the tokio node) performs what the outbox asks.
 
+use crate::name::Name;
 use crate::outbox::{Message, Outbox, Time, Timer};
 use crate::types::{CsState, Epoch, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Heartbeat and failure-detection periods, shared by every layer.
@@ -162,6 +164,9 @@ pub struct MutexOptions {
 pub struct AlgoConfig {
     /// This node.
     pub id: NodeId,
+    /// The lock this instance serves: each name is an instance of its own
+    /// (see [`Name`]). An election ignores it.
+    pub name: Name,
     /// Every member of the cluster, this node included, sorted ascending.
     pub members: Vec<NodeId>,
     /// How many nodes may hold the critical section at once (1 for a mutex,
@@ -185,6 +190,31 @@ pub struct AlgoConfig {
     /// What this node's previous run left in stable storage, if anything
     /// (see [`Restored`]).
     pub restored: Option<Restored>,
+    /// When the engine forgets an idle lock's instance (`None`: never).
+    pub forgetting: Option<Forgetting>,
+}
+
+/// When the engine forgets the instance of a lock nobody here holds or
+/// wants ([`MutexAlgorithm::forgettable`]), so that an idle lock costs
+/// nothing but, for some algorithms, its remnant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Forgetting {
+    /// Once it has stayed forgettable this long.
+    pub after: Duration,
+    /// The most remnants kept ([`MutexAlgorithm::remnant`]); beyond it the
+    /// oldest are dropped, their highest value kept as a floor.
+    pub remnants: usize,
+    /// The most instances at once: a request here for a lock that has
+    /// none is refused beyond it (a peer's message still makes one, so
+    /// that no request elsewhere is left without an answer).
+    pub locks: usize,
+}
+
+impl Default for Forgetting {
+    /// After 5 s; 100,000 remnants and instances.
+    fn default() -> Forgetting {
+        Forgetting { after: Duration::from_secs(5), remnants: 100_000, locks: 100_000 }
+    }
 }
 
 /// What a node keeps in stable storage, and gets back when it restarts.
@@ -204,8 +234,9 @@ pub struct Restored {
     /// ([`WATERMARK_RESERVE`]) and writes again only when the clock
     /// catches up with the reserve.
     pub watermark: u64,
-    /// The mutex layer's own record ([`MutexAlgorithm::durable_state`]).
-    pub mutex: Option<Vec<u8>>,
+    /// Each lock's own record ([`MutexAlgorithm::durable_state`]), for the
+    /// names whose instance keeps one.
+    pub names: BTreeMap<Name, Vec<u8>>,
 }
 
 /// How far ahead of the mutex layer's watermark the stored one is kept:
@@ -230,9 +261,10 @@ impl Restored {
         cfg.restored.as_ref().map_or(Epoch(0), |r| r.epoch)
     }
 
-    /// The mutex layer's record from the previous run, if any.
+    /// The record the previous run left for the lock `cfg` builds an
+    /// instance of ([`AlgoConfig::name`]), if any.
     pub fn mutex_of(cfg: &AlgoConfig) -> Option<&[u8]> {
-        cfg.restored.as_ref().and_then(|r| r.mutex.as_deref())
+        cfg.restored.as_ref().and_then(|r| r.names.get(&cfg.name)).map(Vec::as_slice)
     }
 }
 
@@ -241,6 +273,7 @@ impl AlgoConfig {
     pub fn for_test(id: u32, n: u32) -> AlgoConfig {
         AlgoConfig {
             id: NodeId(id),
+            name: Name::default(),
             members: (1..=n).map(NodeId).collect(),
             capacity: 1,
             timing: Timing::default(),
@@ -248,6 +281,7 @@ impl AlgoConfig {
             wall_origin: Duration::ZERO,
             mutex_options: MutexOptions::default(),
             restored: None,
+            forgetting: None,
         }
     }
 
@@ -356,6 +390,19 @@ pub trait MutexAlgorithm: Algorithm {
     /// The local application left the critical section.
     fn handle_release(&mut self, now: Time, out: &mut Out<Self>);
 
+    /// This instance was just made for a lock new to this node (or one it
+    /// forgot while idle), with the node running and `peer` counted up.
+    /// Unlike a peer that comes up, this one has no state of this node's
+    /// for the lock, since the node had none: there is nothing to tell it
+    /// or ask of it, and the instance counts it up as if they had always
+    /// run side by side. The default is
+    /// [`handle_peer_up`](Algorithm::handle_peer_up), right for the
+    /// algorithms that tell a newcomer only what they hold or want (a new
+    /// instance holds and wants nothing).
+    fn handle_adopt(&mut self, now: Time, peer: NodeId, out: &mut Out<Self>) {
+        self.handle_peer_up(now, peer, out);
+    }
+
     /// The election layer settled on `leader` for `epoch`.
     fn handle_coordinator(
         &mut self,
@@ -403,6 +450,36 @@ pub trait MutexAlgorithm: Algorithm {
     fn durable_state(&self) -> Option<Vec<u8>> {
         None
     }
+
+    /// Whether this instance holds nothing a new one would lack, so that
+    /// the engine may forget it once it has stayed so a while, and make a
+    /// new one when the lock is next used here: an idle lock then costs
+    /// nothing. It must neither want nor hold the lock, wait for nothing
+    /// (no timer armed), owe no peer an answer, and keep nothing peers
+    /// count on it to keep (a coordinator's queue or holders, an arbiter's
+    /// permission, a token). Its clock needs no keeping: every new
+    /// instance starts above the node's floor, which covers it. What else
+    /// must outlive it goes into its [`remnant`](Self::remnant). A message
+    /// the peers sent this instance may still reach the new one: it must
+    /// take it as an idle instance would have. The default, `false`, never
+    /// forgets.
+    fn forgettable(&self) -> bool {
+        false
+    }
+
+    /// What a forgotten instance leaves the next instance of the same lock
+    /// at this node ([`observe_remnant`](Self::observe_remnant)), if it
+    /// must leave anything: one number whose meaning is the algorithm's
+    /// (a coordinator's last fence, the token's generation).
+    fn remnant(&self) -> Option<u64> {
+        None
+    }
+
+    /// A new instance of a lock this node forgot: `own` is what the last
+    /// instance of this lock left ([`remnant`](Self::remnant)), if the
+    /// engine still keeps it; `floor` the highest remnant of any lock the
+    /// engine had to drop for room. Called before any other input.
+    fn observe_remnant(&mut self, _own: Option<u64>, _floor: u64) {}
 
     /// Whether every message of the step just taken rests on what
     /// `record` (the record last handed to the driver, perhaps not yet

@@ -21,6 +21,19 @@
 //! (the node itself, even) reaches the mutex layer only once it has joined:
 //! a coordinator must know every live peer before it rebuilds the queue.
 //!
+//! **Many locks.** The mutex layer is not one instance but one per lock
+//! name ([`Name`]), each made on first use, here (a request) or at a peer
+//! (its first message), and multiplexed over the same peers: a mutex
+//! message carries its lock's name and permits. Failures, coordinator
+//! changes and re-admissions reach every instance. An instance made for a
+//! lock new to this node adopts the peers that are up without the
+//! newcomer's machinery ([`handle_adopt`](crate::MutexAlgorithm::handle_adopt)),
+//! so making one costs no message; a coordinator's instance rebuilds its
+//! lock as after any change of coordinator. Instances idle long enough are
+//! forgotten (see `resources`). The clock floor is shared: heartbeats
+//! carry one watermark whatever the number of locks, and stable storage
+//! keeps each lock's own record beside the epoch and the clock reserve.
+//!
 //! [`request`]: Engine::request
 //! [`release`]: Engine::release
 //! [`poll_output`]: Engine::poll_output
@@ -29,9 +42,11 @@
 
 use crate::algorithm::{AlgoConfig, Detector, Restored, WATERMARK_RESERVE};
 use crate::detector::{FailureDetector, Verdict};
+use crate::name::Name;
 use crate::outbox::{Action, Time, TimerId};
 use crate::records::Records;
-use crate::registry::{self, Actions, DynElection, DynMutex, Encoded, UnknownAlgorithm};
+use crate::registry::{self, Actions, DynElection, ElectionInfo, Encoded, MutexInfo};
+use crate::resources::Resources;
 use crate::types::{CsState, Epoch, Fence, NodeId, Stamp};
 use crate::wire::{Envelope, Heartbeat, WireError};
 use serde::{Deserialize, Serialize};
@@ -46,6 +61,14 @@ pub enum Layer {
     Mutex,
 }
 
+/// Whose step an action list is, and whose a timer: the election's, or
+/// one lock's instance.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Scope {
+    Election,
+    Mutex(Name),
+}
+
 /// What the driver must do or may want to know.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
@@ -58,8 +81,10 @@ pub enum Output {
         /// Its kind, for the driver's logs and counters.
         kind: &'static str,
     },
-    /// The node now holds the critical section.
+    /// The node now holds lock `name`.
     Granted {
+        /// The lock.
+        name: Name,
         /// The grant's fence.
         fence: Fence,
     },
@@ -76,6 +101,14 @@ pub enum Output {
     PeerDown(NodeId),
     /// The node has joined: it heard from every peer or waited for them.
     Joined,
+    /// A peer's application task sent this ([`Envelope::Application`]):
+    /// for the driver's own application task.
+    Application {
+        /// The sender.
+        from: NodeId,
+        /// What it sent.
+        bytes: Vec<u8>,
+    },
     /// Write this record to stable storage, replacing what was there; give
     /// it back in [`AlgoConfig::restored`] when the node restarts. It
     /// changes with each new epoch and, for the algorithms that keep state
@@ -103,6 +136,51 @@ pub enum EngineError {
         /// The decoder's complaint.
         source: WireError,
     },
+    /// The sender's instance of a lock admits another number of holders
+    /// than this node's: the two were asked for with different permits.
+    #[error("message from {from} for lock {name:?} of {theirs} permits; it has {ours} here")]
+    Permits {
+        /// The sender.
+        from: NodeId,
+        /// The lock.
+        name: Name,
+        /// The permits the sender's instance has.
+        theirs: u32,
+        /// The permits this node's has.
+        ours: u32,
+    },
+}
+
+/// Why the application's request for a lock was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// Zero permits.
+    #[error("a lock needs at least 1 permit")]
+    NoPermits,
+    /// More than one permit from an algorithm that grants one holder.
+    #[error("{mutex} grants one holder at a time; {permits} permits need {counting}")]
+    NotCounting {
+        /// The algorithm.
+        mutex: &'static str,
+        /// The permits asked for.
+        permits: u32,
+        /// The algorithms that can, as a phrase.
+        counting: String,
+    },
+    /// The node keeps as many lock instances as it may
+    /// ([`Forgetting::locks`](crate::Forgetting::locks)); this one is new.
+    #[error("this node keeps {0} lock instances already: a new name waits until idle ones are forgotten")]
+    TooManyLocks(usize),
+    /// The lock is live here with another number of permits.
+    #[error("lock {name:?} is held and asked for with {live} permit(s) here, not {asked}")]
+    Permits {
+        /// The lock.
+        name: Name,
+        /// Its permits here.
+        live: u32,
+        /// The permits asked for.
+        asked: u32,
+    },
 }
 
 /// Message counters by kind, plus the mutex layer's total. Kinds are the
@@ -117,6 +195,8 @@ pub struct Counters {
     pub received: BTreeMap<&'static str, u64>,
     /// Mutex-layer messages sent.
     pub mutex_sent: u64,
+    /// Idle locks forgotten.
+    pub forgotten: u64,
 }
 
 impl Counters {
@@ -148,8 +228,15 @@ pub struct Status {
     pub alive: Vec<u32>,
     /// Critical-section entries granted to it.
     pub cs_entries: u64,
-    /// The fence of its current grant, while it holds.
+    /// The fence of its current grant, while it holds (the first lock's
+    /// it holds, by name).
     pub fence: Option<u64>,
+    /// How many locks have an instance at this node (live names).
+    #[serde(default)]
+    pub names: u64,
+    /// How many forgotten locks left a remnant here.
+    #[serde(default)]
+    pub remnants: u64,
     /// Whether it has joined the cluster.
     pub joined: bool,
     /// Messages sent, by kind.
@@ -176,13 +263,15 @@ pub struct Status {
 /// One node's protocol stack; see the module documentation.
 pub struct Engine {
     cfg: AlgoConfig,
-    mutex_name: &'static str,
+    /// The mutual-exclusion algorithm's registry entry.
+    mutex: &'static MutexInfo,
     election_name: &'static str,
     detector: FailureDetector,
     election: Box<dyn DynElection>,
-    mutex: Box<dyn DynMutex>,
+    /// One instance of the mutex algorithm per lock.
+    locks: Resources,
     /// Armed algorithm timers.
-    timers: BTreeMap<(Layer, TimerId), Time>,
+    timers: BTreeMap<(Scope, TimerId), Time>,
     next_heartbeat: Time,
     /// On a ring: when the peers not counted up (or, while joining, not
     /// yet heard count this node in) are next asked for an answer.
@@ -195,14 +284,10 @@ pub struct Engine {
     /// While joining: peers whose heartbeat (epoch, watermark) has arrived
     /// saying they count this incarnation as up.
     synced: BTreeSet<NodeId>,
-    /// A request made before joining, held until then.
-    request_pending: bool,
     /// A coordinator elected before this node joined (others' elections
     /// can name it): the mutex layer learns of it only on joining, when
     /// the node knows who is alive.
     coordinator_pending: Option<(NodeId, Epoch)>,
-    /// The fence of the current grant.
-    fence: Option<Fence>,
     cs_entries: u64,
     counters: Counters,
     /// Outputs, each with the number of the record it rests on.
@@ -221,20 +306,18 @@ impl Clone for Engine {
     fn clone(&self) -> Engine {
         Engine {
             cfg: self.cfg.clone(),
-            mutex_name: self.mutex_name,
+            mutex: self.mutex,
             election_name: self.election_name,
             detector: self.detector.clone(),
             election: self.election.clone_box(),
-            mutex: self.mutex.clone_box(),
+            locks: self.locks.clone(),
             timers: self.timers.clone(),
             next_heartbeat: self.next_heartbeat,
             next_sweep: self.next_sweep,
             last_tick: self.last_tick,
             join_deadline: self.join_deadline,
             synced: self.synced.clone(),
-            request_pending: self.request_pending,
             coordinator_pending: self.coordinator_pending,
-            fence: self.fence,
             cs_entries: self.cs_entries,
             counters: self.counters.clone(),
             outputs: self.outputs.clone(),
@@ -260,7 +343,7 @@ impl Engine {
         self.cfg.incarnation.hash(h);
         self.detector.hash_at(h, now);
         self.election.hash_state(h, now);
-        self.mutex.hash_state(h, now);
+        self.hash_locks(h, now);
         for (key, &deadline) in &self.timers {
             (key, at(deadline)).hash(h);
         }
@@ -269,19 +352,28 @@ impl Engine {
         at(self.last_tick).hash(h);
         self.join_deadline.map(at).hash(h);
         self.synced.hash(h);
-        self.request_pending.hash(h);
         self.coordinator_pending.hash(h);
-        self.fence.hash(h);
+    }
+
+    /// Every lock's instance, grant and held-back request.
+    fn hash_locks<H: std::hash::Hasher>(&self, h: &mut H, now: Time) {
+        use std::hash::Hash;
+        self.locks.floor().hash(h);
+        self.locks.hash_forgetting(h, now);
+        for (name, lock) in self.locks.in_order() {
+            name.hash(h);
+            lock.mutex.hash_state(h, now);
+            lock.fence.hash(h);
+            lock.pending.hash(h);
+        }
     }
 
     /// Feeds to `h` the state of the two algorithms and the grant under
     /// way, without the failure detector's last-heard times: what stays
     /// the same while only heartbeats pass (see [`idle`](Self::idle)).
     pub fn hash_algorithms<H: std::hash::Hasher>(&self, h: &mut H, now: Time) {
-        use std::hash::Hash;
         self.election.hash_state(h, now);
-        self.mutex.hash_state(h, now);
-        self.fence.hash(h);
+        self.hash_locks(h, now);
     }
 
     /// Whether nothing will happen here of the engine's own accord but
@@ -292,38 +384,34 @@ impl Engine {
     pub fn idle(&self) -> bool {
         self.timers.is_empty()
             && self.join_deadline.is_none()
-            && !self.request_pending
+            && !self.locks.any_pending()
             && self.outputs.is_empty()
             && self.cfg.members.iter().all(|&p| self.is_up(p))
     }
 
-    /// Builds the stack for `cfg` running the named algorithms, starting at
-    /// `now`.
+    /// Builds the stack for `cfg` running `mutex_info` and
+    /// `election_info`, starting at `now`.
     pub fn new(
         cfg: AlgoConfig,
-        mutex: &str,
-        election: &str,
+        mutex_info: &'static MutexInfo,
+        election_info: &'static ElectionInfo,
         now: Time,
-    ) -> Result<Engine, UnknownAlgorithm> {
-        let mutex_info = registry::mutex(mutex)?;
-        let election_info = registry::election(election)?;
+    ) -> Engine {
         let detector = FailureDetector::new(cfg.peers(), cfg.timing.failure_timeout, now);
         let lone = cfg.members.len() <= 1;
         let mut engine = Engine {
-            mutex_name: mutex_info.name,
+            mutex: mutex_info,
             election_name: election_info.name,
             detector,
             election: (election_info.build)(&cfg),
-            mutex: (mutex_info.build)(&cfg),
+            locks: Resources::new(mutex_info.build, cfg.forgetting),
             timers: BTreeMap::new(),
             next_heartbeat: now,
             next_sweep: now,
             last_tick: now,
             join_deadline: Some(now + cfg.timing.failure_timeout),
             synced: BTreeSet::new(),
-            request_pending: false,
             coordinator_pending: None,
-            fence: None,
             cs_entries: 0,
             counters: Counters::default(),
             outputs: VecDeque::new(),
@@ -334,14 +422,18 @@ impl Engine {
         };
         // A restarted node's clock starts above whatever it issued before.
         let watermark = engine.records.latest().watermark;
-        engine.mutex.observe_watermark(watermark);
+        engine.locks.observe(watermark);
+        // The default lock exists from the start, as the one lock did
+        // before there were names; every other is made on first use.
+        let permits = u32::try_from(engine.cfg.capacity).unwrap_or(u32::MAX);
+        engine.lock(now, &Name::default(), permits);
         // Heartbeats go out first thing, so that on every link the first
         // message of this incarnation announces it.
         engine.send_heartbeats(now);
         if lone {
             engine.join(now);
         }
-        Ok(engine)
+        engine
     }
 
     /// This node.
@@ -356,7 +448,7 @@ impl Engine {
 
     /// The mutual-exclusion algorithm's name.
     pub fn mutex_name(&self) -> &'static str {
-        self.mutex_name
+        self.mutex.name
     }
 
     /// The election algorithm's name.
@@ -374,19 +466,31 @@ impl Engine {
         self.election.epoch()
     }
 
-    /// The timestamp of the mutex layer's current request, if it orders
-    /// requests by timestamp.
-    pub fn request_stamp(&self) -> Option<Stamp> {
-        self.mutex.request_stamp()
+    /// The timestamp of this node's current request for lock `name`, if
+    /// its algorithm orders requests by timestamp.
+    pub fn request_stamp(&self, name: &Name) -> Option<Stamp> {
+        self.locks.get(name).and_then(|l| l.mutex.request_stamp())
     }
 
-    /// Where this node stands with respect to the critical section.
+    /// Where this node stands over all its locks: holding if it holds
+    /// any, else wanting if it wants any, else idle.
     pub fn cs_state(&self) -> CsState {
-        if self.request_pending {
-            CsState::Wanting
-        } else {
-            self.mutex.cs_state()
-        }
+        self.locks.cs_state()
+    }
+
+    /// Where this node stands with respect to lock `name`.
+    pub fn cs_state_of(&self, name: &Name) -> CsState {
+        self.locks.get(name).map_or(CsState::Idle, |l| l.cs_state())
+    }
+
+    /// The fence of this node's grant of lock `name`, while it holds it.
+    pub fn fence_of(&self, name: &Name) -> Option<Fence> {
+        self.locks.get(name).and_then(|l| l.fence)
+    }
+
+    /// How many locks have an instance here.
+    pub fn names(&self) -> usize {
+        self.locks.len()
     }
 
     /// Whether the node has joined.
@@ -421,7 +525,21 @@ impl Engine {
             Envelope::Heartbeat(hb) => format!("{hb:?}"),
             Envelope::Suspect(peer) => format!("Suspect {{ peer: n{} }}", peer.0),
             Envelope::Election(b) => self.election.describe(b),
-            Envelope::Mutex(b) => self.mutex.describe(b),
+            Envelope::Application(bytes) => format!("Application {{ {} bytes }}", bytes.len()),
+            Envelope::Mutex { name, bytes, .. } => {
+                // Every instance decodes alike; the default one always
+                // exists.
+                let text = self
+                    .locks
+                    .get(name)
+                    .or_else(|| self.locks.get(&Name::default()))
+                    .map_or_else(String::new, |l| l.mutex.describe(bytes));
+                if name.as_str() == Name::DEFAULT {
+                    text
+                } else {
+                    format!("{name:?} {text}")
+                }
+            }
         }
     }
 
@@ -432,14 +550,16 @@ impl Engine {
         alive.sort_unstable();
         Status {
             id: self.cfg.id.0,
-            mutex: self.mutex_name.to_string(),
+            mutex: self.mutex.name.to_string(),
             election: self.election_name.to_string(),
             coordinator: self.coordinator().map(|c| c.0),
             epoch: self.epoch().0,
             cs_state: self.cs_state(),
             alive,
             cs_entries: self.cs_entries,
-            fence: self.fence.map(|f| f.0),
+            fence: self.locks.in_order().into_iter().find_map(|(_, l)| l.fence).map(|f| f.0),
+            names: self.locks.len() as u64,
+            remnants: self.locks.remnants() as u64,
             joined: self.joined(),
             messages_sent: Counters::owned(&self.counters.sent),
             messages_received: Counters::owned(&self.counters.received),
@@ -477,35 +597,144 @@ impl Engine {
     /// When [`handle_timeout`](Self::handle_timeout) should next be called.
     pub fn next_deadline(&self) -> Option<Time> {
         let timers = self.timers.values().copied().min();
-        [Some(self.next_heartbeat), self.join_deadline, self.detector.next_deadline(), timers]
-            .into_iter()
-            .flatten()
-            .min()
+        let forget = self.locks.next_forgetting();
+        [
+            Some(self.next_heartbeat),
+            self.join_deadline,
+            self.detector.next_deadline(),
+            timers,
+            forget,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
-    /// The application wants the critical section. Ignored unless idle.
-    pub fn request(&mut self, now: Time) {
-        if self.cs_state() != CsState::Idle {
+    /// The application wants lock `name`, one of its `permits` (made here
+    /// if the lock is new to this node). Nothing happens if this node
+    /// already wants or holds it: the node asks once for all its clients.
+    /// Refused when the algorithm grants one holder and `permits` is more,
+    /// or when the lock is live here with another number of permits.
+    pub fn request(&mut self, now: Time, name: &Name, permits: u32) -> Result<(), RequestError> {
+        self.check_permits(name, permits)?;
+        if self.cs_state_of(name) != CsState::Idle {
+            return Ok(());
+        }
+        self.lock(now, name, permits);
+        if !self.joined() {
+            if let Some(lock) = self.locks.get_mut(name) {
+                lock.pending = true;
+            }
+            return Ok(());
+        }
+        self.locks.catch_up(name);
+        self.step(now, name, |m, acts| m.handle_request(now, acts));
+        Ok(())
+    }
+
+    /// Whether lock `name` may be asked for with `permits` here.
+    pub fn check_permits(&self, name: &Name, permits: u32) -> Result<(), RequestError> {
+        if permits == 0 {
+            return Err(RequestError::NoPermits);
+        }
+        if permits > 1 && !self.mutex.claims.counting {
+            let counting: Vec<&str> =
+                registry::MUTEXES.iter().filter(|m| m.claims.counting).map(|m| m.name).collect();
+            return Err(RequestError::NotCounting {
+                mutex: self.mutex.name,
+                permits,
+                counting: counting.join(" or "),
+            });
+        }
+        match self.locks.get(name) {
+            Some(lock) if lock.permits != permits => Err(RequestError::Permits {
+                name: name.clone(),
+                live: lock.permits,
+                asked: permits,
+            }),
+            Some(_) => Ok(()),
+            None => match self.cfg.forgetting {
+                Some(f) if self.locks.len() >= f.locks => Err(RequestError::TooManyLocks(f.locks)),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// The application left lock `name`. Ignored unless held.
+    pub fn release(&mut self, now: Time, name: &Name) {
+        if self.cs_state_of(name) != CsState::Held {
             return;
+        }
+        if let Some(lock) = self.locks.get_mut(name) {
+            lock.fence = None;
+        }
+        self.step(now, name, |m, acts| m.handle_release(now, acts));
+    }
+
+    /// Makes lock `name`'s instance, for `permits` holders at once, if it
+    /// has none yet, and tells it what the node knows: which peers are up
+    /// ([`handle_adopt`](crate::MutexAlgorithm::handle_adopt): they have
+    /// nothing of this node's for a lock it never had) and, once joined,
+    /// who coordinates (a coordinator's instance rebuilds what the lock's
+    /// holders and waiters know, as after any change of coordinator).
+    fn lock(&mut self, now: Time, name: &Name, permits: u32) {
+        if self.locks.contains(name) {
+            return;
+        }
+        let cfg = AlgoConfig {
+            id: self.cfg.id,
+            name: name.clone(),
+            members: self.cfg.members.clone(),
+            capacity: permits as usize,
+            timing: self.cfg.timing,
+            incarnation: self.cfg.incarnation,
+            wall_origin: self.cfg.wall_origin,
+            mutex_options: self.cfg.mutex_options,
+            // What the previous run stored for this lock, if anything.
+            restored: self.cfg.restored.as_ref().map(|r| Restored {
+                epoch: r.epoch,
+                watermark: r.watermark,
+                names: r.names.get(name).map(|b| (name.clone(), b.clone())).into_iter().collect(),
+            }),
+            forgetting: self.cfg.forgetting,
+        };
+        self.locks.create(&cfg);
+        let up: Vec<NodeId> = self.detector.up_peers().collect();
+        for peer in up {
+            self.step(now, name, |m, acts| m.handle_adopt(now, peer, acts));
         }
         if self.joined() {
-            let mut acts = self.take_scratch();
-            self.mutex.handle_request(now, &mut acts);
-            self.apply(now, Layer::Mutex, acts);
-        } else {
-            self.request_pending = true;
+            if let Some(leader) = self.election.coordinator() {
+                let epoch = self.election.epoch();
+                self.step(now, name, |m, acts| m.handle_coordinator(now, leader, epoch, acts));
+            }
         }
     }
 
-    /// The application left the critical section. Ignored unless held.
-    pub fn release(&mut self, now: Time) {
-        if self.cs_state() != CsState::Held {
-            return;
+    /// Runs one input on lock `name`'s instance, if it has one, and
+    /// carries out its actions.
+    fn step(
+        &mut self,
+        now: Time,
+        name: &Name,
+        input: impl FnOnce(&mut dyn crate::registry::DynMutex, &mut Actions),
+    ) {
+        let Some(lock) = self.locks.get_mut(name) else { return };
+        let mut acts = std::mem::take(&mut self.scratch);
+        input(lock.mutex.as_mut(), &mut acts);
+        self.apply(now, Scope::Mutex(name.clone()), acts);
+        self.locks.stepped(name, now, self.join_deadline.is_none());
+    }
+
+    /// Runs one input on every lock's instance, in name order.
+    fn step_all(
+        &mut self,
+        now: Time,
+        input: impl Fn(&mut dyn crate::registry::DynMutex, &mut Actions),
+    ) {
+        for name in self.locks.names() {
+            self.step(now, &name, &input);
         }
-        self.fence = None;
-        let mut acts = self.take_scratch();
-        self.mutex.handle_release(now, &mut acts);
-        self.apply(now, Layer::Mutex, acts);
     }
 
     /// A message arrived from `from`.
@@ -560,9 +789,9 @@ impl Engine {
                 if self.join_deadline.is_some() && hb.you == Some(self.cfg.incarnation) {
                     self.synced.insert(from);
                 }
-                self.mutex.observe_watermark(hb.watermark);
+                self.locks.observe(hb.watermark);
                 self.election.handle_epoch_hint(now, from, hb.epoch, hb.coordinator, &mut acts);
-                self.apply(now, Layer::Election, acts);
+                self.apply(now, Scope::Election, acts);
                 return Ok(());
             }
             Envelope::Suspect(peer) => {
@@ -578,24 +807,107 @@ impl Engine {
             Envelope::Election(bytes) => self
                 .election
                 .handle_message(now, from, bytes, &mut acts)
-                .map(|kind| (Layer::Election, kind))
+                .map(|kind| (Scope::Election, kind))
                 .map_err(|source| (Layer::Election, source)),
-            Envelope::Mutex(bytes) => self
-                .mutex
-                .handle_message(now, from, bytes, &mut acts)
-                .map(|kind| (Layer::Mutex, kind))
-                .map_err(|source| (Layer::Mutex, source)),
+            Envelope::Mutex { name, permits, bytes } => {
+                self.scratch = acts;
+                return self.deliver_to_lock(now, from, name, *permits, bytes);
+            }
+            Envelope::Application(bytes) => {
+                Counters::bump(&mut self.counters.received, "application");
+                self.scratch = acts;
+                self.emit(Output::Application { from, bytes: bytes.clone() });
+                return Ok(());
+            }
         };
         match result {
-            Ok((layer, kind)) => {
+            Ok((scope, kind)) => {
                 Counters::bump(&mut self.counters.received, kind);
-                self.apply(now, layer, acts);
+                self.apply(now, scope, acts);
                 Ok(())
             }
             Err((layer, source)) => {
                 self.scratch = acts;
                 Err(EngineError::Undecodable { from, layer, source })
             }
+        }
+    }
+
+    /// Hands a message to lock `name`'s instance, made here first (for the
+    /// sender's `permits`) if the lock is new to this node. A message whose
+    /// permits differ from the instance's, or that does not decode, is
+    /// refused, and an instance made for it alone is dropped again.
+    fn deliver_to_lock(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        name: &Name,
+        permits: u32,
+        bytes: &[u8],
+    ) -> Result<(), EngineError> {
+        let refused =
+            |ours: u32| EngineError::Permits { from, name: name.clone(), theirs: permits, ours };
+        match self.check_permits(name, permits) {
+            Ok(()) | Err(RequestError::TooManyLocks(_)) => {}
+            Err(RequestError::Permits { live, .. }) => return Err(refused(live)),
+            Err(_) => return Err(refused(1)),
+        }
+        let made = !self.locks.contains(name);
+        self.lock(now, name, permits);
+        let mut acts = self.take_scratch();
+        let lock = self.locks.get_mut(name).expect("made above");
+        let result = lock.mutex.handle_message(now, from, bytes, &mut acts);
+        match result {
+            Ok(kind) => {
+                Counters::bump(&mut self.counters.received, kind);
+                self.apply(now, Scope::Mutex(name.clone()), acts);
+                self.locks.stepped(name, now, self.join_deadline.is_none());
+                Ok(())
+            }
+            Err(source) => {
+                self.scratch = acts;
+                if made {
+                    self.drop_lock(name);
+                }
+                Err(EngineError::Undecodable { from, layer: Layer::Mutex, source })
+            }
+        }
+    }
+
+    /// Drops lock `name`'s instance and the timers it armed.
+    fn drop_lock(&mut self, name: &Name) {
+        self.locks.remove(name);
+        self.timers.retain(|(scope, _), _| !matches!(scope, Scope::Mutex(n) if n == name));
+    }
+
+    /// Forgets the instances idle long enough by `now`
+    /// ([`Forgetting`](crate::Forgetting)), and whatever stable storage
+    /// kept for them.
+    fn forget_idle(&mut self, now: Time) {
+        let mut forgotten = self.locks.forget_due(now);
+        if forgotten.is_empty() {
+            return;
+        }
+        forgotten.sort();
+        self.counters.forgotten += forgotten.len() as u64;
+        self.timers.retain(
+            |(scope, _), _| !matches!(scope, Scope::Mutex(n) if forgotten.binary_search(n).is_ok()),
+        );
+        let latest = self.records.latest();
+        if forgotten.iter().any(|n| latest.names.contains_key(n)) {
+            let mut record = latest.clone();
+            for name in &forgotten {
+                record.names.remove(name);
+            }
+            self.emit_record(record);
+        }
+    }
+
+    /// Sends `bytes` to `peer`'s application task, in order with the
+    /// engine's own messages to it ([`Envelope::Application`]).
+    pub fn send_application(&mut self, peer: NodeId, bytes: Vec<u8>) {
+        if peer != self.cfg.id && self.cfg.members.contains(&peer) {
+            self.push_send(peer, Envelope::Application(bytes), "application");
         }
     }
 
@@ -652,18 +964,23 @@ impl Engine {
         }
         // Fire due algorithm timers in deadline order. A handler may re-arm
         // or cancel others, so look again after each one.
-        while let Some((&key, _)) =
+        while let Some((key, _)) =
             self.timers.iter().filter(|(_, &at)| at <= now).min_by_key(|(_, &at)| at)
         {
+            let key = key.clone();
             self.timers.remove(&key);
-            let (layer, timer) = key;
-            let mut acts = self.take_scratch();
-            match layer {
-                Layer::Election => self.election.handle_timer(now, timer, &mut acts),
-                Layer::Mutex => self.mutex.handle_timer(now, timer, &mut acts),
+            match key {
+                (Scope::Election, timer) => {
+                    let mut acts = self.take_scratch();
+                    self.election.handle_timer(now, timer, &mut acts);
+                    self.apply(now, Scope::Election, acts);
+                }
+                (Scope::Mutex(name), timer) => {
+                    self.step(now, &name, |m, acts| m.handle_timer(now, timer, acts));
+                }
             }
-            self.apply(now, layer, acts);
         }
+        self.forget_idle(now);
     }
 
     /// One period's heartbeats ([`Detector`]): to every peer; or, on a
@@ -761,7 +1078,7 @@ impl Engine {
         let hb = Heartbeat {
             epoch: self.election.epoch(),
             coordinator: self.election.coordinator(),
-            watermark: self.mutex.watermark(),
+            watermark: self.locks.floor(),
             incarnation: self.cfg.incarnation,
             you: self.detector.up_incarnation(to),
             probe,
@@ -776,15 +1093,21 @@ impl Engine {
         }
         self.emit(Output::Joined);
         if let Some((leader, epoch)) = self.coordinator_pending.take() {
-            let mut acts = Actions::new();
-            self.mutex.handle_coordinator(now, leader, epoch, &mut acts);
-            self.apply(now, Layer::Mutex, acts);
+            self.step_all(now, |m, acts| m.handle_coordinator(now, leader, epoch, acts));
         }
         let mut acts = self.take_scratch();
         self.election.handle_start(now, &mut acts);
-        self.apply(now, Layer::Election, acts);
-        if std::mem::take(&mut self.request_pending) {
-            self.request(now);
+        self.apply(now, Scope::Election, acts);
+        for name in self.locks.pending() {
+            if let Some(lock) = self.locks.get_mut(&name) {
+                lock.pending = false;
+            }
+            self.locks.catch_up(&name);
+            self.step(now, &name, |m, acts| m.handle_request(now, acts));
+        }
+        // What the instances made while joining hold may now be forgotten.
+        for name in self.locks.names() {
+            self.locks.stepped(&name, now, true);
         }
     }
 
@@ -796,16 +1119,14 @@ impl Engine {
         // without waiting for the next round of heartbeats, and, if it was
         // suspected, that this node forgot what it had asked.
         self.push_heartbeat(peer, false, readmitted);
-        let mut acts = self.take_scratch();
         if readmitted {
-            self.mutex.handle_peer_back(now, peer, &mut acts);
+            self.step_all(now, |m, acts| m.handle_peer_back(now, peer, acts));
         } else {
-            self.mutex.handle_peer_up(now, peer, &mut acts);
+            self.step_all(now, |m, acts| m.handle_peer_up(now, peer, acts));
         }
-        self.apply(now, Layer::Mutex, acts);
         let mut acts = self.take_scratch();
         self.election.handle_peer_up(now, peer, &mut acts);
-        self.apply(now, Layer::Election, acts);
+        self.apply(now, Scope::Election, acts);
     }
 
     /// Joins once a heartbeat from every peer has been handled that counts
@@ -837,48 +1158,59 @@ impl Engine {
         {
             return;
         }
-        let mut acts = self.take_scratch();
-        self.mutex.handle_peer_back(now, peer, &mut acts);
-        self.apply(now, Layer::Mutex, acts);
+        self.step_all(now, |m, acts| m.handle_peer_back(now, peer, acts));
     }
 
     fn peer_down(&mut self, now: Time, peer: NodeId) {
         self.emit(Output::PeerDown(peer));
-        let mut acts = self.take_scratch();
-        self.mutex.handle_peer_down(now, peer, &mut acts);
-        self.apply(now, Layer::Mutex, acts);
+        self.step_all(now, |m, acts| m.handle_peer_down(now, peer, acts));
         let mut acts = self.take_scratch();
         self.election.handle_peer_down(now, peer, &mut acts);
-        self.apply(now, Layer::Election, acts);
+        self.apply(now, Scope::Election, acts);
     }
 
     /// Asks the driver to store the durable record again if a step of
-    /// `layer` changed it: a newer epoch, a clock that reached its reserve,
-    /// or (a mutex step) the mutex layer's own record. Nothing is
-    /// allocated when nothing changed, as on nearly every step.
-    fn record_changes(&mut self, layer: Layer) -> Change {
+    /// `scope` changed it: a newer epoch, a clock that reached its reserve,
+    /// or (a lock's step) that lock's own record. Nothing is allocated
+    /// when nothing changed, as on nearly every step.
+    fn record_changes(&mut self, scope: &Scope) -> Change {
         let latest = self.records.latest();
         let epoch = latest.epoch.max(self.election.epoch());
-        let watermark = self.mutex.watermark();
+        let watermark = self.locks.floor();
         let reserve_reached = watermark >= latest.watermark;
-        let mutex = match layer {
-            Layer::Mutex => self.mutex.durable_state(),
-            Layer::Election => None,
+        let (lock, durable) = match scope {
+            Scope::Mutex(name) => {
+                let lock = self.locks.get(name);
+                (lock, lock.and_then(|l| l.mutex.durable_state()).map(|d| (name, d)))
+            }
+            Scope::Election => (None, None),
         };
-        let mutex_changed = layer == Layer::Mutex && mutex != latest.mutex;
-        if epoch == latest.epoch && !reserve_reached && !mutex_changed {
+        let stored = match scope {
+            Scope::Mutex(name) => latest.names.get(name),
+            Scope::Election => None,
+        };
+        let lock_changed = lock.is_some() && durable.as_ref().map(|(_, d)| d) != stored;
+        if epoch == latest.epoch && !reserve_reached && !lock_changed {
             return Change::None;
         }
         let ahead = epoch == latest.epoch
             && !reserve_reached
-            && latest.mutex.as_deref().is_some_and(|r| self.mutex.covered_by(r));
+            && stored.zip(lock).is_some_and(|(r, l)| l.mutex.covered_by(r));
         let mut record = latest.clone();
         record.epoch = epoch;
         if reserve_reached {
             record.watermark = watermark.saturating_add(WATERMARK_RESERVE);
         }
-        if mutex_changed {
-            record.mutex = mutex;
+        if lock_changed {
+            match (scope, durable) {
+                (_, Some((name, d))) => {
+                    record.names.insert(name.clone(), d);
+                }
+                (Scope::Mutex(name), None) => {
+                    record.names.remove(name);
+                }
+                (Scope::Election, None) => {}
+            }
         }
         if ahead {
             return Change::After(record);
@@ -900,25 +1232,31 @@ impl Engine {
     /// handed to the mutex layer at once, after the election's own sends,
     /// so a new coordinator's announcement precedes its first mutex message
     /// on every link.
-    fn apply(&mut self, now: Time, layer: Layer, mut acts: Actions) {
+    fn apply(&mut self, now: Time, scope: Scope, mut acts: Actions) {
         // Stable storage first: a message this step sends may rest on what
-        // the step changed (a grant given, an epoch taken). A mutex step
+        // the step changed (a grant given, an epoch taken). A lock's step
         // whose messages rest on nothing new (the record was written ahead)
         // rests on the earliest record that covers them, and its own new
         // record, if any, follows them out.
-        let change = self.record_changes(layer);
-        if layer == Layer::Mutex && !matches!(change, Change::Before) {
-            let mutex = &self.mutex;
-            self.rests_on = self.records.covering(|record| mutex.covered_by(record));
+        let change = self.record_changes(&scope);
+        if let (Scope::Mutex(name), false) = (&scope, matches!(change, Change::Before)) {
+            if let Some(lock) = self.locks.get(name) {
+                let mutex = &lock.mutex;
+                self.rests_on = self.records.covering(name, |record| mutex.covered_by(record));
+            }
         }
+        let permits = match &scope {
+            Scope::Mutex(name) => self.locks.get(name).map_or(1, |l| l.permits),
+            Scope::Election => 1,
+        };
         for action in acts.drain(..) {
             match action {
                 Action::Send { to, msg: Encoded { kind, bytes } } => {
-                    let envelope = match layer {
-                        Layer::Election => Envelope::Election(bytes),
-                        Layer::Mutex => {
+                    let envelope = match &scope {
+                        Scope::Election => Envelope::Election(bytes),
+                        Scope::Mutex(name) => {
                             self.counters.mutex_sent += 1;
-                            Envelope::Mutex(bytes)
+                            Envelope::Mutex { name: name.clone(), permits, bytes }
                         }
                     };
                     if to == self.cfg.id {
@@ -927,15 +1265,18 @@ impl Engine {
                     self.push_send(to, envelope, kind);
                 }
                 Action::SetTimer { timer, at } => {
-                    self.timers.insert((layer, timer), at);
+                    self.timers.insert((scope.clone(), timer), at);
                 }
                 Action::CancelTimer { timer } => {
-                    self.timers.remove(&(layer, timer));
+                    self.timers.remove(&(scope.clone(), timer));
                 }
                 Action::Grant { fence } => {
-                    self.fence = Some(fence);
+                    let Scope::Mutex(name) = &scope else { continue };
+                    if let Some(lock) = self.locks.get_mut(name) {
+                        lock.fence = Some(fence);
+                    }
                     self.cs_entries += 1;
-                    self.emit(Output::Granted { fence });
+                    self.emit(Output::Granted { name: name.clone(), fence });
                 }
                 Action::Coordinator { leader, epoch } => {
                     self.emit(Output::Coordinator { leader, epoch });
@@ -943,9 +1284,7 @@ impl Engine {
                         self.coordinator_pending = Some((leader, epoch));
                         continue;
                     }
-                    let mut inner = Actions::new();
-                    self.mutex.handle_coordinator(now, leader, epoch, &mut inner);
-                    self.apply(now, Layer::Mutex, inner);
+                    self.step_all(now, |m, acts| m.handle_coordinator(now, leader, epoch, acts));
                 }
             }
         }
@@ -973,12 +1312,19 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    const BULLY: &ElectionInfo = &registry::ELECTIONS[0];
+
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
     }
 
     fn engine(id: u32, n: u32) -> Engine {
-        Engine::new(AlgoConfig::for_test(id, n), "centralized", "bully", ms(0)).unwrap()
+        Engine::new(
+            AlgoConfig::for_test(id, n),
+            registry::mutex("centralized").unwrap(),
+            BULLY,
+            ms(0),
+        )
     }
 
     fn drain(e: &mut Engine) -> Vec<Output> {
@@ -1009,7 +1355,7 @@ mod tests {
     #[test]
     fn a_clone_goes_on_as_the_original_and_hashes_alike_until_they_differ() {
         for info in registry::MUTEXES {
-            let mut a = Engine::new(AlgoConfig::for_test(1, 3), info.name, "bully", ms(0)).unwrap();
+            let mut a = Engine::new(AlgoConfig::for_test(1, 3), info, BULLY, ms(0));
             for peer in [2, 3] {
                 a.handle_message(ms(1), NodeId(peer), heartbeat()).unwrap();
             }
@@ -1019,7 +1365,7 @@ mod tests {
             assert_eq!(state_hash(&a), state_hash(&b), "{}", info.name);
             for e in [&mut a, &mut b] {
                 e.handle_timeout(ms(400));
-                e.request(ms(401));
+                e.request(ms(401), &Name::default(), 1).unwrap();
                 e.handle_message(ms(402), NodeId(2), heartbeat()).unwrap();
             }
             assert_eq!(drain(&mut a), drain(&mut b), "{}", info.name);
@@ -1078,7 +1424,7 @@ mod tests {
     #[test]
     fn node_joins_once_every_peer_is_heard_and_then_elects() {
         let mut e = engine(2, 2);
-        e.request(ms(1));
+        e.request(ms(1), &Name::default(), 1).unwrap();
         assert_eq!(e.cs_state(), CsState::Wanting, "held until joined");
         e.handle_message(ms(5), NodeId(1), heartbeat()).unwrap();
         let out = drain(&mut e);
@@ -1092,7 +1438,12 @@ mod tests {
             epoch,
             state: crate::mutex::centralized::Report::Idle,
         });
-        e.handle_message(ms(6), NodeId(1), Envelope::Mutex(report)).unwrap();
+        e.handle_message(
+            ms(6),
+            NodeId(1),
+            Envelope::Mutex { name: Name::default(), permits: 1, bytes: report },
+        )
+        .unwrap();
         assert!(drain(&mut e).iter().any(|o| matches!(o, Output::Granted { .. })));
         assert_eq!(e.cs_entries(), 1);
     }
@@ -1130,7 +1481,11 @@ mod tests {
             Err(EngineError::UnknownPeer(_))
         ));
         assert!(matches!(
-            e.handle_message(ms(1), NodeId(2), Envelope::Mutex(vec![0xff; 9])),
+            e.handle_message(
+                ms(1),
+                NodeId(2),
+                Envelope::Mutex { name: Name::default(), permits: 1, bytes: vec![0xff; 9] }
+            ),
             Err(EngineError::Undecodable { layer: Layer::Mutex, .. })
         ));
         assert!(e.is_up(NodeId(2)), "a live peer, however confused");
@@ -1195,9 +1550,10 @@ mod tests {
 
     #[test]
     fn a_restarted_node_starts_above_the_epoch_and_clock_it_stored() {
-        let restored = Restored { epoch: Epoch::new(7, NodeId(3)), watermark: 5000, mutex: None };
+        let restored =
+            Restored { epoch: Epoch::new(7, NodeId(3)), watermark: 5000, names: BTreeMap::new() };
         let cfg = AlgoConfig { restored: Some(restored), ..AlgoConfig::for_test(3, 3) };
-        let mut e = Engine::new(cfg, "ricart-agrawala", "bully", ms(0)).unwrap();
+        let mut e = Engine::new(cfg, registry::mutex("ricart-agrawala").unwrap(), BULLY, ms(0));
         assert_eq!(e.epoch(), Epoch::new(7, NodeId(3)), "the highest epoch seen before");
         // Alone after the join timeout, it elects itself above round 7.
         e.handle_timeout(ms(250));
@@ -1213,13 +1569,18 @@ mod tests {
         assert_eq!(last.epoch, e.epoch());
         assert!(last.watermark >= 5000 + WATERMARK_RESERVE);
         // A request is stamped above every stamp of the previous run.
-        e.request(ms(251));
-        assert!(e.request_stamp().is_some_and(|s| s.ts > 5000));
+        e.request(ms(251), &Name::default(), 1).unwrap();
+        assert!(e.request_stamp(&Name::default()).is_some_and(|s| s.ts > 5000));
     }
     #[test]
     fn a_grant_rests_on_its_record_or_on_the_one_that_named_its_grantee_ahead() {
         use crate::mutex::quorum::QuorumMsg;
-        let mut e = Engine::new(AlgoConfig::for_test(1, 3), "maekawa", "bully", ms(0)).unwrap();
+        let mut e = Engine::new(
+            AlgoConfig::for_test(1, 3),
+            registry::mutex("maekawa").unwrap(),
+            BULLY,
+            ms(0),
+        );
         for p in [2, 3] {
             e.handle_message(ms(1), NodeId(p), heartbeat()).unwrap();
         }
@@ -1228,8 +1589,16 @@ mod tests {
             crate::wire::encode(&crate::election::bully::BullyMsg::Coordinator { epoch });
         e.handle_message(ms(1), NodeId(3), Envelope::Election(coordinator)).unwrap();
         let mutex = |e: &mut Engine, t, from, msg: QuorumMsg| {
-            e.handle_message(ms(t), NodeId(from), Envelope::Mutex(crate::wire::encode(&msg)))
-                .unwrap();
+            e.handle_message(
+                ms(t),
+                NodeId(from),
+                Envelope::Mutex {
+                    name: Name::default(),
+                    permits: 1,
+                    bytes: crate::wire::encode(&msg),
+                },
+            )
+            .unwrap();
             std::iter::from_fn(|| e.poll_output_resting()).collect::<Vec<_>>()
         };
         let recover = QuorumMsg::Recover { holding: None, waiting: None, ask: false };

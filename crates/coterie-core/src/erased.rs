@@ -55,6 +55,8 @@ pub trait DynMutex: DynAlgorithm {
     fn handle_request(&mut self, now: Time, out: &mut Actions);
     /// See [`MutexAlgorithm::handle_release`].
     fn handle_release(&mut self, now: Time, out: &mut Actions);
+    /// See [`MutexAlgorithm::handle_adopt`].
+    fn handle_adopt(&mut self, now: Time, peer: NodeId, out: &mut Actions);
     /// See [`MutexAlgorithm::handle_coordinator`].
     fn handle_coordinator(&mut self, now: Time, leader: NodeId, epoch: Epoch, out: &mut Actions);
     /// See [`MutexAlgorithm::cs_state`].
@@ -69,6 +71,12 @@ pub trait DynMutex: DynAlgorithm {
     fn durable_state(&self) -> Option<Vec<u8>>;
     /// See [`MutexAlgorithm::covered_by`].
     fn covered_by(&self, record: &[u8]) -> bool;
+    /// See [`MutexAlgorithm::forgettable`].
+    fn forgettable(&self) -> bool;
+    /// See [`MutexAlgorithm::remnant`].
+    fn remnant(&self) -> Option<u64>;
+    /// See [`MutexAlgorithm::observe_remnant`].
+    fn observe_remnant(&mut self, own: Option<u64>, floor: u64);
     /// A copy of this instance, state and all (a checker forks runs).
     fn clone_box(&self) -> Box<dyn DynMutex>;
 }
@@ -178,6 +186,9 @@ impl<A: MutexAlgorithm> DynMutex for Erased<A> {
     fn handle_release(&mut self, now: Time, out: &mut Actions) {
         self.with(out, |a, o| a.handle_release(now, o));
     }
+    fn handle_adopt(&mut self, now: Time, peer: NodeId, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_adopt(now, peer, o));
+    }
     fn handle_coordinator(&mut self, now: Time, leader: NodeId, epoch: Epoch, out: &mut Actions) {
         self.with(out, |a, o| a.handle_coordinator(now, leader, epoch, o));
     }
@@ -198,6 +209,15 @@ impl<A: MutexAlgorithm> DynMutex for Erased<A> {
     }
     fn covered_by(&self, record: &[u8]) -> bool {
         self.alg.covered_by(record)
+    }
+    fn forgettable(&self) -> bool {
+        self.alg.forgettable()
+    }
+    fn remnant(&self) -> Option<u64> {
+        self.alg.remnant()
+    }
+    fn observe_remnant(&mut self, own: Option<u64>, floor: u64) {
+        self.alg.observe_remnant(own, floor);
     }
     fn clone_box(&self) -> Box<dyn DynMutex> {
         Box::new(self.fork())

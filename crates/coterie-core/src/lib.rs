@@ -8,6 +8,7 @@
 //!
 //! ## Layout
 //! - [`types`]: node ids, epochs, fencing tokens, Lamport clocks, stamps.
+//! - [`name`]: the names of a cluster's locks.
 //! - [`outbox`]: the actions an algorithm can ask for, and its outbox.
 //! - [`algorithm`]: the [`MutexAlgorithm`] and [`ElectionAlgorithm`] traits.
 //! - [`mutex`] and [`election`]: the algorithms, one file each.
@@ -25,9 +26,11 @@ pub mod election;
 pub mod engine;
 pub mod erased;
 pub mod mutex;
+pub mod name;
 pub mod outbox;
 mod records;
 pub mod registry;
+mod resources;
 pub mod session;
 #[cfg(test)]
 mod testkit;
@@ -40,9 +43,10 @@ pub mod wire;
 pub const CLUSTER_ERA: std::time::Duration = std::time::Duration::from_secs(1_577_836_800);
 
 pub use algorithm::{
-    AlgoConfig, Algorithm, Detector, ElectionAlgorithm, MutexAlgorithm, MutexOptions, Priority,
-    Restored, Timing, UnknownPriority,
+    AlgoConfig, Algorithm, Detector, ElectionAlgorithm, Forgetting, MutexAlgorithm, MutexOptions,
+    Priority, Restored, Timing, UnknownPriority,
 };
 pub use engine::{Engine, EngineError, Output, Status};
+pub use name::{Name, NameError};
 pub use outbox::{Action, Message, NoTimer, Outbox, Time, Timer, TimerId};
 pub use types::{CsState, Epoch, Fence, LamportClock, NodeId, Stamp, Way};

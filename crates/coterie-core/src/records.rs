@@ -14,6 +14,7 @@
 //! it rests on.
 
 use crate::algorithm::Restored;
+use crate::name::Name;
 use std::collections::VecDeque;
 
 /// How many of the latest records are kept to look back over: a record
@@ -58,15 +59,15 @@ impl Records {
         self.handed
     }
 
-    /// The earliest record that messages covered by every mutex record
-    /// from it to the latest (as `covers` says) may rest on; the latest
-    /// one's number if `covers` refuses the latest.
-    pub(crate) fn covering(&self, covers: impl Fn(&[u8]) -> bool) -> u64 {
+    /// The earliest record that messages covered by every record of lock
+    /// `name` from it to the latest (as `covers` says) may rest on; the
+    /// latest one's number if `covers` refuses the latest.
+    pub(crate) fn covering(&self, name: &Name, covers: impl Fn(&[u8]) -> bool) -> u64 {
         let same_clock =
             |r: &Restored| r.epoch == self.latest.epoch && r.watermark == self.latest.watermark;
         let mut number = self.handed;
         for (n, record) in self.recent.iter().rev() {
-            if !same_clock(record) || !record.mutex.as_deref().is_some_and(&covers) {
+            if !same_clock(record) || !record.names.get(name).is_some_and(|r| covers(r)) {
                 break;
             }
             number = *n;
@@ -81,25 +82,38 @@ mod tests {
     use crate::types::{Epoch, NodeId};
 
     fn record(epoch: u64, mutex: u8) -> Restored {
-        Restored { epoch: Epoch::new(epoch, NodeId(1)), watermark: 0, mutex: Some(vec![mutex]) }
+        let names = [(Name::default(), vec![mutex])].into();
+        Restored { epoch: Epoch::new(epoch, NodeId(1)), watermark: 0, names }
     }
 
     #[test]
     fn messages_rest_on_the_earliest_record_of_the_newest_covering_run() {
         let mut r = Records::new(Restored::default());
-        assert_eq!(r.covering(|_| true), 0, "nothing handed: nothing to wait for");
+        assert_eq!(
+            r.covering(&Name::default(), |_| true),
+            0,
+            "nothing handed: nothing to wait for"
+        );
         r.hand(record(1, 1));
         r.hand(record(1, 2));
         r.hand(record(1, 3));
-        assert_eq!(r.covering(|m| m[0] >= 2), 2);
-        assert_eq!(r.covering(|m| m[0] == 1), 3, "the latest does not cover: rest on it");
-        assert_eq!(r.covering(|_| true), 1);
+        assert_eq!(r.covering(&Name::default(), |m| m[0] >= 2), 2);
+        assert_eq!(
+            r.covering(&Name::default(), |m| m[0] == 1),
+            3,
+            "the latest does not cover: rest on it"
+        );
+        assert_eq!(r.covering(&Name::default(), |_| true), 1);
         // A new epoch is a wall nothing reaches back past.
         r.hand(record(2, 3));
-        assert_eq!(r.covering(|_| true), 4);
+        assert_eq!(r.covering(&Name::default(), |_| true), 4);
         for m in 0..20 {
             r.hand(record(2, m));
         }
-        assert_eq!(r.covering(|_| true), 24 - LOOK_BACK as u64 + 1, "only so far back");
+        assert_eq!(
+            r.covering(&Name::default(), |_| true),
+            24 - LOOK_BACK as u64 + 1,
+            "only so far back"
+        );
     }
 }

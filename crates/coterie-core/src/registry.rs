@@ -2,6 +2,12 @@
 //! [`ELECTIONS`]. Everything else (the engine, the simulator's conformance
 //! suite, the CLI's `--mutex`/`--election` choices) reads these tables.
 //!
+//! A choice of algorithm is parsed once, where it is made (a flag, a
+//! configuration file: [`mutex`] and [`election`], or `&'static MutexInfo`
+//! deserialized or parsed with `FromStr`), into its entry; from there on it
+//! is that entry, never a name looked up again. An entry prints, compares
+//! and serializes as its name.
+//!
 //! The tables hold type-erased constructors: the engine drives a
 //! [`DynMutex`] and a [`DynElection`] (see [`crate::erased`]) whose
 //! messages are already encoded, so one engine serves every combination
@@ -71,7 +77,6 @@ impl Claims {
 }
 
 /// A registered mutual-exclusion algorithm.
-#[derive(Clone, Copy)]
 pub struct MutexInfo {
     /// The name used in configuration and on the command line.
     pub name: &'static str,
@@ -100,7 +105,6 @@ pub struct MutexInfo {
 }
 
 /// A registered election algorithm.
-#[derive(Clone, Copy)]
 pub struct ElectionInfo {
     /// The name used in configuration and on the command line.
     pub name: &'static str,
@@ -271,6 +275,55 @@ pub fn election(name: &str) -> Result<&'static ElectionInfo, UnknownAlgorithm> {
     })
 }
 
+/// What makes a table's entry stand for its algorithm's name: it prints,
+/// compares, serializes and parses as the name.
+macro_rules! by_name {
+    ($info:ty, $lookup:ident) => {
+        impl std::fmt::Display for $info {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.pad(self.name)
+            }
+        }
+
+        impl std::fmt::Debug for $info {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.pad(self.name)
+            }
+        }
+
+        impl PartialEq for $info {
+            fn eq(&self, other: &Self) -> bool {
+                self.name == other.name
+            }
+        }
+
+        impl Eq for $info {}
+
+        impl std::str::FromStr for &'static $info {
+            type Err = UnknownAlgorithm;
+            fn from_str(name: &str) -> Result<Self, UnknownAlgorithm> {
+                $lookup(name)
+            }
+        }
+
+        impl serde::Serialize for $info {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.name)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for &'static $info {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let name: String = serde::Deserialize::deserialize(d)?;
+                $lookup(&name).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+by_name!(MutexInfo, mutex);
+by_name!(ElectionInfo, election);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,6 +339,16 @@ mod tests {
         for e in ELECTIONS {
             assert_eq!(election(e.name).unwrap().name, e.name);
         }
+    }
+
+    #[test]
+    fn an_entry_parses_prints_and_serializes_as_its_name() {
+        let m: &'static MutexInfo = "maekawa".parse().unwrap();
+        assert_eq!(m.to_string(), "maekawa");
+        assert_eq!(m, mutex("maekawa").unwrap());
+        let e: &'static ElectionInfo = "ring".parse().unwrap();
+        assert_eq!(format!("{e:?}"), "ring");
+        assert!("paxos".parse::<&'static ElectionInfo>().is_err());
     }
 
     #[test]

@@ -9,11 +9,12 @@
 //! with the reason. Engine messages then travel as [`PeerFrame::Message`],
 //! numbered and acknowledged by the [`session`](crate::session) layer.
 
+use crate::name::Name;
 use crate::types::{Epoch, NodeId};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 /// Bumped whenever a frame's encoding changes.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// The largest frame body accepted, in bytes. Every coterie message is far
 /// smaller; a larger length prefix is a broken or hostile peer.
@@ -189,8 +190,22 @@ pub enum Envelope {
     Heartbeat(Heartbeat),
     /// An election-layer message, encoded by its algorithm.
     Election(Vec<u8>),
-    /// A mutex-layer message, encoded by its algorithm.
-    Mutex(Vec<u8>),
+    /// A mutex-layer message for lock `name`, encoded by its algorithm.
+    Mutex {
+        /// The lock whose instance it is for.
+        name: Name,
+        /// How many may hold the lock at once, as the sender's instance
+        /// has it: a node that meets the lock first through this message
+        /// makes its instance so, and one whose instance says otherwise
+        /// refuses the message.
+        permits: u32,
+        /// The message.
+        bytes: Vec<u8>,
+    },
+    /// A message between the two nodes' application tasks (who holds and
+    /// who waits, leaders by name), carried in order with the rest but
+    /// opaque to the engine: it only proves the sender alive.
+    Application(Vec<u8>),
     /// The sender, which watched this peer, suspects it
     /// ([`Detector::Ring`](crate::algorithm::Detector::Ring)): the
     /// receiver checks it for itself.
@@ -243,7 +258,8 @@ mod tests {
 
     #[test]
     fn frame_round_trips() {
-        let body = encode(&Envelope::Mutex(vec![1, 2, 3]));
+        let body =
+            encode(&Envelope::Mutex { name: Name::default(), permits: 1, bytes: vec![1, 2, 3] });
         let frame = PeerFrame::Message { seq: 9, ack: 4, body };
         let mut buf = Vec::new();
         write_frame(&frame, &mut buf);

@@ -64,7 +64,7 @@ impl Node {
         }
         let members = cfg.members.clone();
         let detector = cfg.timing.detector.to_string();
-        let engine = Engine::new(cfg, mutex.name, election.name, Duration::ZERO).ok()?;
+        let engine = Engine::new(cfg, mutex, election, Duration::ZERO);
         let hello = Hello {
             cluster: "fuzz".into(),
             node: NodeId(1),
@@ -83,7 +83,7 @@ impl Node {
             connection: None,
             now: Duration::ZERO,
         };
-        node.engine.request(node.now);
+        node.engine.request(node.now, &coterie_core::Name::default(), 1).ok();
         node.drain();
         Some(node)
     }
@@ -161,9 +161,9 @@ impl Node {
                 }
             }
             if granted {
-                self.engine.release(self.now);
+                self.engine.release(self.now, &coterie_core::Name::default());
             }
-            self.engine.request(self.now);
+            self.engine.request(self.now, &coterie_core::Name::default(), 1).ok();
             if !any {
                 break;
             }

@@ -7,7 +7,7 @@ use coterie_core::wire::{self, Envelope, Hello, PeerFrame, PROTOCOL_VERSION};
 use coterie_core::{registry, AlgoConfig, Engine, NodeId, Output, Restored};
 use coterie_node::auth::{AuthFrame, Role};
 use coterie_node::protocol::{
-    ClientRequest, ClientResponse, FaultCommand, FaultState, Way, WitnessRequest,
+    Acquire, ClientRequest, ClientResponse, FaultCommand, FaultState, Way, WitnessRequest,
 };
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -58,8 +58,22 @@ pub fn handshake() -> Vec<Vec<u8>> {
 /// For `client`: every request a client makes, and the answers it reads.
 pub fn client() -> Vec<Vec<u8>> {
     let requests = [
-        ClientRequest::Acquire { timeout_ms: Some(1000), try_lock: false },
-        ClientRequest::Acquire { timeout_ms: None, try_lock: true },
+        ClientRequest::Acquire(Acquire { timeout_ms: Some(1000), ..Acquire::default_lock() }),
+        ClientRequest::Acquire(Acquire {
+            names: vec!["jobs/nightly".into(), "printer-2".into()],
+            permits: 2,
+            try_lock: true,
+            value: Some("n1:8080".into()),
+            client: "17@host".into(),
+            timeout_ms: None,
+        }),
+        ClientRequest::Acquire(Acquire {
+            names: vec!["".into(), "a\tb".into()],
+            ..Acquire::default_lock()
+        }),
+        ClientRequest::Locks { prefix: "jobs/".into() },
+        ClientRequest::Leader { name: "scheduler".into() },
+        ClientRequest::Observe { name: "scheduler".into() },
         ClientRequest::Release,
         ClientRequest::Status,
         ClientRequest::Ping,
@@ -73,7 +87,7 @@ pub fn client() -> Vec<Vec<u8>> {
     ];
     let responses = [
         ClientResponse::Pong { heartbeat_ms: 50, failure_timeout_ms: 250 },
-        ClientResponse::Granted { fence: 1 << 40, node: 3 },
+        ClientResponse::Granted { fences: vec![("default".into(), 1 << 40)], node: 3 },
         ClientResponse::TimedOut,
         ClientResponse::Busy,
         ClientResponse::Released,
@@ -91,15 +105,15 @@ pub fn client() -> Vec<Vec<u8>> {
 /// For `witness`: two holders in turn, a stale fence, a report.
 pub fn witness() -> Vec<Vec<u8>> {
     let requests = [
-        WitnessRequest::Enter { fence: 5, node: 1 },
-        WitnessRequest::Leave { fence: 5 },
-        WitnessRequest::Enter { fence: 4, node: 2 },
-        WitnessRequest::Enter { fence: 9, node: 2 },
+        WitnessRequest::Enter { name: "default".into(), fence: 5, node: 1 },
+        WitnessRequest::Leave { name: "default".into(), fence: 5 },
+        WitnessRequest::Enter { name: "default".into(), fence: 4, node: 2 },
+        WitnessRequest::Enter { name: "jobs/a".into(), fence: 9, node: 2 },
         WitnessRequest::Report,
         WitnessRequest::Read { name: "default".into(), fenced: true, fence: Some(9) },
         WitnessRequest::Write { name: "default".into(), fenced: true, fence: Some(4), value: 1 },
         WitnessRequest::Write { name: "default".into(), fenced: false, fence: None, value: 1 },
-        WitnessRequest::Leave { fence: 9 },
+        WitnessRequest::Leave { name: "jobs/a".into(), fence: 9 },
     ];
     let mut input = vec![0];
     input.extend(stream(&requests));
@@ -148,12 +162,9 @@ impl Conversation {
     const MAX_HEARD: usize = 40;
 
     fn run(m: usize, e: usize, n: u32) -> Conversation {
-        let (mutex, election) = (registry::MUTEXES[m].name, registry::ELECTIONS[e].name);
+        let (mutex, election) = (&registry::MUTEXES[m], &registry::ELECTIONS[e]);
         let mut engines: Vec<Engine> = (1..=n)
-            .map(|i| {
-                Engine::new(AlgoConfig::for_test(i, n), mutex, election, Duration::ZERO)
-                    .expect("registered")
-            })
+            .map(|i| Engine::new(AlgoConfig::for_test(i, n), mutex, election, Duration::ZERO))
             .collect();
         let mut heard = Vec::new();
         let mut records = Vec::new();
@@ -165,7 +176,7 @@ impl Conversation {
                 if engine.next_deadline().is_some_and(|d| d <= now) {
                     engine.handle_timeout(now);
                 }
-                engine.request(now);
+                engine.request(now, &coterie_core::Name::default(), 1).ok();
                 let from = NodeId(i as u32 + 1);
                 let mut granted = false;
                 while let Some(output) = engine.poll_output() {
@@ -177,7 +188,7 @@ impl Conversation {
                     }
                 }
                 if granted {
-                    engine.release(now);
+                    engine.release(now, &coterie_core::Name::default());
                 }
             }
             while let Some((from, to, envelope)) = queue.pop_front() {
@@ -194,7 +205,9 @@ impl Conversation {
                             queue.push_back((to, next, envelope))
                         }
                         Output::Persist(record) => records.push(record),
-                        Output::Granted { .. } => engine.release(now),
+                        Output::Granted { .. } => {
+                            engine.release(now, &coterie_core::Name::default())
+                        }
                         _ => {}
                     }
                 }

@@ -25,10 +25,8 @@ pub fn run(data: &[u8]) {
     for mutex in registry::MUTEXES {
         let mut cfg = AlgoConfig::for_test(1 + u32::from(mode >> 6), 5);
         cfg.restored = Some(record.clone());
-        let election = registry::ELECTIONS[0].name;
-        let mut engine = Engine::new(cfg, mutex.name, election, Duration::ZERO)
-            .expect("the registry's own names");
-        engine.request(Duration::ZERO);
+        let mut engine = Engine::new(cfg, mutex, &registry::ELECTIONS[0], Duration::ZERO);
+        engine.request(Duration::ZERO, &coterie_core::Name::default(), 1).ok();
         while engine.poll_output().is_some() {}
     }
 }

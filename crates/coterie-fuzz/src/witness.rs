@@ -11,7 +11,7 @@ pub fn run(data: &[u8]) {
     let [capacity, rest @ ..] = data else { return };
     let mut witness = Witness::new(1 + u32::from(capacity % 4));
     let mut entered = 0u64;
-    let mut inside = 0u32;
+    let mut inside = Vec::new();
     for request in each::<WitnessRequest>(rest) {
         let report = matches!(request, WitnessRequest::Report);
         match witness.apply(request, &mut inside) {

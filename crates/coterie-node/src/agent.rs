@@ -1,17 +1,26 @@
 //! The agent: the node's protocol driver, after the "agent" picture of
-//! Jones's lecture notes (22C:116, Iowa, 2002)
-//! and quinn's connection driver. It owns the engine (detector → election
-//! → mutex), feeds it every input (a frame from the transport, a timer, a
-//! client's request or release) and carries out every output: frames to
-//! the transport, grants to the application's waiting sessions, records to
-//! stable storage, events to watchers.
+//! Jones's lecture notes (22C:116, Iowa, 2002) and quinn's connection
+//! driver. It owns the engine (detector → election → mutex, one instance
+//! per lock name) and the peers' sessions, feeds the engine every input (a
+//! frame from the transport, a timer, what the application's sessions
+//! want) and carries out every output: frames to the transport, grants to
+//! the application's [`Locks`], records to stable storage, events to
+//! watchers, and what the application task must know ([`Notice`]).
 //!
-//! Everything that must change together lives in one [`State`] behind a
-//! std `Mutex`: the engine, the peers' sessions (so that a frame is
-//! numbered in the order the engine sent it, and delivered in the order it
-//! was numbered) and the application's queue of waiting sessions. The
-//! mutex is never held across an `.await`: each input is one critical
-//! section that feeds the engine, carries out what it asked and lets go.
+//! What must change together lives in one [`Stack`] behind a std `Mutex`:
+//! the engine, the peers' sessions (so that a frame is numbered in the
+//! order the engine sent it, and delivered in the order it was numbered),
+//! the grants held back by a lock delay, and the outputs waiting for
+//! stable storage. The mutex is never held across an `.await`: each input
+//! is one critical section that feeds the engine, carries out what it
+//! asked and lets go.
+//!
+//! **What the application wants.** The application's table of sessions
+//! ([`Locks`]) is the demand; [`Agent::sync`] makes the engine follow it
+//! for one name: ask when a session waits and the node neither holds nor
+//! wants the lock, release when the node holds it for nobody. The agent
+//! reads the table under its own lock, so every decision for a name is
+//! taken against one consistent view of both.
 //!
 //! **Stable storage.** Each output rests on a record the engine handed
 //! over ([`Output::Persist`]), and is held back by the [`Gate`] until that
@@ -21,38 +30,34 @@
 //! write that fails holds everything back for good, and the node stops
 //! with the error.
 
-use crate::auth::{self, Dialler, Refusals, Role, Secret};
-use crate::codec::{write_frame, FrameError};
-use crate::config::LimitsSection;
-use crate::faults::{Fate, Faults};
+use crate::events::Events;
+use crate::faults::{Fate, Injector};
 use crate::gate::Gate;
-use crate::links::PeerLinks;
-use crate::local::{Due, Handed, LocalQueue};
-use crate::protocol::{unix_us, ClientResponse, FaultCommand, NodeEvent, WatchEvent};
+use crate::holdback::{Holdback, Verdict};
+use crate::links::{Inbound, PeerLinks};
+use crate::locks::{Handed, Locks};
+use crate::peers::Peers;
+use crate::protocol::NodeEvent;
+use crate::shutdown::Shutdown;
 use crate::state::StateFile;
 use crate::storage::{Durability, StateWriter};
-use crate::transport::Transport;
-use coterie_core::engine::Output;
+use coterie_core::engine::{Output, RequestError};
 use coterie_core::wire::{self, Envelope, Hello};
-use coterie_core::{CsState, Engine, Epoch, Fence, NodeId, Status};
-use std::sync::{Mutex, MutexGuard};
+use coterie_core::{CsState, Engine, Epoch, Fence, Name, NodeId, Stamp, Status};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::sync::{broadcast, oneshot, watch, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tracing::{debug, error, info, warn};
 
-/// Events a slow watcher may fall behind by before it is told it missed
-/// some.
-const WATCH_BACKLOG: usize = 4096;
-
 /// What changes together, under the agent's one lock.
-pub(crate) struct State {
-    pub(crate) engine: Engine,
+pub(crate) struct Stack {
+    engine: Engine,
     /// The transport's sessions, one per peer.
-    pub(crate) links: PeerLinks,
-    /// The application's sessions waiting for the critical section.
-    pub(crate) local: LocalQueue,
+    links: PeerLinks,
     /// Outputs waiting for their record to be durable.
     gate: Gate,
+    /// Grants held back by the lock delay.
+    holdback: Holdback,
     /// The epoch whose first grant was logged at info; later grants of the
     /// same epoch are logged at debug (a line per grant would cost more
     /// than the grant itself at thousands per second).
@@ -69,6 +74,53 @@ pub(crate) enum Storage {
     Synced(StateWriter),
 }
 
+/// What the application task must hear of the agent.
+#[derive(Debug)]
+pub(crate) enum Notice {
+    /// A peer's application task sent this.
+    Application {
+        /// The sender.
+        from: NodeId,
+        /// What it sent.
+        bytes: Vec<u8>,
+    },
+    /// A peer is suspected: whatever it held is gone with it.
+    PeerDown(NodeId),
+}
+
+/// What became of a frame from a peer ([`Agent::deliver`]).
+pub(crate) enum Delivery {
+    /// Handed to the engine, or dropped by the session as a duplicate.
+    Taken,
+    /// It could not be used, for this reason (logged by the caller).
+    Dropped(String),
+    /// A newer connection from the peer took over: stop reading this one.
+    Superseded,
+}
+
+/// Where the engine stands with one lock, for listings.
+#[derive(Clone, Debug)]
+pub(crate) struct LockView {
+    /// Whether the node holds, wants or ignores it.
+    pub(crate) state: CsState,
+    /// The stamp of the node's request, for the algorithms that order
+    /// requests by it.
+    pub(crate) stamp: Option<Stamp>,
+}
+
+/// What the agent is built from.
+pub(crate) struct Parts {
+    pub(crate) engine: Engine,
+    pub(crate) hello: Hello,
+    pub(crate) storage: Storage,
+    pub(crate) lock_delay: Duration,
+    pub(crate) peers: Arc<Peers>,
+    pub(crate) faults: Arc<Injector>,
+    pub(crate) events: Arc<Events>,
+    pub(crate) locks: Arc<Locks>,
+    pub(crate) notices: mpsc::UnboundedSender<Notice>,
+}
+
 /// One node's agent; see the module documentation.
 pub(crate) struct Agent {
     id: NodeId,
@@ -76,134 +128,49 @@ pub(crate) struct Agent {
     /// cluster, id, incarnation and algorithms).
     hello: Hello,
     started: Instant,
-    state: Mutex<State>,
-    /// Injected faults (`coterie fault`).
-    faults: Mutex<Faults>,
-    /// Whether the node is paused by a fault; inputs wait while it is.
-    paused: watch::Sender<bool>,
-    /// Poked after every input so the timer task re-reads the deadline.
+    stack: Mutex<Stack>,
+    /// Poked when an input brought the next deadline forward, so the timer
+    /// task re-reads it.
     deadline_changed: Notify,
-    /// What watchers (`coterie watch`) are told.
-    events: broadcast::Sender<WatchEvent>,
-    /// Watchers that asked for every message, and those of them that
-    /// asked for heartbeats too: while there are none, sends and
-    /// deliveries cost nothing extra.
-    message_watchers: std::sync::atomic::AtomicUsize,
-    heartbeat_watchers: std::sync::atomic::AtomicUsize,
+    /// The deadline the timer task sleeps until, in nanoseconds from the
+    /// start (`u64::MAX`: none); set and compared under the stack's lock.
+    armed: std::sync::atomic::AtomicU64,
     storage: Storage,
     /// Set when stable storage failed: the node stops, with this reason.
     broken: watch::Sender<Option<String>>,
-    /// The per-peer handles of the connections' tasks.
-    pub(crate) transport: Transport,
     /// `[cluster] lock_delay`.
     lock_delay: Duration,
-    /// The cluster's secret, if connections are authenticated.
-    secret: Option<Secret>,
-    /// Connections refused at the handshake, for a rate-limited log line.
-    /// `[limits]`.
-    limits: LimitsSection,
-    /// Client connections open now, handshakes included.
-    clients: std::sync::atomic::AtomicUsize,
-    refusals: Refusals,
-}
-
-/// What the configuration says of the agent's ways.
-pub(crate) struct Settings {
-    /// `[cluster] lock_delay`.
-    pub(crate) lock_delay: Duration,
-    /// The cluster's secret (`[security] secret_file`).
-    pub(crate) secret: Option<Secret>,
-    /// `[limits]`.
-    pub(crate) limits: LimitsSection,
-}
-
-/// A watcher of every message, counted in while it lives
-/// ([`Agent::watch_messages`]).
-pub(crate) struct MessageWatch<'a> {
-    agent: &'a Agent,
-    heartbeats: bool,
-}
-
-impl Drop for MessageWatch<'_> {
-    fn drop(&mut self) {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.agent.message_watchers.fetch_sub(1, Relaxed);
-        if self.heartbeats {
-            self.agent.heartbeat_watchers.fetch_sub(1, Relaxed);
-        }
-    }
-}
-
-/// A message's kind from its text (`StateQuery { .. }` is `state_query`),
-/// as the algorithms' message counters name it.
-fn kind_of(text: &str) -> String {
-    let mut kind = String::new();
-    for (i, c) in text.chars().take_while(char::is_ascii_alphanumeric).enumerate() {
-        if c.is_ascii_uppercase() && i > 0 {
-            kind.push('_');
-        }
-        kind.push(c.to_ascii_lowercase());
-    }
-    kind
-}
-
-/// One client connection counted against `[limits] max_clients`.
-pub(crate) struct ClientSlot<'a> {
-    count: &'a std::sync::atomic::AtomicUsize,
-}
-
-impl Drop for ClientSlot<'_> {
-    fn drop(&mut self) {
-        self.count.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
-}
-
-/// What became of a client's request for the lock ([`Agent::ask`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Asked {
-    /// It waits in the node's queue.
-    Queued,
-    /// The session already holds the lock.
-    AlreadyHolds,
-    /// `[limits] max_pending` requests already wait here.
-    Full(usize),
+    peers: Arc<Peers>,
+    faults: Arc<Injector>,
+    events: Arc<Events>,
+    locks: Arc<Locks>,
+    notices: mpsc::UnboundedSender<Notice>,
 }
 
 impl Agent {
-    pub(crate) fn new(
-        engine: Engine,
-        hello: Hello,
-        faults: Faults,
-        storage: Storage,
-        transport: Transport,
-        settings: Settings,
-    ) -> Agent {
-        let peers = engine.config().peers().collect::<Vec<_>>();
+    pub(crate) fn new(parts: Parts) -> Agent {
+        let peers: Vec<NodeId> = parts.engine.config().peers().collect();
         Agent {
-            id: engine.id(),
-            hello,
+            id: parts.engine.id(),
+            hello: parts.hello,
             started: Instant::now(),
-            state: Mutex::new(State {
-                engine,
+            stack: Mutex::new(Stack {
+                engine: parts.engine,
                 links: PeerLinks::new(&peers),
-                local: LocalQueue::default(),
                 gate: Gate::default(),
+                holdback: Holdback::default(),
                 logged_epoch: None,
             }),
-            faults: Mutex::new(faults),
-            paused: watch::channel(false).0,
             deadline_changed: Notify::new(),
-            events: broadcast::channel(WATCH_BACKLOG).0,
-            message_watchers: std::sync::atomic::AtomicUsize::new(0),
-            heartbeat_watchers: std::sync::atomic::AtomicUsize::new(0),
-            storage,
+            armed: std::sync::atomic::AtomicU64::new(u64::MAX),
+            storage: parts.storage,
             broken: watch::channel(None).0,
-            transport,
-            lock_delay: settings.lock_delay,
-            secret: settings.secret,
-            limits: settings.limits,
-            clients: std::sync::atomic::AtomicUsize::new(0),
-            refusals: Refusals::default(),
+            lock_delay: parts.lock_delay,
+            peers: parts.peers,
+            faults: parts.faults,
+            events: parts.events,
+            locks: parts.locks,
+            notices: parts.notices,
         }
     }
 
@@ -224,157 +191,256 @@ impl Agent {
     /// Checks a dialler's Hello against this node's: the reason if it may
     /// not talk to us.
     pub(crate) fn check_hello(&self, theirs: &Hello) -> Result<(), String> {
-        let state = self.lock();
-        self.hello.check(theirs, &state.engine.config().members)
+        self.hello.check(theirs, &self.lock().engine.config().members)
     }
 
-    fn now(&self) -> Duration {
+    /// The node's clock: time since the agent started.
+    pub(crate) fn now(&self) -> Duration {
         self.started.elapsed()
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, Stack> {
         // A panic while holding the lock is a bug in this process; carrying
         // on with the state it left is better than a cascade of panics.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn faults(&self) -> MutexGuard<'_, Faults> {
-        self.faults.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.stack.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Feeds one input to the engine (through `f`) and carries out every
-    /// output it causes. The lock is taken and released here, with no
-    /// `.await` in between.
-    pub(crate) fn input<R>(&self, f: impl FnOnce(&mut State, Duration) -> R) -> R {
+    /// output it causes, and every grant held back that may now go. The
+    /// lock is taken and released here, with no `.await` in between.
+    fn input<R>(&self, f: impl FnOnce(&mut Stack, Duration) -> R) -> R {
         let now = self.now();
-        let mut state = self.lock();
-        let result = f(&mut state, now);
-        self.carry_out(&mut state, now);
-        if let Some(arrived) = state.local.awaiting_peers() {
-            if state.engine.all_peers_heard_since(arrived) {
-                state.local.recheck_now();
-                self.lock_delay_due(&mut state, now);
-                self.carry_out(&mut state, now);
+        let mut stack = self.lock();
+        let result = f(&mut stack, now);
+        self.carry_out(&mut stack, now);
+        if !self.lock_delay.is_zero() {
+            for (name, fence) in stack.holdback.pending() {
+                if stack.engine.fence_of(&name) == Some(fence) {
+                    self.grant(&mut stack, name, fence, now);
+                } else {
+                    stack.holdback.forget(&name);
+                }
             }
+            self.carry_out(&mut stack, now);
         }
-        drop(state);
-        self.deadline_changed.notify_one();
+        // The timer task is woken only when its sleep must end sooner: it
+        // re-reads the deadline whenever it wakes anyway.
+        let next = next_deadline(&stack).map_or(u64::MAX, |d| d.as_nanos() as u64);
+        if next < self.armed.load(std::sync::atomic::Ordering::Relaxed) {
+            self.deadline_changed.notify_one();
+        }
+        drop(stack);
         result
     }
 
-    /// Reads or changes the state with no input to the engine (the
-    /// transport's bookkeeping of its sessions): nothing to carry out, and
-    /// the timer task is not woken.
-    pub(crate) fn with_state<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        f(&mut self.lock())
+    /// Reads or changes the peers' sessions (the transport's bookkeeping)
+    /// with no input to the engine: nothing to carry out, and the timer
+    /// task is not woken.
+    pub(crate) fn links<R>(&self, f: impl FnOnce(&mut PeerLinks) -> R) -> R {
+        f(&mut self.lock().links)
     }
 
-    /// Tells the watchers, if any, that `event` happened.
-    pub(crate) fn emit(&self, event: NodeEvent) {
-        if self.events.receiver_count() > 0 {
-            let _ = self.events.send(WatchEvent { node: self.id.0, unix_us: unix_us(), event });
-        }
-    }
+    // ---- what the transport brings ----
 
-    /// Whether anyone watches every message.
-    fn watching_messages(&self) -> bool {
-        self.message_watchers.load(std::sync::atomic::Ordering::Relaxed) > 0
-    }
-
-    /// A message's kind and text, for its watchers; `None` for a
-    /// heartbeat nobody watches.
-    fn describe(&self, state: &State, body: &[u8]) -> Option<(String, String)> {
-        let envelope: Envelope = wire::decode(body).ok()?;
-        if let Envelope::Heartbeat(_) = envelope {
-            if self.heartbeat_watchers.load(std::sync::atomic::Ordering::Relaxed) == 0 {
-                return None;
+    /// Frame `seq` (acknowledging `ack`) from `peer`'s incarnation `boot`,
+    /// read on the accepted connection numbered `reader`: through the
+    /// session, and unless an injected partition keeps it out, to the
+    /// engine.
+    pub(crate) fn deliver(
+        &self,
+        peer: NodeId,
+        (reader, boot): (u64, u64),
+        (seq, ack): (u64, u64),
+        body: &[u8],
+    ) -> Delivery {
+        let admitted = self.faults.admits(peer);
+        self.input(|s, now| {
+            match s.links.receive(peer, reader, boot, seq, ack) {
+                Inbound::Superseded => return Delivery::Superseded,
+                Inbound::Skip => return Delivery::Taken,
+                Inbound::AfterGap(lost) => {
+                    warn!(
+                        peer = peer.0,
+                        lost,
+                        "frames from peer were lost (its session overflowed): declared failed"
+                    );
+                    s.engine.handle_link_down(now, peer);
+                }
+                Inbound::Deliver => {}
             }
-            return Some(("heartbeat".into(), state.engine.describe(&envelope)));
-        }
-        let text = state.engine.describe(&envelope);
-        Some((kind_of(&text), text))
+            if !admitted {
+                return Delivery::Taken; // an injected partition, above the session
+            }
+            let envelope = match wire::decode::<Envelope>(body) {
+                Ok(envelope) => envelope,
+                Err(e) => return Delivery::Dropped(e.to_string()),
+            };
+            let heartbeat = matches!(envelope, Envelope::Heartbeat(_));
+            match s.engine.handle_message(now, peer, envelope) {
+                Ok(()) => {
+                    if self.events.watching_messages(heartbeat) {
+                        self.events.emit(NodeEvent::Delivered { from: peer.0, seq });
+                    }
+                    Delivery::Taken
+                }
+                Err(e) => Delivery::Dropped(e.to_string()),
+            }
+        })
     }
 
-    /// The message numbered `seq` from `peer` was delivered to the
-    /// algorithms: told to whoever watches messages.
-    pub(crate) fn delivered(&self, peer: NodeId, seq: u64, heartbeat: bool) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let watched = if heartbeat {
-            self.heartbeat_watchers.load(Relaxed) > 0
-        } else {
-            self.message_watchers.load(Relaxed) > 0
+    /// The transport has evidence that `peer` failed (a closed connection
+    /// whose redial was refused).
+    pub(crate) fn link_down(&self, peer: NodeId) {
+        self.input(|s, now| s.engine.handle_link_down(now, peer));
+    }
+
+    /// A frame to `peer` held back by an injected delay is due: numbered
+    /// now, behind what went before it.
+    pub(crate) fn send_delayed(&self, peer: NodeId, body: Vec<u8>) {
+        self.input(|s, now| self.send_now(s, peer, body, now));
+    }
+
+    // ---- what the application asks ----
+
+    /// Makes the engine follow what the application's sessions want of
+    /// lock `name` ([`Locks::demand`]): asks for it when a session waits
+    /// and the node neither holds nor wants it; releases it when the node
+    /// holds it for nobody, and asks again if sessions still wait (the
+    /// node goes back in line behind the other nodes). A request already
+    /// under way is left to run: what it brings back is handed to whoever
+    /// waits then, or given back at once. Refused when the engine will not
+    /// take the request (permits that do not fit).
+    pub(crate) fn sync(&self, name: &Name) -> Result<(), RequestError> {
+        self.input(|s, now| {
+            let demand = self.locks.demand(name);
+            match s.engine.cs_state_of(name) {
+                CsState::Held if demand.holding => Ok(()),
+                // A grant held back by the lock delay waits for its taker.
+                CsState::Held if demand.waiting && s.holdback.holds(name) => Ok(()),
+                CsState::Held => {
+                    s.holdback.forget(name);
+                    s.engine.release(now, name);
+                    if demand.waiting {
+                        s.engine.request(now, name, demand.permits)
+                    } else {
+                        Ok(())
+                    }
+                }
+                CsState::Idle if demand.waiting => s.engine.request(now, name, demand.permits),
+                _ => Ok(()),
+            }
+        })
+    }
+
+    /// Whether lock `name` may be asked for with `permits` (the engine's
+    /// rules: see [`Engine::check_permits`]).
+    pub(crate) fn check_permits(&self, name: &Name, permits: u32) -> Result<(), RequestError> {
+        self.lock().engine.check_permits(name, permits)
+    }
+
+    /// Sends `bytes` to `peer`'s application task, in order with the
+    /// engine's messages to it.
+    pub(crate) fn send_application(&self, peer: NodeId, bytes: Vec<u8>) {
+        self.input(|s, _| s.engine.send_application(peer, bytes));
+    }
+
+    /// Every member of the cluster, this node included.
+    pub(crate) fn members(&self) -> Vec<NodeId> {
+        self.lock().engine.config().members.clone()
+    }
+
+    /// The peers counted up now.
+    pub(crate) fn peers_up(&self) -> Vec<NodeId> {
+        let s = self.lock();
+        s.engine.config().peers().filter(|&p| s.engine.is_up(p)).collect()
+    }
+
+    /// Where the engine stands with each of `names`.
+    pub(crate) fn lock_views(&self, names: &[Name]) -> Vec<LockView> {
+        let s = self.lock();
+        names
+            .iter()
+            .map(|n| LockView { state: s.engine.cs_state_of(n), stamp: s.engine.request_stamp(n) })
+            .collect()
+    }
+
+    /// The node's heartbeat period and failure timeout.
+    pub(crate) fn timing(&self) -> (Duration, Duration) {
+        let timing = self.lock().engine.config().timing;
+        (timing.heartbeat, timing.failure_timeout)
+    }
+
+    /// The node's status, for `coterie status`, its sessions included.
+    pub(crate) fn status(&self) -> Status {
+        let s = self.lock();
+        Status { sessions: s.links.status(), ..s.engine.status() }
+    }
+
+    // ---- the agent's own tasks ----
+
+    /// Sleeps until the engine's (or the lock delay's) next deadline and
+    /// fires it, until the node stops.
+    pub(crate) async fn run_timers(&self, mut shutdown: Shutdown) {
+        // Locks forgotten when the process last gave memory back, and when.
+        let (mut trimmed_at, mut trimmed_when) = (0, Instant::now());
+        loop {
+            let deadline = {
+                let s = self.lock();
+                let deadline = next_deadline(&s);
+                let nanos = deadline.map_or(u64::MAX, |d| d.as_nanos() as u64);
+                self.armed.store(nanos, std::sync::atomic::Ordering::Relaxed);
+                deadline
+            };
+            let wake = deadline.map(|d| tokio::time::Instant::from_std(self.started + d));
+            let sleep = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = sleep => {
+                    self.faults.unpaused().await;
+                    let forgotten = self.input(|s, now| {
+                        s.engine.handle_timeout(now);
+                        s.engine.counters().forgotten
+                    });
+                    if forgotten > trimmed_at && trimmed_when.elapsed() >= TRIM_EVERY {
+                        (trimmed_at, trimmed_when) = (forgotten, Instant::now());
+                        give_memory_back();
+                    }
+                }
+                _ = self.deadline_changed.notified() => {}
+                _ = shutdown.recv() => return,
+            }
+        }
+    }
+
+    /// Follows the group-commit writer: releases what each flush covers,
+    /// and stops the node when a write fails.
+    pub(crate) async fn release_durable(&self, mut shutdown: Shutdown) {
+        let Storage::Synced(writer) = &self.storage else {
+            return;
         };
-        if watched {
-            self.emit(NodeEvent::Delivered { from: peer.0, seq });
-        }
-    }
-
-    /// Whether a fault pauses the node now.
-    pub(crate) fn paused(&self) -> bool {
-        *self.paused.borrow()
-    }
-
-    /// Resolves at once unless a fault paused the node; then when resumed.
-    pub(crate) async fn unpaused(&self) {
-        if !*self.paused.borrow() {
-            return; // the common case, on every message: no subscription
-        }
-        let mut paused = self.paused.subscribe();
-        let _ = paused.wait_for(|p| !*p).await;
-    }
-
-    /// Whether a message from `peer` is let in (an injected partition
-    /// keeps it out).
-    pub(crate) fn admits(&self, peer: NodeId) -> bool {
-        self.faults().admits(peer)
-    }
-
-    /// The acceptor's side of the handshake on a new connection to the
-    /// `port` port, if the node has a secret: who dialled (`None` when the
-    /// node runs open), or `Err` when the connection is to be dropped
-    /// (logged, at most a line a second).
-    pub(crate) async fn admit(
-        &self,
-        stream: &mut tokio::net::TcpStream,
-        from: std::net::SocketAddr,
-        port: &str,
-    ) -> Result<Option<Dialler>, ()> {
-        let Some(secret) = &self.secret else { return Ok(None) };
-        match auth::accept(stream, secret, &self.hello.cluster, self.id.0).await {
-            Ok(dialler) => Ok(Some(dialler)),
-            Err(e) => {
-                if port == "client" && matches!(e, auth::AuthError::Frame(FrameError::Wire(_))) {
-                    // A client that did not try to authenticate: tell it so
-                    // in its own protocol.
-                    let why = "this node requires authentication: give the cluster's secret \
-                               ([security] secret_file in the configuration, or \
-                               COTERIE_SECRET_FILE)";
-                    let _ = write_frame(stream, &ClientResponse::Error(why.into())).await;
+        let mut durable = writer.durable();
+        loop {
+            let latest = durable.borrow_and_update().clone();
+            match latest {
+                Durability::Upto(generation) => self.input(|s, now| {
+                    for output in s.gate.durable_upto(generation) {
+                        self.perform(s, output, now);
+                    }
+                }),
+                Durability::Failed(reason) => {
+                    let mut s = self.lock();
+                    self.fail(&mut s, reason);
+                    return;
                 }
-                if matches!(e, auth::AuthError::Closed) {
-                    // Closed without a word: a port probe or a scan.
-                    debug!(%from, port, "a connection closed before authenticating");
-                } else {
-                    let why = format_args!("it failed authentication: {e}");
-                    self.refusals.refused(port, from, &why);
-                }
-                Err(())
             }
-        }
-    }
-
-    /// The dialler's side of the handshake on a connection to a peer, if
-    /// the node has a secret.
-    pub(crate) async fn authenticate(
-        &self,
-        stream: &mut tokio::net::TcpStream,
-    ) -> Result<(), auth::AuthError> {
-        match &self.secret {
-            Some(secret) => {
-                auth::dial(stream, secret, &self.hello.cluster, Role::Peer, self.id.0).await?;
-                Ok(())
+            tokio::select! {
+                changed = durable.changed() => if changed.is_err() { return },
+                _ = shutdown.recv() => return,
             }
-            None => Ok(()),
         }
     }
 
@@ -391,34 +457,36 @@ impl Agent {
         }
     }
 
-    fn carry_out(&self, state: &mut State, now: Duration) {
-        while let Some((output, rests_on)) = state.engine.poll_output_resting() {
+    // ---- carrying out what the engine asked ----
+
+    fn carry_out(&self, s: &mut Stack, now: Duration) {
+        while let Some((output, rests_on)) = s.engine.poll_output_resting() {
             if let Output::Persist(record) = output {
-                self.persist(state, record.encode());
-            } else if let Some(output) = state.gate.admit(output, rests_on) {
-                self.perform(state, output, now);
+                self.persist(s, record.encode());
+            } else if let Some(output) = s.gate.admit(output, rests_on) {
+                self.perform(s, output, now);
             }
         }
     }
 
     /// Hands a record to stable storage: what follows waits for it.
-    fn persist(&self, state: &mut State, record: Vec<u8>) {
-        let number = state.gate.hand();
+    fn persist(&self, s: &mut Stack, record: Vec<u8>) {
+        let number = s.gate.hand();
         match &self.storage {
-            Storage::None => state.gate.all_written(),
+            Storage::None => s.gate.all_written(),
             Storage::Unsynced(file) => match file.store(&record) {
-                Ok(()) => state.gate.all_written(),
+                Ok(()) => s.gate.all_written(),
                 Err(e) => {
                     let reason = format!("cannot write {}: {e}", file.path().display());
-                    self.fail(state, reason);
+                    self.fail(s, reason);
                 }
             },
             Storage::Synced(writer) => writer.submit(number, record),
         }
     }
 
-    fn fail(&self, state: &mut State, reason: String) {
-        if state.gate.fail() {
+    fn fail(&self, s: &mut Stack, reason: String) {
+        if s.gate.fail() {
             error!(
                 node = self.id.0,
                 "stable storage failed, holding every message back and stopping: {reason}"
@@ -427,45 +495,17 @@ impl Agent {
         }
     }
 
-    /// Follows the group-commit writer: releases what each flush covers,
-    /// and stops the node when a write fails.
-    pub(crate) async fn release_durable(&self, mut stop: watch::Receiver<bool>) {
-        let Storage::Synced(writer) = &self.storage else {
-            return;
-        };
-        let mut durable = writer.durable();
-        loop {
-            let latest = durable.borrow_and_update().clone();
-            match latest {
-                Durability::Upto(generation) => self.input(|state, now| {
-                    for output in state.gate.durable_upto(generation) {
-                        self.perform(state, output, now);
-                    }
-                }),
-                Durability::Failed(reason) => {
-                    let mut state = self.lock();
-                    self.fail(&mut state, reason);
-                    return;
-                }
-            }
-            tokio::select! {
-                changed = durable.changed() => if changed.is_err() { return },
-                _ = crate::node::stopped(&mut stop) => return,
-            }
-        }
-    }
-
     /// Carries out one output the engine asked for.
-    fn perform(&self, state: &mut State, output: Output, now: Duration) {
+    fn perform(&self, s: &mut Stack, output: Output, now: Duration) {
         let id = self.id.0;
         match output {
             Output::Send { to, envelope, kind } => {
-                self.transmit(state, to, &envelope, now);
+                self.transmit(s, to, &envelope, now);
                 if kind != "heartbeat" {
                     debug!(node = id, to = to.0, kind, "send");
                 }
             }
-            Output::Granted { fence } => self.grant(state, fence, now),
+            Output::Granted { name, fence } => self.grant(s, name, fence, now),
             Output::Coordinator { leader, epoch } => {
                 info!(
                     node = id,
@@ -474,49 +514,53 @@ impl Agent {
                     round = epoch.round(),
                     "coordinator elected"
                 );
-                self.emit(NodeEvent::Coordinator { leader: leader.0, epoch: epoch.0 });
+                self.events.emit(NodeEvent::Coordinator { leader: leader.0, epoch: epoch.0 });
             }
             Output::PeerUp(peer) => {
                 info!(node = id, peer = peer.0, "peer up");
-                self.emit(NodeEvent::PeerUp { peer: peer.0 });
+                self.events.emit(NodeEvent::PeerUp { peer: peer.0 });
             }
             Output::PeerDown(peer) => {
                 warn!(node = id, peer = peer.0, "peer down");
                 if !self.lock_delay.is_zero() {
                     // It may have held: nothing is handed out here until
                     // the lock delay has passed.
-                    state.local.block_until(now + self.lock_delay);
+                    s.holdback.block_until(now + self.lock_delay);
                 }
-                self.emit(NodeEvent::PeerDown { peer: peer.0 });
+                self.events.emit(NodeEvent::PeerDown { peer: peer.0 });
+                let _ = self.notices.send(Notice::PeerDown(peer));
+            }
+            Output::Application { from, bytes } => {
+                let _ = self.notices.send(Notice::Application { from, bytes });
             }
             // `carry_out` hands records to storage as they come; none is held.
-            Output::Persist(record) => self.persist(state, record.encode()),
+            Output::Persist(record) => self.persist(s, record.encode()),
             Output::Joined => {
-                let alive: Vec<u32> = state.engine.status().alive;
+                let alive: Vec<u32> = s.engine.status().alive;
                 info!(node = id, ?alive, "joined the cluster");
-                self.emit(NodeEvent::Joined { alive });
+                self.events.emit(NodeEvent::Joined { alive });
             }
         }
     }
 
     /// Sends `envelope` to `peer` through whatever faults are in force:
     /// they act above the session, so what they drop is never numbered.
-    fn transmit(&self, state: &mut State, peer: NodeId, envelope: &Envelope, now: Duration) {
+    fn transmit(&self, s: &mut Stack, peer: NodeId, envelope: &Envelope, now: Duration) {
         let body = wire::encode(envelope);
-        match self.faults().outgoing(peer) {
+        match self.faults.outgoing(peer) {
             Fate::Drop => {}
-            Fate::Pass if !self.transport.delaying(peer) => self.send_now(state, peer, body, now),
-            Fate::Pass => self.transport.delay(peer, Duration::ZERO, body),
-            Fate::Delay(d) => self.transport.delay(peer, d, body),
+            Fate::Pass if !self.peers.delaying(peer) => self.send_now(s, peer, body, now),
+            Fate::Pass => self.peers.delay(peer, Instant::now(), body),
+            Fate::Delay(d) => self.peers.delay(peer, Instant::now() + d, body),
         }
     }
 
     /// Numbers `body` in `peer`'s session and wakes its connection.
-    pub(crate) fn send_now(&self, state: &mut State, peer: NodeId, body: Vec<u8>, now: Duration) {
-        let watched = self.watching_messages().then(|| self.describe(state, &body)).flatten();
-        let (seq, overflow) = state.links.send(peer, body);
+    fn send_now(&self, s: &mut Stack, peer: NodeId, body: Vec<u8>, now: Duration) {
+        let watched = self.describe(s, &body);
+        let (seq, overflow) = s.links.send(peer, body);
         if let Some((kind, text)) = watched {
-            self.emit(NodeEvent::Sent { to: peer.0, seq, kind, text });
+            self.events.emit(NodeEvent::Sent { to: peer.0, seq, kind, text });
         }
         if let Some(dropped) = overflow {
             warn!(
@@ -526,260 +570,119 @@ impl Agent {
                 "session to peer overflowed: its unacknowledged frames are dropped and it is \
                  declared failed"
             );
-            state.engine.handle_link_down(now, peer);
+            s.engine.handle_link_down(now, peer);
         }
-        self.transport.wake(peer);
+        self.peers.wake(peer);
     }
 
-    fn grant(&self, state: &mut State, fence: Fence, now: Duration) {
+    /// A message's kind and text, for its watchers; `None` when nobody
+    /// watches messages (or heartbeats, for one).
+    fn describe(&self, s: &Stack, body: &[u8]) -> Option<(String, String)> {
+        if !self.events.watching_messages(false) {
+            return None;
+        }
+        let envelope: Envelope = wire::decode(body).ok()?;
+        let heartbeat = matches!(envelope, Envelope::Heartbeat(_));
+        if heartbeat && !self.events.watching_messages(true) {
+            return None;
+        }
+        let text = s.engine.describe(&envelope);
+        let kind = if heartbeat { "heartbeat".into() } else { kind_of(&text) };
+        Some((kind, text))
+    }
+
+    /// Hands the node's grant of `name` to the application's first waiting
+    /// session, unless the lock delay holds it back; gives it back when
+    /// nobody waits any more.
+    fn grant(&self, s: &mut Stack, name: Name, fence: Fence, now: Duration) {
         let id = self.id.0;
         if !self.lock_delay.is_zero() {
-            // The holder this grant follows may have died with its node,
-            // and the node that handed the lock on noticed before this one
-            // did. So the grant waits until every peer counted up has been
-            // heard from since it came: a dead one never is, and is
-            // suspected, and then the lock delay runs. The node asks every
-            // peer for a heartbeat at once (a round trip, not a heartbeat
-            // period), looks again as each arrives ([`Agent::input`]), and
-            // by a fifth of a heartbeat period at the latest.
-            let arrived = state.local.arrived(now);
-            if !state.engine.all_peers_heard_since(arrived) {
-                if arrived == now {
-                    state.engine.probe_peers(now);
+            let heartbeat = s.engine.config().timing.heartbeat;
+            let engine = &s.engine;
+            let verdict =
+                s.holdback.judge(&name, fence, now, heartbeat, |t| engine.all_peers_heard_since(t));
+            match verdict {
+                Verdict::Hand => {}
+                Verdict::AwaitPeers { probe, .. } => {
+                    if probe {
+                        s.engine.probe_peers(now);
+                    }
+                    debug!(node = id, %name, fence = fence.0, "grant held back until every peer is heard from");
+                    return;
                 }
-                let heartbeat = state.engine.config().timing.heartbeat;
-                state.local.hold_back(fence, now + heartbeat / 5);
-                debug!(
-                    node = id,
-                    fence = fence.0,
-                    "grant held back until every peer is heard from"
-                );
-                self.deadline_changed.notify_one();
-                return;
+                Verdict::Blocked => {
+                    debug!(node = id, %name, fence = fence.0, "grant held back by the lock delay");
+                    return;
+                }
             }
         }
-        let session = match state.local.grant(fence, now) {
-            Handed::To(session) => session,
-            Handed::Later => {
-                debug!(node = id, fence = fence.0, "grant held back by the lock delay");
-                self.deadline_changed.notify_one();
-                return;
-            }
+        let client = match self.locks.grant(&name, fence, now) {
+            Handed::To(client) => client,
             Handed::Nobody => {
                 // Everyone who asked has gone: give it back.
-                debug!(node = id, fence = fence.0, "grant with no waiter, releasing");
-                state.engine.release(now);
+                debug!(node = id, %name, fence = fence.0, "grant with no waiter, releasing");
+                s.engine.release(now, &name);
                 return;
             }
         };
-        self.emit(NodeEvent::Granted { fence: fence.0, session });
-        let epoch = state.engine.epoch();
-        if state.logged_epoch != Some(epoch) {
-            state.logged_epoch = Some(epoch);
-            info!(
-                node = id,
-                session,
-                fence = fence.0,
-                epoch = epoch.0,
-                "first grant of this epoch"
-            );
+        let session = client.session;
+        self.events.emit(NodeEvent::Granted { name: name.to_string(), fence: fence.0, session });
+        let epoch = s.engine.epoch();
+        if s.logged_epoch != Some(epoch) {
+            s.logged_epoch = Some(epoch);
+            info!(node = id, %name, session, fence = fence.0, epoch = epoch.0, "first grant of this epoch");
         } else {
-            debug!(node = id, session, fence = fence.0, epoch = epoch.0, "granted");
+            debug!(node = id, %name, session, fence = fence.0, epoch = epoch.0, "granted");
         }
     }
+}
 
-    /// Sleeps until the engine's (or the lock delay's) next deadline and
-    /// fires it, until the node stops.
-    pub(crate) async fn run_timers(&self, mut stop: watch::Receiver<bool>) {
-        loop {
-            let deadline = {
-                let state = self.lock();
-                let deadlines = [state.engine.next_deadline(), state.local.deadline()];
-                deadlines.into_iter().flatten().min()
-            };
-            let wake = deadline.map(|d| tokio::time::Instant::from_std(self.started + d));
-            let sleep = async {
-                match wake {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = sleep => {
-                    self.unpaused().await;
-                    self.input(|s, now| {
-                        s.engine.handle_timeout(now);
-                        self.lock_delay_due(s, now);
-                    });
-                }
-                _ = self.deadline_changed.notified() => {}
-                _ = crate::node::stopped(&mut stop) => return,
-            }
+/// How often, at most, the memory forgotten locks freed is handed back.
+const TRIM_EVERY: Duration = Duration::from_secs(1);
+
+/// Hands the memory the allocator keeps free back to the system: after a
+/// burst of locks was forgotten, an idle node shrinks to what it holds.
+/// (glibc's allocator keeps what was freed for reuse otherwise.)
+fn give_memory_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists; it has
+    // no precondition and is safe to call at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// When the engine or the lock delay next needs the timer task.
+fn next_deadline(s: &Stack) -> Option<Duration> {
+    [s.engine.next_deadline(), s.holdback.deadline()].into_iter().flatten().min()
+}
+
+/// A message's kind from its text (`StateQuery { .. }` is `state_query`),
+/// as the algorithms' message counters name it; a named lock's message
+/// (`"printer" Request { .. }`) by the message, not the name.
+fn kind_of(text: &str) -> String {
+    let text = match text.strip_prefix('"') {
+        Some(rest) => rest.split_once("\" ").map_or(rest, |(_, msg)| msg),
+        None => text,
+    };
+    let mut kind = String::new();
+    for (i, c) in text.chars().take_while(char::is_ascii_alphanumeric).enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            kind.push('_');
         }
+        kind.push(c.to_ascii_lowercase());
     }
+    kind
+}
 
-    // ---- what the application asks of the agent ----
+#[cfg(test)]
+mod tests {
+    use super::kind_of;
 
-    /// A new client session's number.
-    pub(crate) fn new_session(&self) -> u64 {
-        self.lock().local.new_session()
-    }
-
-    /// Puts `session` in the queue for the critical section, to be granted
-    /// through `grant`, and asks the engine if the node is idle. `false`
-    /// if the session already holds.
-    pub(crate) fn ask(&self, session: u64, grant: oneshot::Sender<Fence>) -> Asked {
-        self.input(|s, now| {
-            if s.local.waiting() >= self.limits.max_pending {
-                return Asked::Full(self.limits.max_pending);
-            }
-            if !s.local.wait(session, grant) {
-                return Asked::AlreadyHolds;
-            }
-            if s.engine.cs_state() == CsState::Idle {
-                s.engine.request(now);
-            }
-            Asked::Queued
-        })
-    }
-
-    /// Counts a new client connection in, unless `[limits] max_clients`
-    /// are open already: then `Err` with the limit. The count goes down
-    /// when the returned guard is dropped.
-    pub(crate) fn client_slot(&self) -> Result<ClientSlot<'_>, usize> {
-        use std::sync::atomic::Ordering;
-        let max = self.limits.max_clients;
-        self.clients
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
-            .map(|_| ClientSlot { count: &self.clients })
-            .map_err(|_| max)
-    }
-
-    /// Whether connections must authenticate (the node has a secret).
-    pub(crate) fn authenticates(&self) -> bool {
-        self.secret.is_some()
-    }
-
-    /// Logs (at most a line a second) that a connection was turned away.
-    pub(crate) fn turned_away(&self, port: &str, from: std::net::SocketAddr, why: &str) {
-        self.refusals.refused(port, from, &why);
-    }
-
-    /// Lets `session` go, whether it holds or waits; if it held, the node
-    /// releases and asks again for the next waiter. `true` if it held.
-    pub(crate) fn leave(&self, session: u64) -> bool {
-        self.input(|s, now| {
-            if !s.local.leave(session) {
-                return false;
-            }
-            self.emit(NodeEvent::Released { session });
-            s.engine.release(now);
-            if s.local.anyone_waiting() {
-                s.engine.request(now);
-            }
-            true
-        })
-    }
-
-    /// `session` was lost (its client vanished or fell silent): it gives
-    /// up its place, and if it held, the node holds on its behalf for the
-    /// lock delay, then releases. `true` if it held.
-    pub(crate) fn lose(&self, session: u64) -> bool {
-        if self.lock_delay.is_zero() {
-            return self.leave(session);
-        }
-        self.input(|s, now| {
-            if !s.local.lose(session, now + self.lock_delay) {
-                return false;
-            }
-            self.emit(NodeEvent::Released { session });
-            true
-        })
-    }
-
-    /// Carries out what the lock delay lets happen by `now`.
-    fn lock_delay_due(&self, state: &mut State, now: Duration) {
-        match state.local.due(now) {
-            Some(Due::Release) => {
-                info!(node = self.id.0, "lock delay over: releasing for the lost session");
-                state.engine.release(now);
-                if state.local.anyone_waiting() {
-                    state.engine.request(now);
-                }
-            }
-            Some(Due::Grant(fence)) => self.grant(state, fence, now),
-            None => {}
-        }
-    }
-
-    /// The node's heartbeat period.
-    pub(crate) fn heartbeat(&self) -> Duration {
-        self.lock().engine.config().timing.heartbeat
-    }
-
-    /// How long a peer may be silent before it is suspected.
-    pub(crate) fn failure_timeout(&self) -> Duration {
-        self.lock().engine.config().timing.failure_timeout
-    }
-
-    /// The node's status, for `coterie status`, its sessions included.
-    pub(crate) fn status(&self) -> Status {
-        let state = self.lock();
-        Status { sessions: state.links.status(), ..state.engine.status() }
-    }
-
-    /// A subscription to the node's events, and the snapshot that opens
-    /// the stream (taken after subscribing, so nothing falls between).
-    /// Counts a watcher of every message (and of heartbeats, if asked) in,
-    /// until the returned guard is dropped.
-    pub(crate) fn watch_messages(&self, heartbeats: bool) -> MessageWatch<'_> {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.message_watchers.fetch_add(1, Relaxed);
-        if heartbeats {
-            self.heartbeat_watchers.fetch_add(1, Relaxed);
-        }
-        MessageWatch { agent: self, heartbeats }
-    }
-
-    pub(crate) fn watch(&self) -> (broadcast::Receiver<WatchEvent>, WatchEvent) {
-        let events = self.events.subscribe();
-        let status = self.status();
-        let snapshot = NodeEvent::Snapshot {
-            coordinator: status.coordinator,
-            epoch: status.epoch,
-            alive: status.alive,
-            joined: status.joined,
-        };
-        (events, WatchEvent { node: self.id.0, unix_us: unix_us(), event: snapshot })
-    }
-
-    /// Carries out a fault command and answers with the faults in force.
-    pub(crate) fn fault(&self, command: &FaultCommand) -> ClientResponse {
-        let mut faults = self.faults();
-        if let Err(e) = faults.permits(command) {
-            warn!(node = self.id.0, ?command, "fault refused: not allowed by the configuration");
-            return ClientResponse::Error(e);
-        }
-        let reset = match command {
-            FaultCommand::Reset { peers } => match faults.targets(peers) {
-                Ok(peers) => Some(peers),
-                Err(e) => return ClientResponse::Error(e),
-            },
-            other => {
-                if let Err(e) = faults.apply(other) {
-                    return ClientResponse::Error(e);
-                }
-                None
-            }
-        };
-        let state = faults.state();
-        drop(faults);
-        warn!(node = self.id.0, ?command, ?state, "fault injected");
-        if let Some(peers) = reset {
-            self.transport.reset(&peers);
-        }
-        self.paused.send_replace(state.paused);
-        self.emit(NodeEvent::Fault(state.clone()));
-        ClientResponse::Faults(state)
+    #[test]
+    fn kinds_are_read_off_a_messages_text() {
+        assert_eq!(kind_of("StateQuery { epoch: 3 }"), "state_query");
+        assert_eq!(kind_of("\"jobs/nightly\" Request { stamp: 1 }"), "request");
+        assert_eq!(kind_of("Token(Token { .. })"), "token");
     }
 }

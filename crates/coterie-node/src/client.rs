@@ -3,8 +3,8 @@
 use crate::auth::{self, AuthError, Role, Secret};
 use crate::codec::{write_frame, FrameError, FrameReader};
 use crate::protocol::{
-    ClientRequest, ClientResponse, FaultCommand, FaultState, WatchEvent, WitnessReport,
-    WitnessRequest, WitnessResponse,
+    Acquire, ClientRequest, ClientResponse, FaultCommand, FaultState, LeaderReport, LockInfo,
+    WatchEvent, WitnessReport, WitnessRequest, WitnessResponse,
 };
 use coterie_core::Status;
 use serde::{de::DeserializeOwned, Serialize};
@@ -96,8 +96,24 @@ impl Conn {
         write_frame(self.stream(), req).await.map_err(FrameError::Io)
     }
 
+    /// Sends every request of `reqs` in one write (the node answers them
+    /// in order).
+    async fn send_all<Req: Serialize>(&mut self, reqs: &[Req]) -> Result<(), FrameError> {
+        use tokio::io::AsyncWriteExt;
+        let mut bytes = Vec::new();
+        for req in reqs {
+            coterie_core::wire::write_frame(req, &mut bytes);
+        }
+        self.stream().write_all(&bytes).await.map_err(FrameError::Io)
+    }
+
     async fn call<Req: Serialize>(&mut self, req: &Req) -> Result<ClientResponse, ClientError> {
         self.send(req).await?;
+        self.answer().await
+    }
+
+    /// The next answer that is not a keepalive's.
+    async fn answer(&mut self) -> Result<ClientResponse, ClientError> {
         loop {
             match self.read().await?.ok_or(ClientError::Closed)? {
                 // The answer to a keepalive that went before.
@@ -143,7 +159,7 @@ impl std::fmt::Display for Loss {
 /// until the node has said (the first PONG carries its own timing).
 const FIRST_KEEPALIVE: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
 
-/// The outcome of an acquire.
+/// The outcome of an acquire of the default lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Acquired {
     /// Granted with this fence.
@@ -152,6 +168,94 @@ pub enum Acquired {
     TimedOut,
     /// A try that did not succeed.
     Busy,
+}
+
+/// What a session asks for ([`Client::request`]): one lock or several,
+/// by name, taken all or none in name order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockRequest {
+    req: Acquire,
+}
+
+impl LockRequest {
+    /// The locks `names` (none: the `default` lock), one permit each as
+    /// the cluster counts them, waiting for ever.
+    pub fn new<S: Into<String>>(names: impl IntoIterator<Item = S>) -> LockRequest {
+        let names = names.into_iter().map(Into::into).collect();
+        LockRequest { req: Acquire { names, ..Acquire::default_lock() } }
+    }
+
+    /// One of `permits` permits of each lock (a counting semaphore).
+    pub fn permits(mut self, permits: u32) -> LockRequest {
+        self.req.permits = permits;
+        self
+    }
+
+    /// Give up after `timeout` (`None`: wait for ever).
+    pub fn timeout(mut self, timeout: Option<Duration>) -> LockRequest {
+        self.req.timeout_ms = timeout.map(|d| d.as_millis() as u64);
+        self
+    }
+
+    /// Give up unless granted promptly (within one failure timeout), and
+    /// say [`Outcome::Busy`] then.
+    pub fn try_lock(mut self, try_lock: bool) -> LockRequest {
+        self.req.try_lock = try_lock;
+        self
+    }
+
+    /// Hold the locks with `value`: a campaign, whose holder leads the
+    /// election of each lock's name.
+    pub fn value(mut self, value: Option<String>) -> LockRequest {
+        self.req.value = value;
+        self
+    }
+
+    /// What the client calls itself in listings (default: `pid@host`).
+    pub fn client(mut self, label: impl Into<String>) -> LockRequest {
+        self.req.client = label.into();
+        self
+    }
+}
+
+/// Locks held: each one's fencing token, in name order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The node that granted them.
+    pub node: u32,
+    /// Each lock's name and fence.
+    pub fences: Vec<(String, u64)>,
+}
+
+impl Grant {
+    /// The first lock's fence (the only one's, for a single lock).
+    pub fn fence(&self) -> u64 {
+        self.fences.first().map_or(0, |(_, f)| *f)
+    }
+}
+
+/// The outcome of a [`LockRequest`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every lock was granted.
+    Granted(Grant),
+    /// Not granted within the timeout; nothing is held.
+    TimedOut,
+    /// A try that did not succeed; nothing is held.
+    Busy,
+}
+
+/// What this process calls itself in listings: `pid@host`.
+pub fn client_label() -> String {
+    static LABEL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    LABEL
+        .get_or_init(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_default();
+            format!("{}@{}", std::process::id(), if host.is_empty() { "localhost" } else { &host })
+        })
+        .clone()
 }
 
 /// A client session with one node. The session is the connection: dropping
@@ -272,12 +376,26 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn lock(
-        mut self,
+        self,
         timeout: Option<Duration>,
         try_lock: bool,
     ) -> Result<Result<Lock, Acquired>, ClientError> {
-        Ok(match self.acquire(timeout, try_lock).await? {
-            Acquired::Granted(fence) => Ok(Lock { client: self, fence }),
+        let req = LockRequest::new(Vec::<String>::new()).timeout(timeout).try_lock(try_lock);
+        Ok(match self.lock_with(&req).await? {
+            Ok(lock) => Ok(lock),
+            Err(Outcome::TimedOut) => Err(Acquired::TimedOut),
+            Err(_) => Err(Acquired::Busy),
+        })
+    }
+
+    /// Asks for the locks `req` names and returns a guard for them;
+    /// `Err(outcome)` if they were not granted.
+    pub async fn lock_with(
+        mut self,
+        req: &LockRequest,
+    ) -> Result<Result<Lock, Outcome>, ClientError> {
+        Ok(match self.request(req).await? {
+            Outcome::Granted(grant) => Ok(Lock { client: self, grant }),
             other => Err(other),
         })
     }
@@ -291,17 +409,88 @@ impl Client {
         timeout: Option<Duration>,
         try_lock: bool,
     ) -> Result<Acquired, ClientError> {
-        let timeout_ms = timeout.map(|d| d.as_millis() as u64);
-        self.conn.send(&ClientRequest::Acquire { timeout_ms, try_lock }).await?;
+        let req = LockRequest::new(Vec::<String>::new()).timeout(timeout).try_lock(try_lock);
+        Ok(match self.request(&req).await? {
+            Outcome::Granted(grant) => Acquired::Granted(grant.fence()),
+            Outcome::TimedOut => Acquired::TimedOut,
+            Outcome::Busy => Acquired::Busy,
+        })
+    }
+
+    /// Asks for the locks `req` names, all or none, keeping the session
+    /// alive while it waits (see [`acquire`](Self::acquire)).
+    pub async fn request(&mut self, req: &LockRequest) -> Result<Outcome, ClientError> {
+        let acquire = ClientRequest::Acquire(Self::labelled(req));
+        self.conn.send(&acquire).await?;
+        self.outcome().await
+    }
+
+    /// Lets go of what the session holds and asks for the locks `req`
+    /// names, in one write: what a client that goes straight from one
+    /// critical section to its next request saves a round trip with.
+    pub async fn release_and_request(&mut self, req: &LockRequest) -> Result<Outcome, ClientError> {
+        let acquire = ClientRequest::Acquire(Self::labelled(req));
+        self.conn.send_all(&[ClientRequest::Release, acquire]).await?;
+        match self.conn.answer().await? {
+            ClientResponse::Released => self.outcome().await,
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// `req`'s acquire, with this process's label unless it has one.
+    fn labelled(req: &LockRequest) -> Acquire {
+        let mut acquire = req.req.clone();
+        if acquire.client.is_empty() {
+            acquire.client = client_label();
+        }
+        acquire
+    }
+
+    /// The answer to the acquire just sent, keeping the session alive
+    /// while it waits.
+    async fn outcome(&mut self) -> Result<Outcome, ClientError> {
         // A waiting session is a lease too: the node hands a grant only to
         // a client that is there to take it.
         match self.next_answer().await.map_err(ClientError::Lost)? {
-            ClientResponse::Granted { fence, .. } => Ok(Acquired::Granted(fence)),
-            ClientResponse::TimedOut => Ok(Acquired::TimedOut),
-            ClientResponse::Busy => Ok(Acquired::Busy),
+            ClientResponse::Granted { fences, node } => {
+                Ok(Outcome::Granted(Grant { node, fences }))
+            }
+            ClientResponse::TimedOut => Ok(Outcome::TimedOut),
+            ClientResponse::Busy => Ok(Outcome::Busy),
             ClientResponse::Error(why) => Err(ClientError::Refused(why)),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
+    }
+
+    /// Every live lock whose name starts with `prefix`, cluster wide, and
+    /// the nodes that did not answer (their part is missing).
+    pub async fn locks(&mut self, prefix: &str) -> Result<(Vec<LockInfo>, Vec<u32>), ClientError> {
+        match self.conn.call(&ClientRequest::Locks { prefix: prefix.to_string() }).await? {
+            ClientResponse::Locks { locks, unreachable } => Ok((locks, unreachable)),
+            ClientResponse::Error(why) => Err(ClientError::Refused(why)),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// The leader of election `name`, cluster wide.
+    pub async fn leader(&mut self, name: &str) -> Result<LeaderReport, ClientError> {
+        match self.conn.call(&ClientRequest::Leader { name: name.to_string() }).await? {
+            ClientResponse::Leader(report) => Ok(report),
+            ClientResponse::Error(why) => Err(ClientError::Refused(why)),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Turns this session into a stream of election `name`'s leaders:
+    /// the leader now, then every change.
+    pub async fn observe(mut self, name: &str) -> Result<(LeaderReport, Observer), ClientError> {
+        self.conn.send(&ClientRequest::Observe { name: name.to_string() }).await?;
+        let mut observer = Observer { conn: self.conn };
+        for _ in 0..observer.conn.pings_due {
+            observer.conn.read::<ClientResponse>().await?; // their PONGs
+        }
+        let first = observer.next().await?.ok_or(ClientError::Closed)?;
+        Ok((first, observer))
     }
 
     /// Leaves the critical section.
@@ -363,6 +552,24 @@ impl Client {
     }
 }
 
+/// An election's leaders as they change; see [`Client::observe`].
+pub struct Observer {
+    conn: Conn,
+}
+
+impl Observer {
+    /// The next change; `None` once the node has closed the stream (it
+    /// stopped or died).
+    pub async fn next(&mut self) -> Result<Option<LeaderReport>, ClientError> {
+        match self.conn.read().await? {
+            None => Ok(None),
+            Some(ClientResponse::Leader(report)) => Ok(Some(report)),
+            Some(ClientResponse::Error(why)) => Err(ClientError::Refused(why)),
+            Some(other) => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+}
+
 /// A node's event stream; see [`Client::watch`].
 pub struct Watch {
     conn: Conn,
@@ -380,19 +587,25 @@ impl Watch {
     }
 }
 
-/// The critical section, held; see [`Client::lock`]. Dropping it closes
-/// the session, and the node releases on its behalf (after the lock delay,
-/// if one is configured: prefer [`release`](Lock::release)).
+/// Locks, held; see [`Client::lock`]. Dropping it closes the session,
+/// and the node releases on its behalf (after the lock delay, if one is
+/// configured: prefer [`release`](Lock::release)).
 pub struct Lock {
     client: Client,
-    fence: u64,
+    grant: Grant,
 }
 
 impl Lock {
-    /// The grant's fencing token: pass it to the resource with every
-    /// write, so it can refuse a holder whose grant went stale.
+    /// The grant's fencing token (the first lock's, of several): pass it
+    /// to the resource with every write, so it can refuse a holder whose
+    /// grant went stale.
     pub fn fence(&self) -> u64 {
-        self.fence
+        self.grant.fence()
+    }
+
+    /// Every lock held, with its fence.
+    pub fn grant(&self) -> &Grant {
+        &self.grant
     }
 
     /// Resolves when the lock is lost with its session (see
@@ -437,9 +650,10 @@ impl WitnessClient {
         Ok(WitnessClient { conn: Conn::open(addr).await? })
     }
 
-    /// Enters the resource with `fence`, granted by `node`.
-    pub async fn enter(&mut self, fence: u64, node: u32) -> Result<Entry, ClientError> {
-        match self.conn.witness_call(&WitnessRequest::Enter { fence, node }).await? {
+    /// Enters lock `name`'s resource with `fence`, granted by `node`.
+    pub async fn enter(&mut self, name: &str, fence: u64, node: u32) -> Result<Entry, ClientError> {
+        let request = WitnessRequest::Enter { name: name.to_string(), fence, node };
+        match self.conn.witness_call(&request).await? {
             WitnessResponse::Accepted { holders, violation } => {
                 Ok(Entry::Accepted { holders, violation })
             }
@@ -448,9 +662,13 @@ impl WitnessClient {
         }
     }
 
-    /// Leaves the resource.
-    pub async fn leave(&mut self, fence: u64) -> Result<(), ClientError> {
-        match self.conn.witness_call(&WitnessRequest::Leave { fence }).await? {
+    /// Leaves lock `name`'s resource.
+    pub async fn leave(&mut self, name: &str, fence: u64) -> Result<(), ClientError> {
+        match self
+            .conn
+            .witness_call(&WitnessRequest::Leave { name: name.to_string(), fence })
+            .await?
+        {
             WitnessResponse::Left => Ok(()),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }

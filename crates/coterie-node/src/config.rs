@@ -32,7 +32,7 @@
 //! client = "127.0.0.1:7201"   # clients and status
 //! ```
 
-use coterie_core::registry::{self, MutexOption};
+use coterie_core::registry::{self, ElectionInfo, MutexInfo, MutexOption};
 use coterie_core::{AlgoConfig, Detector, MutexOptions, NodeId, Priority, Timing};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -74,9 +74,9 @@ pub struct ClusterSection {
     /// The cluster's name; nodes refuse peers from another cluster.
     pub name: String,
     /// Mutual-exclusion algorithm.
-    pub mutex: String,
+    pub mutex: &'static MutexInfo,
     /// Election algorithm.
-    pub election: String,
+    pub election: &'static ElectionInfo,
     /// Holders allowed at once (a counting semaphore when > 1).
     #[serde(default = "one")]
     pub count: usize,
@@ -113,6 +113,17 @@ pub struct ClusterSection {
     /// default) turns it off. A clean release never waits for it.
     #[serde(default, with = "humantime_serde_str")]
     pub lock_delay: Duration,
+    /// A lock nobody at a node holds or wants is forgotten there after
+    /// this long (its next use starts it again), so that idle locks cost
+    /// no memory. `"0s"` keeps every lock for good.
+    #[serde(default = "ClusterSection::default_forget_after", with = "humantime_serde_str")]
+    pub forget_after: Duration,
+}
+
+impl ClusterSection {
+    fn default_forget_after() -> Duration {
+        coterie_core::Forgetting::default().after
+    }
 }
 
 fn yes() -> bool {
@@ -133,8 +144,10 @@ impl ClusterSection {
     /// Sets the key that `var` (one of [`OVERRIDES`]) stands for.
     fn set(&mut self, var: &str, value: &str) -> Result<(), String> {
         match var {
-            "COTERIE_MUTEX" => self.mutex = value.to_string(),
-            "COTERIE_ELECTION" => self.election = value.to_string(),
+            "COTERIE_MUTEX" => self.mutex = registry::mutex(value).map_err(|e| e.to_string())?,
+            "COTERIE_ELECTION" => {
+                self.election = registry::election(value).map_err(|e| e.to_string())?;
+            }
             "COTERIE_COUNT" => {
                 self.count = value.parse().map_err(|e| format!("not a count: {e}"))?;
             }
@@ -283,6 +296,11 @@ pub struct LimitsSection {
     /// algorithm queues one request per node); one more is refused.
     #[serde(default = "LimitsSection::default_max_pending")]
     pub max_pending: usize,
+    /// Lock names the node's clients may hold or wait for at once; a
+    /// request for one more is refused, naming this key. (A name nobody
+    /// holds or wants any more costs nothing and does not count.)
+    #[serde(default = "LimitsSection::default_max_names")]
+    pub max_names: usize,
 }
 
 impl LimitsSection {
@@ -293,6 +311,10 @@ impl LimitsSection {
     fn default_max_pending() -> usize {
         1024
     }
+
+    fn default_max_names() -> usize {
+        100_000
+    }
 }
 
 impl Default for LimitsSection {
@@ -300,6 +322,7 @@ impl Default for LimitsSection {
         LimitsSection {
             max_clients: Self::default_max_clients(),
             max_pending: Self::default_max_pending(),
+            max_names: Self::default_max_names(),
         }
     }
 }
@@ -401,8 +424,6 @@ impl Config {
                     .map_err(|e| invalid(format!("{var}={value:?}: {e}")))?;
             }
         }
-        registry::mutex(&cfg.cluster.mutex).map_err(|e| invalid(e.to_string()))?;
-        registry::election(&cfg.cluster.election).map_err(|e| invalid(e.to_string()))?;
         if cfg.nodes.is_empty() {
             return Err(invalid("no [[node]] entries".into()));
         }
@@ -418,11 +439,13 @@ impl Config {
         if cfg.cluster.count == 0 {
             return Err(invalid("count must be at least 1".into()));
         }
-        if cfg.limits.max_clients == 0 || cfg.limits.max_pending == 0 {
-            return Err(invalid("[limits] max_clients and max_pending must be at least 1".into()));
+        if cfg.limits.max_clients == 0 || cfg.limits.max_pending == 0 || cfg.limits.max_names == 0 {
+            return Err(invalid(
+                "[limits] max_clients, max_pending and max_names must be at least 1".into(),
+            ));
         }
-        let claims = registry::mutex(&cfg.cluster.mutex).map(|m| m.claims).ok();
-        if cfg.cluster.count > 1 && !claims.is_some_and(|c| c.counting) {
+        let claims = cfg.cluster.mutex.claims;
+        if cfg.cluster.count > 1 && !claims.counting {
             return Err(invalid(format!(
                 "count = {} but {} admits one holder at a time",
                 cfg.cluster.count, cfg.cluster.mutex
@@ -434,7 +457,7 @@ impl Config {
             ("priority", options.priority != Priority::default(), MutexOption::Priority),
         ];
         for (key, asked, option) in asked {
-            if asked && !claims.is_some_and(|c| c.takes(option)) {
+            if asked && !claims.takes(option) {
                 let takers: Vec<&str> = registry::taking(option).collect();
                 return Err(invalid(format!(
                     "{key} applies to {} only, not {}",
@@ -482,6 +505,7 @@ impl Config {
     pub fn algo_config(&self, id: u32, incarnation: u64, wall_origin: Duration) -> AlgoConfig {
         AlgoConfig {
             id: NodeId(id),
+            name: coterie_core::Name::default(),
             members: self.nodes.iter().map(|n| NodeId(n.id)).collect(),
             capacity: self.cluster.count,
             timing: self.timing(),
@@ -489,6 +513,14 @@ impl Config {
             wall_origin,
             mutex_options: self.cluster.mutex_options(),
             restored: None,
+            forgetting: (!self.cluster.forget_after.is_zero()).then_some(
+                coterie_core::Forgetting {
+                    after: self.cluster.forget_after,
+                    remnants: self.limits.max_names,
+                    // The default lock, which is never forgotten, besides.
+                    locks: self.limits.max_names.saturating_add(1),
+                },
+            ),
         }
     }
 }
@@ -566,8 +598,8 @@ mod tests {
             _ => None,
         };
         let cfg = Config::parse_with(GOOD, Path::new("t.toml"), env).unwrap();
-        assert_eq!(cfg.cluster.mutex, "maekawa");
-        assert_eq!(cfg.cluster.election, "bully", "not overridden: the file's");
+        assert_eq!(cfg.cluster.mutex.name, "maekawa");
+        assert_eq!(cfg.cluster.election.name, "bully", "not overridden: the file's");
         assert_eq!(cfg.cluster.lock_delay, Duration::from_secs(2));
         // An override is checked like the file.
         let bad = |var: &str| (var == "COTERIE_ELECTION").then(|| "nope".to_string());

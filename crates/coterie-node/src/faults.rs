@@ -7,6 +7,9 @@
 //! late heartbeats. A `reset`, by contrast, breaks the connections under
 //! the sessions, which hide it.
 //!
+//! [`Faults`] is what is in force; [`Injector`] shares it between the
+//! tasks that consult it and the command that changes it.
+//!
 //! A node takes fault commands only when its configuration allows them
 //! (`[security] allow_faults = true`): on a shared network, anyone who
 //! reaches a client port could otherwise cut a production node off.
@@ -176,6 +179,80 @@ impl Faults {
             drop_percent: self.drop_percent.iter().map(|(p, &d)| (p.0, d)).collect(),
             paused: self.paused,
         }
+    }
+}
+
+/// The node's faults, shared by the tasks that consult them (every frame
+/// in and out) and the client that changes them (`coterie fault`); with
+/// the pause as a watch, so that inputs can wait for a resume.
+pub(crate) struct Injector {
+    faults: std::sync::Mutex<Faults>,
+    paused: tokio::sync::watch::Sender<bool>,
+}
+
+/// What a fault command left to do besides changing the faults.
+pub(crate) struct Injected {
+    /// The faults now in force.
+    pub(crate) state: FaultState,
+    /// A `reset`: the connections to and from these peers are to break.
+    pub(crate) reset: Option<Vec<NodeId>>,
+}
+
+impl Injector {
+    /// No fault yet; see [`Faults::new`].
+    pub(crate) fn new(faults: Faults) -> Injector {
+        Injector {
+            faults: std::sync::Mutex::new(faults),
+            paused: tokio::sync::watch::channel(false).0,
+        }
+    }
+
+    fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
+        // A panic while holding the lock is a bug in this process; the
+        // faults it left are still the best account of what is in force.
+        self.faults.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Carries out `command`, if the configuration allows it; the reason
+    /// otherwise, with nothing changed.
+    pub(crate) fn command(&self, command: &FaultCommand) -> Result<Injected, String> {
+        let mut faults = self.faults();
+        faults.permits(command)?;
+        let reset = match command {
+            FaultCommand::Reset { peers } => Some(faults.targets(peers)?),
+            other => {
+                faults.apply(other)?;
+                None
+            }
+        };
+        let state = faults.state();
+        self.paused.send_replace(state.paused);
+        Ok(Injected { state, reset })
+    }
+
+    /// What becomes of the next message to `peer`.
+    pub(crate) fn outgoing(&self, peer: NodeId) -> Fate {
+        self.faults().outgoing(peer)
+    }
+
+    /// Whether a message from `peer` is let in (an injected partition
+    /// keeps it out).
+    pub(crate) fn admits(&self, peer: NodeId) -> bool {
+        self.faults().admits(peer)
+    }
+
+    /// Whether a fault pauses the node now.
+    pub(crate) fn paused(&self) -> bool {
+        *self.paused.borrow()
+    }
+
+    /// Resolves at once unless a fault paused the node; then when resumed.
+    pub(crate) async fn unpaused(&self) {
+        if !*self.paused.borrow() {
+            return; // the common case, on every message: no subscription
+        }
+        let mut paused = self.paused.subscribe();
+        let _ = paused.wait_for(|p| !*p).await;
     }
 }
 

@@ -99,7 +99,11 @@ mod tests {
     use coterie_core::Fence;
 
     fn send(to: u32) -> Output {
-        let envelope = coterie_core::wire::Envelope::Mutex(vec![to as u8]);
+        let envelope = coterie_core::wire::Envelope::Mutex {
+            name: Default::default(),
+            permits: 1,
+            bytes: vec![to as u8],
+        };
         Output::Send { to: NodeId(to), envelope, kind: "grant" }
     }
 
@@ -114,7 +118,7 @@ mod tests {
         // Other lanes do not wait for node 2's.
         assert_eq!(gate.admit(send(3), 1), None);
         assert_eq!(gate.admit(send(4), 0), Some(send(4)));
-        let granted = Output::Granted { fence: Fence::new(1, 1) };
+        let granted = Output::Granted { name: Default::default(), fence: Fence::new(1, 1) };
         assert_eq!(gate.admit(granted.clone(), 0), Some(granted));
         assert_eq!(gate.durable_upto(1), vec![send(3)]);
         assert_eq!(gate.durable_upto(2), vec![send(2), send(2)]);

@@ -7,13 +7,22 @@
 //! - [`config`]: the cluster's TOML file, checked as it is read.
 //! - [`codec`]: frames on tokio streams.
 //! - [`protocol`]: what clients and the witness say.
-//! - [`node`]: one node's runtime, which starts the parts below.
-//! - `agent`: the engine and its output driver (grants, frames, records).
-//! - `transport`: peer connections, dial and accept, frames.
-//! - `links`: the reliable session with each peer, in the agent's state.
-//! - `app`: the application task: client sessions and their local queue.
-//! - `faults`: faults injected on request (`coterie fault`).
-//! - `throttle`: at most a log line a second for what a remote party repeats.
+//! - [`node`]: one node's runtime, which builds the parts below and runs
+//!   their tasks.
+//! - The agent's side: `agent` (the engine and its output driver),
+//!   `transport` (peer connections, dial and accept), `peers` (each peer's
+//!   handles), `links` (the reliable session with each peer), `gate`
+//!   (outputs held for stable storage), `holdback` (grants held by the
+//!   lock delay).
+//! - The application's side: `listener` (accepting connections),
+//!   `handler` (one client session), `locks` (what its sessions hold and
+//!   want, per name), `cluster` (who holds and who waits cluster wide;
+//!   elections by name).
+//! - Beside them: `admission` (the handshake at the door), `faults`
+//!   (faults injected on request, `coterie fault`), `events` (what
+//!   watchers are told), `shutdown` (the stop signal), `throttle` (at most
+//!   a log line a second for what a remote party repeats).
+//! - [`auth`]: the challenge–response handshake itself.
 //! - [`state`]: a node's stable storage, one record in two checksummed slots.
 //! - [`storage`]: the group-commit writer that makes records durable off the
 //!   runtime's thread.
@@ -21,18 +30,25 @@
 //! - [`witness`]: the shared resource that checks safety on a real cluster.
 #![warn(missing_docs)]
 
+mod admission;
 mod agent;
-mod app;
 pub mod auth;
 pub mod client;
+mod cluster;
 pub mod codec;
 pub mod config;
+mod events;
 mod faults;
 mod gate;
+mod handler;
+mod holdback;
 mod links;
-mod local;
+mod listener;
+mod locks;
 pub mod node;
+mod peers;
 pub mod protocol;
+mod shutdown;
 pub mod state;
 pub mod storage;
 mod throttle;
@@ -40,6 +56,7 @@ mod transport;
 pub mod witness;
 
 pub use client::{
-    Acquired, Client, ClientError, Credentials, Entry, Lock, Loss, Watch, WitnessClient,
+    client_label, Acquired, Client, ClientError, Credentials, Entry, Grant, Lock, LockRequest,
+    Loss, Observer, Outcome, Watch, WitnessClient,
 };
 pub use config::Config;

@@ -1,28 +1,49 @@
-//! One node's runtime: binds its sockets, builds its engine from the
-//! configuration (and what stable storage kept), and runs its tasks until
-//! told to stop. The parts, each in a file of its own:
-//! - [`agent`](crate::agent): the engine and its output driver;
-//! - [`transport`](crate::transport): peer connections, dial and accept,
-//!   and the reliable sessions over them;
-//! - [`app`](crate::app): the application task, serving clients;
-//! - [`faults`](crate::faults): faults injected on request.
+//! One node's runtime: binds its sockets, builds its parts from the
+//! configuration (and what stable storage kept), and runs their tasks
+//! until told to stop, as tokio-rs/mini-redis's `server::run` does (the
+//! caller binds the sockets and owns the shutdown trigger, so a test binds
+//! port 0 and passes any future).
+//!
+//! The parts, each in a file of its own, and who holds whom:
+//! - the **agent** ([`agent`](crate::agent)) owns the engine and the
+//!   peers' sessions; the **transport** ([`transport`](crate::transport))
+//!   owns the peer connections and feeds it frames; each peer's handles
+//!   are in [`peers`](crate::peers);
+//! - the **application**: client connections ([`handler`](crate::handler),
+//!   accepted by a [`listener`](crate::listener)), the table of what its
+//!   sessions hold and want ([`locks`](crate::locks)), and the cluster-wide
+//!   view ([`cluster`](crate::cluster)), which the agent's notices feed;
+//! - beside them: the door ([`admission`](crate::admission)), the faults
+//!   in force ([`faults`](crate::faults)), the watchers' events
+//!   ([`events`](crate::events)) and the stop signal
+//!   ([`shutdown`](crate::shutdown)).
+//!
+//! The agent serves what the application's table wants; the application
+//! hears back through that table (grants) and the agent's notices.
 
-use crate::agent::{Agent, Settings, Storage};
-use crate::app::client_session;
+use crate::admission::{Admission, Port};
+use crate::agent::{Agent, Parts, Storage};
+use crate::cluster::Cluster;
 use crate::config::Config;
-use crate::faults::Faults;
+use crate::events::Events;
+use crate::faults::{Faults, Injector};
+use crate::handler::{self, Shared};
+use crate::listener::{self, Listener};
+use crate::locks::{Limits, Locks};
+use crate::peers::Peers;
+use crate::shutdown::Trigger;
 use crate::state::StateFile;
 use crate::storage::StateWriter;
 use crate::transport::{delay_lane, dial_task, serve_peer, Transport};
 use coterie_core::wire::{Hello, PROTOCOL_VERSION};
-use coterie_core::{Engine, NodeId, Restored};
+use coterie_core::{Engine, NodeId, Priority, Restored};
 use std::future::Future;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn, Instrument};
 
@@ -137,23 +158,24 @@ pub async fn run(
             }
         }
     }
-    let engine = Engine::new(algo, &cfg.cluster.mutex, &cfg.cluster.election, Duration::ZERO)
-        .expect("the configuration's algorithm names were checked when it was loaded");
+    let engine = Engine::new(algo, cfg.cluster.mutex, cfg.cluster.election, Duration::ZERO);
     let hello = Hello {
         cluster: cfg.cluster.name.clone(),
         node: NodeId(id),
         protocol: PROTOCOL_VERSION,
-        mutex: cfg.cluster.mutex.clone(),
-        election: cfg.cluster.election.clone(),
+        mutex: cfg.cluster.mutex.name.to_string(),
+        election: cfg.cluster.election.name.to_string(),
         detector: cfg.timing().detector.to_string(),
         boot: incarnation,
         expects: None,
     };
     let peers: Vec<(NodeId, String)> =
         cfg.nodes.iter().filter(|n| n.id != id).map(|n| (NodeId(n.id), n.peer.clone())).collect();
-    let (transport, lanes) = Transport::new(&peers);
+    let (peer_handles, lanes) = Peers::new(&peers);
+    let peer_handles = Arc::new(peer_handles);
     let allow_faults = cfg.security.allow_faults;
     let faults = Faults::new(peers.iter().map(|(p, _)| *p).collect(), incarnation, allow_faults);
+    let faults = Arc::new(Injector::new(faults));
     if allow_faults {
         warn!(id, "fault injection is allowed ([security] allow_faults): for labs and tests only");
     }
@@ -167,32 +189,95 @@ pub async fn run(
         warn!(parent: &span, "no secret configured ([security] secret_file): peers and clients are \
             not authenticated; anyone who reaches this node's ports can speak for a member");
     }
-    let settings = Settings { lock_delay: cfg.cluster.lock_delay, secret, limits: cfg.limits };
-    let agent = Arc::new(Agent::new(engine, hello, faults, storage, transport, settings));
+    let events = Arc::new(Events::new(NodeId(id)));
+    let limits = Limits { max_pending: cfg.limits.max_pending, max_names: cfg.limits.max_names };
+    let locks = Arc::new(Locks::new(limits));
+    let (notices, notices_rx) = mpsc::unbounded_channel();
+    let agent = Arc::new(Agent::new(Parts {
+        engine,
+        hello,
+        storage,
+        lock_delay: cfg.cluster.lock_delay,
+        peers: peer_handles.clone(),
+        faults: faults.clone(),
+        events: events.clone(),
+        locks: locks.clone(),
+        notices,
+    }));
+    let admission = Arc::new(Admission::new(NodeId(id), cfg.cluster.name.clone(), secret));
+    let transport = Arc::new(Transport {
+        agent: agent.clone(),
+        peers: peer_handles.clone(),
+        admission: admission.clone(),
+        faults: faults.clone(),
+    });
+    // Waiters are listed in timestamp order where the algorithm serves
+    // them so: the fair ones, under the classic priority.
+    let timestamp_order =
+        cfg.cluster.mutex.claims.fair && cfg.cluster.priority == Priority::Timestamp;
+    let cluster = Arc::new(Cluster::new(agent.clone(), locks.clone(), timestamp_order));
+    let shared = Arc::new(Shared {
+        agent: agent.clone(),
+        locks: locks.clone(),
+        cluster: cluster.clone(),
+        events: events.clone(),
+        faults: faults.clone(),
+        peers: peer_handles.clone(),
+        lock_delay: cfg.cluster.lock_delay,
+        default_permits: u32::try_from(cfg.cluster.count).unwrap_or(u32::MAX),
+    });
     info!(parent: &span, peer = ?listeners.peer.local_addr().ok(), client = ?listeners.client.local_addr().ok(),
         mutex = %cfg.cluster.mutex, election = %cfg.cluster.election, cluster = %cfg.cluster.name, "node starting");
 
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let (trigger, shutdown_signal) = Trigger::new();
     let mut tasks = JoinSet::new();
-    // The engine queued its first heartbeats when it was built.
-    agent.input(|_, _| ());
     let a = agent.clone();
-    let stop = stop_rx.clone();
+    let stop = shutdown_signal.clone();
     tasks.spawn(async move { a.run_timers(stop).await }.instrument(span.clone()));
     let a = agent.clone();
-    let stop = stop_rx.clone();
+    let stop = shutdown_signal.clone();
     tasks.spawn(async move { a.release_durable(stop).await }.instrument(span.clone()));
+    let c = cluster.clone();
+    let stop = shutdown_signal.clone();
+    tasks.spawn(async move { c.run(notices_rx, stop).await }.instrument(span.clone()));
+    let (l, a) = (locks.clone(), agent.clone());
+    let stop = shutdown_signal.clone();
+    let expiry = async move {
+        let follow = |name: &coterie_core::Name| {
+            let _ = a.sync(name);
+        };
+        l.expire_delays(|| a.now(), follow, stop).await
+    };
+    tasks.spawn(expiry.instrument(span.clone()));
     for (peer, lane) in lanes {
-        tasks.spawn(delay_lane(agent.clone(), peer, lane, stop_rx.clone()));
+        tasks.spawn(delay_lane(transport.clone(), peer, lane, shutdown_signal.clone()));
     }
     for (peer, _) in &peers {
-        tasks.spawn(dial_task(agent.clone(), *peer, stop_rx.clone()).instrument(span.clone()));
+        let dial = dial_task(transport.clone(), *peer, shutdown_signal.clone());
+        tasks.spawn(dial.instrument(span.clone()));
     }
-    let peer_port = accept_loop(agent.clone(), listeners.peer, stop_rx.clone(), "peer", serve_peer);
-    tasks.spawn(peer_port.instrument(span.clone()));
-    let clients =
-        accept_loop(agent.clone(), listeners.client, stop_rx.clone(), "client", client_session);
-    tasks.spawn(clients.instrument(span.clone()));
+    let peer_port = Listener {
+        listener: listeners.peer,
+        port: Port::Peer,
+        admission: admission.clone(),
+        max: usize::MAX >> 4,
+    };
+    let t = transport.clone();
+    let serve = move |stream, from, stop| serve_peer(t.clone(), stream, from, stop);
+    tasks.spawn(peer_port.run(serve, shutdown_signal.clone()).instrument(span.clone()));
+    let client_port = Listener {
+        listener: listeners.client,
+        port: Port::Client,
+        admission: admission.clone(),
+        max: cfg.limits.max_clients,
+    };
+    let serve = move |stream, from, stop| {
+        let (admission, shared) = (admission.clone(), shared.clone());
+        listener::admitted(admission, stream, from, move |stream| {
+            handler::serve(shared, stream, stop)
+        })
+    };
+    tasks.spawn(client_port.run(serve, shutdown_signal.clone()).instrument(span.clone()));
 
     let outcome = tokio::select! {
         _ = shutdown => Ok(()),
@@ -202,42 +287,10 @@ pub async fn run(
         }
     };
     info!(parent: &span, "node stopping");
-    let _ = stop_tx.send(true);
+    trigger.fire();
     let drain = async { while tasks.join_next().await.is_some() {} };
     if tokio::time::timeout(Duration::from_secs(2), drain).await.is_err() {
         tasks.abort_all();
     }
     outcome
-}
-
-/// Resolves once the node is told to stop.
-pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
-}
-
-/// Accepts connections until the node stops, serving each with `serve` in
-/// a task of its own. `what` names the port in log lines.
-async fn accept_loop<F, Fut>(
-    agent: Arc<Agent>,
-    listener: TcpListener,
-    mut stop: watch::Receiver<bool>,
-    what: &'static str,
-    serve: F,
-) where
-    F: Fn(Arc<Agent>, TcpStream, std::net::SocketAddr, watch::Receiver<bool>) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, from)) => {
-                    conns.spawn(serve(agent.clone(), stream, from, stop.clone()).in_current_span());
-                }
-                Err(e) => warn!("{what} accept failed: {e}"),
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            _ = stopped(&mut stop) => return,
-        }
-    }
 }

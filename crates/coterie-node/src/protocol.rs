@@ -7,14 +7,9 @@ use serde::{Deserialize, Serialize};
 /// A client's request to its node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ClientRequest {
-    /// Ask for the critical section and wait for it.
-    Acquire {
-        /// Give up after this many milliseconds (`None`: wait for ever).
-        timeout_ms: Option<u64>,
-        /// Answer `Busy` instead of `TimedOut` when giving up.
-        try_lock: bool,
-    },
-    /// Leave the critical section.
+    /// Ask for one or more locks and wait for them all.
+    Acquire(Acquire),
+    /// Leave every lock the session holds.
     Release,
     /// The node's status.
     Status,
@@ -41,6 +36,143 @@ pub enum ClientRequest {
         /// Heartbeats too.
         heartbeats: bool,
     },
+    /// Every live lock whose name starts with `prefix`, cluster wide: who
+    /// holds it, who waits. Answered with [`ClientResponse::Locks`].
+    Locks {
+        /// The names' common start (empty: every lock).
+        prefix: String,
+    },
+    /// The leader of election `name`, cluster wide: the holder of the
+    /// lock `name` that gave a value. Answered with
+    /// [`ClientResponse::Leader`].
+    Leader {
+        /// The election.
+        name: String,
+    },
+    /// Stream every change of election `name`'s leader, starting with the
+    /// leader now: the connection then carries only
+    /// [`ClientResponse::Leader`]s, until the client closes it or the
+    /// node stops.
+    Observe {
+        /// The election.
+        name: String,
+    },
+}
+
+/// A request for locks ([`ClientRequest::Acquire`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acquire {
+    /// The locks, by name (empty: the `default` lock). Several are taken
+    /// all or none, one after the other in name order (bytewise), so that
+    /// two clients asking for overlapping sets cannot deadlock.
+    pub names: Vec<String>,
+    /// Ask for one of this many permits of each (a counting semaphore);
+    /// 0 for the cluster's `count`.
+    pub permits: u32,
+    /// Give up after this many milliseconds (`None`: wait for ever).
+    pub timeout_ms: Option<u64>,
+    /// Answer `Busy` instead of `TimedOut` when giving up.
+    pub try_lock: bool,
+    /// What the holder says it holds the locks for: a campaign's value,
+    /// which makes the holder its election's leader (see
+    /// [`ClientRequest::Leader`]).
+    pub value: Option<String>,
+    /// What the client calls itself in listings (`pid@host`); empty for
+    /// the session's number.
+    pub client: String,
+}
+
+impl Acquire {
+    /// The default lock, one permit as the cluster counts them, waiting
+    /// for ever.
+    pub fn default_lock() -> Acquire {
+        Acquire {
+            names: Vec::new(),
+            permits: 0,
+            timeout_ms: None,
+            try_lock: false,
+            value: None,
+            client: String::new(),
+        }
+    }
+}
+
+/// A live lock, cluster wide, as `coterie locks --json` prints it and
+/// the dashboard lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockInfo {
+    /// The lock's name.
+    pub name: String,
+    /// How many may hold it at once.
+    pub permits: u32,
+    /// Who holds it.
+    pub holders: Vec<HolderInfo>,
+    /// Who waits, in the order they will be served as far as the
+    /// algorithm knows it ([`LockInfo::order`]).
+    pub waiters: Vec<WaiterInfo>,
+    /// How the waiters are ordered.
+    pub order: WaitOrder,
+}
+
+/// The order [`LockInfo::waiters`] are listed in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WaitOrder {
+    /// `"timestamp"`: the algorithm serves requests in timestamp order,
+    /// and they are listed so.
+    Timestamp,
+    /// `"waited"`: the algorithm knows no global order (a coordinator's
+    /// queue, a ring, quorums): longest waiting first, each node's own
+    /// clients in the order it will serve them.
+    Waited,
+}
+
+/// One holder of a lock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderInfo {
+    /// The node whose client holds it.
+    pub node: u32,
+    /// The client (`pid@host`, or the session's number), or `null` when
+    /// the node holds it for a client it lost (the lock delay).
+    pub client: Option<String>,
+    /// The grant's fence.
+    pub fence: u64,
+    /// How long it has held, in milliseconds.
+    pub held_ms: u64,
+    /// The value it gave (a campaign's).
+    pub value: Option<String>,
+}
+
+/// One waiter for a lock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaiterInfo {
+    /// The node whose client waits.
+    pub node: u32,
+    /// The client.
+    pub client: String,
+    /// How long it has waited, in milliseconds.
+    pub waited_ms: u64,
+}
+
+/// An election's leader, as `coterie leader --json` and `coterie elect
+/// --observe --json` print it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderReport {
+    /// The election.
+    pub name: String,
+    /// Its leader, if it has one.
+    pub leader: Option<Leader>,
+}
+
+/// The leader of an election.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leader {
+    /// The node whose client leads.
+    pub node: u32,
+    /// The value it campaigned with.
+    pub value: String,
+    /// Its grant's fence: a new leader's is higher.
+    pub fence: u64,
 }
 
 /// The clock [`WatchEvent`]s are stamped with: microseconds since the Unix
@@ -100,15 +232,20 @@ pub enum NodeEvent {
         /// Its epoch.
         epoch: u64,
     },
-    /// A client session of this node was granted the critical section.
+    /// A client session of this node was granted a lock.
     Granted {
+        /// The lock.
+        name: String,
         /// The grant's fence.
         fence: u64,
         /// The client session.
         session: u64,
     },
-    /// The holding session let go (released, or its client vanished).
+    /// The holding session let go of a lock (released, or its client
+    /// vanished).
     Released {
+        /// The lock.
+        name: String,
         /// The client session.
         session: u64,
     },
@@ -240,11 +377,11 @@ impl std::fmt::Display for FaultState {
 /// A node's answer to a client.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ClientResponse {
-    /// The critical section is yours.
+    /// The locks are yours.
     Granted {
-        /// The grant's fencing token.
-        fence: u64,
-        /// The node that granted it (the client's node).
+        /// Each lock's name and its grant's fencing token, in name order.
+        fences: Vec<(String, u64)>,
+        /// The node that granted them (the client's node).
         node: u32,
     },
     /// Not granted within the timeout.
@@ -263,6 +400,17 @@ pub enum ClientResponse {
     Event(WatchEvent),
     /// The request could not be served.
     Error(String),
+    /// The live locks ([`ClientRequest::Locks`]), with the nodes that did
+    /// not answer (their part is missing).
+    Locks {
+        /// The locks, by name.
+        locks: Vec<LockInfo>,
+        /// The nodes that did not answer in time.
+        unreachable: Vec<u32>,
+    },
+    /// An election's leader ([`ClientRequest::Leader`], and each change
+    /// on a [`ClientRequest::Observe`] stream).
+    Leader(LeaderReport),
     /// The answer to a [`ClientRequest::Ping`], with the node's timing: a
     /// client pings once per `heartbeat_ms` and takes the session for lost
     /// when a ping goes unanswered for `failure_timeout_ms`.
@@ -277,15 +425,19 @@ pub enum ClientResponse {
 /// A request to the witness.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WitnessRequest {
-    /// I hold the lock with this fence and am using the resource.
+    /// I hold lock `name` with this fence and am using its resource.
     Enter {
+        /// The lock.
+        name: String,
         /// The holder's fence.
         fence: u64,
         /// The node it was granted by.
         node: u32,
     },
-    /// I am done with the resource.
+    /// I am done with lock `name`'s resource.
     Leave {
+        /// The lock.
+        name: String,
         /// The fence I entered with.
         fence: u64,
     },
@@ -352,18 +504,18 @@ pub enum WitnessResponse {
 /// What the witness has seen.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WitnessReport {
-    /// Holders allowed at once.
+    /// Holders allowed at once, per lock.
     pub capacity: u32,
-    /// Entries accepted.
+    /// Entries accepted, over every lock.
     pub entries: u64,
-    /// Entries that made the holders exceed the capacity.
+    /// Entries that made a lock's holders exceed the capacity.
     pub violations: u64,
-    /// Entries refused for a stale fence.
+    /// Entries refused for a fence stale for their lock.
     pub stale_fences: u64,
-    /// The most holders seen at once.
+    /// The most holders of one lock seen at once.
     pub max_holders: u32,
-    /// Holders now.
+    /// Holders now, over every lock.
     pub holders: u32,
-    /// The newest fence accepted.
+    /// The newest fence accepted, over every lock.
     pub last_fence: u64,
 }

@@ -4,7 +4,7 @@
 //! connection; it reads what the peer writes on the connection the peer
 //! dialled. Under the connections sits one
 //! [`Session`](coterie_core::session::Session) per peer (kept in the
-//! agent's [`State`](crate::agent::State), so frames are numbered in the
+//! agent's [`Stack`](crate::agent::Stack), so frames are numbered in the
 //! order the engine sends them and delivered in the order they were
 //! numbered). A connection that breaks while both processes live loses
 //! nothing: the dialler connects again at once, the acceptor's Welcome says
@@ -19,28 +19,29 @@
 //! - [`serve_peer`]: one per accepted connection: hand-shake, read frames,
 //!   deliver them through the session. A newer connection from the same
 //!   peer supersedes an older one, so two readers never interleave.
+//! - [`delay_lane`]: one per peer: frames held back by an injected delay.
 //! - `coterie fault reset` closes both directions at once, through
-//!   [`Transport::reset`].
+//!   [`Peers::reset`].
 //!
 //! The sessions themselves live in [`links`](crate::links), in the agent's
-//! state.
+//! stack; each peer's handles in [`peers`](crate::peers).
 
-use crate::agent::Agent;
+use crate::admission::{Admission, Port};
+use crate::agent::{Agent, Delivery};
 use crate::auth::{AuthError, Role};
 use crate::codec::{read_frame, write_frame, FrameError};
-use crate::links::{Batch, Inbound};
-use crate::node::stopped;
+use crate::faults::Injector;
+use crate::links::Batch;
+use crate::peers::{Lane, Peers};
+use crate::shutdown::Shutdown;
 use crate::throttle::Throttle;
-use coterie_core::wire::{self, Envelope, Hello, PeerFrame};
+use coterie_core::wire::{self, Hello, PeerFrame};
 use coterie_core::NodeId;
-use std::collections::BTreeMap;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch, Notify};
 use tracing::{debug, error, info, warn};
 
 /// How long a dialled peer has to answer our Hello, and a new connection to
@@ -52,96 +53,22 @@ const READ_BUFFER: usize = 4096;
 /// Redial delays grow from the first to the last.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(1));
 
-/// The handles of one peer's tasks.
-struct PeerHandle {
-    addr: String,
-    /// Frames were numbered: the connection writes them.
-    wake: Notify,
-    /// The peer dialled in (it is up): a dialler backing off dials now.
-    redial: Notify,
-    /// Bumped by `coterie fault reset`: both connections close.
-    reset: watch::Sender<u64>,
-    /// Frames held back by an injected delay, each with when it is due.
-    lane: mpsc::UnboundedSender<(Instant, Vec<u8>)>,
-    /// How many frames are in the lane: while any are, the undelayed wait
-    /// behind them (order is kept).
-    delayed: AtomicUsize,
-}
-
-/// The lock-free half of the transport, in the agent: a handle per peer.
+/// What the connection tasks work with: the agent they feed, the peers'
+/// handles, the node's door and the faults in force.
 pub(crate) struct Transport {
-    peers: BTreeMap<NodeId, PeerHandle>,
-}
-
-/// What a peer's delay lane task reads.
-pub(crate) type LaneReceiver = mpsc::UnboundedReceiver<(Instant, Vec<u8>)>;
-
-impl Transport {
-    /// Handles for `peers` (id, peer address); returns the lanes' receivers
-    /// for [`delay_lane`] tasks.
-    pub(crate) fn new(peers: &[(NodeId, String)]) -> (Transport, Vec<(NodeId, LaneReceiver)>) {
-        let mut handles = BTreeMap::new();
-        let mut lanes = Vec::new();
-        for (peer, addr) in peers {
-            let (lane, rx) = mpsc::unbounded_channel();
-            lanes.push((*peer, rx));
-            handles.insert(
-                *peer,
-                PeerHandle {
-                    addr: addr.clone(),
-                    wake: Notify::new(),
-                    redial: Notify::new(),
-                    reset: watch::channel(0).0,
-                    lane,
-                    delayed: AtomicUsize::new(0),
-                },
-            );
-        }
-        (Transport { peers: handles }, lanes)
-    }
-
-    fn handle(&self, peer: NodeId) -> &PeerHandle {
-        &self.peers[&peer]
-    }
-
-    /// Frames to `peer` were numbered: its connection writes them.
-    pub(crate) fn wake(&self, peer: NodeId) {
-        if let Some(h) = self.peers.get(&peer) {
-            h.wake.notify_one();
-        }
-    }
-
-    /// Whether frames to `peer` wait in its delay lane.
-    pub(crate) fn delaying(&self, peer: NodeId) -> bool {
-        self.peers.get(&peer).is_some_and(|h| h.delayed.load(Ordering::Acquire) > 0)
-    }
-
-    /// Holds `body` for `peer` back by `delay`, behind what is held already.
-    pub(crate) fn delay(&self, peer: NodeId, delay: Duration, body: Vec<u8>) {
-        if let Some(h) = self.peers.get(&peer) {
-            h.delayed.fetch_add(1, Ordering::AcqRel);
-            let _ = h.lane.send((Instant::now() + delay, body));
-        }
-    }
-
-    /// Closes the connections to and from `peers`, both directions, at once
-    /// (`coterie fault reset`). They are redialled as after any break.
-    pub(crate) fn reset(&self, peers: &[NodeId]) {
-        for peer in peers {
-            if let Some(h) = self.peers.get(peer) {
-                h.reset.send_modify(|n| *n += 1);
-            }
-        }
-    }
+    pub(crate) agent: Arc<Agent>,
+    pub(crate) peers: Arc<Peers>,
+    pub(crate) admission: Arc<Admission>,
+    pub(crate) faults: Arc<Injector>,
 }
 
 /// Holds frames to one peer back until they are due (an injected delay),
 /// then numbers them in its session, in the order they were sent.
 pub(crate) async fn delay_lane(
-    agent: Arc<Agent>,
+    transport: Arc<Transport>,
     peer: NodeId,
-    mut frames: LaneReceiver,
-    mut stop: watch::Receiver<bool>,
+    mut frames: Lane,
+    mut shutdown: Shutdown,
 ) {
     loop {
         let (due, body) = tokio::select! {
@@ -149,20 +76,20 @@ pub(crate) async fn delay_lane(
                 Some(f) => f,
                 None => return,
             },
-            _ = stopped(&mut stop) => return,
+            _ = shutdown.recv() => return,
         };
         tokio::select! {
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
-            _ = stopped(&mut stop) => return,
+            _ = shutdown.recv() => return,
         }
-        agent.input(|s, now| agent.send_now(s, peer, body, now));
-        agent.transport.handle(peer).delayed.fetch_sub(1, Ordering::AcqRel);
+        transport.agent.send_delayed(peer, body);
+        transport.peers.undelayed(peer);
     }
 }
 
 /// Keeps one outbound connection to `peer` and writes its session's frames.
-pub(crate) async fn dial_task(agent: Arc<Agent>, peer: NodeId, mut stop: watch::Receiver<bool>) {
-    let handle = agent.transport.handle(peer);
+pub(crate) async fn dial_task(t: Arc<Transport>, peer: NodeId, mut shutdown: Shutdown) {
+    let handle = t.peers.get(peer);
     let mut backoff = BACKOFF.0;
     // Set after a connection we had closed: the next refused dial means the
     // peer's process is gone.
@@ -173,13 +100,13 @@ pub(crate) async fn dial_task(agent: Arc<Agent>, peer: NodeId, mut stop: watch::
         // the peer dials us meanwhile it is back: drop the attempt and dial
         // again at once.
         let attempt = tokio::select! {
-            result = dial(&agent, peer, &handle.addr) => result,
+            result = dial(&t, peer, &handle.addr) => result,
             _ = handle.redial.notified() => continue,
-            _ = stopped(&mut stop) => return,
+            _ = shutdown.recv() => return,
         };
         match attempt {
             Ok(Connected { stream, boot, delivered, written }) => {
-                let restarted = agent.with_state(|s| s.links.welcomed(peer, boot, delivered));
+                let restarted = t.agent.links(|l| l.welcomed(peer, boot, delivered));
                 backoff = BACKOFF.0;
                 if restarted {
                     info!(
@@ -190,7 +117,7 @@ pub(crate) async fn dial_task(agent: Arc<Agent>, peer: NodeId, mut stop: watch::
                 } else if lost {
                     debug!(peer = peer.0, delivered, "reconnected: resuming the session");
                 }
-                match pump(&agent, peer, boot, stream, written, &mut stop).await {
+                match pump(&t, peer, boot, stream, written, &mut shutdown).await {
                     Pump::Stopped => return,
                     Pump::Closed => {
                         debug!(peer = peer.0, "connection to peer closed");
@@ -204,7 +131,7 @@ pub(crate) async fn dial_task(agent: Arc<Agent>, peer: NodeId, mut stop: watch::
                 // that then reset it before a word: the process dying
                 // between accept and answer): the process is gone.
                 info!(peer = peer.0, "peer's connection closed and redial refused");
-                agent.input(|s, now| s.engine.handle_link_down(now, peer));
+                t.agent.link_down(peer);
                 lost = false;
             }
             Err(DialError::Handshake(reason)) => {
@@ -218,7 +145,7 @@ pub(crate) async fn dial_task(agent: Arc<Agent>, peer: NodeId, mut stop: watch::
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             _ = handle.redial.notified() => {}
-            _ = stopped(&mut stop) => return,
+            _ = shutdown.recv() => return,
         }
         backoff = (backoff * 2).min(BACKOFF.1);
     }
@@ -261,7 +188,7 @@ struct Connected {
 /// Dials `peer`, writes the Hello and every frame the session keeps behind
 /// it (the peer drops what it had: no round trip before data flows), and
 /// reads the answer.
-async fn dial(agent: &Agent, peer: NodeId, addr: &str) -> Result<Connected, DialError> {
+async fn dial(t: &Transport, peer: NodeId, addr: &str) -> Result<Connected, DialError> {
     let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
@@ -276,9 +203,10 @@ async fn dial(agent: &Agent, peer: NodeId, addr: &str) -> Result<Connected, Dial
     let _ = stream.set_nodelay(true);
     // What this node writes and the peer's kernel does not acknowledge
     // within the failure timeout ends the connection (see [`pump`]).
-    let _ = socket2::SockRef::from(&stream).set_tcp_user_timeout(Some(agent.failure_timeout()));
+    let (_, failure_timeout) = t.agent.timing();
+    let _ = socket2::SockRef::from(&stream).set_tcp_user_timeout(Some(failure_timeout));
     let mut stream = stream;
-    if let Err(e) = agent.authenticate(&mut stream).await {
+    if let Err(e) = t.admission.dial(&mut stream).await {
         return Err(match e {
             AuthError::Closed => DialError::Reset,
             AuthError::Frame(FrameError::Io(e)) => DialError::broken(&e),
@@ -286,9 +214,9 @@ async fn dial(agent: &Agent, peer: NodeId, addr: &str) -> Result<Connected, Dial
             refused => DialError::Handshake(refused.to_string()),
         });
     }
-    let (expects, batch) = agent.with_state(|s| s.links.dialling(peer));
+    let (expects, batch) = t.agent.links(|l| l.dialling(peer));
     let mut bytes = Vec::with_capacity(64 + batch.bytes.len());
-    wire::write_frame(&PeerFrame::Hello(Hello { expects, ..agent.hello() }), &mut bytes);
+    wire::write_frame(&PeerFrame::Hello(Hello { expects, ..t.agent.hello() }), &mut bytes);
     bytes.extend_from_slice(&batch.bytes);
     let written = batch.last.unwrap_or(0);
     let handshake = async {
@@ -329,14 +257,14 @@ enum Pump {
 /// connection (the failure detector judges it), and so does a node too
 /// starved to read its own timers.
 async fn pump(
-    agent: &Agent,
+    t: &Transport,
     peer: NodeId,
     boot: u64,
     stream: TcpStream,
     mut written: u64,
-    stop: &mut watch::Receiver<bool>,
+    shutdown: &mut Shutdown,
 ) -> Pump {
-    let handle = agent.transport.handle(peer);
+    let handle = t.peers.get(peer);
     let mut reset = handle.reset.subscribe();
     let (mut reader, mut writer) = stream.into_split();
     let mut batch = Batch { bytes: Vec::new(), last: None };
@@ -350,7 +278,7 @@ async fn pump(
         }
         tokio::select! {
             _ = handle.wake.notified() => {
-                match agent.with_state(|s| s.links.pending(peer, boot, written)) {
+                match t.agent.links(|l| l.pending(peer, boot, written)) {
                     Some(next) => batch = next,
                     None => return Pump::Closed, // the peer restarted: dial its new process
                 }
@@ -371,7 +299,7 @@ async fn pump(
                 info!(peer = peer.0, "connection to peer reset by a fault");
                 return Pump::Closed;
             }
-            _ = stopped(stop) => return Pump::Stopped,
+            _ = shutdown.recv() => return Pump::Stopped,
         }
     }
 }
@@ -379,13 +307,13 @@ async fn pump(
 /// Serves one accepted peer connection: the handshake, then every frame
 /// through the session to the engine.
 pub(crate) async fn serve_peer(
-    agent: Arc<Agent>,
+    t: Arc<Transport>,
     mut stream: TcpStream,
     from: std::net::SocketAddr,
-    mut stop: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     let _ = stream.set_nodelay(true);
-    let Ok(dialler) = agent.admit(&mut stream, from, "peer").await else { return };
+    let Ok(dialler) = t.admission.admit(&mut stream, from, Port::Peer).await else { return };
     let mut buf = Vec::new();
     let hello = match tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
@@ -413,7 +341,7 @@ pub(crate) async fn serve_peer(
             "authenticated as {:?} {}, but says it is node {}",
             d.role, d.id, hello.node.0
         )),
-        _ => agent.check_hello(&hello),
+        _ => t.agent.check_hello(&hello),
     };
     if let Err(reason) = check {
         warn!(%from, claimed = hello.node.0, "refused peer connection: {reason}");
@@ -421,20 +349,20 @@ pub(crate) async fn serve_peer(
         return;
     }
     let (peer, boot) = (hello.node, hello.boot);
-    if hello.expects.is_some_and(|b| b != agent.boot()) {
+    if hello.expects.is_some_and(|b| b != t.agent.boot()) {
         // Dialled for a previous incarnation of this node: answered, so the
         // dialler starts a new session, and closed with its frames unread.
         debug!(peer = peer.0, "a dial meant for this node's previous incarnation");
-        let welcome = PeerFrame::Welcome { boot: agent.boot(), delivered: 0 };
+        let welcome = PeerFrame::Welcome { boot: t.agent.boot(), delivered: 0 };
         let _ = write_frame(&mut stream, &welcome).await;
         return;
     }
-    let (restarted, delivered, reader) = agent.with_state(|s| s.links.accepted(peer, boot));
-    let welcome = PeerFrame::Welcome { boot: agent.boot(), delivered };
+    let (restarted, delivered, reader) = t.agent.links(|l| l.accepted(peer, boot));
+    let welcome = PeerFrame::Welcome { boot: t.agent.boot(), delivered };
     if write_frame(&mut stream, &welcome).await.is_err() {
         return;
     }
-    let handle = agent.transport.handle(peer);
+    let handle = t.peers.get(peer);
     // It is up: our dialler dials now if it was waiting, and drops a
     // connection to its previous incarnation.
     handle.redial.notify_one();
@@ -452,46 +380,26 @@ pub(crate) async fn serve_peer(
         let frame = tokio::select! {
             f = read_frame::<PeerFrame, _>(&mut stream, &mut buf) => f,
             _ = reset.changed() => return, // closes it: the peer redials
-            _ = stopped(&mut stop) => return,
+            _ = shutdown.recv() => return,
         };
         match frame {
             Ok(Some(PeerFrame::Message { seq, ack, body })) => {
-                agent.unpaused().await;
-                let admitted = agent.admits(peer);
-                let outcome = agent.input(|s, now| {
-                    match s.links.receive(peer, reader, boot, seq, ack) {
-                        Inbound::Superseded => return Err(()),
-                        Inbound::Skip => return Ok(()),
-                        Inbound::AfterGap(lost) => {
-                            warn!(peer = peer.0, lost, "frames from peer were lost (its session overflowed): declared failed");
-                            s.engine.handle_link_down(now, peer);
-                        }
-                        Inbound::Deliver => {}
-                    }
-                    if !admitted {
-                        return Ok(()); // an injected partition, above the session
-                    }
-                    let dropped = match wire::decode::<Envelope>(&body) {
-                        Ok(envelope) => {
-                            let heartbeat = matches!(envelope, Envelope::Heartbeat(_));
-                            let result = s.engine.handle_message(now, peer, envelope);
-                            if result.is_ok() {
-                                agent.delivered(peer, seq, heartbeat);
-                            }
-                            result.err().map(|e| e.to_string())
-                        }
-                        Err(e) => Some(e.to_string()),
-                    };
-                    if let Some(e) = dropped {
+                t.faults.unpaused().await;
+                match t.agent.deliver(peer, (reader, boot), (seq, ack), &body) {
+                    Delivery::Taken => {}
+                    Delivery::Dropped(e) => {
                         if let Some(also) = drops.admit(std::time::Instant::now()) {
-                            warn!(peer = peer.0, also_dropped_since_last_line = also, "dropped a message: {e}");
+                            warn!(
+                                peer = peer.0,
+                                also_dropped_since_last_line = also,
+                                "dropped a message: {e}"
+                            );
                         }
                     }
-                    Ok(())
-                });
-                if outcome.is_err() {
-                    debug!(peer = peer.0, "a newer connection from the peer took over");
-                    return;
+                    Delivery::Superseded => {
+                        debug!(peer = peer.0, "a newer connection from the peer took over");
+                        return;
+                    }
                 }
             }
             Ok(Some(other)) => {

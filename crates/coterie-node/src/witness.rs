@@ -1,12 +1,14 @@
 //! The witness: the shared resource of the seeds' printer example.
 //!
-//! A client that holds the lock *enters* the witness with its fencing token
-//! and *leaves* when done. The witness counts holders that overlap beyond
-//! the capacity (a safety violation) and refuses tokens that are stale: for
-//! a mutex, a token not greater than the newest it accepted; for a counting
-//! semaphore, whose grants may legitimately arrive out of order, a token it
-//! has already seen. A holder whose connection drops leaves at once: its
-//! process is gone and can no longer touch the resource.
+//! A client that holds a lock *enters* the witness with the lock's name and
+//! its fencing token and *leaves* when done. The witness keeps each name
+//! apart, as the locks are: it counts holders of a name that overlap
+//! beyond the capacity (a safety violation) and refuses tokens that are
+//! stale for that name: for a mutex, a token not greater than the newest
+//! it accepted; for a counting semaphore, whose grants may legitimately
+//! arrive out of order, a token it has already seen. A holder whose
+//! connection drops leaves at once: its process is gone and can no longer
+//! touch the resource.
 //!
 //! It also serves a **register** per lock name, the data a lock protects
 //! in a history test (`coterie nemesis`, `coterie history client`): holders
@@ -36,9 +38,20 @@ pub const MAX_REGISTER_NAME: usize = 256;
 #[derive(Debug, Default)]
 pub struct Witness {
     report: WitnessReport,
+    /// Each lock's holders and fences.
+    locks: HashMap<String, Held>,
+    registers: HashMap<String, Register>,
+}
+
+/// One lock, as the witness has seen it used.
+#[derive(Debug, Default)]
+struct Held {
+    holders: u32,
+    /// The newest fence accepted.
+    last_fence: u64,
+    entries: u64,
     /// Every fence accepted (for capacity > 1).
     seen: BTreeSet<u64>,
-    registers: HashMap<String, Register>,
 }
 
 /// The two copies of one register.
@@ -55,26 +68,26 @@ impl Witness {
     pub fn new(capacity: u32) -> Witness {
         Witness {
             report: WitnessReport { capacity: capacity.max(1), ..WitnessReport::default() },
-            seen: BTreeSet::new(),
+            locks: HashMap::new(),
             registers: HashMap::new(),
         }
     }
 
-    /// Serves one request of a session; `inside` counts the holders this
+    /// Serves one request of a session; `inside` holds the locks this
     /// session has entered and not left.
-    pub fn apply(&mut self, request: WitnessRequest, inside: &mut u32) -> WitnessResponse {
+    pub fn apply(&mut self, request: WitnessRequest, inside: &mut Vec<String>) -> WitnessResponse {
         match request {
-            WitnessRequest::Enter { fence, node } => {
-                let answer = self.enter(fence, node);
+            WitnessRequest::Enter { name, fence, node } => {
+                let answer = self.enter(&name, fence, node);
                 if matches!(answer, WitnessResponse::Accepted { .. }) {
-                    *inside += 1;
+                    inside.push(name);
                 }
                 answer
             }
-            WitnessRequest::Leave { .. } => {
-                if *inside > 0 {
-                    *inside -= 1;
-                    self.leave();
+            WitnessRequest::Leave { name, .. } => {
+                if let Some(i) = inside.iter().position(|n| *n == name) {
+                    inside.swap_remove(i);
+                    self.leave(&name);
                 }
                 WitnessResponse::Left
             }
@@ -88,17 +101,7 @@ impl Witness {
 
     /// The register `name`, made on first use.
     fn register(&mut self, name: &str) -> Result<&mut Register, WitnessResponse> {
-        if name.is_empty() || name.len() > MAX_REGISTER_NAME || name.chars().any(char::is_control) {
-            return Err(WitnessResponse::Refused(format!(
-                "a register name is 1 to {MAX_REGISTER_NAME} bytes with no control characters"
-            )));
-        }
-        if !self.registers.contains_key(name) && self.registers.len() >= MAX_REGISTERS {
-            return Err(WitnessResponse::Refused(format!(
-                "the witness keeps at most {MAX_REGISTERS} registers"
-            )));
-        }
-        Ok(self.registers.entry(name.to_string()).or_default())
+        checked(&mut self.registers, name)
     }
 
     /// Reads a register's plain copy, or its fenced copy with `fence`.
@@ -145,43 +148,79 @@ impl Witness {
         }
     }
 
-    /// A holder enters with `fence`.
-    pub fn enter(&mut self, fence: u64, node: u32) -> WitnessResponse {
+    /// A holder of lock `name` enters with `fence`.
+    pub fn enter(&mut self, name: &str, fence: u64, node: u32) -> WitnessResponse {
+        let capacity = self.report.capacity;
+        let lock = match checked(&mut self.locks, name) {
+            Ok(lock) => lock,
+            Err(refused) => return refused,
+        };
         let r = &mut self.report;
-        let stale = if r.capacity == 1 {
-            r.entries > 0 && fence <= r.last_fence
+        let stale = if capacity == 1 {
+            lock.entries > 0 && fence <= lock.last_fence
         } else {
-            self.seen.contains(&fence)
+            lock.seen.contains(&fence)
         };
         if stale {
             r.stale_fences += 1;
-            warn!(fence, node, last = r.last_fence, "stale fence refused");
-            return WitnessResponse::Stale { last: r.last_fence };
+            warn!(name, fence, node, last = lock.last_fence, "stale fence refused");
+            return WitnessResponse::Stale { last: lock.last_fence };
         }
-        if r.capacity > 1 {
-            self.seen.insert(fence);
+        if capacity > 1 {
+            lock.seen.insert(fence);
         }
+        lock.entries += 1;
         r.entries += 1;
+        lock.last_fence = lock.last_fence.max(fence);
         r.last_fence = r.last_fence.max(fence);
+        lock.holders += 1;
         r.holders += 1;
-        r.max_holders = r.max_holders.max(r.holders);
-        let violation = r.holders > r.capacity;
+        r.max_holders = r.max_holders.max(lock.holders);
+        let violation = lock.holders > capacity;
         if violation {
             r.violations += 1;
-            warn!(fence, node, holders = r.holders, "VIOLATION: more holders than allowed");
+            warn!(
+                name,
+                fence,
+                node,
+                holders = lock.holders,
+                "VIOLATION: more holders than allowed"
+            );
         }
-        WitnessResponse::Accepted { holders: r.holders, violation }
+        WitnessResponse::Accepted { holders: lock.holders, violation }
     }
 
-    /// A holder leaves.
-    pub fn leave(&mut self) {
-        self.report.holders = self.report.holders.saturating_sub(1);
+    /// A holder of lock `name` leaves.
+    pub fn leave(&mut self, name: &str) {
+        if let Some(lock) = self.locks.get_mut(name) {
+            lock.holders = lock.holders.saturating_sub(1);
+            self.report.holders = self.report.holders.saturating_sub(1);
+        }
     }
 
     /// The counters.
     pub fn report(&self) -> WitnessReport {
         self.report.clone()
     }
+}
+
+/// `map`'s entry for lock or register `name`, made on first use: refused
+/// for a name that is not one, or past [`MAX_REGISTERS`] names.
+fn checked<'a, T: Default>(
+    map: &'a mut HashMap<String, T>,
+    name: &str,
+) -> Result<&'a mut T, WitnessResponse> {
+    if name.is_empty() || name.len() > MAX_REGISTER_NAME || name.chars().any(char::is_control) {
+        return Err(WitnessResponse::Refused(format!(
+            "a lock or register name is 1 to {MAX_REGISTER_NAME} bytes with no control characters"
+        )));
+    }
+    if !map.contains_key(name) && map.len() >= MAX_REGISTERS {
+        return Err(WitnessResponse::Refused(format!(
+            "the witness keeps at most {MAX_REGISTERS} locks and registers"
+        )));
+    }
+    Ok(map.entry(name.to_string()).or_default())
 }
 
 /// Serves the witness on `listener` until `shutdown` completes.
@@ -214,8 +253,8 @@ async fn session(
 ) -> Result<(), crate::codec::FrameError> {
     stream.set_nodelay(true)?;
     let mut buf = Vec::new();
-    // Holders this connection entered and has not left.
-    let mut inside = 0u32;
+    // Locks this connection entered and has not left.
+    let mut inside = Vec::new();
     let result = loop {
         let request = match read_frame::<WitnessRequest, _>(&mut stream, &mut buf).await {
             Ok(Some(r)) => r,
@@ -230,8 +269,8 @@ async fn session(
         }
     };
     let mut w = witness.lock().expect("witness lock");
-    for _ in 0..inside {
-        w.leave();
+    for name in inside {
+        w.leave(&name);
     }
     result
 }
@@ -244,8 +283,8 @@ mod tests {
     fn overlap_beyond_capacity_is_a_violation() {
         let mut w = Witness::new(1);
         let ok = |holders, violation| WitnessResponse::Accepted { holders, violation };
-        assert_eq!(w.enter(10, 1), ok(1, false));
-        assert_eq!(w.enter(11, 2), ok(2, true));
+        assert_eq!(w.enter("x", 10, 1), ok(1, false));
+        assert_eq!(w.enter("x", 11, 2), ok(2, true));
         assert_eq!(w.report().violations, 1);
         assert_eq!(w.report().max_holders, 2);
     }
@@ -253,11 +292,11 @@ mod tests {
     #[test]
     fn mutex_fences_must_grow() {
         let mut w = Witness::new(1);
-        w.enter(10, 1);
-        w.leave();
-        assert_eq!(w.enter(10, 2), WitnessResponse::Stale { last: 10 });
-        assert_eq!(w.enter(9, 2), WitnessResponse::Stale { last: 10 });
-        assert_eq!(w.enter(11, 2), WitnessResponse::Accepted { holders: 1, violation: false });
+        w.enter("x", 10, 1);
+        w.leave("x");
+        assert_eq!(w.enter("x", 10, 2), WitnessResponse::Stale { last: 10 });
+        assert_eq!(w.enter("x", 9, 2), WitnessResponse::Stale { last: 10 });
+        assert_eq!(w.enter("x", 11, 2), WitnessResponse::Accepted { holders: 1, violation: false });
         assert_eq!(w.report().stale_fences, 2);
         assert_eq!(w.report().violations, 0);
     }
@@ -291,10 +330,27 @@ mod tests {
     fn semaphore_fences_may_arrive_out_of_order_but_never_twice() {
         let mut w = Witness::new(2);
         let ok = |holders| WitnessResponse::Accepted { holders, violation: false };
-        assert_eq!(w.enter(12, 1), ok(1));
-        assert_eq!(w.enter(11, 2), ok(2));
-        w.leave();
-        assert_eq!(w.enter(11, 3), WitnessResponse::Stale { last: 12 });
+        assert_eq!(w.enter("x", 12, 1), ok(1));
+        assert_eq!(w.enter("x", 11, 2), ok(2));
+        w.leave("x");
+        assert_eq!(w.enter("x", 11, 3), WitnessResponse::Stale { last: 12 });
         assert_eq!(w.report().violations, 0);
+    }
+
+    #[test]
+    fn locks_are_judged_apart() {
+        let mut w = Witness::new(1);
+        let ok = |holders| WitnessResponse::Accepted { holders, violation: false };
+        // Two names held at once are no overlap; a lower fence on another
+        // name is not stale.
+        assert_eq!(w.enter("a", 10, 1), ok(1));
+        assert_eq!(w.enter("b", 3, 2), ok(1));
+        assert_eq!(w.enter("a", 11, 3), WitnessResponse::Accepted { holders: 2, violation: true });
+        w.leave("a");
+        w.leave("a");
+        assert_eq!(w.enter("b", 3, 2), WitnessResponse::Stale { last: 3 });
+        let r = w.report();
+        assert_eq!((r.violations, r.stale_fences, r.entries, r.holders), (1, 1, 3, 1));
+        assert!(matches!(w.enter("", 1, 1), WitnessResponse::Refused(_)));
     }
 }

@@ -294,8 +294,9 @@ async fn client_that_vanishes_while_waiting_gives_up_its_place() {
     assert!(matches!(holder.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));
     // A waiter on node 2 gives up by disconnecting mid-wait.
     let mut raw = TcpStream::connect(cluster.client_addr(2)).await.unwrap();
-    let request =
-        coterie_node::protocol::ClientRequest::Acquire { timeout_ms: None, try_lock: false };
+    let request = coterie_node::protocol::ClientRequest::Acquire(
+        coterie_node::protocol::Acquire::default_lock(),
+    );
     write_frame(&mut raw, &request).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     drop(raw);
@@ -476,12 +477,12 @@ async fn resets_lose_nothing(mutex: &str) {
                 while resetting.load(Ordering::SeqCst) || entries < 3 {
                     match client.acquire(Some(Duration::from_secs(10)), false).await.unwrap() {
                         Acquired::Granted(fence) => {
-                            let entry = witness.enter(fence, id).await.unwrap();
+                            let entry = witness.enter("default", fence, id).await.unwrap();
                             assert!(
                                 matches!(entry, Entry::Accepted { violation: false, .. }),
                                 "n{id}: the witness saw {entry:?} for fence {fence}"
                             );
-                            witness.leave(fence).await.unwrap();
+                            witness.leave("default", fence).await.unwrap();
                             client.release().await.unwrap();
                             entries += 1;
                         }
@@ -636,14 +637,22 @@ async fn a_member_that_lies_crashes_nothing_and_grants_nothing_unasked() {
     cluster.stop(3);
     cluster.agreed_on(2).await;
     let lies = [
-        Envelope::Mutex(vec![0xff; 40]),
+        Envelope::Mutex { name: Default::default(), permits: 1, bytes: vec![0xff; 40] },
         Envelope::Election(vec![0xee; 40]),
-        Envelope::Mutex(wire::encode(&TokenMsg::Want { wanter: NodeId(3), hops: u32::MAX })),
-        Envelope::Mutex(wire::encode(&CentralizedMsg::Grant {
-            epoch: Epoch(u64::MAX),
-            fence: Fence(u64::MAX),
-            clock: u64::MAX,
-        })),
+        Envelope::Mutex {
+            name: Default::default(),
+            permits: 1,
+            bytes: wire::encode(&TokenMsg::Want { wanter: NodeId(3), hops: u32::MAX }),
+        },
+        Envelope::Mutex {
+            name: Default::default(),
+            permits: 1,
+            bytes: wire::encode(&CentralizedMsg::Grant {
+                epoch: Epoch(u64::MAX),
+                fence: Fence(u64::MAX),
+                clock: u64::MAX,
+            }),
+        },
         Envelope::Heartbeat(Heartbeat {
             epoch: Epoch(u64::MAX),
             coordinator: Some(NodeId(3)),

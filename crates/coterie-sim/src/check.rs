@@ -30,6 +30,7 @@
 use crate::chooser::{Choice, Enumerate};
 use crate::invariant::Invariant;
 use crate::sim::{FaultDraw, Load, SimConfig, Simulation};
+use coterie_core::registry::{ElectionInfo, MutexInfo};
 use coterie_core::Timing;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -41,14 +42,18 @@ const SNAPSHOT_EVERY: usize = 8;
 /// What to check.
 #[derive(Clone, Debug)]
 pub struct CheckConfig {
-    /// Mutual-exclusion algorithm, by registry name.
-    pub mutex: String,
-    /// Election algorithm, by registry name.
-    pub election: String,
+    /// Mutual-exclusion algorithm.
+    pub mutex: &'static MutexInfo,
+    /// Election algorithm.
+    pub election: &'static ElectionInfo,
     /// Cluster size.
     pub nodes: u32,
     /// Critical-section entries each node asks for.
     pub requests: u32,
+    /// Locks the requests spread over (1: the default lock alone).
+    pub names: u32,
+    /// Locks each request takes at once, in name order.
+    pub per_request: u32,
     /// Crash-and-restart faults per run.
     pub crashes: u32,
     /// Partitions per run.
@@ -75,12 +80,18 @@ pub struct CheckConfig {
 
 impl CheckConfig {
     /// One request per node on `nodes` nodes, no faults.
-    pub fn new(mutex: &str, election: &str, nodes: u32) -> CheckConfig {
+    pub fn new(
+        mutex: &'static MutexInfo,
+        election: &'static ElectionInfo,
+        nodes: u32,
+    ) -> CheckConfig {
         CheckConfig {
-            mutex: mutex.into(),
-            election: election.into(),
+            mutex,
+            election,
             nodes,
             requests: 1,
+            names: 1,
+            per_request: 1,
             crashes: 0,
             partitions: 0,
             one_way_partitions: 0,
@@ -105,6 +116,8 @@ impl CheckConfig {
         SimConfig {
             nodes: self.nodes,
             requests: self.requests,
+            names: self.names,
+            per_request: self.per_request,
             crashes: self.crashes,
             partitions: self.partitions,
             one_way_partitions: self.one_way_partitions,
@@ -118,7 +131,7 @@ impl CheckConfig {
             max_time: Duration::from_secs(2),
             fault_draw: FaultDraw::AtWorkload,
             fault_window: Some(tick * self.fault_window_ticks),
-            ..SimConfig::new(&self.mutex, &self.election)
+            ..SimConfig::new(self.mutex, self.election)
         }
     }
 }
@@ -148,13 +161,17 @@ pub struct Counterexample {
 #[derive(Clone, Debug, Serialize)]
 pub struct CheckReport {
     /// Mutual-exclusion algorithm.
-    pub mutex: String,
+    pub mutex: &'static MutexInfo,
     /// Election algorithm.
-    pub election: String,
+    pub election: &'static ElectionInfo,
     /// Cluster size.
     pub nodes: u32,
     /// Entries each node asked for.
     pub requests: u32,
+    /// Locks the requests spread over.
+    pub names: u32,
+    /// Locks each request takes at once.
+    pub per_request: u32,
     /// Crashes per run.
     pub crashes: u32,
     /// Partitions per run (two-way).
@@ -198,13 +215,10 @@ pub struct Progress {
 }
 
 /// Explores every schedule of `cfg`; `progress` is called now and then.
-pub fn check(
-    cfg: &CheckConfig,
-    mut progress: impl FnMut(Progress),
-) -> Result<CheckReport, coterie_core::registry::UnknownAlgorithm> {
+pub fn check(cfg: &CheckConfig, mut progress: impl FnMut(Progress)) -> CheckReport {
     let sim_cfg = cfg.sim_config();
     let start = Instant::now();
-    let root = start_up(&sim_cfg)?;
+    let root = start_up(&sim_cfg);
     let mut search = Search { root, start, progress: &mut progress, states: 0, runs: 0 };
     let found = search.explore(cfg.max_depth, cfg.max_states, Seen::Once(HashSet::new()));
     // A state-invariant counterexample is the shortest found, not yet the
@@ -234,11 +248,13 @@ pub fn check(
         c.schedule = replay(&sim_cfg, &c.path);
     }
     counterexamples.sort_by_key(|c| c.steps);
-    Ok(CheckReport {
-        mutex: cfg.mutex.clone(),
-        election: cfg.election.clone(),
+    CheckReport {
+        mutex: cfg.mutex,
+        election: cfg.election,
         nodes: cfg.nodes,
         requests: cfg.requests,
+        names: cfg.names,
+        per_request: cfg.per_request,
         crashes: cfg.crashes,
         partitions: cfg.partitions,
         one_way_partitions: cfg.one_way_partitions,
@@ -251,7 +267,7 @@ pub fn check(
         states_per_s: if seconds > 0.0 { search.states as f64 / seconds } else { 0.0 },
         violations: found.violations,
         counterexamples,
-    })
+    }
 }
 
 /// The states a pass has been to.
@@ -414,30 +430,24 @@ impl<P: FnMut(Progress)> Search<'_, P> {
 /// The run at the start of the workload: start-up (dials, joins, the
 /// first election) is run once, every choice its first answer, and the
 /// exploring begins from there.
-fn start_up(
-    sim_cfg: &SimConfig,
-) -> Result<Simulation<Enumerate>, coterie_core::registry::UnknownAlgorithm> {
+fn start_up(sim_cfg: &SimConfig) -> Simulation<Enumerate> {
     let mut chooser = Enumerate::new(CheckConfig::TICK).spread(3);
     chooser.exploring(false);
-    let mut sim = Simulation::with_chooser(sim_cfg.clone(), chooser)?;
+    let mut sim = Simulation::with_chooser(sim_cfg.clone(), chooser);
     while sim.in_start_up() && sim.step() {}
     sim.chooser_mut().exploring(true);
-    Ok(sim)
+    sim
 }
 
 /// The trace of the run that `path` makes.
 pub fn replay(sim_cfg: &SimConfig, path: &[Choice]) -> Vec<String> {
     let cfg = SimConfig { trace: true, ..sim_cfg.clone() };
-    match start_up(&cfg) {
-        Ok(mut sim) => {
-            sim.chooser_mut().follow(&Enumerate::replay(CheckConfig::TICK, path.to_vec()));
-            let mut trace = sim.run().trace;
-            // Up to the first broken invariant: what follows is not needed.
-            if let Some(end) = trace.iter().position(|l| l.contains("VIOLATION")) {
-                trace.truncate(end + 1);
-            }
-            trace
-        }
-        Err(e) => vec![e.to_string()],
+    let mut sim = start_up(&cfg);
+    sim.chooser_mut().follow(&Enumerate::replay(CheckConfig::TICK, path.to_vec()));
+    let mut trace = sim.run().trace;
+    // Up to the first broken invariant: what follows is not needed.
+    if let Some(end) = trace.iter().position(|l| l.contains("VIOLATION")) {
+        trace.truncate(end + 1);
     }
+    trace
 }

@@ -28,12 +28,17 @@
 //! ## Layout
 //! - [`chooser`]: where a run's choices come from.
 //! - [`check`]: every schedule of a small configuration, explored.
-//! - [`sim`]: one run: the event queue and the nodes, with beside them its
-//!   configuration, the links, the workload, the faults, the invariants,
-//!   the state's fingerprint and the report, a file each.
+//! - [`sim`]: one run: the nodes and the loop that hands each event to
+//!   its node, with beside it a type per part, each owning its state (as
+//!   TigerBeetle's simulator has its packet simulator, workload and state
+//!   checker): the agenda of events to come, the faults on processes, the
+//!   workload's clients and the checker that judges every grant, step and
+//!   run's end; and the links, the configuration, the state's
+//!   fingerprint and the report, a file each.
 //! - [`invariant`]: the invariants, by name.
 //! - `network`: the connections under each node's sessions, which
-//!   resets break.
+//!   resets break, and the faults on messages (the partition in force,
+//!   delay spikes, loss windows).
 //! - [`suite`]: many seeds of a run, summarised; the conformance suite
 //!   (in `tests/`) and `coterie sim` are built on it.
 #![warn(missing_docs)]

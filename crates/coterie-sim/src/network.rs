@@ -14,9 +14,26 @@
 //! session keeps right behind it; the acceptor takes them if it is that
 //! incarnation (or none was expected), and its Welcome comes back with its
 //! incarnation and how much of the dialler's session it has delivered.
+//!
+//! The network also owns its weather, the faults that act on messages
+//! rather than on processes: the partition in force (which stops messages
+//! above the sessions, as `coterie fault partition` does on a node), each
+//! node's delay spike (its messages slowed, FIFO kept) and loss window (a
+//! share of its messages lost, above the sessions); and it counts the
+//! mutex messages sent and those still in flight, which the workload waits
+//! on and the deadlock watch reads.
 
-use coterie_core::{NodeId, Time};
-use std::collections::BTreeMap;
+use coterie_core::{NodeId, Time, Way};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// The partition in force: `side` cut off from the rest, one way or both.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Cut {
+    id: u32,
+    side: BTreeSet<NodeId>,
+    way: Way,
+}
 
 /// Where a connection stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,18 +66,31 @@ pub(crate) struct Conn {
     pub(crate) tail: Time,
 }
 
-/// Every connection of the cluster.
+/// Every connection of the cluster, and the faults on its messages.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Network {
     conns: BTreeMap<(NodeId, NodeId), Conn>,
     next_id: u64,
+    /// The partition in force, if any.
+    cut: Option<Cut>,
+    /// The delay spikes in force, by node: the spike's id, the extra delay.
+    spikes: BTreeMap<NodeId, (u32, Duration)>,
+    /// The loss windows in force, by node: the window's id, the share
+    /// lost, as the bits of an `f64` (so that the state hashes).
+    losses: BTreeMap<NodeId, (u32, u64)>,
+    /// Mutex messages sent since the run began.
+    mutex_sent: u64,
+    /// Mutex messages written into a connection and not yet delivered (or
+    /// lost with it).
+    mutex_in_flight: u64,
 }
 
 impl Network {
-    /// Feeds every connection to `h`, for a state's fingerprint, with its
-    /// tail as seen from `now`: a tail already past decides nothing (a
-    /// frame written now lands a tick later at the earliest), so it hashes
-    /// as zero.
+    /// Feeds the network's state to `h`, for a state's fingerprint: every
+    /// connection, with its tail as seen from `now` (a tail already past
+    /// decides nothing: a frame written now lands a tick later at the
+    /// earliest, so it hashes as zero), and the faults in force. The
+    /// message counts are left out: what is in flight is in the agenda.
     pub(crate) fn hash_at<H: std::hash::Hasher>(&self, h: &mut H, now: Time) {
         use std::hash::Hash;
         for (&(from, to), c) in &self.conns {
@@ -68,6 +98,118 @@ impl Network {
             c.tail.saturating_sub(now).hash(h);
         }
         self.next_id.hash(h);
+        self.cut.hash(h);
+        self.spikes.hash(h);
+        self.losses.hash(h);
+    }
+
+    /// Whether the partition in force stops what `from` sends `to`.
+    pub(crate) fn severed(&self, from: NodeId, to: NodeId) -> bool {
+        self.cut.as_ref().is_some_and(|cut| {
+            let (from_side, to_side) = (cut.side.contains(&from), cut.side.contains(&to));
+            match cut.way {
+                Way::Both => from_side != to_side,
+                Way::Inbound => !from_side && to_side,
+                Way::Outbound => from_side && !to_side,
+            }
+        })
+    }
+
+    /// Puts partition `id` in force: `false` (and nothing changes) if
+    /// another is (one at a time).
+    pub(crate) fn cut_off(&mut self, id: u32, side: BTreeSet<NodeId>, way: Way) -> bool {
+        if self.cut.is_some() {
+            return false;
+        }
+        self.cut = Some(Cut { id, side, way });
+        true
+    }
+
+    /// Ends partition `id`: `false` if it is not the one in force.
+    pub(crate) fn heal(&mut self, id: u32) -> bool {
+        if self.cut.as_ref().is_some_and(|cut| cut.id == id) {
+            self.cut = None;
+            return true;
+        }
+        false
+    }
+
+    /// The extra delay of `node`'s messages now (zero without a spike).
+    pub(crate) fn spike(&self, node: NodeId) -> Duration {
+        self.spikes.get(&node).map_or(Duration::ZERO, |&(_, extra)| extra)
+    }
+
+    /// Spike `id` slows `node`'s messages by `extra`: `false` (and nothing
+    /// changes) if a spike slows it already.
+    pub(crate) fn slow(&mut self, id: u32, node: NodeId, extra: Duration) -> bool {
+        if self.spikes.contains_key(&node) {
+            return false;
+        }
+        self.spikes.insert(node, (id, extra));
+        true
+    }
+
+    /// Ends spike `id` on `node`: `false` if it is not the one in force.
+    pub(crate) fn unslow(&mut self, id: u32, node: NodeId) -> bool {
+        if self.spikes.get(&node).is_some_and(|&(current, _)| current == id) {
+            self.spikes.remove(&node);
+            return true;
+        }
+        false
+    }
+
+    /// The share of `node`'s messages lost now, if a loss window is open.
+    pub(crate) fn loss(&self, node: NodeId) -> Option<f64> {
+        self.losses.get(&node).map(|&(_, bits)| f64::from_bits(bits))
+    }
+
+    /// Loss window `id` opens on `node`: `false` (and nothing changes) if
+    /// one is open on it already.
+    pub(crate) fn lose(&mut self, id: u32, node: NodeId, share: f64) -> bool {
+        if self.losses.contains_key(&node) {
+            return false;
+        }
+        self.losses.insert(node, (id, share.to_bits()));
+        true
+    }
+
+    /// Closes loss window `id` on `node`: `false` if it is not the one open.
+    pub(crate) fn unlose(&mut self, id: u32, node: NodeId) -> bool {
+        if self.losses.get(&node).is_some_and(|&(current, _)| current == id) {
+            self.losses.remove(&node);
+            return true;
+        }
+        false
+    }
+
+    /// Whether no partition, spike or loss window is in force.
+    pub(crate) fn calm(&self) -> bool {
+        self.cut.is_none() && self.spikes.is_empty() && self.losses.is_empty()
+    }
+
+    /// Counts a mutex message sent.
+    pub(crate) fn mutex_sent(&mut self) {
+        self.mutex_sent += 1;
+    }
+
+    /// Mutex messages sent since the run began.
+    pub(crate) fn mutex_sent_total(&self) -> u64 {
+        self.mutex_sent
+    }
+
+    /// Counts a mutex message written into a connection.
+    pub(crate) fn mutex_written(&mut self) {
+        self.mutex_in_flight += 1;
+    }
+
+    /// Counts a mutex message taken off the wire (delivered or not).
+    pub(crate) fn mutex_landed(&mut self) {
+        self.mutex_in_flight -= 1;
+    }
+
+    /// Mutex messages written and not yet landed.
+    pub(crate) fn mutex_in_flight(&self) -> u64 {
+        self.mutex_in_flight
     }
 
     /// The connection `from` → `to`, if it was ever dialled.

@@ -2,7 +2,7 @@
 
 use crate::invariant::Invariant;
 use crate::sim::{self, Injected, RunReport, SimConfig};
-use coterie_core::registry::UnknownAlgorithm;
+use coterie_core::registry::{ElectionInfo, MutexInfo};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -21,9 +21,9 @@ pub struct Failure {
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
     /// Mutual-exclusion algorithm.
-    pub mutex: String,
+    pub mutex: &'static MutexInfo,
     /// Election algorithm.
-    pub election: String,
+    pub election: &'static ElectionInfo,
     /// Cluster size.
     pub nodes: u32,
     /// How many seeds ran.
@@ -49,6 +49,8 @@ pub struct Summary {
     pub out_of_order: u64,
     /// Messages sent during workloads, by kind, over all runs.
     pub messages_by_kind: BTreeMap<String, u64>,
+    /// Idle locks forgotten, over all runs.
+    pub forgotten: u64,
     /// Each failing seed (the first 50).
     pub failures: Vec<Failure>,
 }
@@ -59,10 +61,10 @@ pub fn run_seeds(
     base: &SimConfig,
     seeds: std::ops::Range<u64>,
     mut progress: impl FnMut(u64, &RunReport),
-) -> Result<Summary, UnknownAlgorithm> {
+) -> Summary {
     let mut summary = Summary {
-        mutex: base.mutex.clone(),
-        election: base.election.clone(),
+        mutex: base.mutex,
+        election: base.election,
         nodes: base.nodes,
         seeds: seeds.end - seeds.start,
         violations: 0,
@@ -74,16 +76,18 @@ pub fn run_seeds(
         records: 0,
         out_of_order: 0,
         messages_by_kind: BTreeMap::new(),
+        forgotten: 0,
         failures: Vec::new(),
     };
     let mut mutex_messages = 0u64;
     for (done, seed) in seeds.enumerate() {
-        let report = sim::run(SimConfig { seed, ..base.clone() })?;
+        let report = sim::run(SimConfig { seed, ..base.clone() });
         summary.entries += report.entries;
         summary.coordinator_entries += report.coordinator_entries;
         summary.injected += report.injected;
         summary.records += report.records;
         summary.out_of_order += report.out_of_order;
+        summary.forgotten += report.forgotten;
         mutex_messages += report.mutex_messages;
         for (kind, n) in &report.messages_by_kind {
             *summary.messages_by_kind.entry(kind.to_string()).or_default() += n;
@@ -104,5 +108,5 @@ pub fn run_seeds(
     if summary.entries > 0 {
         summary.messages_per_entry = mutex_messages as f64 / summary.entries as f64;
     }
-    Ok(summary)
+    summary
 }

@@ -5,7 +5,7 @@
 //! replays it, and the end of its trace.
 
 use coterie_core::registry::{MutexInfo, MutexOption, ELECTIONS, MUTEXES};
-use coterie_core::{Detector, MutexOptions, Priority, Timing};
+use coterie_core::{Detector, Forgetting, MutexOptions, Priority, Timing};
 use coterie_sim::sim::{self, Load, SimConfig};
 use coterie_sim::{run_seeds, Invariant, Summary};
 use std::time::Duration;
@@ -13,8 +13,13 @@ use std::time::Duration;
 /// Seeds per algorithm pair and fault setting.
 const SEEDS: u64 = 1000;
 
+/// A run of the mutex and election algorithms named.
+fn pair(mutex: &str, election: &str) -> SimConfig {
+    SimConfig::new(mutex.parse().unwrap(), election.parse().unwrap())
+}
+
 fn replay_hint(cfg: &SimConfig, seed: u64) -> String {
-    let trace = sim::run(SimConfig { seed, trace: true, ..cfg.clone() }).expect("known algorithms");
+    let trace = sim::run(SimConfig { seed, trace: true, ..cfg.clone() });
     let tail: Vec<&String> = trace.trace.iter().rev().take(60).collect();
     let tail: Vec<&str> = tail.into_iter().rev().map(String::as_str).collect();
     let mut options = String::new();
@@ -45,11 +50,17 @@ fn replay_hint(cfg: &SimConfig, seed: u64) -> String {
     if !cfg.stable_storage {
         options.push_str(" --no-stable-storage");
     }
+    if cfg.names > 1 {
+        options.push_str(&format!(" --names {} --per-request {}", cfg.names, cfg.per_request));
+    }
+    if let Some(f) = cfg.forgetting {
+        options.push_str(&format!(" --forget-after {}us", f.after.as_micros()));
+    }
     if let Detector::Ring { watch } = cfg.timing.detector {
         options.push_str(&format!(" --detector ring --watch {watch}"));
     }
     let (lo, hi) = cfg.delay_spike;
-    if cfg.delays > 0 && cfg.delay_spike != SimConfig::new(&cfg.mutex, &cfg.election).delay_spike {
+    if cfg.delays > 0 && cfg.delay_spike != SimConfig::new(cfg.mutex, cfg.election).delay_spike {
         options.push_str(&format!(" --delay-spike {}us..{}us", lo.as_micros(), hi.as_micros()));
     }
     format!(
@@ -96,7 +107,7 @@ fn mutexes() -> Vec<&'static MutexInfo> {
 fn every_pair(mut f: impl FnMut(SimConfig)) {
     for m in mutexes() {
         for e in ELECTIONS {
-            f(SimConfig::new(m.name, e.name));
+            f(SimConfig::new(m, e));
         }
     }
 }
@@ -104,7 +115,7 @@ fn every_pair(mut f: impl FnMut(SimConfig)) {
 #[test]
 fn every_pair_is_safe_live_and_agrees_without_faults() {
     every_pair(|cfg| {
-        let summary = run_seeds(&cfg, 0..SEEDS, |_, _| {}).unwrap();
+        let summary = run_seeds(&cfg, 0..SEEDS, |_, _| {});
         assert_clean(&cfg, &summary);
         assert_eq!(summary.injected.crashes, 0);
     });
@@ -114,7 +125,7 @@ fn every_pair_is_safe_live_and_agrees_without_faults() {
 fn every_pair_survives_crashes_and_restarts() {
     every_pair(|base| {
         let cfg = SimConfig { crashes: 2, ..base };
-        let summary = run_seeds(&cfg, 0..SEEDS, |_, _| {}).unwrap();
+        let summary = run_seeds(&cfg, 0..SEEDS, |_, _| {});
         assert_clean(&cfg, &summary);
         assert!(
             summary.injected.crashes > SEEDS,
@@ -128,7 +139,7 @@ fn every_pair_survives_crashes_and_restarts() {
 fn every_pair_survives_connection_resets_with_crashes() {
     every_pair(|base| {
         let cfg = SimConfig { resets: 3, crashes: 2, ..base };
-        let summary = run_seeds(&cfg, 0..SEEDS, |_, _| {}).unwrap();
+        let summary = run_seeds(&cfg, 0..SEEDS, |_, _| {});
         assert_clean(&cfg, &summary);
         assert!(
             summary.injected.resets > SEEDS * 2,
@@ -145,7 +156,7 @@ fn every_pair_at_other_sizes_survives_connection_resets() {
     for nodes in [2, 3, 7] {
         every_pair(|base| {
             let cfg = SimConfig { nodes, resets: 4, crashes: 1, requests: 5, ..base };
-            let summary = run_seeds(&cfg, 0..100, |_, _| {}).unwrap();
+            let summary = run_seeds(&cfg, 0..100, |_, _| {});
             assert_clean(&cfg, &summary);
         });
     }
@@ -159,7 +170,7 @@ fn sessions_overflow_on_a_crashed_peer_and_every_invariant_holds() {
     let session_limits = coterie_core::session::Limits { max_frames: 16, max_bytes: 1 << 20 };
     every_pair(|base| {
         let cfg = SimConfig { crashes: 2, resets: 2, session_limits, ..base };
-        let summary = run_seeds(&cfg, 0..100, |_, _| {}).unwrap();
+        let summary = run_seeds(&cfg, 0..100, |_, _| {});
         assert_clean(&cfg, &summary);
         assert!(
             summary.injected.overflows > 0,
@@ -182,9 +193,9 @@ fn sessions_to_a_paused_node_overflow_and_quorum_algorithms_stay_safe() {
     let session_limits = coterie_core::session::Limits { max_frames: 16, max_bytes: 1 << 20 };
     for name in partition_safe() {
         for e in ELECTIONS {
-            let base = SimConfig::new(name, e.name);
+            let base = SimConfig::new(name, e);
             let cfg = SimConfig { pauses: 3, resets: 6, crashes: 1, session_limits, ..base };
-            let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+            let summary = run_seeds(&cfg, 0..200, |_, _| {});
             assert_clean(&cfg, &summary);
             assert!(summary.injected.overflows > 0, "{name}/{}: no session overflowed", e.name);
         }
@@ -196,7 +207,7 @@ fn every_pair_at_every_size_survives_crashes() {
     for nodes in [3, 7, 9, 13] {
         every_pair(|base| {
             let cfg = SimConfig { nodes, crashes: 3, requests: 5, ..base };
-            let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+            let summary = run_seeds(&cfg, 0..200, |_, _| {});
             assert_clean(&cfg, &summary);
         });
     }
@@ -215,15 +226,15 @@ fn every_pair_on_a_ring_detector_survives_crashes_resets_and_pauses() {
     for nodes in [3, 6, 9] {
         every_pair(|base| {
             let cfg = SimConfig { nodes, timing, crashes: 2, resets: 2, requests: 5, ..base };
-            let summary = run_seeds(&cfg, 0..150, |_, _| {}).unwrap();
+            let summary = run_seeds(&cfg, 0..150, |_, _| {});
             assert_clean(&cfg, &summary);
         });
     }
     for name in partition_safe() {
         for e in ELECTIONS {
-            let base = SimConfig::new(name, e.name);
+            let base = SimConfig::new(name, e);
             let cfg = SimConfig { nodes: 7, timing, pauses: 2, crashes: 1, ..base };
-            let summary = run_seeds(&cfg, 0..150, |_, _| {}).unwrap();
+            let summary = run_seeds(&cfg, 0..150, |_, _| {});
             assert_clean(&cfg, &summary);
         }
     }
@@ -233,9 +244,106 @@ fn every_pair_on_a_ring_detector_survives_crashes_resets_and_pauses() {
 fn counting_semaphores_admit_k_holders_and_no_more() {
     for m in mutexes().into_iter().filter(|m| m.claims.counting) {
         for e in ELECTIONS {
-            let cfg = SimConfig { capacity: 2, crashes: 1, ..SimConfig::new(m.name, e.name) };
-            let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+            let cfg = SimConfig { capacity: 2, crashes: 1, ..SimConfig::new(m, e) };
+            let summary = run_seeds(&cfg, 0..200, |_, _| {});
             assert_clean(&cfg, &summary);
+        }
+    }
+}
+
+/// Many locks: requests spread over six names, two taken at once (in name
+/// order), idle locks forgotten within 10 ms and made anew, with crashes
+/// and connection resets. Safety and fences are judged per lock; a
+/// multi-lock request that stalls is a deadlock.
+#[test]
+fn every_pair_keeps_many_locks_apart_through_crashes_and_forgetting() {
+    let forgetting =
+        Some(Forgetting { after: Duration::from_millis(10), remnants: 4, locks: 1000 });
+    every_pair(|base| {
+        let cfg = SimConfig { names: 6, per_request: 2, forgetting, crashes: 2, resets: 1, ..base };
+        let summary = run_seeds(&cfg, 0..200, |_, _| {});
+        assert_clean(&cfg, &summary);
+        assert!(summary.forgotten > 0, "{}/{}: nothing forgotten", cfg.mutex, cfg.election);
+    });
+}
+
+/// Multi-lock requests across pauses: whatever safety the algorithm
+/// keeps under them, every request still completes once they end.
+#[test]
+fn multi_lock_requests_come_through_pauses() {
+    let forgetting =
+        Some(Forgetting { after: Duration::from_millis(10), remnants: 100, locks: 1000 });
+    every_pair(|base| {
+        let cfg = SimConfig {
+            names: 5,
+            per_request: 3,
+            forgetting,
+            pauses: 2,
+            progress_only: true,
+            ..base
+        };
+        let summary = run_seeds(&cfg, 0..100, |_, _| {});
+        assert_clean(&cfg, &summary);
+    });
+}
+
+/// The quorum algorithms keep every lock safe under partitions, each
+/// lock's arbiters apart from the others'.
+#[test]
+fn quorum_algorithms_keep_every_lock_safe_under_partitions() {
+    let forgetting =
+        Some(Forgetting { after: Duration::from_millis(10), remnants: 100, locks: 1000 });
+    for m in partition_safe() {
+        for e in ELECTIONS {
+            let cfg = SimConfig {
+                names: 4,
+                per_request: 2,
+                forgetting,
+                partitions: 2,
+                crashes: 1,
+                ..SimConfig::new(m, e)
+            };
+            let summary = run_seeds(&cfg, 0..200, |_, _| {});
+            assert_clean(&cfg, &summary);
+        }
+    }
+}
+
+/// A lock of its own costs what the one lock does, but for the
+/// coordinator's rebuild of each lock on its first use in a term
+/// (centralized: a query and an answer per peer; token ring: the probe
+/// round and the new token's lap).
+#[test]
+fn many_locks_cost_what_one_does_but_a_rebuild_per_lock() {
+    for m in mutexes() {
+        let n = 5u64;
+        let names = 4;
+        let cfg = SimConfig {
+            nodes: n as u32,
+            load: Load::Sequential,
+            requests: 40,
+            names,
+            ..SimConfig::new(m, &ELECTIONS[0])
+        };
+        let rebuild = match m.name {
+            "centralized" => 2 * (n - 1),
+            "token-ring" => 3 * n,
+            _ => 0,
+        };
+        for seed in 0..10 {
+            let report = sim::run(SimConfig { seed, ..cfg.clone() });
+            assert!(report.violations.is_empty(), "{:?}", report.violations);
+            let budget: u64 =
+                report.per_entry.iter().map(|&(_, local)| (m.light_load)(n, local).1).sum::<u64>()
+                    + u64::from(names) * rebuild;
+            let cost: u64 = report.per_entry.iter().map(|&(c, _)| c).sum();
+            assert!(
+                cost <= budget,
+                "{} seed {seed}: {} entries over {names} locks cost {cost} messages, theory \
+                 and one rebuild per lock {budget}",
+                m.name,
+                report.per_entry.len()
+            );
         }
     }
 }
@@ -248,10 +356,10 @@ fn light_load_message_counts_match_theory() {
                 nodes: n,
                 load: Load::Sequential,
                 requests: 30,
-                ..SimConfig::new(m.name, ELECTIONS[0].name)
+                ..SimConfig::new(m, &ELECTIONS[0])
             };
             for seed in 0..20 {
-                let report = sim::run(SimConfig { seed, ..cfg.clone() }).unwrap();
+                let report = sim::run(SimConfig { seed, ..cfg.clone() });
                 assert!(report.violations.is_empty(), "{:?}", report.violations);
                 assert_eq!(report.per_entry.len(), 30);
                 for &(cost, local) in &report.per_entry {
@@ -282,12 +390,12 @@ fn burst_message_counts_match_theory() {
                 nodes: n,
                 load: Load::Burst,
                 requests: 5,
-                ..SimConfig::new(m.name, ELECTIONS[0].name)
+                ..SimConfig::new(m, &ELECTIONS[0])
             };
             let (mut messages, mut entries) = (0, 0);
             let mut kinds = std::collections::BTreeMap::<&str, u64>::new();
             for seed in 0..20 {
-                let report = sim::run(SimConfig { seed, ..cfg.clone() }).unwrap();
+                let report = sim::run(SimConfig { seed, ..cfg.clone() });
                 assert!(report.violations.is_empty(), "{:?}", report.violations);
                 assert_eq!(report.entries, u64::from(n) * 5, "{} n={n} seed {seed}", m.name);
                 messages += report.mutex_messages;
@@ -322,10 +430,10 @@ fn heavy_load_message_counts_match_theory() {
                 nodes: n,
                 requests: 20,
                 think: (Duration::ZERO, Duration::ZERO),
-                ..SimConfig::new(m.name, ELECTIONS[0].name)
+                ..SimConfig::new(m, &ELECTIONS[0])
             };
             for seed in 0..10 {
-                let report = sim::run(SimConfig { seed, ..cfg.clone() }).unwrap();
+                let report = sim::run(SimConfig { seed, ..cfg.clone() });
                 assert!(report.violations.is_empty(), "{:?}", report.violations);
                 let per_entry = report.mutex_messages as f64 / report.entries as f64;
                 let (lo, hi) = (m.heavy_load)(u64::from(n));
@@ -344,8 +452,8 @@ fn heavy_load_message_counts_match_theory() {
 fn fair_algorithms_grant_in_timestamp_order() {
     for m in mutexes().into_iter().filter(|m| m.claims.fair) {
         for nodes in [3, 5, 9] {
-            let cfg = SimConfig { nodes, ..SimConfig::new(m.name, ELECTIONS[0].name) };
-            let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+            let cfg = SimConfig { nodes, ..SimConfig::new(m, &ELECTIONS[0]) };
+            let summary = run_seeds(&cfg, 0..200, |_, _| {});
             assert_clean(&cfg, &summary);
             assert_eq!(
                 summary.out_of_order, 0,
@@ -358,10 +466,9 @@ fn fair_algorithms_grant_in_timestamp_order() {
 
 #[test]
 fn a_seed_replays_exactly() {
-    let cfg =
-        SimConfig { crashes: 2, seed: 42, trace: true, ..SimConfig::new("centralized", "bully") };
-    let a = sim::run(cfg.clone()).unwrap();
-    let b = sim::run(cfg).unwrap();
+    let cfg = SimConfig { crashes: 2, seed: 42, trace: true, ..pair("centralized", "bully") };
+    let a = sim::run(cfg.clone());
+    let b = sim::run(cfg);
     assert_eq!(a.trace, b.trace);
     assert!(!a.trace.is_empty());
 }
@@ -370,16 +477,12 @@ fn a_seed_replays_exactly() {
 fn the_checker_catches_two_holders_and_names_the_seed() {
     // Engines that admit two holders, judged as a mutex: the checker must
     // report the overlap, and replaying the seed must reproduce it.
-    let cfg = SimConfig {
-        capacity: 2,
-        checked_capacity: Some(1),
-        ..SimConfig::new("centralized", "bully")
-    };
-    let summary = run_seeds(&cfg, 0..20, |_, _| {}).unwrap();
+    let cfg = SimConfig { capacity: 2, checked_capacity: Some(1), ..pair("centralized", "bully") };
+    let summary = run_seeds(&cfg, 0..20, |_, _| {});
     assert!(summary.violations > 0, "an overlap went unnoticed");
     let first = &summary.failures[0];
     assert_eq!(first.invariant, Invariant::Safety);
-    let replay = sim::run(SimConfig { seed: first.seed, ..cfg }).unwrap();
+    let replay = sim::run(SimConfig { seed: first.seed, ..cfg });
     assert_eq!(replay.violations[0].detail, first.detail);
 }
 
@@ -420,9 +523,9 @@ fn ricart_agrawala_variants_are_safe_and_live_with_and_without_crashes() {
                         crashes,
                         capacity: if m.claims.counting { 2 } else { 1 },
                         mutex_options,
-                        ..SimConfig::new(m.name, ELECTIONS[0].name)
+                        ..SimConfig::new(m, &ELECTIONS[0])
                     };
-                    let summary = run_seeds(&cfg, 0..300, |_, _| {}).unwrap();
+                    let summary = run_seeds(&cfg, 0..300, |_, _| {});
                     assert_clean(&cfg, &summary);
                     if crashes > 0 {
                         assert!(
@@ -450,10 +553,10 @@ fn ricart_agrawala_variants_cost_2n_minus_2_at_light_load() {
                     load: Load::Sequential,
                     requests: 30,
                     mutex_options,
-                    ..SimConfig::new(m.name, ELECTIONS[0].name)
+                    ..SimConfig::new(m, &ELECTIONS[0])
                 };
                 for seed in 0..10 {
-                    let report = sim::run(SimConfig { seed, ..cfg.clone() }).unwrap();
+                    let report = sim::run(SimConfig { seed, ..cfg.clone() });
                     assert!(report.violations.is_empty(), "{:?}", report.violations);
                     for &(cost, _) in &report.per_entry {
                         assert_eq!(
@@ -476,9 +579,9 @@ fn fault_tolerant_ricart_agrawala_still_grants_in_timestamp_order() {
             let cfg = SimConfig {
                 nodes,
                 mutex_options: MutexOptions { fault_tolerant: true, ..MutexOptions::default() },
-                ..SimConfig::new(m.name, ELECTIONS[0].name)
+                ..SimConfig::new(m, &ELECTIONS[0])
             };
-            let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+            let summary = run_seeds(&cfg, 0..200, |_, _| {});
             assert_clean(&cfg, &summary);
             assert_eq!(summary.out_of_order, 0, "{} n={nodes}", m.name);
             assert!(summary.messages_by_kind.get("nack").is_some_and(|&n| n > 0), "contention");
@@ -487,8 +590,8 @@ fn fault_tolerant_ricart_agrawala_still_grants_in_timestamp_order() {
 }
 
 /// The algorithms whose safety does not rest on timeouts.
-fn partition_safe() -> impl Iterator<Item = &'static str> {
-    mutexes().into_iter().filter(|m| m.claims.safe_under_partitions).map(|m| m.name)
+fn partition_safe() -> impl Iterator<Item = &'static MutexInfo> {
+    mutexes().into_iter().filter(|m| m.claims.safe_under_partitions)
 }
 
 /// Safety, fences, liveness after the heal and agreement, all of them,
@@ -498,8 +601,8 @@ fn quorum_algorithms_stay_safe_and_live_under_partitions() {
     for name in partition_safe() {
         for nodes in [3, 5, 7] {
             for e in ELECTIONS {
-                let cfg = SimConfig { nodes, partitions: 2, ..SimConfig::new(name, e.name) };
-                let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+                let cfg = SimConfig { nodes, partitions: 2, ..SimConfig::new(name, e) };
+                let summary = run_seeds(&cfg, 0..200, |_, _| {});
                 assert!(summary.injected.partitions > 0, "no partition was injected");
                 assert_clean(&cfg, &summary);
             }
@@ -520,9 +623,9 @@ fn quorum_algorithms_stay_safe_under_one_way_partitions() {
     for name in partition_safe() {
         for nodes in [3, 5, 7] {
             for e in ELECTIONS {
-                let base = SimConfig::new(name, e.name);
+                let base = SimConfig::new(name, e);
                 let cfg = SimConfig { nodes, one_way_partitions: 2, ..base };
-                let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+                let summary = run_seeds(&cfg, 0..200, |_, _| {});
                 assert!(
                     summary.injected.one_way_partitions > 0,
                     "no one-way partition was injected"
@@ -547,9 +650,8 @@ fn quorum_algorithms_stay_safe_and_live_under_partitions_and_crashes() {
     for name in partition_safe() {
         for nodes in [3, 5, 7] {
             for e in ELECTIONS {
-                let cfg =
-                    SimConfig { nodes, partitions: 2, crashes: 2, ..SimConfig::new(name, e.name) };
-                let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+                let cfg = SimConfig { nodes, partitions: 2, crashes: 2, ..SimConfig::new(name, e) };
+                let summary = run_seeds(&cfg, 0..200, |_, _| {});
                 assert!(summary.injected.partitions > 0, "no partition was injected");
                 assert_clean(&cfg, &summary);
             }
@@ -562,8 +664,8 @@ fn quorum_algorithms_stay_safe_and_live_under_partitions_and_crashes() {
 #[test]
 fn timeout_algorithms_grant_on_both_sides_of_a_partition() {
     for m in mutexes().into_iter().filter(|m| !m.claims.safe_under_partitions) {
-        let cfg = SimConfig { partitions: 1, ..SimConfig::new(m.name, ELECTIONS[0].name) };
-        let summary = run_seeds(&cfg, 0..50, |_, _| {}).unwrap();
+        let cfg = SimConfig { partitions: 1, ..SimConfig::new(m, &ELECTIONS[0]) };
+        let summary = run_seeds(&cfg, 0..50, |_, _| {});
         assert!(
             summary.failures.iter().any(|f| f.invariant == Invariant::Safety),
             "{}: 50 partitioned runs and never two holders; is the partition real?",
@@ -582,9 +684,8 @@ fn quorum_algorithms_stay_safe_and_live_around_pauses_and_crashes() {
         for nodes in [3, 5, 7] {
             for e in ELECTIONS {
                 for crashes in [0, 2] {
-                    let cfg =
-                        SimConfig { nodes, pauses: 2, crashes, ..SimConfig::new(name, e.name) };
-                    let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+                    let cfg = SimConfig { nodes, pauses: 2, crashes, ..SimConfig::new(name, e) };
+                    let summary = run_seeds(&cfg, 0..200, |_, _| {});
                     assert!(summary.injected.pauses > 0, "no pause was injected");
                     assert_clean(&cfg, &summary);
                 }
@@ -601,6 +702,7 @@ fn quorum_algorithms_stay_safe_and_live_around_pauses_and_crashes() {
 fn without_stable_storage_a_restarted_arbiter_can_grant_twice() {
     let cases = [("tree-quorum", "ring", 3, 29), ("maekawa", "bully", 5, 627)];
     for (mutex, election, nodes, seed) in cases {
+        let (mutex, election) = (mutex.parse().unwrap(), election.parse().unwrap());
         let base = SimConfig {
             nodes,
             crashes: if nodes == 3 { 3 } else { 2 },
@@ -609,9 +711,9 @@ fn without_stable_storage_a_restarted_arbiter_can_grant_twice() {
             seed,
             ..SimConfig::new(mutex, election)
         };
-        let with = sim::run(base.clone()).unwrap();
+        let with = sim::run(base.clone());
         assert!(with.violations.is_empty(), "{mutex} seed {seed}: {:?}", with.violations);
-        let without = sim::run(SimConfig { stable_storage: false, ..base }).unwrap();
+        let without = sim::run(SimConfig { stable_storage: false, ..base });
         assert!(
             without.violations.iter().any(|v| v.invariant.is_unsafe()),
             "{mutex} seed {seed} without stable storage: {:?}",
@@ -634,8 +736,8 @@ fn delay_spikes_break_only_the_algorithms_that_trust_timeouts() {
     for m in mutexes() {
         let mut broken = 0;
         for e in ELECTIONS {
-            let cfg = SimConfig { crashes: 1, delays: 2, ..SimConfig::new(m.name, e.name) };
-            let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+            let cfg = SimConfig { crashes: 1, delays: 2, ..SimConfig::new(m, e) };
+            let summary = run_seeds(&cfg, 0..200, |_, _| {});
             assert!(summary.injected.delays > 200, "{}/{}: spikes were injected", m.name, e.name);
             if m.claims.safe_under_partitions {
                 assert_clean(&cfg, &summary);
@@ -675,7 +777,7 @@ fn delay_spikes_within_the_detectors_slack_hurt_no_one() {
     every_pair(|base| {
         let spike = (Duration::ZERO, base.timing.failure_timeout / 2);
         let cfg = SimConfig { crashes: 1, delays: 2, delay_spike: spike, ..base };
-        let summary = run_seeds(&cfg, 0..200, |_, _| {}).unwrap();
+        let summary = run_seeds(&cfg, 0..200, |_, _| {});
         assert!(summary.injected.delays > 200, "spikes were injected: {}", summary.injected.delays);
         assert_clean(&cfg, &summary);
     });
@@ -691,8 +793,8 @@ fn delay_spikes_within_the_detectors_slack_hurt_no_one() {
 fn quorum_algorithms_never_grant_twice_under_message_loss() {
     for name in partition_safe() {
         for e in ELECTIONS {
-            let cfg = SimConfig { drops: 1, ..SimConfig::new(name, e.name) };
-            let summary = run_seeds(&cfg, 0..300, |_, _| {}).unwrap();
+            let cfg = SimConfig { drops: 1, ..SimConfig::new(name, e) };
+            let summary = run_seeds(&cfg, 0..300, |_, _| {});
             assert_eq!(summary.injected.drops, 300, "{name}/{}: one loss window per run", e.name);
             assert!(summary.injected.lost > 0, "{name}/{}: nothing was lost", e.name);
             if let Some(f) = summary.failures.iter().find(|f| f.invariant == Invariant::Safety) {
@@ -723,15 +825,9 @@ fn quorum_algorithms_never_grant_twice_under_message_loss() {
 /// replays exactly, and what was injected is counted.
 #[test]
 fn delays_and_drops_replay_exactly_and_are_counted() {
-    let cfg = SimConfig {
-        delays: 1,
-        drops: 1,
-        seed: 7,
-        trace: true,
-        ..SimConfig::new("maekawa", "bully")
-    };
-    let a = sim::run(cfg.clone()).unwrap();
-    let b = sim::run(cfg).unwrap();
+    let cfg = SimConfig { delays: 1, drops: 1, seed: 7, trace: true, ..pair("maekawa", "bully") };
+    let a = sim::run(cfg.clone());
+    let b = sim::run(cfg);
     assert_eq!(a.trace, b.trace);
     assert_eq!((a.injected.delays, a.injected.drops), (1, 1));
     assert!(a.injected.lost > 0);
@@ -749,9 +845,8 @@ fn delays_and_drops_replay_exactly_and_are_counted() {
 /// never in a run without faults (the other tests).
 #[test]
 fn a_stall_after_lost_messages_is_a_deadlock_found_at_once() {
-    let cfg =
-        SimConfig { drops: 1, progress_only: true, ..SimConfig::new("ricart-agrawala", "bully") };
-    let summary = run_seeds(&cfg, 0..50, |_, _| {}).unwrap();
+    let cfg = SimConfig { drops: 1, progress_only: true, ..pair("ricart-agrawala", "bully") };
+    let summary = run_seeds(&cfg, 0..50, |_, _| {});
     let deadlocks: Vec<u64> = summary
         .failures
         .iter()
@@ -760,7 +855,7 @@ fn a_stall_after_lost_messages_is_a_deadlock_found_at_once() {
         .collect();
     assert!(!deadlocks.is_empty(), "50 runs and no deadlock: {:?}", summary.failures);
     for seed in deadlocks {
-        let report = sim::run(SimConfig { seed, ..cfg.clone() }).unwrap();
+        let report = sim::run(SimConfig { seed, ..cfg.clone() });
         let end = Duration::from_micros(report.end_us);
         assert!(end < cfg.max_time / 2, "seed {seed}: deadlock reported only at {end:?}");
     }
@@ -778,7 +873,7 @@ fn a_stall_after_lost_messages_is_a_deadlock_found_at_once() {
 fn pauses_never_leave_a_request_waiting_for_ever() {
     every_pair(|base| {
         let cfg = SimConfig { pauses: 3, progress_only: true, ..base };
-        let summary = run_seeds(&cfg, 0..100, |_, _| {}).unwrap();
+        let summary = run_seeds(&cfg, 0..100, |_, _| {});
         assert!(summary.injected.pauses > 200, "pauses were injected: {}", summary.injected.pauses);
         assert_clean(&cfg, &summary);
     });

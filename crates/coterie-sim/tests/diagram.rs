@@ -35,10 +35,10 @@ fn a_diagram_draws_every_message_and_entry_of_the_run() {
                     crashes: 1,
                     requests: 3,
                     record: true,
-                    ..SimConfig::new(mutex.name, election.name)
+                    ..SimConfig::new(mutex, election)
                 };
                 let nodes = cfg.nodes as usize;
-                let report = sim::run(cfg).unwrap();
+                let report = sim::run(cfg);
                 let pair = format!("{} + {} seed {seed}", mutex.name, election.name);
                 let run = report.diagram.as_ref().expect("recorded");
                 let svg = svg::render(run, &Options::default());
@@ -86,9 +86,9 @@ fn a_shiviz_log_has_every_event_with_a_consistent_vector_clock() {
             crashes: 1,
             requests: 3,
             record: true,
-            ..SimConfig::new(mutex, election)
+            ..SimConfig::new(mutex.parse().unwrap(), election.parse().unwrap())
         };
-        let report = sim::run(cfg).unwrap();
+        let report = sim::run(cfg);
         let run = report.diagram.as_ref().unwrap();
         let log = shiviz::render(run, &Options::default());
         let lines: Vec<&str> = log.lines().collect();

@@ -38,6 +38,12 @@ enum Command {
     // The help text is cmd::lock::Args's: it explains losing the lock and
     // the exit statuses.
     Lock(cmd::lock::Args),
+    /// List the cluster's live locks: who holds each, who waits.
+    Locks(cmd::locks::Args),
+    // The help text is cmd::elect::Args's: campaigns and observers.
+    Elect(cmd::elect::Args),
+    /// Print the leader of an application's election.
+    Leader(cmd::elect::LeaderArgs),
     /// Drive clients against a cluster; report throughput, latency, safety.
     Workload(cmd::workload::Args),
     /// Run the deterministic simulator over many seeds and report violations.
@@ -70,6 +76,9 @@ fn main() -> std::process::ExitCode {
         Command::Status(args) => cmd::status::run(args),
         Command::Watch(args) => cmd::watch::run(args),
         Command::Lock(args) => cmd::lock::run(args),
+        Command::Locks(args) => cmd::locks::run(args),
+        Command::Elect(args) => cmd::elect::run(args),
+        Command::Leader(args) => cmd::elect::leader(args),
         Command::Workload(args) => cmd::workload::run(args),
         Command::Sim(args) => cmd::sim::run(args),
         Command::Check(args) => cmd::check::run(args),

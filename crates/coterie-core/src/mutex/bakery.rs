@@ -507,6 +507,12 @@ impl Algorithm for Bakery {
 }
 
 impl MutexAlgorithm for Bakery {
+    /// Idle (number 0), holding no reader's answer back, no retry due: its
+    /// high-water mark is the watermark the node's floor keeps.
+    fn forgettable(&self) -> bool {
+        matches!(self.phase, Phase::Idle) && self.held.is_empty() && !self.retry_armed
+    }
+
     fn handle_request(&mut self, now: Time, out: &mut Out<Bakery>) {
         if self.phase == Phase::Idle {
             self.enter_doorway(now, out);

@@ -35,6 +35,19 @@
 //! is queried too (costing two messages per rejoin): one that was wrongly
 //! suspected may still hold.
 //!
+//! **Many locks.** Every lock name has an instance of its own at every
+//! node that uses it, and its coordinator's instance rebuilds the way any
+//! new coordinator does: a coordinator that meets a lock for the first time
+//! in its term asks every live peer for its part of it first (2(N−1)
+//! messages, once per lock and term). A lock nobody holds or wants is
+//! forgotten (at the coordinator once the rebuild is done and the queue
+//! empty); what the coordinator's instance leaves is the fence of its last
+//! grant, and a new manager of the same term counts on from there, so
+//! fences rise per lock across forgetting. A request that names a term this
+//! node does not follow yet (it is that term's coordinator and has not
+//! heard) keeps the instance until the term begins here, when the rebuild
+//! hears of it again.
+//!
 //! Clocks: a request's stamp comes from the node's Lamport clock, which
 //! follows the coordinator's (GRANT carries it) and every peer's (through
 //! the heartbeat watermark). Stamps order only a rebuilt queue: ordering
@@ -195,6 +208,15 @@ pub struct Centralized {
     view: Option<(NodeId, Epoch)>,
     me: Client,
     manager: Option<Manager>,
+    /// The last fence a forgotten instance of this lock granted as
+    /// coordinator (or a bound on it): a manager of the same epoch counts
+    /// its grants on from there, so fences keep rising across forgetting.
+    remnant: Option<Fence>,
+    /// A peer's request or report named a newer term than this node
+    /// follows: this node is that term's coordinator and does not know it
+    /// yet. It was dropped, and the rebuild the new term starts with will
+    /// ask for it again: until then this instance must not be forgotten.
+    early: Option<Epoch>,
 }
 
 impl Centralized {
@@ -208,6 +230,16 @@ impl Centralized {
             view: None,
             me: Client::Idle,
             manager: None,
+            remnant: None,
+            early: None,
+        }
+    }
+
+    /// A peer spoke of term `epoch`: if it is newer than the one followed,
+    /// remember to keep this instance until that term begins here.
+    fn heard_of(&mut self, epoch: Epoch) {
+        if self.view.is_none_or(|(_, e)| epoch > e) {
+            self.early = self.early.max(Some(epoch));
         }
     }
 
@@ -254,7 +286,11 @@ impl Centralized {
             holders: BTreeMap::new(),
             queue: VecDeque::new(),
             ordered: false,
-            grants: 0,
+            // Above every grant a forgotten manager of this epoch made.
+            grants: self
+                .remnant
+                .filter(|f| f.major() == Fence::new(epoch.0, 0).major())
+                .map_or(0, Fence::minor),
         };
         m.absorb(self.id, self.report());
         self.manager = Some(m);
@@ -287,6 +323,7 @@ impl Algorithm for Centralized {
                 if stamp.node != from {
                     return;
                 }
+                self.heard_of(epoch);
                 if let Some(m) = self.manager_for(epoch) {
                     m.absorb(from, Report::Waiting(stamp));
                     self.dispatch(out);
@@ -351,6 +388,24 @@ impl Algorithm for Centralized {
         }
     }
 
+    /// As to a newcomer, and if `peer` is the coordinator, what this node
+    /// wants or holds: a coordinator that suspected this node dropped its
+    /// request or its hold, and one that forgot the lock meanwhile would
+    /// not ask for them again (the message makes the lock anew there, and
+    /// the new manager rebuilds).
+    fn handle_peer_back(&mut self, now: Time, peer: NodeId, out: &mut Out<Centralized>) {
+        self.handle_peer_up(now, peer, out);
+        let Some((leader, epoch)) = self.view.filter(|(l, _)| *l == peer) else { return };
+        match self.me {
+            Client::Idle => {}
+            Client::Waiting(stamp) => out.send(leader, CentralizedMsg::Request { epoch, stamp }),
+            Client::Holding(fence) => {
+                let state = Report::Holding(fence);
+                out.send(leader, CentralizedMsg::StateReport { epoch, state });
+            }
+        }
+    }
+
     fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Out<Centralized>) {
         self.alive.remove(&peer);
         if let Some(m) = self.manager.as_mut() {
@@ -410,6 +465,9 @@ impl MutexAlgorithm for Centralized {
             return;
         }
         self.view = Some((leader, epoch));
+        if self.early.is_some_and(|e| e <= epoch) {
+            self.early = None;
+        }
         if leader == self.id {
             self.become_manager(epoch, out);
         } else {
@@ -432,6 +490,26 @@ impl MutexAlgorithm for Centralized {
 
     fn watermark(&self) -> u64 {
         self.clock.now()
+    }
+
+    /// Idle, and as coordinator with nobody holding or queued and the
+    /// rebuild done.
+    fn forgettable(&self) -> bool {
+        self.me == Client::Idle
+            && self.early.is_none()
+            && self
+                .manager
+                .as_ref()
+                .is_none_or(|m| !m.rebuilding() && m.holders.is_empty() && m.queue.is_empty())
+    }
+
+    /// As coordinator: the fence of its last grant.
+    fn remnant(&self) -> Option<u64> {
+        self.manager.as_ref().map(|m| Fence::new(m.epoch.0, m.grants).0)
+    }
+
+    fn observe_remnant(&mut self, own: Option<u64>, floor: u64) {
+        self.remnant = Some(Fence(own.unwrap_or(floor)));
     }
 
     fn observe_watermark(&mut self, watermark: u64) {

@@ -222,9 +222,16 @@ impl Algorithm for Lamport {
     /// As to a newcomer, and when idle, a RELEASE of everything this node
     /// ever asked: a peer that was out of touch missed the RELEASEs sent
     /// meanwhile, and would keep a finished request at the head of its
-    /// queue for ever.
+    /// queue for ever. Likewise the peer's own requests leave this queue:
+    /// it says again what it still wants (as this node does), and if its
+    /// instance of the lock was forgotten meanwhile, nobody would release
+    /// them here. Neither side can enter on the strength of this: one
+    /// that wants asks again, and needs the other's reply, which comes
+    /// behind whatever the other says again.
     fn handle_peer_back(&mut self, now: Time, peer: NodeId, out: &mut Out<Lamport>) {
         self.alive.insert(peer);
+        self.queue.retain(|s| s.node != peer);
+        self.deferred.remove(&peer);
         match self.state {
             // Entries made while the two were apart never asked the other
             // side, and may carry stamps above this request's: withdraw
@@ -254,6 +261,11 @@ impl Algorithm for Lamport {
 }
 
 impl MutexAlgorithm for Lamport {
+    /// Idle with an empty queue and no reply held back.
+    fn forgettable(&self) -> bool {
+        self.state == Ask::Idle && self.queue.is_empty() && self.deferred.is_empty()
+    }
+
     fn handle_request(&mut self, _now: Time, out: &mut Out<Lamport>) {
         if self.state == Ask::Idle {
             self.ask(out);

@@ -423,6 +423,18 @@ impl Algorithm for LodhaKshemkalyani {
 }
 
 impl MutexAlgorithm for LodhaKshemkalyani {
+    /// Idle with an empty queue, no reply held back, no FLUSH to hand on
+    /// and no re-ask due. (A peer's old REQUEST that reaches the next
+    /// instance is answered at once, as by any idle node; a REPLY names
+    /// the request it answers, so the peer takes it for what it is.)
+    fn forgettable(&self) -> bool {
+        self.state == Ask::Idle
+            && self.queue.is_empty()
+            && self.deferred.is_empty()
+            && self.baton.is_none()
+            && !self.reask_armed
+    }
+
     fn handle_request(&mut self, now: Time, out: &mut Out<LodhaKshemkalyani>) {
         if self.state != Ask::Idle {
             return;

@@ -56,6 +56,14 @@
 //! do, as every arbiter still grants one request at a time); otherwise
 //! (Maekawa) it waits for the member to return.
 //!
+//! **Many locks.** Each lock name has an instance of its own, arbiter and
+//! requester, at every node that uses it. One made for a lock new to this
+//! node knows its peers have nothing of it to recover, and sends no
+//! RECOVER ([`handle_adopt`](crate::MutexAlgorithm::handle_adopt)); one
+//! that is idle, its permission free and nobody queued, is forgotten, and
+//! the next one starts its high-water mark at its clock, which covers
+//! every stamp the node has seen.
+//!
 //! **Restarts.** Who may hold an arbiter's permission is the one thing
 //! that must outlive it. Without it a restarted arbiter could learn of its
 //! holder only from the holder's RECOVER, and a holder silent at that
@@ -911,6 +919,21 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
         self.drain_local(now, out);
     }
 
+    /// A lock new to this node: the peer holds and waits for nothing of
+    /// this arbiter's, and this node for nothing of the peer's, so there
+    /// is nothing to recover (a RECOVER each way is what
+    /// [`handle_peer_up`](Algorithm::handle_peer_up) costs). Unless the
+    /// previous run of this node wrote the peer down as perhaps holding
+    /// this arbiter's permission: it is asked, as after a restart.
+    fn handle_adopt(&mut self, now: Time, peer: NodeId, out: &mut Outbox<QuorumMsg>) {
+        self.begin(now);
+        self.alive.insert(peer);
+        self.arbiter.reported.insert(peer);
+        if self.arbiter.awaited.contains(&peer) {
+            out.send(peer, QuorumMsg::Recover { holding: None, waiting: None, ask: true });
+        }
+    }
+
     fn handle_coordinator(
         &mut self,
         now: Time,
@@ -937,6 +960,18 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
 
     fn request_stamp(&self) -> Option<Stamp> {
         self.stamp()
+    }
+
+    /// Idle as requester, and as arbiter with its permission free, nobody
+    /// queued and nobody from a previous run still to report. (Its
+    /// high-water mark need not be kept: a new arbiter starts it at its
+    /// clock, above the node's floor, which covers every stamp seen here.)
+    fn forgettable(&self) -> bool {
+        matches!(self.me, Requester::Idle)
+            && self.arbiter.lock.is_none()
+            && self.arbiter.queue.is_empty()
+            && self.arbiter.awaited.is_empty()
+            && self.local.is_empty()
     }
 
     fn watermark(&self) -> u64 {
@@ -1204,7 +1239,7 @@ mod tests {
             restored: Some(crate::Restored {
                 epoch: Epoch(0),
                 watermark: 0,
-                mutex: Some(crate::wire::encode(durable)),
+                names: [(crate::Name::default(), crate::wire::encode(durable))].into(),
             }),
             ..AlgoConfig::for_test(1, 3)
         };

@@ -528,6 +528,14 @@ impl Algorithm for RicartAgrawala {
 }
 
 impl MutexAlgorithm for RicartAgrawala {
+    /// Idle with no reply owed. Under a dynamic priority, also no peer's
+    /// request answered and not seen finish (it ranks the next request).
+    fn forgettable(&self) -> bool {
+        self.state == Ask::Idle
+            && self.deferred.is_empty()
+            && (self.priority == Priority::Timestamp || self.answered.is_empty())
+    }
+
     fn handle_request(&mut self, now: Time, out: &mut Out<RicartAgrawala>) {
         if self.state != Ask::Idle {
             return;

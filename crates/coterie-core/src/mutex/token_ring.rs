@@ -62,6 +62,22 @@
 //! otherwise; or until it is probed, when it reports the token like any
 //! holder and waits for the verdict.
 //!
+//! **Many locks.** Each lock name has a token of its own (and an instance
+//! of this algorithm at every node that uses it). A lock new to the
+//! cluster has none yet: the first node that wants it sends its WANT to
+//! the coordinator, whose instance, new too, starts with a probe round,
+//! finds no token and makes one; a node that never saw a lock's token
+//! likewise asks the coordinator, which knows where it parks (or, if it
+//! forgot, finds out with a round). An idle lock's token stays parked
+//! where it last served, and sends nothing. Once idle for a while every
+//! node forgets the lock ([`forgettable`](crate::MutexAlgorithm::forgettable)),
+//! the parker its parked token with it, and keeps only the generation it
+//! knew (its remnant): a stale token still on its way is refused by the
+//! next instance as by this one, and the next use, finding no token (a
+//! WANT reaches the coordinator, from the wanter or from a node that
+//! knows nothing of the token), makes another in a probe round above
+//! every remnant's generation: fences still rise.
+//!
 //! **Fences.** The token carries its generation and the number of entries
 //! made with it; a grant's fence is (generation, entries). Entries within a
 //! generation count up, and a new generation is higher than every earlier
@@ -434,6 +450,42 @@ impl TokenRing {
         }
     }
 
+    /// `wanter` wants the token, and `from` (the wanter, or a node that
+    /// believed the token parks here) asks this node for it.
+    fn want(
+        &mut self,
+        now: Time,
+        from: NodeId,
+        wanter: NodeId,
+        hops: u32,
+        out: &mut Out<TokenRing>,
+    ) {
+        if self.unpark_to(wanter, out) || hops as usize >= self.alive.len() {
+            return;
+        }
+        // Not parked here: pass the request on to a fresher belief.
+        if let Some(p) = self.parker.filter(|&p| p != self.id && p != wanter && p != from) {
+            return out.send(p, TokenMsg::Want { wanter, hops: hops + 1 });
+        }
+        if self.is_coordinator() {
+            // The node it believed parks the token says it does not (it
+            // forgot the lock, its parked token with it), or it knows of
+            // no token: find the token, or make another, with a round.
+            // Otherwise the token is circulating and passes the wanter.
+            let lost = self.parker.is_none_or(|p| p == from);
+            if lost && self.token.is_none() && self.round.is_none() {
+                self.start_round(now, out);
+            }
+        } else if self.parker.is_none() && self.token.is_none() {
+            // Knows nothing of the token (its instance is new): the
+            // coordinator knows, or finds out.
+            let c = self.coordinator.filter(|&c| c != from && self.alive.contains(&c));
+            if let Some(c) = c {
+                out.send(c, TokenMsg::Want { wanter, hops: hops + 1 });
+            }
+        }
+    }
+
     /// Drops a token set aside that is older than the current generation.
     fn drop_stale(&mut self) {
         let Some(current) = self.generation else {
@@ -457,18 +509,7 @@ impl Algorithm for TokenRing {
     fn handle_message(&mut self, now: Time, from: NodeId, msg: TokenMsg, out: &mut Out<TokenRing>) {
         match msg {
             TokenMsg::Token(token) => self.receive(now, token, out),
-            TokenMsg::Want { wanter, hops } => {
-                if self.unpark_to(wanter, out) {
-                    return;
-                }
-                // Not parked here: pass the request on to a fresher belief.
-                // Without one, the token is circulating and will pass the
-                // wanter anyway.
-                let next = self.parker.filter(|&p| p != self.id && p != wanter && p != from);
-                if let Some(p) = next.filter(|_| (hops as usize) < self.alive.len()) {
-                    out.send(p, TokenMsg::Want { wanter, hops: hops + 1 });
-                }
-            }
+            TokenMsg::Want { wanter, hops } => self.want(now, from, wanter, hops, out),
             TokenMsg::Probe { generation } => {
                 self.highest = self.highest.max(generation);
                 if self.generation.is_some_and(|g| generation < g) {
@@ -563,8 +604,12 @@ impl MutexAlgorithm for TokenRing {
         if let Some(token) = self.token.take() {
             return self.hold_or_pass(now, token, out);
         }
-        if let Some(parker) = self.parker.filter(|&p| p != self.id && self.alive.contains(&p)) {
-            out.send(parker, TokenMsg::Want { wanter: self.id, hops: 0 });
+        // Ask where the token was last seen to park; a node that never saw
+        // it (the lock is new to it) asks the coordinator, which made it
+        // or will make it, and knows where it parks or forwards the WANT.
+        let ask = self.parker.or(self.coordinator);
+        if let Some(to) = ask.filter(|&p| p != self.id && self.alive.contains(&p)) {
+            out.send(to, TokenMsg::Want { wanter: self.id, hops: 0 });
         }
         out.set_timer(TokenTimer::Patience, now + self.patience());
     }
@@ -607,6 +652,36 @@ impl MutexAlgorithm for TokenRing {
 
     fn watermark(&self) -> u64 {
         self.highest.0
+    }
+
+    /// Idle, with no token set aside and no round under way. A token
+    /// parked here goes with the lock: the next use finds no token and
+    /// makes another with a probe round, whose generation is above this
+    /// one's (the remnant says so), so fences still rise. Parked tokens
+    /// would otherwise keep an instance of every lock ever used, one at
+    /// some node each.
+    fn forgettable(&self) -> bool {
+        self.state == CsState::Idle
+            && self.quarantine.is_none()
+            && !self.pending
+            && self.round.is_none()
+    }
+
+    /// The oldest generation it accepts (a parked token's, here): a token
+    /// older than that, still on its way, is stale for the next instance
+    /// too, and the next probe round picks a generation above it.
+    fn remnant(&self) -> Option<u64> {
+        let parked = self.token.map(|t| t.generation);
+        self.generation.max(parked).map(|g| g.0)
+    }
+
+    fn observe_remnant(&mut self, own: Option<u64>, _floor: u64) {
+        // A dropped remnant is not guessed from other locks': without one
+        // the new instance keeps a token that reaches it until it is told
+        // the generation, as a newcomer does.
+        if let Some(generation) = own {
+            self.learn(Epoch(generation));
+        }
     }
 
     fn observe_watermark(&mut self, watermark: u64) {

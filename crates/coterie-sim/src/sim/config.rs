@@ -1,6 +1,7 @@
 //! What a run is asked to do: the cluster, the workload, the faults and
 //! the timing.
 
+use coterie_core::registry::{ElectionInfo, MutexInfo};
 use coterie_core::session::Limits;
 use coterie_core::{MutexOptions, Timing};
 use serde::Serialize;
@@ -38,10 +39,10 @@ pub enum FaultDraw {
 /// The parameters of one run.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
-    /// Mutual-exclusion algorithm, by registry name.
-    pub mutex: String,
-    /// Election algorithm, by registry name.
-    pub election: String,
+    /// Mutual-exclusion algorithm.
+    pub mutex: &'static MutexInfo,
+    /// Election algorithm.
+    pub election: &'static ElectionInfo,
     /// Cluster size; ids are `1..=nodes`.
     pub nodes: u32,
     /// Holders allowed at once.
@@ -105,6 +106,15 @@ pub struct SimConfig {
     pub stable_storage: bool,
     /// The shape of the workload.
     pub load: Load,
+    /// How many locks the clients spread their requests over: `default`
+    /// alone when 1, else `r0`, `r1`, ... each drawn uniformly.
+    pub names: u32,
+    /// When the engines forget idle locks (`None`: never).
+    pub forgetting: Option<coterie_core::Forgetting>,
+    /// How many distinct names each request takes at once (all of them,
+    /// one after the other in name order, before entering; at most
+    /// `names`).
+    pub per_request: u32,
     /// Critical-section entries each node's client makes (concurrent load),
     /// entries in all (sequential load), or bursts (burst load).
     pub requests: u32,
@@ -147,10 +157,10 @@ pub struct SimConfig {
 
 impl SimConfig {
     /// A five-node run of `mutex` and `election` with default parameters.
-    pub fn new(mutex: &str, election: &str) -> SimConfig {
+    pub fn new(mutex: &'static MutexInfo, election: &'static ElectionInfo) -> SimConfig {
         SimConfig {
-            mutex: mutex.to_string(),
-            election: election.to_string(),
+            mutex,
+            election,
             nodes: 5,
             capacity: 1,
             mutex_options: MutexOptions::default(),
@@ -169,6 +179,9 @@ impl SimConfig {
             session_limits: Limits::default(),
             stable_storage: true,
             load: Load::Concurrent,
+            names: 1,
+            forgetting: None,
+            per_request: 1,
             requests: 10,
             timing: Timing::default(),
             delay: (Duration::from_micros(500), Duration::from_millis(5)),

@@ -1,8 +1,76 @@
-//! The faults: the schedule drawn for a run, and what each one does when
-//! it comes (crashes and restarts, partitions, pauses, delay spikes, loss
-//! windows, connection resets).
+//! The faults: the schedule drawn for a run, the processes' own (paused
+//! nodes and what reached them meanwhile, [`Faults`]), and what each fault
+//! does when it comes (crashes and restarts, partitions, pauses, delay
+//! spikes, loss windows, connection resets). The faults on messages are
+//! the [`Network`]'s to keep.
 
 use super::*;
+use std::collections::VecDeque;
+
+/// The faults on processes in force, and when the last fault of any kind
+/// struck or ended.
+#[derive(Clone, Default)]
+pub(super) struct Faults {
+    /// Paused nodes, each with what reached it meanwhile, in order.
+    paused: BTreeMap<NodeId, VecDeque<Event>>,
+    /// When the last fault began or ended.
+    last: Time,
+}
+
+impl Faults {
+    /// Notes that a fault began or ended `now`.
+    pub(super) fn struck(&mut self, now: Time) {
+        self.last = now;
+    }
+
+    /// When the last fault began or ended.
+    pub(super) fn last(&self) -> Time {
+        self.last
+    }
+
+    /// Freezes `node`: `false` if it is frozen already.
+    pub(super) fn pause(&mut self, node: NodeId) -> bool {
+        if self.paused.contains_key(&node) {
+            return false;
+        }
+        self.paused.insert(node, VecDeque::new());
+        true
+    }
+
+    /// Whether `node` is frozen.
+    pub(super) fn paused(&self, node: NodeId) -> bool {
+        self.paused.contains_key(&node)
+    }
+
+    /// Whether no node is frozen.
+    pub(super) fn none_paused(&self) -> bool {
+        self.paused.is_empty()
+    }
+
+    /// Keeps `event`, which reached frozen `node`, for when it carries on.
+    pub(super) fn defer(&mut self, node: NodeId, event: Event) {
+        if let Some(waiting) = self.paused.get_mut(&node) {
+            waiting.push_back(event);
+        }
+    }
+
+    /// Thaws `node`: what reached it meanwhile, in order; `None` if it was
+    /// not frozen.
+    pub(super) fn resume(&mut self, node: NodeId) -> Option<VecDeque<Event>> {
+        self.paused.remove(&node)
+    }
+
+    /// `node` crashed: frozen no longer, and what waited for it is lost.
+    pub(super) fn crashed(&mut self, node: NodeId) {
+        self.paused.remove(&node);
+    }
+
+    /// Feeds the frozen nodes and what waits for them to `h`.
+    pub(super) fn hash_state<H: std::hash::Hasher>(&self, h: &mut H) {
+        use std::hash::Hash;
+        self.paused.hash(h);
+    }
+}
 
 impl<C: Chooser> Simulation<C> {
     /// Crashes land at random moments of the first part of the workload;
@@ -11,8 +79,9 @@ impl<C: Chooser> Simulation<C> {
         let typical = (self.cfg.hold.1 + self.cfg.think.1) * self.cfg.requests.max(1) / 2;
         let window = self.cfg.fault_window.unwrap_or(typical);
         let ft = self.cfg.timing.failure_timeout;
+        let start = self.workload.start();
         for _ in 0..self.cfg.crashes {
-            let at = self.workload_start + self.uniform((Duration::ZERO, window));
+            let at = start + self.uniform((Duration::ZERO, window));
             let node = self.any_node();
             let silent = self.chooser.chance(0.5);
             self.push(at, Event::Crash { node, silent });
@@ -20,21 +89,21 @@ impl<C: Chooser> Simulation<C> {
             self.push(at + down_for, Event::Restart { node });
         }
         for _ in 0..self.cfg.pauses {
-            let at = self.workload_start + self.uniform((Duration::ZERO, window));
+            let at = start + self.uniform((Duration::ZERO, window));
             let node = self.any_node();
             let until = at + self.uniform((ft / 2, ft * 4));
             self.push(at, Event::Pause { node });
             self.push(until, Event::Resume { node });
         }
         for id in 0..self.cfg.partitions {
-            let at = self.workload_start + self.uniform((Duration::ZERO, window));
+            let at = start + self.uniform((Duration::ZERO, window));
             let side = self.minority();
             self.push(at, Event::Partition { id, side, way: Way::Both });
             let lasts = self.uniform((ft, ft * 6));
             self.push(at + lasts, Event::Heal { id });
         }
         for id in 0..self.cfg.delays {
-            let at = self.workload_start + self.uniform((Duration::ZERO, window));
+            let at = start + self.uniform((Duration::ZERO, window));
             let node = self.any_node();
             let extra = self.uniform(self.cfg.delay_spike);
             let lasts = self.uniform((ft, ft * 6));
@@ -42,12 +111,12 @@ impl<C: Chooser> Simulation<C> {
             self.push(at + lasts, Event::DelayOver { id, node });
         }
         for _ in 0..self.cfg.resets {
-            let at = self.workload_start + self.uniform((Duration::ZERO, window));
+            let at = start + self.uniform((Duration::ZERO, window));
             let node = self.any_node();
             self.push(at, Event::Reset { node });
         }
         for id in 0..self.cfg.drops {
-            let at = self.workload_start + self.uniform((Duration::ZERO, window));
+            let at = start + self.uniform((Duration::ZERO, window));
             let node = self.any_node();
             let share = self.chooser.fraction(0.1, 0.5);
             let lasts = self.uniform((ft, ft * 6));
@@ -58,7 +127,7 @@ impl<C: Chooser> Simulation<C> {
         // always drew.
         for n in 0..self.cfg.one_way_partitions {
             let id = self.cfg.partitions + n;
-            let at = self.workload_start + self.uniform((Duration::ZERO, window));
+            let at = start + self.uniform((Duration::ZERO, window));
             let side = self.minority();
             let way = if self.chooser.chance(0.5) { Way::Inbound } else { Way::Outbound };
             self.push(at, Event::Partition { id, side, way });
@@ -83,10 +152,9 @@ impl<C: Chooser> Simulation<C> {
         if self.nodes[&node].engine.is_none() || live <= 1 {
             return; // already down, or the last one standing
         }
-        self.last_fault = self.now;
+        self.faults.struck(self.now);
         self.report.injected.crashes += 1;
-        self.paused.remove(&node);
-        self.deferred.remove(&node);
+        self.faults.crashed(node);
         self.trace(|| format!("{node} CRASHES{}", if silent { " (silently)" } else { "" }));
         let text = format!("{node} crashes{}", if silent { " (silently)" } else { "" });
         self.record(|r, at| {
@@ -95,14 +163,13 @@ impl<C: Chooser> Simulation<C> {
             r.mark(at, Some(node), MarkKind::Crash, text)
         });
         let n = self.nodes.get_mut(&node).expect("known");
+        self.report.forgotten += n.engine.as_ref().map_or(0, |e| e.counters().forgotten);
         n.engine = None;
         n.wake_at = None;
-        self.holders.remove(&node);
-        self.asked.remove(&node);
-        if self.sequential.is_some_and(|(requester, _, _)| requester == node) {
-            // The entry under way died with its node: on to the next one,
-            // without charging this one's messages to anybody.
-            self.sequential = None;
+        self.checker.crashed(node);
+        if self.workload.crashed(node) {
+            // The sequential entry under way died with its node: on to the
+            // next one, without charging this one's messages to anybody.
             self.push(self.now, Event::NextSequential);
         }
         if self.cfg.load == Load::Burst {
@@ -135,7 +202,7 @@ impl<C: Chooser> Simulation<C> {
         if self.nodes[&node].engine.is_none() {
             return;
         }
-        self.last_fault = self.now;
+        self.faults.struck(self.now);
         self.report.injected.resets += 1;
         self.trace(|| format!("RESET: {node}'s connections break"));
         let text = format!("{node}'s connections break");
@@ -153,15 +220,15 @@ impl<C: Chooser> Simulation<C> {
 
     /// Partition `id` cuts `side` off, one way or both (unless another is in force).
     pub(super) fn partition(&mut self, id: u32, side: BTreeSet<NodeId>, way: Way) {
-        if self.cut.is_some() {
+        let names: Vec<String> = side.iter().map(|n| n.to_string()).collect();
+        if !self.net.cut_off(id, side, way) {
             return; // one partition at a time
         }
-        self.last_fault = self.now;
+        self.faults.struck(self.now);
         self.report.injected.partitions += 1;
         if way != Way::Both {
             self.report.injected.one_way_partitions += 1;
         }
-        let names: Vec<String> = side.iter().map(|n| n.to_string()).collect();
         let names = names.join(", ");
         let what = match way {
             Way::Both => format!("{{{names}}} cut off from the rest"),
@@ -171,32 +238,30 @@ impl<C: Chooser> Simulation<C> {
         self.trace(|| format!("PARTITION: {what}"));
         let text = format!("partition: {what}");
         self.record(|r, at| r.begin(at, None, MarkKind::Partition, text));
-        self.cut = Some((id, side, way));
     }
 
     /// `node` freezes, state and all.
     pub(super) fn pause(&mut self, node: NodeId) {
-        if self.nodes[&node].engine.is_none() || self.paused.contains(&node) {
+        if self.nodes[&node].engine.is_none() || !self.faults.pause(node) {
             return;
         }
-        self.last_fault = self.now;
+        self.faults.struck(self.now);
         self.report.injected.pauses += 1;
         self.trace(|| format!("{node} PAUSES"));
         let text = format!("{node} paused");
         self.record(|r, at| r.begin(at, Some(node), MarkKind::Pause, text));
-        self.paused.insert(node);
     }
 
     /// `node` carries on where it stopped, handling first what reached it meanwhile.
     pub(super) fn resume(&mut self, node: NodeId) {
-        if !self.paused.remove(&node) {
+        let Some(waiting) = self.faults.resume(node) else {
             return;
-        }
-        self.last_fault = self.now;
+        };
+        self.faults.struck(self.now);
         self.trace(|| format!("{node} RESUMES"));
         self.record(|r, at| r.end(at, Some(node), MarkKind::Pause));
         // What reached it meanwhile, in order, before anything else.
-        for event in self.deferred.remove(&node).unwrap_or_default() {
+        for event in waiting {
             self.handle(event);
         }
         if let Some(n) = self.nodes.get_mut(&node) {
@@ -207,23 +272,21 @@ impl<C: Chooser> Simulation<C> {
 
     /// Spike `id` slows `node`'s messages by `extra` (unless one already does).
     pub(super) fn delay_spike(&mut self, id: u32, node: NodeId, extra: Duration) {
-        if self.spikes.contains_key(&node) {
+        if !self.net.slow(id, node, extra) {
             return; // one spike at a time per node
         }
-        self.last_fault = self.now;
+        self.faults.struck(self.now);
         self.report.injected.delays += 1;
         let ms = extra.as_secs_f64() * 1000.0;
         self.trace(|| format!("DELAY: {node}'s messages take +{ms:.1} ms"));
         let text = format!("{node}'s messages take +{ms:.1} ms");
         self.record(|r, at| r.begin(at, Some(node), MarkKind::Degraded, text));
-        self.spikes.insert(node, (id, extra));
     }
 
     /// Spike `id` on `node` ends.
     pub(super) fn delay_over(&mut self, id: u32, node: NodeId) {
-        if self.spikes.get(&node).is_some_and(|&(current, _)| current == id) {
-            self.spikes.remove(&node);
-            self.last_fault = self.now;
+        if self.net.unslow(id, node) {
+            self.faults.struck(self.now);
             self.trace(|| format!("DELAY over: {node}'s messages back to normal"));
             self.record(|r, at| r.end(at, Some(node), MarkKind::Degraded));
         }
@@ -231,23 +294,21 @@ impl<C: Chooser> Simulation<C> {
 
     /// Loss window `id` opens on `node` (unless one already is).
     pub(super) fn loss(&mut self, id: u32, node: NodeId, share: Share) {
-        if self.losses.contains_key(&node) {
+        if !self.net.lose(id, node, share.0) {
             return; // one loss window at a time per node
         }
-        self.last_fault = self.now;
+        self.faults.struck(self.now);
         self.report.injected.drops += 1;
         let percent = share.0 * 100.0;
         self.trace(|| format!("DROP: {node} loses {percent:.0}% of its messages"));
         let text = format!("{node} loses {percent:.0}% of its messages");
         self.record(|r, at| r.begin(at, Some(node), MarkKind::Degraded, text));
-        self.losses.insert(node, (id, share));
     }
 
     /// Loss window `id` on `node` closes.
     pub(super) fn loss_over(&mut self, id: u32, node: NodeId) {
-        if self.losses.get(&node).is_some_and(|&(current, _)| current == id) {
-            self.losses.remove(&node);
-            self.last_fault = self.now;
+        if self.net.unlose(id, node) {
+            self.faults.struck(self.now);
             self.trace(|| format!("DROP over: {node} loses nothing more"));
             self.record(|r, at| r.end(at, Some(node), MarkKind::Degraded));
         }
@@ -255,9 +316,8 @@ impl<C: Chooser> Simulation<C> {
 
     /// Partition `id` ends.
     pub(super) fn heal(&mut self, id: u32) {
-        if self.cut.as_ref().is_some_and(|(current, _, _)| *current == id) {
-            self.cut = None;
-            self.last_fault = self.now;
+        if self.net.heal(id) {
+            self.faults.struck(self.now);
             self.trace(|| "HEAL: the partition is over".to_string());
             self.record(|r, at| r.end(at, None, MarkKind::Partition));
         }
@@ -268,15 +328,14 @@ impl<C: Chooser> Simulation<C> {
         if self.nodes[&node].engine.is_some() {
             return;
         }
-        self.last_fault = self.now;
+        self.faults.struck(self.now);
         self.trace(|| format!("{node} RESTARTS"));
         let text = format!("{node} restarts");
         self.record(|r, at| r.mark(at, Some(node), MarkKind::Restart, text));
         let n = self.nodes.get_mut(&node).expect("known");
         n.incarnation += 1;
         let incarnation = n.incarnation;
-        let resume = n.client != ClientState::Done && self.cfg.load == Load::Concurrent;
-        n.client = if resume { ClientState::Thinking } else { ClientState::Done };
+        let resume = self.workload.restarted(node);
         self.boot(node);
         // Its dials reach the peers, which dial it back.
         self.dial_peers(node);

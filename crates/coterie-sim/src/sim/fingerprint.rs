@@ -13,16 +13,14 @@ pub(super) fn state_hasher() -> impl std::hash::Hasher {
 impl<C: Chooser> Simulation<C> {
     /// A hash of the run's state, for the checker: two runs with the same
     /// fingerprint go on alike, whatever led to it. It covers each node
-    /// (its engine's state, incarnation, client, sessions and stable
-    /// storage), the connections, every queued event with its time
-    /// relative to now (as a set: the chooser orders ties), the holders
-    /// and the highest fence granted, the faults in force and the
-    /// workload left. Left out, since they decide nothing that follows:
-    /// the report's counters and measurements, when each waiting client
-    /// asked (used only to count out-of-order grants), the recorder, and
-    /// since when the run has been stuck (a state is stuck or not by
-    /// itself, and a stuck one is reported as a deadlock by every run that
-    /// reaches it; only the moment differs).
+    /// (its engine's state, incarnation, sessions and stable storage), the
+    /// network (connections and the faults on messages), every queued
+    /// event with its time relative to now (as a set: the chooser orders
+    /// ties), the paused nodes, the clients and the workload left, and
+    /// what the checker holds (holders, the highest fence granted). Left
+    /// out, since they decide nothing that follows: the report's counters
+    /// and measurements, the recorder, and what each part leaves out of
+    /// its own hash.
     /// Every time in it is taken relative to now (timers, the detectors'
     /// last-heard times, a connection's tail while still ahead), so states
     /// alike but for the moment merge.
@@ -33,8 +31,6 @@ impl<C: Chooser> Simulation<C> {
         for (id, n) in &self.nodes {
             id.hash(&mut h);
             n.incarnation.hash(&mut h);
-            n.client.hash(&mut h);
-            n.remaining.hash(&mut h);
             n.wake_at.map(|t| t.saturating_sub(now)).hash(&mut h);
             match &n.engine {
                 Some(engine) => {
@@ -53,29 +49,19 @@ impl<C: Chooser> Simulation<C> {
         // hashes. Each element is hashed alone and the hashes summed, so
         // the order does not count and nothing need be sorted.
         let mut queued = 0u64;
-        for Reverse((at, _, idx)) in self.queue.iter() {
+        for (at, event) in self.agenda.iter() {
             let mut e = state_hasher();
             at.saturating_sub(now).hash(&mut e);
-            self.events[*idx].hash(&mut e);
+            event.hash(&mut e);
             queued = queued.wrapping_add(e.finish());
         }
-        (self.queue.len(), queued).hash(&mut h);
-        self.holders.hash(&mut h);
-        self.fences.last().hash(&mut h);
-        self.cut.hash(&mut h);
-        self.paused.hash(&mut h);
-        self.deferred.hash(&mut h);
-        self.spikes.hash(&mut h);
-        self.losses.hash(&mut h);
-        self.sequential.map(|(node, _, local)| (node, local)).hash(&mut h);
-        self.sequential_left.hash(&mut h);
-        self.bursts_left.hash(&mut h);
-        self.burst_due.hash(&mut h);
+        (self.agenda.len(), queued).hash(&mut h);
+        self.faults.hash_state(&mut h);
+        self.workload.hash_state(&mut h);
+        self.checker.hash_state(&mut h);
         // How long the cluster has been quiet decides when the run ends,
         // once the workload is done: up to the settling time.
-        let settle = self.cfg.timing.failure_timeout * 6;
-        let quiet_since = self.last_fault.max(self.workload_start);
-        now.saturating_sub(quiet_since).min(settle).hash(&mut h);
+        now.saturating_sub(self.quiet_since()).min(self.settle()).hash(&mut h);
         h.finish()
     }
 }

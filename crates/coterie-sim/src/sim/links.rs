@@ -1,6 +1,6 @@
-//! The links between the nodes: connections dialled and welcomed, frames
-//! written into them and delivered through each node's sessions, and the
-//! partitions that cut them above the sessions.
+//! The links between the nodes: connections dialled and welcomed, and
+//! frames written into them and delivered through each node's sessions
+//! (or stopped above them by a partition).
 
 use super::*;
 
@@ -13,10 +13,7 @@ impl<C: Chooser> Simulation<C> {
     /// When a frame `from` → `to` written now lands: a random delay, plus
     /// any delay spike on `from`, after the frame written before it.
     pub(super) fn flight(&mut self, from: NodeId, to: NodeId) -> Time {
-        let mut delay = self.uniform(self.cfg.delay);
-        if let Some(&(_, extra)) = self.spikes.get(&from) {
-            delay += extra;
-        }
+        let delay = self.uniform(self.cfg.delay) + self.net.spike(from);
         self.net.land(from, to, self.now + delay, STEP)
     }
 
@@ -61,7 +58,7 @@ impl<C: Chooser> Simulation<C> {
         };
         let ack = self.session(from, to).ack();
         if carries == Carries::Mutex {
-            self.mutex_in_flight += 1;
+            self.net.mutex_written();
         }
         let fixed = self.cfg.heartbeat_delay.filter(|_| carries == Carries::Heartbeat);
         let at = match fixed {
@@ -101,7 +98,7 @@ impl<C: Chooser> Simulation<C> {
         }
         // A partition drops what arrives above the session, as a node's
         // `coterie fault partition` does.
-        if self.severed(from, to) {
+        if self.net.severed(from, to) {
             return self.after_input(to);
         }
         self.record(|r, at| r.delivered(at, from, to, seq));
@@ -127,10 +124,7 @@ impl<C: Chooser> Simulation<C> {
             return;
         }
         let my_boot = self.boot_id(to);
-        let mut delay = self.uniform(self.cfg.delay);
-        if let Some(&(_, extra)) = self.spikes.get(&to) {
-            delay += extra;
-        }
+        let delay = self.uniform(self.cfg.delay) + self.net.spike(to);
         let expects = self.net.get(from, to).and_then(|c| c.expects);
         if expects.is_some_and(|b| b != my_boot) {
             // Meant for a previous incarnation of this node: answered (so
@@ -169,17 +163,5 @@ impl<C: Chooser> Simulation<C> {
             return self.dial(from, to);
         }
         self.session(from, to).acked(boot, delivered);
-    }
-
-    /// Whether a partition stops what `from` sends `to` now.
-    pub(super) fn severed(&self, from: NodeId, to: NodeId) -> bool {
-        self.cut.as_ref().is_some_and(|(_, side, way)| {
-            let (from_side, to_side) = (side.contains(&from), side.contains(&to));
-            match way {
-                Way::Both => from_side != to_side,
-                Way::Inbound => !from_side && to_side,
-                Way::Outbound => from_side && !to_side,
-            }
-        })
     }
 }

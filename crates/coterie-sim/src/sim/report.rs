@@ -61,6 +61,8 @@ pub struct RunReport {
     pub sync_delays_us: Vec<u64>,
     /// Simulated time from the workload's start to its last release (µs).
     pub workload_us: u64,
+    /// Idle locks the nodes forgot (with `forgetting`).
+    pub forgotten: u64,
 }
 
 /// The faults a run injected and what its links went through, counted: a

@@ -6,7 +6,7 @@ use super::harness::{Cluster, LocalCluster, Shape};
 use super::timeline::Reach;
 use super::workload;
 use anyhow::{bail, Context, Result};
-use coterie_core::registry::{self, MUTEXES};
+use coterie_core::registry::{self, ElectionInfo, MutexInfo, MUTEXES};
 use coterie_core::{Epoch, MutexOptions, Priority};
 use coterie_sim::sim::{self, Load, SimConfig};
 use serde::Serialize;
@@ -32,11 +32,11 @@ use std::time::Duration;
 #[derive(clap::Args)]
 pub struct Args {
     /// Algorithms to compare, comma-separated (default: all).
-    #[arg(long, value_delimiter = ',')]
-    mutex: Vec<String>,
+    #[arg(long, value_delimiter = ',', value_parser = registry::mutex)]
+    mutex: Vec<&'static MutexInfo>,
     /// Election algorithm underneath.
-    #[arg(long, default_value = "bully")]
-    election: String,
+    #[arg(long, default_value = "bully", value_parser = registry::election)]
+    election: &'static ElectionInfo,
     /// Cluster sizes, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "3,5,7,9,13")]
     nodes: Vec<u32>,
@@ -75,7 +75,7 @@ pub struct Args {
 /// One row of the table.
 #[derive(Serialize)]
 struct Row {
-    mutex: String,
+    mutex: &'static MutexInfo,
     nodes: u32,
     light_messages_per_entry: f64,
     heavy_messages_per_entry: f64,
@@ -107,8 +107,8 @@ struct Real {
 /// `clients` clients per node for `duration` with no think time, and stops
 /// it again.
 async fn measure_real(
-    mutex: &str,
-    election: &str,
+    mutex: &'static MutexInfo,
+    election: &'static ElectionInfo,
     nodes: u32,
     duration: Duration,
     clients: usize,
@@ -116,13 +116,7 @@ async fn measure_real(
     let dir =
         std::env::temp_dir().join(format!("coterie-bench-{}-{mutex}-{nodes}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let shape = Shape {
-        nodes,
-        mutex: mutex.to_string(),
-        election: election.to_string(),
-        count: 1,
-        lock_delay: std::time::Duration::ZERO,
-    };
+    let shape = Shape { nodes, mutex, election, count: 1, lock_delay: std::time::Duration::ZERO };
     let (cluster, witness) = LocalCluster::launch(&shape, "text", &dir).await?;
     let mut cluster = Cluster::Local(cluster);
     let result = async {
@@ -130,6 +124,7 @@ async fn measure_real(
         workload::drive(workload::Spec {
             nodes: cluster.nodes().to_vec(),
             clients,
+            choice: Default::default(),
             requests: u64::MAX,
             hold: Duration::ZERO,
             think: Duration::ZERO,
@@ -159,8 +154,8 @@ async fn measure_real(
 }
 
 fn measure(
-    mutex: &str,
-    election: &str,
+    mutex: &'static MutexInfo,
+    election: &'static ElectionInfo,
     nodes: u32,
     seeds: u64,
     mutex_options: MutexOptions,
@@ -173,7 +168,7 @@ fn measure(
     let (mut delays, mut out_of_order, mut violations) = (Vec::new(), 0, 0);
     for seed in 0..seeds {
         let light =
-            sim::run(SimConfig { seed, load: Load::Sequential, requests: 30, ..base.clone() })?;
+            sim::run(SimConfig { seed, load: Load::Sequential, requests: 30, ..base.clone() });
         light_msgs += light.per_entry.iter().map(|(m, _)| m).sum::<u64>();
         light_entries += light.per_entry.len() as u64;
         let heavy = sim::run(SimConfig {
@@ -183,8 +178,8 @@ fn measure(
             hold: (Duration::from_millis(1), Duration::from_millis(1)),
             think: (Duration::ZERO, Duration::ZERO),
             ..base.clone()
-        })?;
-        let burst = sim::run(SimConfig { seed, load: Load::Burst, requests: 5, ..base.clone() })?;
+        });
+        let burst = sim::run(SimConfig { seed, load: Load::Burst, requests: 5, ..base.clone() });
         burst_msgs += burst.mutex_messages;
         burst_entries += burst.entries;
         heavy_msgs += heavy.mutex_messages;
@@ -198,7 +193,7 @@ fn measure(
     let per = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     let mean_sync = per(delays.iter().sum(), delays.len() as u64) / 1e6;
     Ok(Row {
-        mutex: mutex.to_string(),
+        mutex,
         nodes,
         light_messages_per_entry: per(light_msgs, light_entries),
         heavy_messages_per_entry: per(heavy_msgs, heavy_entries),
@@ -212,27 +207,20 @@ fn measure(
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    registry::election(&args.election)?;
-    let names: Vec<String> = if args.mutex.is_empty() {
-        MUTEXES.iter().map(|m| m.name.to_string()).collect()
-    } else {
-        args.mutex.clone()
-    };
-    for name in &names {
-        registry::mutex(name)?;
-    }
+    let mutexes: Vec<&'static MutexInfo> =
+        if args.mutex.is_empty() { MUTEXES.iter().collect() } else { args.mutex.clone() };
     if args.nodes.iter().any(|&n| n < 2) {
         bail!("every cluster size must be at least 2");
     }
     let mut rows = Vec::new();
-    for name in &names {
+    for &mutex in &mutexes {
         for &n in &args.nodes {
             if !args.json {
-                eprint!("\r  measuring {name} with {n} nodes...          ");
+                eprint!("\r  measuring {mutex} with {n} nodes...          ");
             }
             let options =
                 MutexOptions { fault_tolerant: args.ra_fault_tolerant, priority: args.priority };
-            rows.push(measure(name, &args.election, n, args.seeds, options)?);
+            rows.push(measure(mutex, args.election, n, args.seeds, options)?);
         }
     }
     if args.real {
@@ -242,8 +230,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 eprint!("\r  running {} on {} real processes...          ", row.mutex, row.nodes);
             }
             let real = runtime.block_on(measure_real(
-                &row.mutex,
-                &args.election,
+                row.mutex,
+                args.election,
                 row.nodes,
                 args.duration,
                 args.clients,
@@ -332,14 +320,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
 fn plot(rows: &[Row]) -> String {
     let mut names: Vec<&str> = Vec::new();
     for r in rows {
-        if !names.contains(&r.mutex.as_str()) {
-            names.push(&r.mutex);
+        if !names.contains(&r.mutex.name) {
+            names.push(r.mutex.name);
         }
     }
     let series = |name: &str, label: String, dashed: bool, value: &dyn Fn(&Row) -> Option<f64>| {
         let points: Vec<(u32, f64)> = rows
             .iter()
-            .filter(|r| r.mutex == name)
+            .filter(|r| r.mutex.name == name)
             .filter_map(|r| value(r).map(|v| (r.nodes, v)))
             .collect();
         (!points.is_empty()).then(|| chart::Series {

@@ -2,7 +2,7 @@
 //! the simulator's own code.
 
 use anyhow::Result;
-use coterie_core::registry;
+use coterie_core::registry::{self, ElectionInfo, MutexInfo};
 use coterie_sim::check::{self, CheckConfig};
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -25,17 +25,26 @@ use std::process::ExitCode;
 #[derive(clap::Args)]
 pub struct Args {
     /// Mutual-exclusion algorithm.
-    #[arg(long, default_value = "ricart-agrawala")]
-    mutex: String,
+    #[arg(long, default_value = "ricart-agrawala", value_parser = registry::mutex)]
+    mutex: &'static MutexInfo,
     /// Election algorithm.
-    #[arg(long, default_value = "bully")]
-    election: String,
+    #[arg(long, default_value = "bully", value_parser = registry::election)]
+    election: &'static ElectionInfo,
     /// Cluster size.
     #[arg(long, default_value_t = 3)]
     nodes: u32,
     /// Critical-section entries each node asks for.
     #[arg(long, default_value_t = 1)]
     requests: u32,
+    /// Locks the requests spread over (`r0`, `r1`, ...; 1: the default
+    /// lock alone). Safety and fences are judged per lock.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    names: u32,
+    /// Locks each request takes at once, one after the other in name
+    /// order, before it enters: with more than one, deadlock freedom of
+    /// multi-lock requests is checked too.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    per_request: u32,
     /// Crash-and-restart faults per run.
     #[arg(long, default_value_t = 0)]
     crashes: u32,
@@ -69,13 +78,20 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    registry::mutex(&args.mutex)?;
-    registry::election(&args.election)?;
     if args.nodes < 2 {
         anyhow::bail!("a check needs at least 2 nodes");
     }
+    if args.per_request > args.names {
+        anyhow::bail!(
+            "--per-request {} is more than the {} lock(s) of --names",
+            args.per_request,
+            args.names
+        );
+    }
     let cfg = CheckConfig {
         requests: args.requests,
+        names: args.names,
+        per_request: args.per_request,
         crashes: args.crashes,
         partitions: args.partitions,
         one_way_partitions: args.one_way_partitions,
@@ -84,7 +100,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         max_states: args.max_states,
         hold_ticks: args.hold_ticks,
         fault_window_ticks: args.fault_window_ticks,
-        ..CheckConfig::new(&args.mutex, &args.election, args.nodes)
+        ..CheckConfig::new(args.mutex, args.election, args.nodes)
     };
     let tty = std::io::stderr().is_terminal();
     let report = check::check(&cfg, |p| {
@@ -97,15 +113,20 @@ pub fn run(args: Args) -> Result<ExitCode> {
         } else if !args.json {
             eprintln!("{line}");
         }
-    })?;
+    });
     if tty {
         eprint!("\r{:70}\r", "");
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
+        let locks = match (report.names, report.per_request) {
+            (1, _) => String::new(),
+            (k, 1) => format!(" over {k} locks"),
+            (k, m) => format!(" of {m} locks each, over {k}"),
+        };
         println!(
-            "{} + {} on {} nodes, {} request(s) each, {} crash(es), {} partition(s), {} one-way: {}",
+            "{} + {} on {} nodes, {} request(s) each{locks}, {} crash(es), {} partition(s), {} one-way: {}",
             report.mutex,
             report.election,
             report.nodes,

@@ -13,7 +13,9 @@
 //! ports (where the cluster allows faults); kill, stop, resume and restart
 //! go to `coterie up --dashboard`, which owns the processes. A workload
 //! starts and stops at `/api/workload`; `/api/diagram.svg` is the run so
-//! far as a diagram.
+//! far as a diagram; `/api/locks` is every live lock with its holders and
+//! waiters, as `coterie locks --json` lists them, which the page asks for
+//! twice a second.
 
 use super::common::{self, NodeAddr, Target};
 use super::harness::{self, step::StepText, Target as StepTarget};
@@ -120,6 +122,7 @@ pub async fn serve(
         .route("/api/step", post(step))
         .route("/api/workload", post(work))
         .route("/api/diagram.svg", get(diagram))
+        .route("/api/locks", get(locks))
         .with_state(shared);
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
     Ok(())
@@ -224,8 +227,9 @@ struct WorkRequest {
     action: String,
 }
 
-/// A workload of one client per node, each asking every 50 ms and
-/// holding 5 ms: slow enough to follow on the page.
+/// A workload of two clients per node over three locks (`r0` the
+/// hottest), each asking every 100 ms and holding 50 ms: slow enough to
+/// follow on the page, busy enough that locks have waiters.
 async fn work(State(s): State<Arc<Shared>>, Json(r): Json<WorkRequest>) -> Response {
     let mut running = s.workload.lock().expect("workload lock");
     if let Some(task) = running.take() {
@@ -234,10 +238,15 @@ async fn work(State(s): State<Arc<Shared>>, Json(r): Json<WorkRequest>) -> Respo
     if r.action == "start" {
         let spec = workload::Spec {
             nodes: s.nodes.clone(),
-            clients: 1,
+            clients: 2,
+            choice: workload::Choice {
+                names: 3,
+                skew: workload::Skew::Zipf(1.0),
+                ..Default::default()
+            },
             requests: u64::MAX,
-            hold: Duration::from_millis(5),
-            think: Duration::from_millis(50),
+            hold: Duration::from_millis(50),
+            think: Duration::from_millis(100),
             witness: None,
             deadline: None,
             progress: false,
@@ -249,6 +258,24 @@ async fn work(State(s): State<Arc<Shared>>, Json(r): Json<WorkRequest>) -> Respo
         }));
     }
     Json(serde_json::json!({"workload": running.is_some()})).into_response()
+}
+
+/// Every live lock, from the first node that answers (it asks the
+/// others), and the nodes that did not answer.
+async fn locks(State(s): State<Arc<Shared>>) -> Response {
+    let mut errors = Vec::new();
+    for node in &s.nodes {
+        let asked = async { node.connect().await?.locks("").await };
+        match tokio::time::timeout(Duration::from_secs(2), asked).await {
+            Ok(Ok((locks, unreachable))) => {
+                return Json(serde_json::json!({"locks": locks, "unreachable": unreachable}))
+                    .into_response()
+            }
+            Ok(Err(e)) => errors.push(format!("{}: {e}", node.addr)),
+            Err(_) => errors.push(format!("{}: no answer within 2 s", node.addr)),
+        }
+    }
+    bad(format!("no node answered ({})", errors.join("; ")))
 }
 
 async fn diagram(State(s): State<Arc<Shared>>) -> Response {

@@ -8,7 +8,8 @@ use super::harness::{Cluster, LocalCluster, Shape};
 use super::timeline::{self, Timeline};
 use super::workload;
 use anyhow::{bail, Context, Result};
-use coterie_core::{registry, Epoch};
+use coterie_core::registry::{self, ElectionInfo, MutexInfo};
+use coterie_core::Epoch;
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -38,11 +39,11 @@ enum Fault {
 #[derive(clap::Args)]
 pub struct Args {
     /// Mutual-exclusion algorithm.
-    #[arg(long, default_value = "centralized")]
-    mutex: String,
+    #[arg(long, default_value = "centralized", value_parser = registry::mutex)]
+    mutex: &'static MutexInfo,
     /// Election algorithm.
-    #[arg(long, default_value = "bully")]
-    election: String,
+    #[arg(long, default_value = "bully", value_parser = registry::election)]
+    election: &'static ElectionInfo,
     /// Holders allowed at once (a counting semaphore, for `centralized` and
     /// `raymond-k`); the witness is told the same.
     #[arg(long, default_value_t = 1)]
@@ -77,8 +78,8 @@ pub struct Args {
 
 #[derive(Serialize)]
 struct DemoReport {
-    mutex: String,
-    election: String,
+    mutex: &'static MutexInfo,
+    election: &'static ElectionInfo,
     nodes: u32,
     #[serde(flatten)]
     workload: workload::Report,
@@ -94,9 +95,7 @@ struct DemoReport {
 }
 
 pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
-    let info = registry::mutex(&args.mutex)?;
-    registry::election(&args.election)?;
-    if args.count == 0 || (args.count > 1 && !info.claims.counting) {
+    if args.count == 0 || (args.count > 1 && !args.mutex.claims.counting) {
         bail!(
             "--count {} does not fit {}, which admits one holder at a time",
             args.count,
@@ -116,8 +115,8 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let cluster = ClusterSpec {
         nodes: args.nodes,
-        mutex: args.mutex.clone(),
-        election: args.election.clone(),
+        mutex: args.mutex,
+        election: args.election,
         count: args.count,
         lock_delay: None,
     };
@@ -131,8 +130,8 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
     let scenario = Scenario::demo(cluster, workload, args.fault == Fault::Stop);
     let shape = Shape {
         nodes: args.nodes,
-        mutex: args.mutex.clone(),
-        election: args.election.clone(),
+        mutex: args.mutex,
+        election: args.election,
         count: args.count,
         lock_delay: Duration::ZERO,
     };
@@ -156,8 +155,8 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
     let played = played?;
     let clean = played.failed.is_empty();
     let out = DemoReport {
-        mutex: args.mutex.clone(),
-        election: args.election.clone(),
+        mutex: args.mutex,
+        election: args.election,
         nodes: args.nodes,
         workload: played.workload,
         elections: played.measured,

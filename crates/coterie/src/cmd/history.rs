@@ -10,7 +10,8 @@
 use super::common::{self, Target};
 use anyhow::{Context, Result};
 use coterie_history::{check, Func, Kind, Op, Options, Recorder, Register, Report};
-use coterie_node::{Acquired, Client, ClientError, WitnessClient};
+use coterie_node::{Client, ClientError, LockRequest, Outcome, WitnessClient};
+use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -49,8 +50,13 @@ struct ClientArgs {
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
     /// The lock (and register) name.
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = "default", conflicts_with = "names")]
     name: String,
+    /// Spread the operations over this many locks (`r0` .. `rK-1`, each
+    /// with its register), one drawn for each acquire from a generator
+    /// seeded with the process number.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    names: Option<u32>,
     /// How long to hold the lock between reading the register and writing
     /// it back.
     #[arg(long, value_parser = common::parse_duration, default_value = "20ms")]
@@ -242,7 +248,14 @@ fn client(args: ClientArgs) -> Result<ExitCode> {
             let _ = stop_tx.send(true);
         });
         let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
-        let mut c = Recorded { args: &args, recorder: &mut recorder, stop, session: None };
+        let mut c = Recorded {
+            args: &args,
+            recorder: &mut recorder,
+            stop,
+            session: None,
+            name: args.name.clone(),
+            draw: rand_chacha::ChaCha8Rng::seed_from_u64(u64::from(args.process)),
+        };
         let mut witness: Option<WitnessClient> = None;
         let mut turn = 0usize;
         while !c.stopping() && deadline.is_none_or(|d| tokio::time::Instant::now() < d) {
@@ -285,6 +298,10 @@ struct Recorded<'a> {
     stop: tokio::sync::watch::Receiver<bool>,
     /// The session with a node, and the node's id.
     session: Option<(Client, u32)>,
+    /// The lock (and register) of the operation under way.
+    name: String,
+    /// Where the locks are drawn from, with --names.
+    draw: rand_chacha::ChaCha8Rng,
 }
 
 impl Recorded<'_> {
@@ -293,17 +310,22 @@ impl Recorded<'_> {
     }
 
     fn op(&self, f: Func) -> Op {
-        Op::new(0, 0, Kind::Invoke, f, &self.args.name)
+        Op::new(0, 0, Kind::Invoke, f, &self.name)
     }
 
-    /// Asks for the lock; the fence if granted.
+    /// Asks for the lock (with --names, one drawn now); the fence if
+    /// granted.
     async fn acquire(&mut self) -> Result<Option<u64>> {
+        if let Some(k) = self.args.names {
+            self.name = format!("r{}", self.draw.random_range(0..k));
+        }
         let ask = self.op(Func::Acquire);
         let Some((session, node)) = self.session.as_mut() else { return Ok(None) };
         let asked = self.recorder.invoke(ask.node(*node))?;
         let mut stop = self.stop.clone();
+        let request = LockRequest::new([self.name.clone()]).timeout(Some(self.args.timeout));
         let outcome = tokio::select! {
-            outcome = session.acquire(Some(self.args.timeout), false) => outcome,
+            outcome = session.request(&request) => outcome,
             _ = stop.wait_for(|&s| s) => {
                 self.session = None;
                 self.recorder.complete(asked.complete(0, Kind::Info).error("stopped while waiting"))?;
@@ -311,9 +333,9 @@ impl Recorded<'_> {
             }
         };
         let (kind, fence, error) = match outcome {
-            Ok(Acquired::Granted(fence)) => (Kind::Ok, Some(fence), None),
-            Ok(Acquired::TimedOut) => (Kind::Fail, None, Some("timeout".to_string())),
-            Ok(Acquired::Busy) => (Kind::Fail, None, Some("busy".to_string())),
+            Ok(Outcome::Granted(grant)) => (Kind::Ok, Some(grant.fence()), None),
+            Ok(Outcome::TimedOut) => (Kind::Fail, None, Some("timeout".to_string())),
+            Ok(Outcome::Busy) => (Kind::Fail, None, Some("busy".to_string())),
             Err(ClientError::Refused(why)) => {
                 self.session = None;
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -391,7 +413,7 @@ impl Recorded<'_> {
         op.value = value;
         let asked = self.recorder.invoke(op)?;
         let fenced = register == Register::Fenced;
-        let name = &self.args.name;
+        let name = &self.name;
         let outcome = match witness.as_mut() {
             None => Err(ClientError::Closed),
             Some(w) => match (f, value) {

@@ -7,7 +7,7 @@ use super::harness::{play, Cluster, Compose, LocalCluster, Shape};
 use super::timeline::{self, Timeline};
 use super::workload;
 use anyhow::{bail, Context, Result};
-use coterie_core::registry;
+use coterie_core::registry::{self, ElectionInfo, MutexInfo};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,11 +27,11 @@ pub struct Args {
     /// The scenario file.
     scenario: PathBuf,
     /// Run it with this election algorithm instead of the file's.
-    #[arg(long)]
-    election: Option<String>,
+    #[arg(long, value_parser = registry::election)]
+    election: Option<&'static ElectionInfo>,
     /// Run it with this mutual-exclusion algorithm instead of the file's.
-    #[arg(long)]
-    mutex: Option<String>,
+    #[arg(long, value_parser = registry::mutex)]
+    mutex: Option<&'static MutexInfo>,
     /// Print a JSON report instead of the timeline.
     #[arg(long)]
     json: bool,
@@ -67,8 +67,8 @@ pub struct Args {
 #[derive(Debug, Serialize)]
 struct Report {
     scenario: String,
-    mutex: String,
-    election: String,
+    mutex: &'static MutexInfo,
+    election: &'static ElectionInfo,
     nodes: u32,
     timeline: Vec<timeline::Event>,
     /// From each step that took the coordinator away (or asked to settle)
@@ -85,14 +85,12 @@ struct Report {
 
 pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
     let mut scenario = Scenario::load(&args.scenario)?;
-    if let Some(e) = &args.election {
-        scenario.cluster.election = e.clone();
+    if let Some(e) = args.election {
+        scenario.cluster.election = e;
     }
-    if let Some(m) = &args.mutex {
-        scenario.cluster.mutex = m.clone();
+    if let Some(m) = args.mutex {
+        scenario.cluster.mutex = m;
     }
-    registry::mutex(&scenario.cluster.mutex)?;
-    registry::election(&scenario.cluster.election)?;
     let compose = args.compose.as_ref().map(|p| (p, &args.compose_file, &args.config));
     if compose.is_some() && (args.mutex.is_some() || args.election.is_some()) {
         bail!(
@@ -162,8 +160,8 @@ async fn play(
         None => {
             let shape = Shape {
                 nodes: c.nodes,
-                mutex: c.mutex.clone(),
-                election: c.election.clone(),
+                mutex: c.mutex,
+                election: c.election,
                 count: c.count,
                 lock_delay: c.lock_delay.unwrap_or_default(),
             };
@@ -191,8 +189,8 @@ async fn play(
     };
     Ok(Report {
         scenario: s.name.clone(),
-        mutex: c.mutex.clone(),
-        election: c.election.clone(),
+        mutex: c.mutex,
+        election: c.election,
         nodes: c.nodes,
         timeline: timeline.events(),
         elections_ms: played.measured.iter().skip(1).map(|m| m.duration_ms).collect(),

@@ -2,7 +2,8 @@
 
 use super::common::{self, parse_duration};
 use anyhow::Result;
-use coterie_core::{registry, Detector, MutexOptions, Priority, Timing};
+use coterie_core::registry::{self, ElectionInfo, MutexInfo};
+use coterie_core::{Detector, MutexOptions, Priority, Timing};
 use coterie_sim::run_seeds;
 use coterie_sim::sim::{self, Load, SimConfig};
 use std::io::Write;
@@ -20,11 +21,11 @@ use std::time::Duration;
 #[derive(clap::Args)]
 pub struct Args {
     /// Mutual-exclusion algorithm.
-    #[arg(long, default_value = "ricart-agrawala")]
-    mutex: String,
+    #[arg(long, default_value = "ricart-agrawala", value_parser = registry::mutex)]
+    mutex: &'static MutexInfo,
     /// Election algorithm.
-    #[arg(long, default_value = "bully")]
-    election: String,
+    #[arg(long, default_value = "bully", value_parser = registry::election)]
+    election: &'static ElectionInfo,
     /// Cluster size.
     #[arg(long, default_value_t = 5)]
     nodes: u32,
@@ -107,6 +108,20 @@ pub struct Args {
     /// Critical-section entries per node's client.
     #[arg(long, default_value_t = 10)]
     requests: u32,
+    /// Locks the requests spread over, each drawn uniformly (`r0`, `r1`,
+    /// ...; 1: the default lock alone). Safety, fences and fairness are
+    /// judged per lock.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    names: u32,
+    /// Locks each request takes at once, one after the other in name
+    /// order, before it enters; a stall of such requests is a deadlock.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    per_request: u32,
+    /// Forget a lock nobody at a node holds or wants after it has stayed
+    /// so this long (and make it anew on its next use), as a node does
+    /// with `forget_after`; default: never.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    forget_after: Option<Duration>,
     /// One request at a time in the whole cluster (exact message counts).
     #[arg(long, conflicts_with = "burst")]
     sequential: bool,
@@ -155,9 +170,14 @@ pub fn options_flags(options: MutexOptions) -> String {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    registry::mutex(&args.mutex)?;
-    registry::election(&args.election)?;
-    let defaults = SimConfig::new(&args.mutex, &args.election);
+    if args.per_request > args.names {
+        anyhow::bail!(
+            "--per-request {} is more than the {} lock(s) of --names",
+            args.per_request,
+            args.names
+        );
+    }
+    let defaults = SimConfig::new(args.mutex, args.election);
     let base = SimConfig {
         nodes: args.nodes,
         capacity: args.count,
@@ -188,6 +208,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ..defaults.timing
         },
         requests: args.requests,
+        names: args.names,
+        per_request: args.per_request,
+        forgetting: args
+            .forget_after
+            .map(|after| coterie_core::Forgetting { after, ..coterie_core::Forgetting::default() }),
         progress_only: args.progress_only,
         load: if args.sequential {
             Load::Sequential
@@ -208,7 +233,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.trace || args.drawing.wanted() {
         for seed in seeds.clone() {
             let config = SimConfig { seed, trace: args.trace, record: true, ..base.clone() };
-            let report = sim::run(config)?;
+            let report = sim::run(config);
             for line in &report.trace {
                 println!("{line}");
             }
@@ -224,7 +249,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             eprint!("\r  {done}/{total} seeds");
             let _ = std::io::stderr().flush();
         }
-    })?;
+    });
     if show_progress {
         eprintln!();
     }
@@ -264,6 +289,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             println!("runs by first invariant broken: {}", by.join(", "));
         }
         println!("messages per entry: {:.2}", summary.messages_per_entry);
+        if args.forget_after.is_some() {
+            println!("idle locks forgotten: {}", summary.forgotten);
+        }
         if summary.entries > 0 {
             let per_entry = summary.records as f64 / summary.entries as f64;
             println!(
@@ -304,7 +332,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                  served (a liveness violation), but two holders at once is a real bug"
             );
         }
-        let info = registry::mutex(&args.mutex)?;
+        let info = args.mutex;
         if args.partitions + args.one_way_partitions > 0 && !info.claims.safe_under_partitions {
             println!(
                 "note: {} trusts timeouts, so under partitions it may grant on both sides; see \
@@ -349,6 +377,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         if args.requests != defaults.requests {
             extra.push_str(&format!(" --requests {}", args.requests));
+        }
+        if args.names != 1 {
+            extra.push_str(&format!(" --names {}", args.names));
+        }
+        if args.per_request != 1 {
+            extra.push_str(&format!(" --per-request {}", args.per_request));
+        }
+        if let Some(after) = args.forget_after {
+            extra.push_str(&format!(" --forget-after {}", humantime::format_duration(after)));
         }
         if args.sequential {
             extra.push_str(" --sequential");

@@ -111,10 +111,12 @@ pub fn describe(event: &NodeEvent) -> String {
         NodeEvent::Coordinator { leader, epoch } => {
             format!("follows n{leader} ({})", Epoch(*epoch))
         }
-        NodeEvent::Granted { fence, session } => {
-            format!("grants session {session} the lock, fence {fence}")
+        NodeEvent::Granted { name, fence, session } => {
+            format!("grants session {session} {}, fence {fence}", lock_name(name))
         }
-        NodeEvent::Released { session } => format!("session {session} releases"),
+        NodeEvent::Released { name, session } => {
+            format!("session {session} releases {}", lock_name(name))
+        }
         NodeEvent::Fault(state) => format!("faults now: {state}"),
         NodeEvent::Missed { events } => format!("(watcher fell behind: {events} events skipped)"),
         NodeEvent::Sent { to, seq, text, .. } => {
@@ -185,4 +187,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
 /// Whether `event` reports a message (many: left out of the text stream).
 fn is_message(event: &NodeEvent) -> bool {
     matches!(event, NodeEvent::Sent { .. } | NodeEvent::Delivered { .. })
+}
+
+/// How a lock is named in a line: `the lock` for the default one.
+fn lock_name(name: &str) -> String {
+    if name == coterie_core::Name::DEFAULT {
+        "the lock".into()
+    } else {
+        format!("lock {name:?}")
+    }
 }

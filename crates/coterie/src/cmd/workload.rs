@@ -3,8 +3,10 @@
 use super::common::{self, NodeAddr, Target};
 use super::status;
 use anyhow::{bail, Result};
-use coterie_node::{Acquired, Entry, WitnessClient};
+use coterie_node::{Entry, LockRequest, Outcome, WitnessClient};
 use hdrhistogram::Histogram;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use std::io::Write;
 use std::process::ExitCode;
@@ -16,16 +18,30 @@ use std::time::{Duration, Instant};
 /// messages per entry and what the witness saw.
 ///
 /// Each client connects to its node's client port and loops: acquire, enter
-/// the witness with the fence (if the configuration names one), hold, leave,
-/// release, think. A client whose node goes away keeps trying to reconnect
-/// until the run ends: give --duration when a node may stay down.
+/// the witness with each fence (if the configuration names one), hold,
+/// leave, release, think. A client whose node goes away keeps trying to
+/// reconnect until the run ends: give --duration when a node may stay down.
+///
+/// With --names K the requests spread over K locks (`r0` .. `rK-1`), drawn
+/// uniformly or, with --skew zipf:S, the first ones far more often (hot
+/// keys); with --per-request M each request takes M of them at once, all
+/// or none, in name order. --ring gives each client its own M neighbours
+/// on a ring of the K names: `--names 5 --per-request 2 --ring` with five
+/// clients is the dining philosophers. The witness checks each name apart
+/// (overlaps and stale fences per name).
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
     target: Target,
+    #[command(flatten)]
+    choice: ChoiceArgs,
     /// Clients per node.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "total_clients")]
     clients: usize,
+    /// This many clients in all, dealt to the nodes in turn (instead of
+    /// --clients per node).
+    #[arg(long, value_name = "N")]
+    total_clients: Option<usize>,
     /// Entries each client makes.
     #[arg(long, default_value_t = 100)]
     requests: u64,
@@ -54,11 +70,206 @@ pub struct Args {
     json: bool,
 }
 
+/// Which locks a workload's requests take (`--names`, `--skew`,
+/// `--per-request`, `--ring`, `-n`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct ChoiceArgs {
+    /// Locks the requests spread over: `r0` .. `rK-1` (1: the `default`
+    /// lock alone).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    names: u32,
+    /// Locks each request takes at once, all or none, in name order.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    per_request: u32,
+    /// How requests pick names: `uniform`, `zipf:S` (the name of rank r
+    /// drawn with weight 1/r^S: S = 1 is a classic hot-key skew), or
+    /// `sweep` (the clients walk through the names in turn, each name
+    /// once per lap: every name used once when --requests times the
+    /// clients is --names).
+    #[arg(long, default_value = "uniform", value_parser = Skew::parse)]
+    skew: Skew,
+    /// Each client takes its own --per-request neighbouring names on a ring
+    /// of the --names names (client i: names i, i+1, ...): the dining
+    /// philosophers with --names 5 --per-request 2 and five clients.
+    #[arg(long, conflicts_with = "skew")]
+    ring: bool,
+    /// Ask for one of K permits of each lock (a counting semaphore).
+    #[arg(short = 'n', long = "permits", default_value_t = 0)]
+    permits: u32,
+    /// Seed of the clients' draws (each client draws from seed + its
+    /// number), so a run's requests can be made again.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+impl ChoiceArgs {
+    /// The choice, checked.
+    pub fn choice(&self) -> Result<Choice> {
+        if self.per_request > self.names {
+            bail!(
+                "--per-request {} is more than the {} lock(s) of --names",
+                self.per_request,
+                self.names
+            );
+        }
+        Ok(Choice {
+            names: self.names,
+            per_request: self.per_request,
+            skew: if self.ring { Skew::Ring } else { self.skew },
+            permits: self.permits,
+            seed: self.seed,
+        })
+    }
+}
+
+/// How requests pick their names.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Skew {
+    /// Every name alike.
+    Uniform,
+    /// The name of rank r with weight 1/r^S.
+    Zipf(f64),
+    /// Each client its own neighbours on a ring.
+    Ring,
+    /// The clients take the names in turn, each once a lap.
+    Sweep,
+}
+
+impl Skew {
+    /// Parses `uniform`, `sweep` or `zipf:S`.
+    pub fn parse(text: &str) -> Result<Skew, String> {
+        match text.split_once(':') {
+            None if text == "uniform" => Ok(Skew::Uniform),
+            None if text == "sweep" => Ok(Skew::Sweep),
+            Some(("zipf", s)) => match s.parse::<f64>() {
+                Ok(s) if s.is_finite() && s >= 0.0 => Ok(Skew::Zipf(s)),
+                _ => Err(format!("zipf:{s}: the exponent is a number of 0 or more")),
+            },
+            _ => Err(format!("{text:?} is not a skew: `uniform`, `sweep` or `zipf:S`")),
+        }
+    }
+}
+
+/// Which locks a workload's requests take.
+#[derive(Clone, Debug)]
+pub struct Choice {
+    /// Locks in play (1: the `default` lock alone).
+    pub names: u32,
+    /// Locks each request takes at once.
+    pub per_request: u32,
+    /// How they are picked.
+    pub skew: Skew,
+    /// Permits asked for (0: the cluster's `count`).
+    pub permits: u32,
+    /// The clients' draws' seed.
+    pub seed: u64,
+}
+
+impl Default for Choice {
+    /// The `default` lock, every time.
+    fn default() -> Choice {
+        Choice { names: 1, per_request: 1, skew: Skew::Uniform, permits: 0, seed: 1 }
+    }
+}
+
+impl Choice {
+    /// The `i`th lock's name.
+    pub fn name(&self, i: u32) -> String {
+        if self.names <= 1 {
+            coterie_core::Name::DEFAULT.to_string()
+        } else {
+            format!("r{i}")
+        }
+    }
+
+    /// What client number `client` of `clients` draws its requests from.
+    fn picker(&self, client: u64, clients: u64) -> Picker {
+        let cdf = match self.skew {
+            Skew::Zipf(s) => {
+                let mut total = 0.0;
+                let mut cdf: Vec<f64> = (1..=self.names)
+                    .map(|r| {
+                        total += 1.0 / f64::from(r).powf(s);
+                        total
+                    })
+                    .collect();
+                cdf.iter_mut().for_each(|c| *c /= total);
+                Some(cdf)
+            }
+            _ => None,
+        };
+        Picker {
+            choice: self.clone(),
+            client,
+            clients: clients.max(1),
+            made: 0,
+            cdf,
+            rng: ChaCha8Rng::seed_from_u64(self.seed.wrapping_add(client)),
+        }
+    }
+}
+
+/// One client's draws.
+struct Picker {
+    choice: Choice,
+    client: u64,
+    /// How many clients the run has.
+    clients: u64,
+    /// Requests drawn so far.
+    made: u64,
+    /// The cumulative weights, for a Zipf skew.
+    cdf: Option<Vec<f64>>,
+    rng: ChaCha8Rng,
+}
+
+impl Picker {
+    /// The names of the next request, in name order.
+    fn next(&mut self) -> Vec<String> {
+        let Choice { names: k, per_request: m, skew, .. } = self.choice;
+        let mut picked: Vec<u32> = Vec::with_capacity(m as usize);
+        let made = self.made;
+        self.made += 1;
+        if skew == Skew::Ring || skew == Skew::Sweep {
+            // A ring: the client's own neighbours; a sweep: the next M
+            // names of the lap, the clients taking turns.
+            let start = match skew {
+                Skew::Ring => self.client % u64::from(k),
+                _ => (self.client + made * self.clients) * u64::from(m) % u64::from(k),
+            } as u32;
+            picked.extend((0..m).map(|j| (start + j) % k));
+            picked.dedup();
+        } else {
+            // Distinct draws; after many repeats (a steep skew), the next
+            // names in rank order fill in.
+            let mut tries = 0;
+            while picked.len() < m as usize {
+                let i = match &self.cdf {
+                    Some(cdf) if tries < 64 * m => {
+                        let u: f64 = self.rng.random();
+                        cdf.partition_point(|&c| c < u).min(k as usize - 1) as u32
+                    }
+                    Some(_) => (0..k).find(|i| !picked.contains(i)).unwrap_or(0),
+                    None => self.rng.random_range(0..k),
+                };
+                tries += 1;
+                if !picked.contains(&i) {
+                    picked.push(i);
+                }
+            }
+        }
+        let mut names: Vec<String> = picked.into_iter().map(|i| self.choice.name(i)).collect();
+        names.sort();
+        names
+    }
+}
+
 /// What a run of clients should do.
 #[derive(Clone, Debug)]
 pub struct Spec {
     pub nodes: Vec<NodeAddr>,
     pub clients: usize,
+    /// Which locks the requests take.
+    pub choice: Choice,
     pub requests: u64,
     pub hold: Duration,
     pub think: Duration,
@@ -117,10 +328,12 @@ struct Tally {
     unanswered: AtomicU64,
 }
 
-/// Total mutex-layer messages sent by the nodes that answer.
+/// Total mutex-layer messages sent by the nodes that answer (each node
+/// once, however many clients it serves).
 async fn mutex_messages(nodes: &[NodeAddr]) -> u64 {
     let mut total = 0;
-    for node in nodes {
+    let mut seen = std::collections::BTreeSet::new();
+    for node in nodes.iter().filter(|n| seen.insert(n.addr.clone())) {
         if let Ok(s) = status::fetch(node).await {
             total += s.mutex_messages_sent;
         }
@@ -142,11 +355,15 @@ pub async fn drive(spec: Spec) -> Result<Report> {
     let histogram = Arc::new(Mutex::new(histogram));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
+    let mut number = 0;
     for node in &spec.nodes {
         for _ in 0..spec.clients {
             let (node, spec, tally, histogram) =
                 (node.clone(), spec.clone(), tally.clone(), histogram.clone());
-            tasks.spawn(async move { client_loop(node, spec, tally, histogram).await });
+            let clients = (spec.nodes.len() * spec.clients) as u64;
+            let picker = spec.choice.picker(number, clients);
+            number += 1;
+            tasks.spawn(async move { client_loop(node, spec, picker, tally, histogram).await });
         }
     }
     let total = spec.requests.saturating_mul((spec.nodes.len() * spec.clients) as u64);
@@ -201,13 +418,15 @@ pub async fn drive(spec: Spec) -> Result<Report> {
 async fn client_loop(
     node: NodeAddr,
     spec: Spec,
+    mut picker: Picker,
     tally: Arc<Tally>,
     histogram: Arc<Mutex<Histogram<u64>>>,
 ) {
     let mut done = 0;
     let past_deadline = || spec.deadline.is_some_and(|d| Instant::now() >= d);
     while done < spec.requests && !past_deadline() {
-        match one_session(&node, &spec, &mut done, &tally, &histogram, &past_deadline).await {
+        let session = one_session(&node, &spec, &mut picker, &mut done, &tally, &histogram);
+        match session.await {
             Ok(()) => {}
             Err(_) => {
                 // The node or the witness went away: count it, wait, retry.
@@ -221,11 +440,12 @@ async fn client_loop(
 async fn one_session(
     node: &NodeAddr,
     spec: &Spec,
+    picker: &mut Picker,
     done: &mut u64,
     tally: &Tally,
     histogram: &Mutex<Histogram<u64>>,
-    past_deadline: &impl Fn() -> bool,
 ) -> Result<()> {
+    let past_deadline = || spec.deadline.is_some_and(|d| Instant::now() >= d);
     let mut client = node.connect().await?;
     let mut witness = match &spec.witness {
         Some(addr) => Some(WitnessClient::connect(addr).await?),
@@ -237,11 +457,23 @@ async fn one_session(
             let _ = events.send(seen);
         }
     };
+    let mut next = picker.next();
+    // Whether the session still holds the previous entry's locks: a client
+    // that does not think releases them and asks again in one write.
+    let mut held = false;
     while *done < spec.requests && !past_deadline() {
         let asked = Instant::now();
-        let fence = match client.acquire(Some(spec.answer_within), false).await? {
-            Acquired::Granted(f) => f,
-            Acquired::TimedOut | Acquired::Busy => {
+        let req = LockRequest::new(next.clone())
+            .permits(spec.choice.permits)
+            .timeout(Some(spec.answer_within));
+        let outcome = if std::mem::take(&mut held) {
+            client.release_and_request(&req).await?
+        } else {
+            client.request(&req).await?
+        };
+        let fences = match outcome {
+            Outcome::Granted(grant) => grant.fences,
+            Outcome::TimedOut | Outcome::Busy => {
                 tally.unanswered.fetch_add(1, Ordering::Relaxed);
                 tell(Seen::Unanswered { node: id });
                 bail!("not granted within {:?}", spec.answer_within)
@@ -250,15 +482,17 @@ async fn one_session(
         let waited = asked.elapsed().as_micros() as u64;
         histogram.lock().expect("histogram lock").saturating_record(waited.max(1));
         if let Some(w) = witness.as_mut() {
-            match w.enter(fence, id).await? {
-                Entry::Stale { last } => {
-                    tally.stale.fetch_add(1, Ordering::Relaxed);
-                    tell(Seen::Stale { node: id, fence, last });
+            for (name, fence) in &fences {
+                match w.enter(name, *fence, id).await? {
+                    Entry::Stale { last } => {
+                        tally.stale.fetch_add(1, Ordering::Relaxed);
+                        tell(Seen::Stale { node: id, fence: *fence, last });
+                    }
+                    Entry::Accepted { holders, violation: true } => {
+                        tell(Seen::Overlap { node: id, fence: *fence, holders })
+                    }
+                    Entry::Accepted { .. } => {}
                 }
-                Entry::Accepted { holders, violation: true } => {
-                    tell(Seen::Overlap { node: id, fence, holders })
-                }
-                Entry::Accepted { .. } => {}
             }
         }
         if !spec.hold.is_zero() {
@@ -268,21 +502,33 @@ async fn one_session(
                 _ = tokio::time::sleep(spec.hold) => {}
                 loss = client.lost() => {
                     if let Some(w) = witness.as_mut() {
-                        w.leave(fence).await?;
+                        for (name, fence) in &fences {
+                            w.leave(name, *fence).await?;
+                        }
                     }
                     bail!("lost the lock while holding it: {loss}");
                 }
             }
         }
         if let Some(w) = witness.as_mut() {
-            w.leave(fence).await?;
+            for (name, fence) in &fences {
+                w.leave(name, *fence).await?;
+            }
+        }
+        *done += 1;
+        next = picker.next();
+        tally.entries.fetch_add(1, Ordering::Relaxed);
+        if spec.think.is_zero() && *done < spec.requests && !past_deadline() {
+            held = true;
+            continue;
         }
         client.release().await?;
-        *done += 1;
-        tally.entries.fetch_add(1, Ordering::Relaxed);
         if !spec.think.is_zero() {
             tokio::time::sleep(spec.think).await;
         }
+    }
+    if held {
+        client.release().await?;
     }
     Ok(())
 }
@@ -307,9 +553,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let cfg = args.target.load_config()?;
     let configured = cfg.as_ref().and_then(|c| c.witness.as_ref()).map(|w| w.addr.clone());
     let witness = if args.no_witness { None } else { args.witness.clone().or(configured) };
+    let nodes = args.target.nodes()?;
+    let (nodes, clients) = match args.total_clients {
+        // One client per entry, the nodes dealt in turn.
+        Some(total) => (nodes.iter().cycle().take(total).cloned().collect(), 1),
+        None => (nodes, args.clients),
+    };
     let spec = Spec {
-        nodes: args.target.nodes()?,
-        clients: args.clients,
+        nodes,
+        clients,
+        choice: args.choice.choice()?,
         requests: args.requests,
         hold: args.hold,
         think: args.think,
@@ -330,4 +583,57 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skews_parse_and_refuse_nonsense() {
+        assert_eq!(Skew::parse("uniform"), Ok(Skew::Uniform));
+        assert_eq!(Skew::parse("zipf:1.2"), Ok(Skew::Zipf(1.2)));
+        assert!(Skew::parse("zipf:-1").is_err());
+        assert!(Skew::parse("zipf").is_err());
+        assert!(Skew::parse("pareto:1").is_err());
+    }
+
+    #[test]
+    fn requests_take_distinct_names_in_order() {
+        let choice =
+            Choice { names: 10, per_request: 3, skew: Skew::Zipf(2.0), ..Choice::default() };
+        let mut p = choice.picker(0, 1);
+        let mut counts = std::collections::BTreeMap::new();
+        for _ in 0..2000 {
+            let names = p.next();
+            assert_eq!(names.len(), 3);
+            assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
+            for n in names {
+                *counts.entry(n).or_insert(0) += 1;
+            }
+        }
+        assert!(counts["r0"] > counts["r9"] * 3, "a skew: {counts:?}");
+    }
+
+    #[test]
+    fn on_a_ring_each_client_takes_its_neighbours() {
+        let choice = Choice { names: 5, per_request: 2, skew: Skew::Ring, ..Choice::default() };
+        assert_eq!(choice.picker(0, 5).next(), ["r0", "r1"]);
+        assert_eq!(choice.picker(4, 5).next(), ["r0", "r4"]);
+        assert_eq!(Choice::default().picker(3, 5).next(), ["default"]);
+    }
+
+    #[test]
+    fn a_sweep_takes_every_name_once_a_lap() {
+        let choice = Choice { names: 6, per_request: 1, skew: Skew::Sweep, ..Choice::default() };
+        let mut seen: Vec<String> = Vec::new();
+        let mut pickers: Vec<Picker> = (0..3).map(|c| choice.picker(c, 3)).collect();
+        for _ in 0..2 {
+            for p in &mut pickers {
+                seen.extend(p.next());
+            }
+        }
+        seen.sort();
+        assert_eq!(seen, ["r0", "r1", "r2", "r3", "r4", "r5"]);
+    }
 }

@@ -5,6 +5,7 @@
 use super::process::{Process, Signal};
 use crate::cmd::common::NodeAddr;
 use anyhow::{bail, Context, Result};
+use coterie_core::registry::{ElectionInfo, MutexInfo};
 use coterie_core::Status;
 use coterie_node::witness;
 use std::fmt::Write as _;
@@ -14,8 +15,8 @@ use std::time::{Duration, Instant};
 /// What a launched cluster runs: its size and algorithms.
 pub struct Shape {
     pub nodes: u32,
-    pub mutex: String,
-    pub election: String,
+    pub mutex: &'static MutexInfo,
+    pub election: &'static ElectionInfo,
     pub count: usize,
     /// `[cluster] lock_delay`.
     pub lock_delay: Duration,

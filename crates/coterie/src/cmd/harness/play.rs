@@ -134,6 +134,7 @@ pub async fn play(
     let spec = workload::Spec {
         nodes: clients_on,
         clients: w.clients,
+        choice: Default::default(),
         requests: u64::MAX,
         hold: w.hold,
         think: w.think,

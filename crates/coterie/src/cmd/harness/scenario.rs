@@ -5,6 +5,7 @@
 use super::step::{Action, Step, StepText, Target};
 use crate::cmd::workload;
 use anyhow::{bail, Context, Result};
+use coterie_core::registry::{self, ElectionInfo, MutexInfo};
 use coterie_node::config::humantime_serde_str;
 use serde::Deserialize;
 use std::path::Path;
@@ -55,9 +56,9 @@ pub struct ClusterSpec {
     #[serde(default = "default_nodes")]
     pub nodes: u32,
     #[serde(default = "default_mutex")]
-    pub mutex: String,
+    pub mutex: &'static MutexInfo,
     #[serde(default = "default_election")]
-    pub election: String,
+    pub election: &'static ElectionInfo,
     #[serde(default = "default_count")]
     pub count: usize,
     /// `[cluster] lock_delay` of the nodes: after a holder is lost, nobody
@@ -69,11 +70,11 @@ pub struct ClusterSpec {
 fn default_nodes() -> u32 {
     5
 }
-fn default_mutex() -> String {
-    "centralized".into()
+fn default_mutex() -> &'static MutexInfo {
+    registry::mutex("centralized").expect("a registered mutex")
 }
-fn default_election() -> String {
-    "bully".into()
+fn default_election() -> &'static ElectionInfo {
+    registry::election("bully").expect("a registered election")
 }
 fn default_count() -> usize {
     1

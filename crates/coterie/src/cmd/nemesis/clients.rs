@@ -41,6 +41,8 @@ pub struct Setup<'a> {
     pub dir: &'a Path,
     pub hold: Duration,
     pub timeout: Duration,
+    /// Locks to spread the operations over (`None`: the default lock).
+    pub names: Option<u32>,
 }
 
 impl Clients {
@@ -59,6 +61,7 @@ impl Clients {
                 .arg(&history)
                 .args(["--hold", &format!("{}ms", setup.hold.as_millis())])
                 .args(["--timeout", &format!("{}ms", setup.timeout.as_millis())])
+                .args(setup.names.map(|k| format!("--names={k}")))
                 .stdin(std::process::Stdio::null())
                 .stderr(log)
                 // A group of its own, as for nodes: a stopped member must

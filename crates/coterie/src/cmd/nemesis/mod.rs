@@ -17,6 +17,7 @@ use super::common;
 use super::harness::{Cluster, LocalCluster, Placement, Shape};
 use super::timeline::Reach;
 use anyhow::{bail, Context, Result};
+use coterie_core::registry::{ElectionInfo, MutexInfo};
 use coterie_core::{CsState, Epoch};
 use coterie_history::{Func, Kind as OpKind, Op, Options, Recorder, Register, Report, NEMESIS};
 use plan::Kind;
@@ -64,6 +65,11 @@ pub struct Args {
     /// Recorded client processes (spread over the nodes).
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=64))]
     clients: u32,
+    /// Spread the clients' operations over this many locks (`r0` ..
+    /// `rK-1`, each with its register; default: the `default` lock
+    /// alone): every check is made per lock.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    names: Option<u32>,
     /// How long the nemesis acts.
     #[arg(long, value_parser = common::parse_duration, default_value = "30s")]
     duration: Duration,
@@ -128,6 +134,8 @@ pub struct RunReport {
     pub election: String,
     pub nodes: u32,
     pub clients: u32,
+    /// Locks the operations were spread over.
+    pub names: u32,
     pub seed: u64,
     pub lock_delay_ms: u64,
     pub duration_s: f64,
@@ -157,9 +165,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let failed = reports.iter().any(|r| !r.failures.is_empty());
         return Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS });
     }
-    use coterie_core::registry::{ELECTIONS, MUTEXES};
-    let mutexes = expand(&args.mutex, &MUTEXES.iter().map(|m| m.name).collect::<Vec<_>>())?;
-    let elections = expand(&args.election, &ELECTIONS.iter().map(|e| e.name).collect::<Vec<_>>())?;
+    use coterie_core::registry::{self, ELECTIONS, MUTEXES};
+    let mutexes = expand(&args.mutex, MUTEXES, registry::mutex)?;
+    let elections = expand(&args.election, ELECTIONS, registry::election)?;
     let kinds = kinds(&args.faults)?;
     let keep = args.out.clone();
     let root = match &keep {
@@ -168,8 +176,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let mut reports = Vec::new();
     let runtime = common::runtime()?;
-    for mutex in &mutexes {
-        for election in &elections {
+    for &mutex in &mutexes {
+        for &election in &elections {
             let dir = root.join(format!("{mutex}-{election}"));
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(dir.join("history"))
@@ -223,18 +231,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
-/// `all`, one name or a comma list, checked against `known`.
-fn expand(asked: &str, known: &[&'static str]) -> Result<Vec<String>> {
+/// `all` (every entry of `table`), one name or a comma list, each looked
+/// up once.
+fn expand<T>(
+    asked: &str,
+    table: &'static [T],
+    lookup: fn(&str) -> Result<&'static T, coterie_core::registry::UnknownAlgorithm>,
+) -> Result<Vec<&'static T>> {
     if asked == "all" {
-        return Ok(known.iter().map(|s| s.to_string()).collect());
+        return Ok(table.iter().collect());
     }
-    let names: Vec<String> = asked.split(',').map(|s| s.trim().to_string()).collect();
-    for name in &names {
-        if !known.contains(&name.as_str()) {
-            bail!("unknown algorithm {name:?}; known: {}", known.join(", "));
-        }
-    }
-    Ok(names)
+    Ok(asked.split(',').map(|name| lookup(name.trim())).collect::<Result<_, _>>()?)
 }
 
 /// The faults asked for, or every one this machine can make.
@@ -255,19 +262,13 @@ fn kinds(asked: &[Kind]) -> Result<Vec<Kind>> {
 /// One run: launch, nemesis, heal, recover, stop, check.
 async fn one(
     args: &Args,
-    mutex: &str,
-    election: &str,
+    mutex: &'static MutexInfo,
+    election: &'static ElectionInfo,
     kinds: &[Kind],
     dir: &Path,
     run: u32,
 ) -> Result<RunReport> {
-    let shape = Shape {
-        nodes: args.nodes,
-        mutex: mutex.to_string(),
-        election: election.to_string(),
-        count: 1,
-        lock_delay: args.lock_delay,
-    };
+    let shape = Shape { nodes: args.nodes, mutex, election, count: 1, lock_delay: args.lock_delay };
     let clocks = kinds.contains(&Kind::Clock);
     let env = |id| if clocks { inflict::clock_env(dir, id) } else { Vec::new() };
     let mode = match args.network {
@@ -311,6 +312,7 @@ async fn one(
         dir: &history_dir,
         hold: args.hold,
         timeout: Duration::from_secs(5),
+        names: args.names,
     };
     let mut clients = clients::Clients::start(args.clients, &setup)?;
     let schedule =
@@ -332,12 +334,19 @@ async fn one(
     }
     clients.stop().await;
     let stuck_nodes = settle(&local).await;
-    // The driver's final reads of both copies of the register.
+    // The driver's final reads of both copies of every lock's register.
+    let locks: Vec<String> = match args.names {
+        Some(k) => (0..k).map(|i| format!("r{i}")).collect(),
+        None => vec![coterie_core::Name::DEFAULT.to_string()],
+    };
     if let Ok(mut w) = coterie_node::WitnessClient::connect(witness.addr()).await {
-        for register in [Register::Plain, Register::Fenced] {
-            if let Ok(Ok(v)) = w.read("default", register == Register::Fenced, None).await {
-                let read = driver_op(coterie_history::monotonic_ns(), OpKind::Ok, Func::Read);
-                recorder.record(&read.register(register).value(v))?;
+        for name in &locks {
+            for register in [Register::Plain, Register::Fenced] {
+                if let Ok(Ok(v)) = w.read(name, register == Register::Fenced, None).await {
+                    let now = coterie_history::monotonic_ns();
+                    let read = Op::new(now, NEMESIS, OpKind::Ok, Func::Read, name);
+                    recorder.record(&read.register(register).value(v))?;
+                }
             }
         }
     }
@@ -369,6 +378,7 @@ async fn one(
         election: election.to_string(),
         nodes: args.nodes,
         clients: args.clients,
+        names: args.names.unwrap_or(1),
         seed: args.seed,
         lock_delay_ms: args.lock_delay.as_millis() as u64,
         duration_s: args.duration.as_secs_f64(),
@@ -426,6 +436,7 @@ fn recheck(root: &Path, recovery_bound: Duration) -> Result<Vec<RunReport>> {
             election: field("election"),
             nodes: number("nodes") as u32,
             clients: number("clients") as u32,
+            names: number("names").max(1) as u32,
             seed: number("seed"),
             lock_delay_ms: number("lock_delay_ms"),
             duration_s: old["duration_s"].as_f64().unwrap_or_default(),

@@ -1,0 +1,112 @@
+//! Who may talk to this node: the handshake that opens every connection,
+//! peer or client, when the cluster has a secret ([`auth`](crate::auth)
+//! is the protocol; this is the node's side of it), and the rate-limited
+//! log line for whoever is turned away.
+
+use crate::auth::{self, AuthError, AuthFrame, Dialler, Refusals, Role, Secret};
+use crate::codec::{write_frame, FrameError};
+use crate::protocol::ClientResponse;
+use coterie_core::NodeId;
+use std::net::SocketAddr;
+use tokio::net::TcpStream;
+use tracing::debug;
+
+/// Which of the node's ports a connection came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Port {
+    /// Agent-to-agent traffic.
+    Peer,
+    /// Clients and status.
+    Client,
+}
+
+impl Port {
+    fn name(self) -> &'static str {
+        match self {
+            Port::Peer => "peer",
+            Port::Client => "client",
+        }
+    }
+}
+
+/// The node's door; see the module documentation.
+pub(crate) struct Admission {
+    node: NodeId,
+    cluster: String,
+    secret: Option<Secret>,
+    refusals: Refusals,
+}
+
+impl Admission {
+    /// The door of node `node` of `cluster`, locked with `secret` if given.
+    pub(crate) fn new(node: NodeId, cluster: String, secret: Option<Secret>) -> Admission {
+        Admission { node, cluster, secret, refusals: Refusals::default() }
+    }
+
+    /// Whether connections must authenticate (the node has a secret).
+    pub(crate) fn authenticates(&self) -> bool {
+        self.secret.is_some()
+    }
+
+    /// The acceptor's side of the handshake on a new connection to `port`:
+    /// who dialled (`None` when the node runs open), or `Err` when the
+    /// connection is to be dropped (logged, at most a line a second).
+    pub(crate) async fn admit(
+        &self,
+        stream: &mut TcpStream,
+        from: SocketAddr,
+        port: Port,
+    ) -> Result<Option<Dialler>, ()> {
+        let Some(secret) = &self.secret else { return Ok(None) };
+        match auth::accept(stream, secret, &self.cluster, self.node.0).await {
+            Ok(dialler) => Ok(Some(dialler)),
+            Err(e) => {
+                if port == Port::Client && matches!(e, AuthError::Frame(FrameError::Wire(_))) {
+                    // A client that did not try to authenticate: tell it so
+                    // in its own protocol.
+                    let why = "this node requires authentication: give the cluster's secret \
+                               ([security] secret_file in the configuration, or \
+                               COTERIE_SECRET_FILE)";
+                    let _ = write_frame(stream, &ClientResponse::Error(why.into())).await;
+                }
+                if matches!(e, AuthError::Closed) {
+                    // Closed without a word: a port probe or a scan.
+                    debug!(%from, port = port.name(), "a connection closed before authenticating");
+                } else {
+                    let why = format_args!("it failed authentication: {e}");
+                    self.refusals.refused(port.name(), from, &why);
+                }
+                Err(())
+            }
+        }
+    }
+
+    /// The dialler's side of the handshake on a connection to a peer.
+    pub(crate) async fn dial(&self, stream: &mut TcpStream) -> Result<(), AuthError> {
+        match &self.secret {
+            Some(secret) => {
+                auth::dial(stream, secret, &self.cluster, Role::Peer, self.node.0).await?;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Tells a connection to `port` that it is turned away, `why`, in the
+    /// first frame its client reads (the handshake's, with a secret), and
+    /// logs it (at most a line a second).
+    pub(crate) async fn turn_away(
+        &self,
+        stream: &mut TcpStream,
+        from: SocketAddr,
+        port: Port,
+        why: &str,
+    ) {
+        self.refusals.refused(port.name(), from, &why);
+        let _ = if self.authenticates() {
+            write_frame(stream, &AuthFrame::Refused(why.to_string())).await
+        } else {
+            write_frame(stream, &ClientResponse::Error(why.to_string())).await
+        };
+    }
+}

@@ -1,0 +1,399 @@
+//! The application's view of the whole cluster: who holds and who waits
+//! for each lock at every node (`coterie locks`), and the leaders of the
+//! applications' elections (`coterie elect`, `coterie leader`).
+//!
+//! The algorithms know which *node* holds a lock; which of its clients,
+//! since when and with what value only that node knows. So a listing asks
+//! every peer counted up for its part ([`Talk::Ask`]) over the peer
+//! sessions, as application messages that travel in order with the
+//! engine's own ([`Envelope::Application`](coterie_core::wire::Envelope)),
+//! waits for the answers ([`Talk::Tell`]) for at most a failure timeout,
+//! and merges them with its own part; a peer that does not answer is
+//! named in the answer, not guessed at.
+//!
+//! An election is a lock whose holder gave a value: the holder is the
+//! leader. Its node tells every peer when a leader takes over or lets go
+//! ([`Talk::Leader`]), and each node tells its observers. Announcements
+//! from different nodes may cross on the way; fences order them (a new
+//! leader's is higher, and a leader's end names the fence it ends), so an
+//! observer sees each change once and in order. A leader whose node is
+//! suspected is gone as far as this node can tell, and its observers are
+//! told so at once.
+
+use crate::agent::{Agent, LockView, Notice};
+use crate::locks::{LocalLock, Locks};
+use crate::protocol::{HolderInfo, Leader, LeaderReport, LockInfo, WaitOrder, WaiterInfo};
+use crate::shutdown::Shutdown;
+use crate::throttle::Throttle;
+use coterie_core::{CsState, Name, NodeId};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tracing::warn;
+
+/// What the nodes' application tasks say to each other.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum Talk {
+    /// Tell me your part of every lock whose name starts with `prefix`.
+    Ask {
+        /// The question's number at the asker, for the answer.
+        id: u64,
+        /// The names' common start.
+        prefix: String,
+    },
+    /// The answer to [`Talk::Ask`].
+    Tell {
+        /// The question's number.
+        id: u64,
+        /// The sender's part of each lock.
+        parts: Vec<Part>,
+    },
+    /// Election `name` has a new leader at the sender, or the one it had
+    /// there let go (`leader` is `None`, `fence` the fence of the
+    /// leadership that ended).
+    Leader {
+        /// The election.
+        name: String,
+        /// The new leader.
+        leader: Option<Leader>,
+        /// The fence of the leadership that began or ended.
+        fence: u64,
+    },
+}
+
+/// One node's part of one lock.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Part {
+    name: String,
+    permits: u32,
+    holder: Option<HolderInfo>,
+    /// Its waiting clients, in the order the node will serve them.
+    waiters: Vec<WaiterInfo>,
+    /// The stamp of the node's request for the lock, when the algorithm
+    /// orders requests by timestamp: (timestamp, node).
+    stamp: Option<(u64, u32)>,
+}
+
+/// A listing under way: the peers still to answer, and the answers.
+struct Query {
+    awaiting: BTreeSet<NodeId>,
+    parts: Vec<Part>,
+    done: Option<oneshot::Sender<()>>,
+}
+
+/// Who leads an election, as this node knows it.
+#[derive(Clone, Debug)]
+struct Known {
+    /// The last fence seen begin or end a leadership: older news is stale.
+    fence: u64,
+    leader: Option<Leader>,
+}
+
+#[derive(Default)]
+struct State {
+    next_query: u64,
+    queries: HashMap<u64, Query>,
+    leaders: BTreeMap<Name, Known>,
+}
+
+/// The cluster-wide view; see the module documentation.
+pub(crate) struct Cluster {
+    agent: Arc<Agent>,
+    locks: Arc<Locks>,
+    /// Whether the algorithm serves requests in timestamp order.
+    timestamp_order: bool,
+    state: Mutex<State>,
+    /// Every change of leader this node learns of.
+    changes: broadcast::Sender<LeaderReport>,
+}
+
+impl Cluster {
+    /// The view of `agent`'s cluster, this node's part kept in `locks`;
+    /// `timestamp_order` when its algorithm serves requests in timestamp
+    /// order (the waiters are then listed so).
+    pub(crate) fn new(agent: Arc<Agent>, locks: Arc<Locks>, timestamp_order: bool) -> Cluster {
+        Cluster {
+            agent,
+            locks,
+            timestamp_order,
+            state: Mutex::new(State::default()),
+            changes: broadcast::channel(1024).0,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Every live lock whose name starts with `prefix`, cluster wide, and
+    /// the nodes that did not answer within `patience`.
+    pub(crate) async fn locks(
+        &self,
+        prefix: &str,
+        patience: Duration,
+    ) -> (Vec<LockInfo>, Vec<u32>) {
+        let peers = self.agent.peers_up();
+        let (tx, rx) = oneshot::channel();
+        let id = {
+            let mut s = self.state();
+            s.next_query += 1;
+            let id = s.next_query;
+            let awaiting: BTreeSet<NodeId> = peers.iter().copied().collect();
+            let done = if awaiting.is_empty() { None } else { Some(tx) };
+            s.queries.insert(id, Query { awaiting, parts: Vec::new(), done });
+            id
+        };
+        let ask = encode(&Talk::Ask { id, prefix: prefix.to_string() });
+        for &peer in &peers {
+            self.agent.send_application(peer, ask.clone());
+        }
+        if !peers.is_empty() {
+            let _ = tokio::time::timeout(patience, rx).await;
+        }
+        let query = self.state().queries.remove(&id).expect("registered above");
+        let mut parts = self.parts(prefix);
+        parts.extend(query.parts);
+        let unreachable: Vec<u32> = self
+            .agent
+            .members()
+            .into_iter()
+            .filter(|&m| {
+                m != self.agent.id() && (!peers.contains(&m) || query.awaiting.contains(&m))
+            })
+            .map(|m| m.0)
+            .collect();
+        (self.merge(parts), unreachable)
+    }
+
+    /// The leader of election `name`, as the cluster's nodes report it
+    /// now.
+    pub(crate) async fn leader(&self, name: &Name, patience: Duration) -> LeaderReport {
+        let (locks, _) = self.locks(name.as_str(), patience).await;
+        let leader = locks
+            .into_iter()
+            .filter(|l| l.name == name.as_str())
+            .flat_map(|l| l.holders)
+            .filter_map(|h| Some(Leader { node: h.node, value: h.value?, fence: h.fence }))
+            .max_by_key(|l| l.fence);
+        if let Some(l) = &leader {
+            self.learn(name, Some(l.clone()), l.fence);
+        }
+        LeaderReport { name: name.to_string(), leader }
+    }
+
+    /// Every change of leader from now on (of every election: an
+    /// observer keeps those of its own).
+    pub(crate) fn changes(&self) -> broadcast::Receiver<LeaderReport> {
+        self.changes.subscribe()
+    }
+
+    /// A client of this node took election `name`'s lock with `value`
+    /// (`Some`), or let go of the leadership that `fence` began (`None`):
+    /// every peer is told, and every observer.
+    pub(crate) fn announce(&self, name: &Name, leader: Option<Leader>, fence: u64) {
+        self.learn(name, leader.clone(), fence);
+        let talk = encode(&Talk::Leader { name: name.to_string(), leader, fence });
+        for peer in self.agent.peers_up() {
+            self.agent.send_application(peer, talk.clone());
+        }
+    }
+
+    /// Takes in news of a leader; tells the observers if it is news.
+    fn learn(&self, name: &Name, leader: Option<Leader>, fence: u64) {
+        let mut s = self.state();
+        let known = s.leaders.entry(name.clone()).or_insert(Known { fence: 0, leader: None });
+        let news = match &leader {
+            // A new leader: newer than anything seen.
+            Some(_) => fence > known.fence,
+            // An end: of the leadership in force.
+            None => known.leader.as_ref().is_some_and(|l| l.fence == fence),
+        };
+        if !news {
+            return;
+        }
+        known.fence = fence;
+        known.leader = leader.clone();
+        if known.leader.is_none() && self.changes.receiver_count() == 0 {
+            s.leaders.remove(name);
+        }
+        drop(s);
+        let _ = self.changes.send(LeaderReport { name: name.to_string(), leader });
+    }
+
+    /// Serves the peers' questions and answers and the leaders' news, as
+    /// the agent passes them on, until the node stops.
+    pub(crate) async fn run(
+        &self,
+        mut notices: mpsc::UnboundedReceiver<Notice>,
+        mut shutdown: Shutdown,
+    ) {
+        let mut garbage = Throttle::default();
+        loop {
+            let notice = tokio::select! {
+                n = notices.recv() => match n {
+                    Some(n) => n,
+                    None => return,
+                },
+                _ = shutdown.recv() => return,
+            };
+            match notice {
+                Notice::Application { from, bytes } => match decode(&bytes) {
+                    Some(talk) => self.hear(from, talk),
+                    None => {
+                        if let Some(also) = garbage.admit(std::time::Instant::now()) {
+                            warn!(
+                                peer = from.0,
+                                also_dropped_since_last_line = also,
+                                "dropped an application message that does not decode"
+                            );
+                        }
+                    }
+                },
+                Notice::PeerDown(peer) => self.peer_down(peer),
+            }
+        }
+    }
+
+    fn hear(&self, from: NodeId, talk: Talk) {
+        match talk {
+            Talk::Ask { id, prefix } => {
+                let parts = self.parts(&prefix);
+                self.agent.send_application(from, encode(&Talk::Tell { id, parts }));
+            }
+            Talk::Tell { id, parts } => {
+                let mut s = self.state();
+                if let Some(q) = s.queries.get_mut(&id) {
+                    if q.awaiting.remove(&from) {
+                        q.parts.extend(parts.into_iter().map(|mut p| {
+                            // A node speaks for its own clients only.
+                            if let Some(h) = &mut p.holder {
+                                h.node = from.0;
+                            }
+                            for w in &mut p.waiters {
+                                w.node = from.0;
+                            }
+                            p
+                        }));
+                        if q.awaiting.is_empty() {
+                            q.done.take().map(|done| done.send(()));
+                        }
+                    }
+                }
+            }
+            Talk::Leader { name, leader, fence } => {
+                let Ok(name) = Name::new(&name) else { return };
+                let leader = leader.map(|l| Leader { node: from.0, ..l });
+                self.learn(&name, leader, fence);
+            }
+        }
+    }
+
+    /// A peer is suspected: listings stop waiting for it, and a leader
+    /// there is gone.
+    fn peer_down(&self, peer: NodeId) {
+        let mut s = self.state();
+        for q in s.queries.values_mut() {
+            if q.awaiting.remove(&peer) && q.awaiting.is_empty() {
+                q.done.take().map(|done| done.send(()));
+            }
+        }
+        let gone: Vec<(Name, u64)> = s
+            .leaders
+            .iter()
+            .filter_map(|(n, k)| {
+                k.leader.as_ref().filter(|l| l.node == peer.0).map(|l| (n.clone(), l.fence))
+            })
+            .collect();
+        drop(s);
+        for (name, fence) in gone {
+            self.learn(&name, None, fence);
+        }
+    }
+
+    /// This node's part of every lock starting with `prefix`.
+    fn parts(&self, prefix: &str) -> Vec<Part> {
+        let local = self.locks.snapshot(prefix);
+        let names: Vec<Name> = local.iter().map(|l| l.name.clone()).collect();
+        let views = self.agent.lock_views(&names);
+        let now = self.agent.now();
+        let node = self.agent.id().0;
+        local.into_iter().zip(views).map(|(l, v)| part(node, now, l, v)).collect()
+    }
+
+    /// Every node's parts merged into one listing per lock.
+    fn merge(&self, parts: Vec<Part>) -> Vec<LockInfo> {
+        let mut by_name: BTreeMap<String, Vec<Part>> = BTreeMap::new();
+        for p in parts {
+            by_name.entry(p.name.clone()).or_default().push(p);
+        }
+        by_name
+            .into_iter()
+            .map(|(name, mut parts)| {
+                let permits = parts.iter().map(|p| p.permits).max().unwrap_or(1);
+                let mut holders: Vec<HolderInfo> =
+                    parts.iter().filter_map(|p| p.holder.clone()).collect();
+                holders.sort_by_key(|h| h.fence);
+                let timestamp = self.timestamp_order && parts.iter().any(|p| p.stamp.is_some());
+                if timestamp {
+                    // Nodes in the order of their requests; a node's own
+                    // clients in the order it serves them.
+                    parts.sort_by_key(|p| p.stamp.unwrap_or((u64::MAX, u32::MAX)));
+                } else {
+                    let longest = |p: &Part| p.waiters.iter().map(|w| w.waited_ms).max();
+                    parts.sort_by_key(|p| std::cmp::Reverse(longest(p)));
+                }
+                let waiters = parts.into_iter().flat_map(|p| p.waiters).collect();
+                let order = if timestamp { WaitOrder::Timestamp } else { WaitOrder::Waited };
+                LockInfo { name, permits, holders, waiters, order }
+            })
+            .collect()
+    }
+
+    /// Resolves with the first change of election `name`'s leader after
+    /// one with fence `after` (or any, with `None`), skipping older news;
+    /// `None` once the node stops telling (it lagged behind, or stops).
+    pub(crate) async fn next_change(
+        rx: &mut broadcast::Receiver<LeaderReport>,
+        name: &str,
+    ) -> Option<LeaderReport> {
+        loop {
+            match rx.recv().await {
+                Ok(report) if report.name == name => return Some(report),
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+/// A node's part of a lock, from its table and its engine.
+fn part(node: u32, now: Duration, l: LocalLock, view: LockView) -> Part {
+    let ms = |since: Duration| now.saturating_sub(since).as_millis() as u64;
+    // A holder the node lost is listed without a client, for as long as
+    // the node holds on its behalf.
+    let holder = l.holder.as_ref().map(|h| HolderInfo {
+        node,
+        client: (!l.orphaned).then(|| h.client.label.clone()),
+        fence: h.fence.0,
+        held_ms: ms(h.since),
+        value: h.value.clone().filter(|_| !l.orphaned),
+    });
+    let waiters = l
+        .waiters
+        .iter()
+        .map(|(c, since)| WaiterInfo { node, client: c.label.clone(), waited_ms: ms(*since) })
+        .collect();
+    let stamp = view.stamp.filter(|_| view.state == CsState::Wanting).map(|s| (s.ts, s.node.0));
+    Part { name: l.name.to_string(), permits: l.permits, holder, waiters, stamp }
+}
+
+fn encode(talk: &Talk) -> Vec<u8> {
+    coterie_core::wire::encode(talk)
+}
+
+fn decode(bytes: &[u8]) -> Option<Talk> {
+    coterie_core::wire::decode(bytes).ok()
+}

@@ -1,0 +1,467 @@
+//! The application's locks, after the picture in Jones's lecture notes
+//! (22C:116, Iowa, 2002): the algorithms grant the *node*, one holder a
+//! lock at a time, and the node hands each grant to one of its client
+//! sessions at a time, in the order they asked. This is that table: for
+//! every name this node's clients hold or want, who holds the node's grant
+//! of it and who waits, with what they said of themselves.
+//!
+//! It is the demand the agent serves: the agent reads what a name's
+//! sessions want ([`Locks::demand`]) and asks or releases the engine so
+//! that it follows, and hands what the engine grants to the first session
+//! still waiting ([`Locks::grant`]). The agent takes this table's lock
+//! inside its own, never the other way round: client sessions change the
+//! table first, let go, and then ask the agent to follow
+//! ([`Agent::sync`](crate::agent::Agent::sync)).
+//!
+//! It also keeps the **lock delay** for sessions lost while holding
+//! (Chubby's and Consul's): the node holds on their behalf until the delay
+//! ends ([`Locks::lose`]), so that a resource which cannot check fences
+//! sees the lost holder's last writes land first. Times are the node's,
+//! measured from its start.
+
+use coterie_core::{Fence, Name};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{oneshot, Notify};
+
+/// Who a session is, as listings show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Client {
+    /// The session's number at this node.
+    pub(crate) session: u64,
+    /// What the client calls itself (`pid@host` for the CLI).
+    pub(crate) label: String,
+}
+
+/// A session holding a name's grant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Holder {
+    /// Who.
+    pub(crate) client: Client,
+    /// The grant's fence.
+    pub(crate) fence: Fence,
+    /// Since when.
+    pub(crate) since: Duration,
+    /// What it said it holds the lock for (a campaign's value).
+    pub(crate) value: Option<String>,
+}
+
+/// A session waiting for a name.
+struct Waiter {
+    client: Client,
+    since: Duration,
+    value: Option<String>,
+    grant: oneshot::Sender<Fence>,
+}
+
+/// One name at this node.
+struct Local {
+    permits: u32,
+    holder: Option<Holder>,
+    waiters: VecDeque<Waiter>,
+    /// A session was lost while holding: the node holds on its behalf
+    /// until then (what it held is kept for listings).
+    orphan: Option<(Holder, Duration)>,
+}
+
+impl Local {
+    fn unused(&self) -> bool {
+        self.holder.is_none() && self.waiters.is_empty() && self.orphan.is_none()
+    }
+}
+
+/// What a name's sessions want of the engine ([`Locks::demand`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Demand {
+    /// The permits they ask it with.
+    pub(crate) permits: u32,
+    /// A session holds the node's grant (or the node holds it for a lost
+    /// one).
+    pub(crate) holding: bool,
+    /// A session waits for it.
+    pub(crate) waiting: bool,
+}
+
+impl Demand {
+    /// Nobody holds or wants it.
+    pub(crate) const NONE: Demand = Demand { permits: 1, holding: false, waiting: false };
+}
+
+/// What became of a grant handed to the table.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Handed {
+    /// To this session.
+    To(Client),
+    /// Nobody waits any more: the node should give it back.
+    Nobody,
+}
+
+/// Why a session may not wait for a name.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Refused {
+    /// It holds or waits for it already.
+    #[error("this session holds or waits for {0:?} already")]
+    Twice(Name),
+    /// Its clients here ask it with other permits.
+    #[error("lock {name:?} is asked for here with {live} permits, not {asked}")]
+    Permits {
+        /// The name.
+        name: Name,
+        /// The permits it is asked with.
+        live: u32,
+        /// The permits this session asked.
+        asked: u32,
+    },
+    /// `[limits] max_pending` sessions wait already.
+    #[error(
+        "this node has {0} requests waiting already ([limits] max_pending): try again later, \
+         or another node"
+    )]
+    Busy(usize),
+    /// `[limits] max_names` names are in use here already.
+    #[error(
+        "this node serves {0} lock names already ([limits] max_names): release some, or use \
+         another node"
+    )]
+    Names(usize),
+}
+
+/// A name as listings show it: this node's part of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LocalLock {
+    /// The name.
+    pub(crate) name: Name,
+    /// Its permits.
+    pub(crate) permits: u32,
+    /// The session holding the node's grant (or that held it, if the
+    /// node holds it for that session, lost: [`orphaned`](Self::orphaned)).
+    pub(crate) holder: Option<Holder>,
+    /// Whether the node holds it for a lost session (the lock delay).
+    pub(crate) orphaned: bool,
+    /// Sessions waiting, first served first: who, and since when.
+    pub(crate) waiters: Vec<(Client, Duration)>,
+}
+
+/// The limits the table keeps.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// Sessions that may wait at once.
+    pub(crate) max_pending: usize,
+    /// Names that may be in use at once.
+    pub(crate) max_names: usize,
+}
+
+#[derive(Default)]
+struct Table {
+    next_session: u64,
+    names: BTreeMap<Name, Local>,
+    waiting: usize,
+}
+
+/// The table; see the module documentation.
+pub(crate) struct Locks {
+    table: Mutex<Table>,
+    limits: Limits,
+    /// Poked when a lock delay starts: the application's timer task looks
+    /// at the deadline again.
+    changed: Notify,
+}
+
+impl Locks {
+    /// An empty table.
+    pub(crate) fn new(limits: Limits) -> Locks {
+        Locks { table: Mutex::new(Table::default()), limits, changed: Notify::new() }
+    }
+
+    fn table(&self) -> MutexGuard<'_, Table> {
+        // A panic while holding the lock is a bug in this process; carrying
+        // on with the table it left is better than a cascade of panics.
+        self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A new client session's number.
+    pub(crate) fn new_session(&self) -> u64 {
+        let mut t = self.table();
+        t.next_session += 1;
+        t.next_session
+    }
+
+    /// Queues `client` for `name` (`permits` of it), to be handed the grant
+    /// through `grant`; then the agent must follow
+    /// ([`Agent::sync`](crate::agent::Agent::sync)).
+    pub(crate) fn wait(
+        &self,
+        client: Client,
+        name: &Name,
+        permits: u32,
+        value: Option<String>,
+        now: Duration,
+        grant: oneshot::Sender<Fence>,
+    ) -> Result<(), Refused> {
+        let mut t = self.table();
+        if t.waiting >= self.limits.max_pending {
+            return Err(Refused::Busy(self.limits.max_pending));
+        }
+        let names = t.names.len();
+        let local = match t.names.get_mut(name) {
+            Some(local) => local,
+            None if names >= self.limits.max_names => {
+                return Err(Refused::Names(self.limits.max_names))
+            }
+            None => t.names.entry(name.clone()).or_insert(Local {
+                permits,
+                holder: None,
+                waiters: VecDeque::new(),
+                orphan: None,
+            }),
+        };
+        if local.permits != permits {
+            let live = local.permits;
+            return Err(Refused::Permits { name: name.clone(), live, asked: permits });
+        }
+        let mine = |c: &Client| c.session == client.session;
+        if local.holder.as_ref().is_some_and(|h| mine(&h.client))
+            || local.waiters.iter().any(|w| mine(&w.client))
+        {
+            return Err(Refused::Twice(name.clone()));
+        }
+        local.waiters.push_back(Waiter { client, since: now, value, grant });
+        t.waiting += 1;
+        Ok(())
+    }
+
+    /// Takes `session` off `name`, whether it holds or waits; `true` if it
+    /// held. The agent must then follow.
+    pub(crate) fn leave(&self, session: u64, name: &Name) -> bool {
+        self.leave_or_orphan(session, name, None)
+    }
+
+    /// `session` was lost (its client vanished or fell silent): it gives up
+    /// its place for `name`, and if it held, the node holds on its behalf
+    /// until `until` (the lock delay, if any). `true` if it held. The
+    /// agent must then follow.
+    pub(crate) fn lose(&self, session: u64, name: &Name, until: Option<Duration>) -> bool {
+        self.leave_or_orphan(session, name, until)
+    }
+
+    fn leave_or_orphan(&self, session: u64, name: &Name, until: Option<Duration>) -> bool {
+        let mut t = self.table();
+        let Some(local) = t.names.get_mut(name) else { return false };
+        let before = local.waiters.len();
+        local.waiters.retain(|w| w.client.session != session);
+        let left = before - local.waiters.len();
+        let held = local.holder.as_ref().is_some_and(|h| h.client.session == session);
+        if held {
+            let holder = local.holder.take();
+            local.orphan = holder.zip(until);
+        }
+        if local.unused() {
+            t.names.remove(name);
+        }
+        t.waiting -= left;
+        drop(t);
+        if held && until.is_some() {
+            self.changed.notify_one();
+        }
+        held
+    }
+
+    /// What `name`'s sessions want of the engine.
+    pub(crate) fn demand(&self, name: &Name) -> Demand {
+        let t = self.table();
+        match t.names.get(name) {
+            None => Demand::NONE,
+            Some(l) => Demand {
+                permits: l.permits,
+                holding: l.holder.is_some() || l.orphan.is_some(),
+                waiting: !l.waiters.is_empty(),
+            },
+        }
+    }
+
+    /// Hands the node's grant of `name` to the first session still waiting
+    /// for it (one that went away meanwhile is skipped).
+    pub(crate) fn grant(&self, name: &Name, fence: Fence, now: Duration) -> Handed {
+        let mut t = self.table();
+        let Some(local) = t.names.get_mut(name) else { return Handed::Nobody };
+        let mut taken = 0;
+        let mut handed = Handed::Nobody;
+        while let Some(waiter) = local.waiters.pop_front() {
+            taken += 1;
+            if waiter.grant.send(fence).is_ok() {
+                let client = waiter.client.clone();
+                local.holder =
+                    Some(Holder { client: waiter.client, fence, since: now, value: waiter.value });
+                handed = Handed::To(client);
+                break;
+            }
+        }
+        if local.unused() {
+            t.names.remove(name);
+        }
+        t.waiting -= taken;
+        handed
+    }
+
+    /// When the next lock delay for a lost holder ends.
+    pub(crate) fn deadline(&self) -> Option<Duration> {
+        self.table().names.values().filter_map(|l| l.orphan.as_ref().map(|(_, t)| *t)).min()
+    }
+
+    /// Ends the lock delays due by `now`: the names the agent must follow.
+    pub(crate) fn expire(&self, now: Duration) -> Vec<Name> {
+        let mut t = self.table();
+        let mut due = Vec::new();
+        for (name, local) in t.names.iter_mut() {
+            if local.orphan.as_ref().is_some_and(|(_, until)| *until <= now) {
+                local.orphan = None;
+                due.push(name.clone());
+            }
+        }
+        t.names.retain(|_, l| !l.unused());
+        due
+    }
+
+    /// Ends each lock delay for a lost holder when it is due, and has
+    /// `follow` make the engine follow (the agent's
+    /// [`sync`](crate::agent::Agent::sync)), until `shutdown`. `now` is the
+    /// node's clock.
+    pub(crate) async fn expire_delays(
+        &self,
+        now: impl Fn() -> Duration,
+        follow: impl Fn(&Name),
+        mut shutdown: crate::shutdown::Shutdown,
+    ) {
+        loop {
+            let wait = self.deadline().map(|d| d.saturating_sub(now()));
+            let sleep = async {
+                match wait {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = sleep => {
+                    for name in self.expire(now()) {
+                        tracing::info!(%name, "lock delay over: releasing for the lost session");
+                        follow(&name);
+                    }
+                }
+                _ = self.changed.notified() => {}
+                _ = shutdown.recv() => return,
+            }
+        }
+    }
+
+    /// This node's part of every name starting with `prefix`.
+    pub(crate) fn snapshot(&self, prefix: &str) -> Vec<LocalLock> {
+        let t = self.table();
+        t.names
+            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .take_while(|(name, _)| name.as_str().starts_with(prefix))
+            .map(|(name, l)| LocalLock {
+                name: name.clone(),
+                permits: l.permits,
+                holder: l.holder.clone().or_else(|| l.orphan.as_ref().map(|(h, _)| h.clone())),
+                orphaned: l.orphan.is_some(),
+                waiters: l.waiters.iter().map(|w| (w.client.clone(), w.since)).collect(),
+            })
+            .collect()
+    }
+
+    /// How many names are in use here.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.table().names.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    fn name(s: &str) -> Name {
+        Name::new(s).unwrap()
+    }
+
+    fn locks() -> Locks {
+        Locks::new(Limits { max_pending: 3, max_names: 2 })
+    }
+
+    fn client(locks: &Locks) -> Client {
+        Client { session: locks.new_session(), label: "test".into() }
+    }
+
+    #[test]
+    fn a_grant_goes_to_the_first_session_still_waiting() {
+        let locks = locks();
+        let (a, b) = (client(&locks), client(&locks));
+        let (tx_a, rx_a) = oneshot::channel();
+        let (tx_b, mut rx_b) = oneshot::channel();
+        locks.wait(a.clone(), &name("x"), 1, None, ms(0), tx_a).unwrap();
+        locks.wait(b.clone(), &name("x"), 1, Some("v".into()), ms(1), tx_b).unwrap();
+        assert_eq!(locks.demand(&name("x")), Demand { permits: 1, holding: false, waiting: true });
+        drop(rx_a); // a went away
+        assert_eq!(locks.grant(&name("x"), Fence(7), ms(2)), Handed::To(b.clone()));
+        assert_eq!(rx_b.try_recv(), Ok(Fence(7)));
+        let snap = locks.snapshot("");
+        assert_eq!(snap[0].holder.as_ref().unwrap().value.as_deref(), Some("v"));
+        assert!(locks.leave(b.session, &name("x")));
+        assert_eq!(locks.demand(&name("x")), Demand::NONE);
+        assert_eq!(locks.len(), 0, "an unused name is forgotten");
+        assert_eq!(locks.grant(&name("x"), Fence(8), ms(3)), Handed::Nobody);
+    }
+
+    #[test]
+    fn a_session_lost_while_holding_keeps_the_node_holding_for_the_delay() {
+        let locks = locks();
+        let a = client(&locks);
+        let (tx, _rx) = oneshot::channel();
+        locks.wait(a.clone(), &name("x"), 1, None, ms(0), tx).unwrap();
+        locks.grant(&name("x"), Fence(1), ms(0));
+        assert!(locks.lose(a.session, &name("x"), Some(ms(500))));
+        assert!(locks.demand(&name("x")).holding, "held for the lost session");
+        assert_eq!(locks.deadline(), Some(ms(500)));
+        assert!(locks.expire(ms(499)).is_empty());
+        assert_eq!(locks.expire(ms(500)), vec![name("x")]);
+        assert_eq!(locks.demand(&name("x")), Demand::NONE);
+        assert_eq!(locks.deadline(), None);
+    }
+
+    #[test]
+    fn limits_and_mismatches_are_refused_and_change_nothing() {
+        let locks = locks();
+        let a = client(&locks);
+        let wait = |c: &Client, n: &str, permits| {
+            locks.wait(c.clone(), &name(n), permits, None, ms(0), oneshot::channel().0)
+        };
+        wait(&a, "x", 2).unwrap();
+        assert!(matches!(wait(&a, "x", 2), Err(Refused::Twice(_))));
+        let b = client(&locks);
+        assert!(matches!(wait(&b, "x", 1), Err(Refused::Permits { live: 2, asked: 1, .. })));
+        wait(&b, "y", 1).unwrap();
+        assert_eq!(wait(&b, "z", 1), Err(Refused::Names(2)));
+        wait(&b, "x", 2).unwrap();
+        let c = client(&locks);
+        assert_eq!(wait(&c, "x", 2), Err(Refused::Busy(3)));
+        assert_eq!(locks.len(), 2);
+    }
+
+    #[test]
+    fn listings_are_by_prefix() {
+        let locks = Locks::new(Limits { max_pending: 10, max_names: 10 });
+        let a = client(&locks);
+        for n in ["jobs/a", "jobs/b", "job", "printer"] {
+            locks.wait(a.clone(), &name(n), 1, None, ms(0), oneshot::channel().0).unwrap();
+        }
+        let names: Vec<String> =
+            locks.snapshot("jobs/").iter().map(|l| l.name.to_string()).collect();
+        assert_eq!(names, ["jobs/a", "jobs/b"]);
+        assert_eq!(locks.snapshot("").len(), 4);
+    }
+}

@@ -1,0 +1,183 @@
+//! `coterie elect` and `coterie leader`: leader election by name, for
+//! applications (etcd's Election, Curator's LeaderLatch). A campaign
+//! holds the election's lock with a value; whoever holds it leads. This
+//! is not the cluster's own coordinator election, which stays as it is.
+
+use super::common::{self, NodeAddr, Target};
+use super::lock::{self, Holding, RunArgs};
+use anyhow::Result;
+use coterie_node::protocol::LeaderReport;
+use coterie_node::{client_label, LockRequest};
+use std::process::ExitCode;
+
+/// Campaign in election NAME and run CMD while leader; or, with
+/// --observe, print every change of its leader.
+///
+/// A campaign waits for the election's lock (the lock named NAME) and
+/// holds it with --value (default: this process, `pid@host`): while it
+/// holds, it leads, and everyone who asks (`coterie leader`, observers)
+/// is told the value. CMD runs while it leads, with COTERIE_FENCE set to
+/// the leadership's fencing token (a later leader's is higher) and
+/// COTERIE_VALUE to the value. When leadership is lost (the node died,
+/// hung or was cut off), CMD gets SIGTERM and SIGKILL after --kill-grace,
+/// and elect exits 76; when CMD ends by itself, the campaign resigns and
+/// the next campaigner leads. Exit statuses otherwise as `coterie lock`'s.
+///
+/// --observe prints the leader now, then one line per change, for as long
+/// as it runs; it moves on to another node if its node goes. Observers
+/// see every change their node learns of: each leader's node tells every
+/// other node as it takes over and as it lets go, and a leader whose node
+/// is suspected is reported gone at once.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    target: Target,
+    /// The election (a lock name).
+    #[arg(value_name = "NAME")]
+    name: String,
+    /// What the leader announces (an address, an id).
+    #[arg(long, value_name = "V", conflicts_with = "observe")]
+    value: Option<String>,
+    /// Print every change of leader instead of campaigning.
+    #[arg(long)]
+    observe: bool,
+    /// With --observe: a JSON object per change (`coterie leader --json`'s).
+    #[arg(long, requires = "observe")]
+    json: bool,
+    /// Give up if not leader within this long (e.g. "5s"); default: wait.
+    #[arg(long, value_parser = common::parse_duration, conflicts_with = "observe")]
+    timeout: Option<std::time::Duration>,
+    /// Give up unless leader promptly (within one failure timeout).
+    #[arg(long = "try", conflicts_with = "observe")]
+    try_lock: bool,
+    /// How long CMD has to exit after SIGTERM once leadership is lost,
+    /// before SIGKILL.
+    #[arg(long, value_parser = common::parse_duration, default_value = "5s")]
+    kill_grace: std::time::Duration,
+    /// When leadership is lost, let CMD run on (still report the loss, and
+    /// exit 76 when it ends).
+    #[arg(long)]
+    no_kill: bool,
+    /// The command to run while leader, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    if let Err(why) = lock::check_names(std::slice::from_ref(&args.name)) {
+        eprintln!("coterie elect: {why}");
+        return Ok(ExitCode::from(2));
+    }
+    let nodes = args.target.nodes()?;
+    if args.observe {
+        return common::small_runtime()?.block_on(observe(&nodes, &args.name, args.json));
+    }
+    if args.command.is_empty() {
+        eprintln!("coterie elect: give the command to run while leader after --, or --observe");
+        return Ok(ExitCode::from(2));
+    }
+    let value = args.value.unwrap_or_else(client_label);
+    let req = LockRequest::new([args.name])
+        .value(Some(value.clone()))
+        .timeout(args.timeout)
+        .try_lock(args.try_lock);
+    let run = RunArgs {
+        timeout: args.timeout,
+        try_lock: args.try_lock,
+        kill_grace: args.kill_grace,
+        no_kill: args.no_kill,
+        command: args.command,
+    };
+    let holding =
+        Holding { who: "coterie elect", what: "leadership", env: vec![("COTERIE_VALUE", value)] };
+    common::small_runtime()?.block_on(lock::hold(&nodes, &req, &run, holding))
+}
+
+/// Prints election `name`'s leader and every change, moving to another
+/// node when the one it watches goes.
+async fn observe(nodes: &[NodeAddr], name: &str, json: bool) -> Result<ExitCode> {
+    let mut last: Option<LeaderReport> = None;
+    loop {
+        let mut watched = None;
+        for node in nodes {
+            let Ok(client) = node.connect().await else { continue };
+            if let Ok(stream) = client.observe(name).await {
+                watched = Some((node, stream));
+                break;
+            }
+        }
+        let Some((node, (first, mut stream))) = watched else {
+            eprintln!("coterie elect: no node answered");
+            return Ok(ExitCode::from(lock::EXIT_UNAVAILABLE));
+        };
+        let mut report = Some(first);
+        while let Some(now) = report {
+            if last.as_ref() != Some(&now) {
+                println!("{}", line(&now, json)?);
+                last = Some(now);
+            }
+            report = stream.next().await.ok().flatten();
+        }
+        eprintln!("coterie elect: lost {}; observing from another node", node.addr);
+    }
+}
+
+/// One change, as a line.
+fn line(report: &LeaderReport, json: bool) -> Result<String> {
+    if json {
+        return Ok(serde_json::to_string(report)?);
+    }
+    Ok(match &report.leader {
+        Some(l) => {
+            format!("{}: led by n{} with {:?} (fence {})", report.name, l.node, l.value, l.fence)
+        }
+        None => format!("{}: no leader", report.name),
+    })
+}
+
+/// Print the leader of election NAME: its node, value and fence.
+///
+/// The first node that answers asks the others. Exits 0 with a leader, 1
+/// without one.
+#[derive(clap::Args)]
+pub struct LeaderArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The election (a lock name).
+    #[arg(value_name = "NAME")]
+    name: String,
+    /// Print the leader as a JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn leader(args: LeaderArgs) -> Result<ExitCode> {
+    if let Err(why) = lock::check_names(std::slice::from_ref(&args.name)) {
+        eprintln!("coterie leader: {why}");
+        return Ok(ExitCode::from(2));
+    }
+    let nodes = args.target.nodes()?;
+    let report = common::small_runtime()?.block_on(async {
+        let mut errors = Vec::new();
+        for node in &nodes {
+            let asked = async {
+                let mut client = node.connect().await?;
+                client.leader(&args.name).await
+            };
+            match asked.await {
+                Ok(report) => return Ok(report),
+                Err(e) => errors.push(format!("{}: {e}", node.addr)),
+            }
+        }
+        Err(errors.join("; "))
+    });
+    let report = match report {
+        Ok(report) => report,
+        Err(why) => {
+            eprintln!("coterie leader: no node answered ({why})");
+            return Ok(ExitCode::from(lock::EXIT_UNAVAILABLE));
+        }
+    };
+    println!("{}", line(&report, args.json)?);
+    Ok(if report.leader.is_some() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}

@@ -1,0 +1,242 @@
+//! What the binary's end-to-end tests share: running `coterie`, a
+//! cluster of real node processes started with `coterie up`, and `coterie
+//! lock` commands run in the background.
+#![allow(dead_code)] // each test file uses its own part
+
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_coterie");
+
+pub fn coterie(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run coterie")
+}
+
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let ls: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+/// A cluster of `n` node processes started with `coterie up`.
+pub struct Up {
+    child: Child,
+    /// `up`'s standard input, for its control commands.
+    control: Option<std::process::ChildStdin>,
+    config: PathBuf,
+    _dir: TempDir,
+}
+
+pub struct TempDir(pub PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Up {
+    /// Starts a cluster. Ports are found by binding and releasing them, so a
+    /// test running alongside may take one first; then a node cannot start,
+    /// the cluster never settles, and it is started again on fresh ports.
+    pub fn start(n: u32, name: &str) -> Up {
+        Up::start_with(n, name, "")
+    }
+
+    /// Starts a cluster whose `[cluster]` section also says `extra`.
+    pub fn start_with(n: u32, name: &str, extra: &str) -> Up {
+        Up::start_secured(n, name, extra, "allow_faults = true\n")
+    }
+
+    /// Starts a cluster whose `[cluster]` section also says `extra`, and
+    /// whose `[security]` section says `security`.
+    pub fn start_secured(n: u32, name: &str, extra: &str, security: &str) -> Up {
+        Up::start_in(n, name, extra, security, &[])
+    }
+
+    /// Starts a cluster as [`start_secured`](Up::start_secured) does, with
+    /// `env` set for `coterie up` and its nodes.
+    pub fn start_in(n: u32, name: &str, extra: &str, security: &str, env: &[(&str, &str)]) -> Up {
+        for attempt in 0..3 {
+            let mut up = Up::launch(n, &format!("{name}-{attempt}"), extra, security, env);
+            let settled = up.try_wait_for(Duration::from_secs(10), |rows| {
+                agreed(rows).is_some_and(|(c, n_up)| c == n && n_up == n as usize)
+            });
+            if settled.is_some() {
+                return up;
+            }
+            up.control = None;
+        }
+        panic!("a {n}-node cluster never settled in three attempts");
+    }
+
+    pub fn launch(n: u32, name: &str, extra: &str, security: &str, env: &[(&str, &str)]) -> Up {
+        let dir = std::env::temp_dir().join(format!("coterie-cli-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ports = free_ports(2 * n as usize);
+        let mut toml = format!(
+            "[cluster]\nname = \"cli\"\nmutex = \"centralized\"\nelection = \"bully\"\n{extra}\
+             [security]\n{security}\
+             [timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n",
+        );
+        for i in 0..n as usize {
+            toml += &format!(
+                "[[node]]\nid = {}\npeer = \"127.0.0.1:{}\"\nclient = \"127.0.0.1:{}\"\n",
+                i + 1,
+                ports[2 * i],
+                ports[2 * i + 1]
+            );
+        }
+        let config = dir.join("cluster.toml");
+        std::fs::File::create(&config).unwrap().write_all(toml.as_bytes()).unwrap();
+        let log = std::fs::File::create(dir.join("up.log")).unwrap();
+        let mut child = Command::new(BIN)
+            .args(["up", "--config"])
+            .arg(&config)
+            .envs(env.iter().copied())
+            .stderr(log)
+            .stdout(Stdio::null())
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let control = child.stdin.take();
+        Up { child, control, config, _dir: TempDir(dir) }
+    }
+
+    /// Types a control command into `up`.
+    pub fn control(&mut self, line: &str) {
+        let stdin = self.control.as_mut().expect("up's stdin");
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    pub fn config(&self) -> &str {
+        self.config.to_str().unwrap()
+    }
+
+    pub fn status(&self) -> Vec<Value> {
+        let out = coterie(&["status", "--config", self.config(), "--json"]);
+        serde_json::from_slice(&out.stdout).unwrap_or_default()
+    }
+
+    pub fn wait_for(&self, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        self.try_wait_for(Duration::from_secs(30), done)
+            .unwrap_or_else(|| panic!("cluster never settled: {:#?}", self.status()))
+    }
+
+    pub fn try_wait_for(
+        &self,
+        limit: Duration,
+        done: impl Fn(&[Value]) -> bool,
+    ) -> Option<Vec<Value>> {
+        let start = Instant::now();
+        loop {
+            let rows = self.status();
+            if done(&rows) {
+                return Some(rows);
+            }
+            if start.elapsed() > limit {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The pid of node `id`'s process, a child of `coterie up`.
+    pub fn node_pid(&self, id: u32) -> u32 {
+        let needle = format!("--id\0{id}\0");
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            if cmdline.contains(self.config()) && cmdline.contains(&needle) {
+                return pid;
+            }
+        }
+        panic!("no process for node {id}");
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        self.control = None; // EOF on up's stdin
+        unsafe_kill(self.child.id(), 15);
+        let _ = self.child.wait();
+    }
+}
+
+pub fn unsafe_kill(pid: u32, signal: i32) {
+    let _ = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status();
+}
+
+/// The coordinator every reachable node agrees on, and how many agree.
+pub fn agreed(rows: &[Value]) -> Option<(u32, usize)> {
+    let reachable: Vec<&Value> = rows.iter().filter(|r| r["reachable"] == true).collect();
+    let first = reachable.first()?["coordinator"].as_u64()?;
+    let all = reachable
+        .iter()
+        .all(|r| r["coordinator"].as_u64() == Some(first) && r["epoch"] == reachable[0]["epoch"]);
+    all.then_some((first as u32, reachable.len()))
+}
+
+/// `coterie lock --config CONFIG --node NODE [flags] -- sh -c SCRIPT`,
+/// started; `SCRIPT` runs with `$D` set to `dir`, and `coterie lock`'s
+/// standard error goes to `dir/lock.err` (a file: the command, which
+/// inherits it, may outlive `coterie lock`).
+pub fn lock_running(config: &str, node: u32, flags: &[&str], script: &str, dir: &Path) -> Child {
+    use std::os::unix::process::CommandExt;
+    Command::new(BIN)
+        // A group of its own: a test that stops it (SIGSTOP) must not leave
+        // a stopped member in the test runner's group (see up::spawn_node).
+        .process_group(0)
+        .args(["lock", "--config", config, "--node", &node.to_string()])
+        .args(flags)
+        .args(["--", "sh", "-c", script])
+        .env("D", dir)
+        .stderr(std::fs::File::create(dir.join("lock.err")).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for `child`, started by [`lock_running`] in `dir`, to exit, up to
+/// a generous deadline; its status and standard error.
+pub fn finished(mut child: Child, dir: &Path) -> (Option<i32>, String) {
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("coterie lock did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (status.code(), std::fs::read_to_string(dir.join("lock.err")).unwrap_or_default())
+}
+
+/// Waits for `path` to appear (a command's marker file).
+pub fn appears(path: &Path) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < Duration::from_secs(30), "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet).
+pub fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.split(") ").nth(1).is_some_and(|rest| rest.starts_with('Z')),
+    }
+}
+
+/// A scratch directory named for the test.
+pub fn scratch(name: &str) -> TempDir {
+    let dir = std::env::temp_dir().join(format!("coterie-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    TempDir(dir)
+}
