@@ -215,17 +215,7 @@ fn a_hung_holder_loses_the_lock_after_the_lock_delay() {
 /// rule lives in the node, not in any of them.
 #[test]
 fn a_client_frozen_while_waiting_is_never_granted_the_lock_for_good() {
-    for mutex in [
-        "centralized",
-        "token-ring",
-        "bakery",
-        "lamport",
-        "ricart-agrawala",
-        "raymond-k",
-        "lodha-kshemkalyani",
-        "maekawa",
-        "tree-quorum",
-    ] {
+    for mutex in mutexes() {
         let env = [("COTERIE_MUTEX", mutex)];
         let up =
             Up::start_in(3, &format!("frozen-waiter-{mutex}"), "", "allow_faults = true\n", &env);

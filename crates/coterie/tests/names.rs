@@ -13,18 +13,6 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use support::*;
 
-const MUTEXES: [&str; 9] = [
-    "centralized",
-    "token-ring",
-    "bakery",
-    "lamport",
-    "ricart-agrawala",
-    "raymond-k",
-    "lodha-kshemkalyani",
-    "maekawa",
-    "tree-quorum",
-];
-
 /// A cluster of `n` nodes running `mutex`.
 fn cluster(n: u32, mutex: &str, test: &str) -> Up {
     let env = [("COTERIE_MUTEX", mutex)];
@@ -55,7 +43,7 @@ fn fences(path: &Path) -> Vec<u64> {
 /// granted again.
 #[test]
 fn every_algorithm_keeps_named_locks_apart_on_real_processes() {
-    for mutex in MUTEXES {
+    for mutex in mutexes() {
         let mut up = cluster(5, mutex, "named");
         let dir = scratch(&format!("named-{mutex}"));
         let d = &dir.0;

@@ -11,6 +11,11 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_coterie");
 
+/// Every mutual-exclusion algorithm, by its configuration name.
+pub fn mutexes() -> impl Iterator<Item = &'static str> {
+    coterie_core::registry::MUTEXES.iter().map(|m| m.name)
+}
+
 pub fn coterie(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("run coterie")
 }
