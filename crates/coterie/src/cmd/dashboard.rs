@@ -3,7 +3,7 @@
 //! fail its nodes and watch what follows.
 //!
 //! The server watches every node with messages
-//! ([`watch::spawn`](super::watch::spawn)), one stream per node whoever
+//! ([`watchers::spawn`](super::watchers::spawn)), one stream per node whoever
 //! looks, and pushes each event to every open page as a server-sent event
 //! (`GET /api/events`: the events so far, then each as it comes). The page
 //! keeps them all, draws the nodes and a scrolling space-time strip from
@@ -20,8 +20,7 @@
 use super::common::{self, NodeAddr, Target};
 use super::harness::{self, step::StepText, Target as StepTarget};
 use super::recording::Recording;
-use super::up::{Control, Order};
-use super::watch::{self, Watched};
+use super::watchers::{self, Watched};
 use super::workload;
 use anyhow::{Context, Result};
 use axum::extract::State;
@@ -77,6 +76,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A step the dashboard asks the owner of the node processes (`coterie
+/// up`) to carry out, and where to say how it went.
+pub struct Order {
+    pub step: harness::Step,
+    pub reply: oneshot::Sender<Result<String, String>>,
+}
+
+/// Where the dashboard sends its orders.
+pub type Control = mpsc::UnboundedSender<Order>;
+
 struct Shared {
     nodes: Vec<NodeAddr>,
     title: String,
@@ -108,7 +117,7 @@ pub async fn serve(
         workload: Mutex::new(None),
     });
     let (tx, mut rx) = mpsc::unbounded_channel();
-    watch::spawn(&shared.nodes, tx, Some(false));
+    watchers::spawn(&shared.nodes, tx, Some(false));
     let feed = shared.clone();
     tokio::spawn(async move {
         while let Some(watched) = rx.recv().await {

@@ -21,5 +21,6 @@ pub mod status;
 pub mod timeline;
 pub mod up;
 pub mod watch;
+pub mod watchers;
 pub mod witness;
 pub mod workload;

@@ -1,5 +1,5 @@
 //! A real cluster's run, recorded from its nodes' event streams
-//! ([`watch::spawn`](super::watch::spawn) with messages) for its
+//! ([`watchers::spawn`](super::watchers::spawn) with messages) for its
 //! space-time diagram: each node reports the messages it sends and takes
 //! in, numbered in their sessions, so a delivery is matched with its send
 //! whichever stream reports first.
@@ -9,7 +9,7 @@
 //! (the receiver's clock behind) is drawn just after the send instead, so
 //! no arrow ever runs back in time.
 
-use super::watch::Watched;
+use super::watchers::Watched;
 use coterie_diagram::{Mark, MarkKind, Message, Run, Section};
 use coterie_node::protocol::{unix_us, NodeEvent};
 use std::collections::{BTreeMap, BTreeSet};

@@ -5,7 +5,7 @@
 
 use super::common::NodeAddr;
 use super::recording::Recording;
-use super::watch::{self, Watched};
+use super::watchers::{self, Watched};
 use super::workload::Seen;
 use coterie_core::Epoch;
 use coterie_node::protocol::{unix_us, NodeEvent};
@@ -215,7 +215,7 @@ pub async fn observe(
     record: Option<(Recording, bool)>,
 ) -> Observer {
     let (tx, rx) = mpsc::unbounded_channel();
-    watch::spawn(nodes, tx, record.as_ref().map(|(_, heartbeats)| *heartbeats));
+    watchers::spawn(nodes, tx, record.as_ref().map(|(_, heartbeats)| *heartbeats));
     let recording = Arc::new(Mutex::new(record.map(|(r, _)| r)));
     let incidents = Arc::new(Mutex::new(Vec::new()));
     let (ready_tx, ready_rx) = oneshot::channel();
@@ -334,7 +334,7 @@ impl State {
                 }
                 self.follows.insert(node, (*coordinator, *epoch));
                 if self.gone.remove(&node) {
-                    note(self, "back", format!("is back, {}", watch::describe(&e.event)));
+                    note(self, "back", format!("is back, {}", watchers::describe(&e.event)));
                 } else if self.waiting_for > 0 {
                     self.waiting_for -= 1;
                     if self.waiting_for == 0 {
@@ -345,23 +345,23 @@ impl State {
             NodeEvent::Joined { .. } => {
                 self.joined.insert(node);
                 trigger(self, format!("n{node} joined"), Trigger::Back);
-                note(self, "join", watch::describe(&e.event));
+                note(self, "join", watchers::describe(&e.event));
             }
             NodeEvent::PeerUp { .. } if !self.joined.contains(&node) => {}
             NodeEvent::PeerUp { peer } => {
                 trigger(self, format!("n{node} heard from n{peer}"), Trigger::Back);
-                note(self, "recover", watch::describe(&e.event))
+                note(self, "recover", watchers::describe(&e.event))
             }
             NodeEvent::PeerDown { peer } => {
                 trigger(self, format!("n{node} suspected n{peer}"), Trigger::Suspect(*peer));
-                note(self, "suspect", watch::describe(&e.event));
+                note(self, "suspect", watchers::describe(&e.event));
             }
             NodeEvent::Coordinator { leader, epoch } => {
                 self.follows.insert(node, (Some(*leader), *epoch));
-                note(self, "follow", watch::describe(&e.event));
+                note(self, "follow", watchers::describe(&e.event));
                 self.check_agreement(e.unix_us);
             }
-            NodeEvent::Missed { .. } => note(self, "note", watch::describe(&e.event)),
+            NodeEvent::Missed { .. } => note(self, "note", watchers::describe(&e.event)),
             // Grants are too many to list (they are kept, not written), and
             // faults are the driver's own steps, already on the timeline.
             NodeEvent::Granted { .. } => {

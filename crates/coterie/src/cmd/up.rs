@@ -1,6 +1,7 @@
 //! `coterie up`: every node of a configuration as local child processes.
 
 use super::common;
+use super::dashboard::Order;
 use super::harness::step::HELP;
 use super::harness::{Cluster, LocalCluster, Process, Step};
 use super::timeline::Reach;
@@ -9,7 +10,7 @@ use coterie_node::Config;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tokio::io::AsyncBufReadExt;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// Run every node of the configuration (and its witness, if it names one)
 /// as child processes of this one; Ctrl-C stops them all.
@@ -32,16 +33,6 @@ pub struct Args {
     #[arg(long, value_name = "ADDR")]
     dashboard: Option<String>,
 }
-
-/// A step the dashboard asks `up` to carry out, and where to say how it
-/// went.
-pub struct Order {
-    pub step: Step,
-    pub reply: oneshot::Sender<Result<String, String>>,
-}
-
-/// Where the dashboard sends its orders.
-pub type Control = mpsc::UnboundedSender<Order>;
 
 pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
     let cfg = Config::load(&args.config)?;

@@ -1,10 +1,10 @@
 //! `coterie watch`: every node's events, merged, as they happen.
 
-use super::common::{self, NodeAddr, Target};
+use super::common::{self, Target};
 use super::recording::Recording;
+use super::watchers::{describe, is_grant, spawn, Watched};
 use anyhow::Result;
-use coterie_core::Epoch;
-use coterie_node::protocol::{NodeEvent, WatchEvent};
+use coterie_node::protocol::NodeEvent;
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -32,98 +32,6 @@ pub struct Args {
     /// (--duration, or Ctrl-C).
     #[command(flatten)]
     drawing: common::Drawing,
-}
-
-/// What a watcher task reports about its node.
-#[derive(Debug)]
-pub enum Watched {
-    /// An event from the node's stream.
-    Event(WatchEvent),
-    /// The stream from this node ended (it died or stopped); the watcher
-    /// keeps dialling it.
-    Lost {
-        /// The node.
-        node: u32,
-    },
-}
-
-/// Watches every node in `nodes` until `tx` is closed, reporting on it.
-/// Each stream starts with the node's snapshot; each node's watcher dials
-/// again whenever its stream ends, so a restarted node is watched anew.
-/// With `messages` (`Some(heartbeats too)`), every message sent and taken
-/// in is reported as well.
-pub fn spawn(nodes: &[NodeAddr], tx: mpsc::UnboundedSender<Watched>, messages: Option<bool>) {
-    for node in nodes {
-        let (node, tx) = (node.clone(), tx.clone());
-        tokio::spawn(async move {
-            while !tx.is_closed() {
-                if let Ok(client) = node.connect().await {
-                    let watched = match messages {
-                        Some(heartbeats) => client.watch_messages(heartbeats).await,
-                        None => client.watch().await,
-                    };
-                    if let Ok((first, mut stream)) = watched {
-                        let id = first.node;
-                        if tx.send(Watched::Event(first)).is_err() {
-                            return;
-                        }
-                        loop {
-                            tokio::select! {
-                                next = stream.next() => match next {
-                                    Ok(Some(e)) => {
-                                        if tx.send(Watched::Event(e)).is_err() {
-                                            return;
-                                        }
-                                    }
-                                    _ => break,
-                                },
-                                _ = tx.closed() => return,
-                            }
-                        }
-                        if tx.send(Watched::Lost { node: id }).is_err() {
-                            return;
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        });
-    }
-}
-
-/// Whether `event` is one of the frequent grant/release events.
-pub fn is_grant(event: &NodeEvent) -> bool {
-    matches!(event, NodeEvent::Granted { .. } | NodeEvent::Released { .. })
-}
-
-/// The event in words, without its node.
-pub fn describe(event: &NodeEvent) -> String {
-    match event {
-        NodeEvent::Snapshot { coordinator, epoch, alive, joined } => format!(
-            "follows {} ({}), sees {alive:?} up{}",
-            coordinator.map_or("nobody".into(), |c| format!("n{c}")),
-            Epoch(*epoch),
-            if *joined { "" } else { ", still joining" },
-        ),
-        NodeEvent::Joined { alive } => format!("joined the cluster with {alive:?} up"),
-        NodeEvent::PeerUp { peer } => format!("hears from n{peer}"),
-        NodeEvent::PeerDown { peer } => format!("suspects n{peer}"),
-        NodeEvent::Coordinator { leader, epoch } => {
-            format!("follows n{leader} ({})", Epoch(*epoch))
-        }
-        NodeEvent::Granted { name, fence, session } => {
-            format!("grants session {session} {}, fence {fence}", lock_name(name))
-        }
-        NodeEvent::Released { name, session } => {
-            format!("session {session} releases {}", lock_name(name))
-        }
-        NodeEvent::Fault(state) => format!("faults now: {state}"),
-        NodeEvent::Missed { events } => format!("(watcher fell behind: {events} events skipped)"),
-        NodeEvent::Sent { to, seq, text, .. } => {
-            format!("sends n{to} #{seq} {}", coterie_diagram::label::short(text))
-        }
-        NodeEvent::Delivered { from, seq } => format!("takes in #{seq} from n{from}"),
-    }
 }
 
 /// A wall-clock time of day, UTC, to the millisecond.
@@ -187,13 +95,4 @@ pub fn run(args: Args) -> Result<ExitCode> {
 /// Whether `event` reports a message (many: left out of the text stream).
 fn is_message(event: &NodeEvent) -> bool {
     matches!(event, NodeEvent::Sent { .. } | NodeEvent::Delivered { .. })
-}
-
-/// How a lock is named in a line: `the lock` for the default one.
-fn lock_name(name: &str) -> String {
-    if name == coterie_core::Name::DEFAULT {
-        "the lock".into()
-    } else {
-        format!("lock {name:?}")
-    }
 }
