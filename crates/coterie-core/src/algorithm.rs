@@ -204,9 +204,10 @@ pub struct Forgetting {
     /// The most remnants kept ([`MutexAlgorithm::remnant`]); beyond it the
     /// oldest are dropped, their highest value kept as a floor.
     pub remnants: usize,
-    /// The most instances at once: a request here for a lock that has
-    /// none is refused beyond it (a peer's message still makes one, so
-    /// that no request elsewhere is left without an answer).
+    /// The most instances at once. A lock new to the node takes the place
+    /// of the one idle longest, forgotten early; a request here is refused
+    /// when none is idle (a peer's message still makes one, so that no
+    /// request elsewhere is left without an answer).
     pub locks: usize,
 }
 

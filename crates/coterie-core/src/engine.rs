@@ -197,6 +197,9 @@ pub struct Counters {
     pub mutex_sent: u64,
     /// Idle locks forgotten.
     pub forgotten: u64,
+    /// Of those, forgotten before `forget_after`, the least recently used
+    /// idle lock making room for a new one at the limit.
+    pub evicted: u64,
 }
 
 impl Counters {
@@ -654,7 +657,9 @@ impl Engine {
             }),
             Some(_) => Ok(()),
             None => match self.cfg.forgetting {
-                Some(f) if self.locks.len() >= f.locks => Err(RequestError::TooManyLocks(f.locks)),
+                Some(f) if self.locks.len() >= f.locks && !self.locks.has_idle() => {
+                    Err(RequestError::TooManyLocks(f.locks))
+                }
                 _ => Ok(()),
             },
         }
@@ -680,6 +685,14 @@ impl Engine {
     fn lock(&mut self, now: Time, name: &Name, permits: u32) {
         if self.locks.contains(name) {
             return;
+        }
+        // At the limit, the lock idle longest makes room (a peer's message
+        // makes an instance even when none is idle: see `deliver_to_lock`).
+        if self.cfg.forgetting.is_some_and(|f| self.locks.len() >= f.locks) {
+            if let Some(oldest) = self.locks.forget_oldest() {
+                self.counters.evicted += 1;
+                self.forgotten(vec![oldest]);
+            }
         }
         let cfg = AlgoConfig {
             id: self.cfg.id,
@@ -884,10 +897,15 @@ impl Engine {
     /// ([`Forgetting`](crate::Forgetting)), and whatever stable storage
     /// kept for them.
     fn forget_idle(&mut self, now: Time) {
-        let mut forgotten = self.locks.forget_due(now);
-        if forgotten.is_empty() {
-            return;
+        let forgotten = self.locks.forget_due(now);
+        if !forgotten.is_empty() {
+            self.forgotten(forgotten);
         }
+    }
+
+    /// Drops what the engine kept for the instances just forgotten: their
+    /// timers, and their records in stable storage.
+    fn forgotten(&mut self, mut forgotten: Vec<Name>) {
         forgotten.sort();
         self.counters.forgotten += forgotten.len() as u64;
         self.timers.retain(

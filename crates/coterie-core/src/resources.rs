@@ -232,39 +232,77 @@ impl Resources {
     /// Forgets every instance that has been forgettable long enough by
     /// `now`, keeping each one's remnant; returns their names.
     pub(crate) fn forget_due(&mut self, now: Time) -> Vec<Name> {
-        let Some(Forgetting { after, remnants, .. }) = self.forgetting else { return Vec::new() };
+        let Some(Forgetting { after, .. }) = self.forgetting else { return Vec::new() };
         let mut forgotten = Vec::new();
         while let Some((since, name)) = self.idle.front().cloned() {
             if since + after > now {
                 break;
             }
             self.idle.pop_front();
-            let Some(i) = self.map.get(&name) else { continue };
-            if i.idle_since != Some(since) || !i.forgettable() {
-                continue; // busy again since
+            if self.forget(&name, since) {
+                forgotten.push(name);
             }
-            if let Some(remnant) = i.mutex.remnant() {
-                let key = remnant_key(&name);
-                let kept = self.remnants.entry(key).or_insert(remnant);
-                *kept = (*kept).max(remnant);
-                self.remnant_order.push_back(key);
-                while self.remnants.len() > remnants {
-                    let Some(oldest) = self.remnant_order.pop_front() else { break };
-                    if let Some(dropped) = self.remnants.remove(&oldest) {
-                        self.remnant_floor = self.remnant_floor.max(dropped);
-                    }
+        }
+        self.tidy();
+        forgotten
+    }
+
+    /// Whether an instance is forgettable now, however briefly: room for
+    /// a new lock when the node keeps as many as it may.
+    pub(crate) fn has_idle(&self) -> bool {
+        self.idle.iter().any(|(since, name)| self.still_idle(name, *since))
+    }
+
+    /// Forgets the instance forgettable the longest, however briefly (the
+    /// least recently used idle lock), to make room for a new one; returns
+    /// its name. As safe as forgetting it on time: what makes an instance
+    /// forgettable is what it holds, not how long it has held nothing.
+    pub(crate) fn forget_oldest(&mut self) -> Option<Name> {
+        while let Some((since, name)) = self.idle.pop_front() {
+            if self.forget(&name, since) {
+                return Some(name);
+            }
+        }
+        None
+    }
+
+    /// Whether `name`'s instance has stayed forgettable since `since`.
+    fn still_idle(&self, name: &Name, since: Time) -> bool {
+        self.map.get(name).is_some_and(|i| i.idle_since == Some(since) && i.forgettable())
+    }
+
+    /// Forgets `name`'s instance, keeping its remnant, if it has stayed
+    /// forgettable since `since` (an entry of the idle queue); whether it
+    /// did.
+    fn forget(&mut self, name: &Name, since: Time) -> bool {
+        if !self.still_idle(name, since) {
+            return false; // busy again since, or gone
+        }
+        let remnants = self.forgetting.map_or(0, |f| f.remnants);
+        if let Some(remnant) = self.map.get(name).and_then(|i| i.mutex.remnant()) {
+            let key = remnant_key(name);
+            let kept = self.remnants.entry(key).or_insert(remnant);
+            *kept = (*kept).max(remnant);
+            self.remnant_order.push_back(key);
+            while self.remnants.len() > remnants {
+                let Some(oldest) = self.remnant_order.pop_front() else { break };
+                if let Some(dropped) = self.remnants.remove(&oldest) {
+                    self.remnant_floor = self.remnant_floor.max(dropped);
                 }
             }
-            self.map.remove(&name);
-            forgotten.push(name);
         }
+        self.map.remove(name);
+        true
+    }
+
+    /// Gives back what the tables grew to hold once what filled them is
+    /// forgotten: they do not shrink by themselves.
+    fn tidy(&mut self) {
         if self.remnant_order.len() > 2 * self.remnants.len() + 64 {
             // Drop the stale entries of locks made again since.
             let remnants = &self.remnants;
             self.remnant_order.retain(|n| remnants.contains_key(n));
         }
-        // What a burst of locks left room for goes back once they are
-        // forgotten: the tables do not shrink by themselves.
         if self.map.capacity() > 4 * self.map.len() + 64 {
             self.map.shrink_to_fit();
         }
@@ -274,7 +312,6 @@ impl Resources {
         if self.remnant_order.capacity() > 4 * self.remnant_order.len() + 64 {
             self.remnant_order.shrink_to_fit();
         }
-        forgotten
     }
 
     /// Feeds the forgetting state to a checker's hash, times as seen from

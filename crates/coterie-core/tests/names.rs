@@ -2,7 +2,7 @@
 //! multiplexed over the same peers, on a small in-memory cluster where
 //! every message arrives at once and in order.
 
-use coterie_core::engine::Output;
+use coterie_core::engine::{Output, RequestError};
 use coterie_core::registry::{self, MUTEXES};
 use coterie_core::wire::Envelope;
 use coterie_core::{
@@ -301,5 +301,51 @@ fn idle_names_are_forgotten_and_their_fences_keep_rising() {
         }
         let forgotten: u64 = (1..=n).map(|id| net.engine(id).counters().forgotten).sum();
         assert!(forgotten > 0, "{}", info.name);
+    }
+}
+
+/// At the limit of instances a new lock takes the place of the one idle
+/// longest, forgotten early (its fences still rise when it is used
+/// again); with no lock idle, the request is refused.
+#[test]
+fn at_the_limit_the_lock_idle_longest_makes_room() {
+    // The default lock and two more; nothing forgotten by time.
+    let forgetting = Forgetting { after: ms(600_000), remnants: 10, locks: 3 };
+    for info in MUTEXES {
+        let mut net = Net::build(info.name, 3, 1, Some(forgetting));
+        let mut fence_of_a = None;
+        for lock in ["a", "b"] {
+            net.request(1, lock);
+            assert!(net.holds(1, lock), "{}: {lock}", info.name);
+            fence_of_a = fence_of_a.or(Some(net.grants.last().unwrap().2));
+            net.release(1, lock);
+            // Idle, but not yet forgettable everywhere at once (bakery
+            // keeps a retry due for 200 ms).
+            let now = net.now;
+            net.run_until(now + ms(400));
+        }
+        // `c` makes room: `a` goes (it was idle longest).
+        net.request(1, "c");
+        assert!(net.holds(1, "c"), "{}: c", info.name);
+        assert_eq!(net.engine(1).names(), 3, "{}", info.name);
+        assert!(net.engine(1).counters().evicted >= 1, "{}", info.name);
+        // `d` makes room too (`b` goes); then nothing is idle at node 1.
+        net.request(1, "d");
+        assert!(net.holds(1, "d"), "{}: d", info.name);
+        let now = net.now;
+        let refused = net.engine(1).request(now, &name("e"), 1);
+        assert!(
+            matches!(refused, Err(RequestError::TooManyLocks(3))),
+            "{}: {refused:?}",
+            info.name
+        );
+        // Released, `c` makes room for `a` again, whose fence still rises.
+        net.release(1, "c");
+        let now = net.now;
+        net.run_until(now + ms(400));
+        net.request(1, "a");
+        assert!(net.holds(1, "a"), "{}: a again", info.name);
+        let fence = net.grants.last().unwrap().2;
+        assert!(fence > fence_of_a.unwrap(), "{}: {fence:?} after {fence_of_a:?}", info.name);
     }
 }

@@ -298,7 +298,10 @@ pub struct LimitsSection {
     pub max_pending: usize,
     /// Lock names the node's clients may hold or wait for at once; a
     /// request for one more is refused, naming this key. (A name nobody
-    /// holds or wants any more costs nothing and does not count.)
+    /// holds or wants any more costs nothing and does not count.) Also
+    /// the lock instances the node keeps: at the limit, the one idle
+    /// longest is forgotten to make room for a new lock, and only when
+    /// none is idle is the request refused.
     #[serde(default = "LimitsSection::default_max_names")]
     pub max_names: usize,
 }
