@@ -26,6 +26,17 @@ fn lock(up: &Up, node: u32, names: &[&str], flags: &[&str], script: &str, dir: &
     lock_running(up.config(), node, &args, script, dir)
 }
 
+/// `coterie lock` through `node`, to its end: `args` (flags and names),
+/// then `--` and the command.
+fn lock_now(up: &Up, node: u32, args: &[&str], cmd: &[&str]) -> std::process::Output {
+    let node = node.to_string();
+    let mut all = vec!["lock", "--config", up.config(), "--node", &node];
+    all.extend_from_slice(args);
+    all.push("--");
+    all.extend_from_slice(cmd);
+    coterie(&all)
+}
+
 /// Waits for a background `coterie lock` to end, and its exit code.
 fn exit_code(child: Child, dir: &Path) -> Option<i32> {
     finished(child, dir).0
@@ -91,20 +102,8 @@ fn every_algorithm_keeps_named_locks_apart_on_real_processes() {
         if matches!(mutex, "maekawa" | "tree-quorum") {
             up.control("start 1");
         }
-        let again = coterie(&[
-            "lock",
-            "--config",
-            up.config(),
-            "--node",
-            "3",
-            "--timeout",
-            "20s",
-            "c",
-            "--",
-            "sh",
-            "-c",
-            "echo $COTERIE_FENCE",
-        ]);
+        let again =
+            lock_now(&up, 3, &["--timeout", "20s", "c"], &["sh", "-c", "echo $COTERIE_FENCE"]);
         assert!(
             again.status.success(),
             "{mutex}: c was not granted again: {}",
@@ -210,19 +209,7 @@ fn permits_admit_k_holders_where_the_algorithm_counts() {
         for node in 1..=3 {
             appears(&d.join(format!("in-{node}")));
         }
-        let fourth = coterie(&[
-            "lock",
-            "--config",
-            up.config(),
-            "--node",
-            "4",
-            "-n",
-            "3",
-            "--try",
-            "pool",
-            "--",
-            "true",
-        ]);
+        let fourth = lock_now(&up, 4, &["-n", "3", "--try", "pool"], &["true"]);
         assert_eq!(fourth.status.code(), Some(75), "{mutex}: a fourth was let in");
         let rows = locks(&up, 5);
         assert_eq!(rows[0]["permits"], 3);
@@ -243,20 +230,7 @@ fn several_names_are_taken_all_or_none() {
     let d = &dir.0;
     let b = lock(&up, 1, &["b"], &[], "touch $D/b-in; exec sleep 60", d);
     appears(&d.join("b-in"));
-    let out = coterie(&[
-        "lock",
-        "--config",
-        up.config(),
-        "--node",
-        "2",
-        "--timeout",
-        "1s",
-        "a",
-        "b",
-        "c",
-        "--",
-        "true",
-    ]);
+    let out = lock_now(&up, 2, &["--timeout", "1s", "a", "b", "c"], &["true"]);
     assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
     let held: Vec<String> = locks(&up, 3)
         .iter()
@@ -267,22 +241,8 @@ fn several_names_are_taken_all_or_none() {
     // Once b is free, all three at once, each with its fence.
     unsafe_kill(b.id(), 15);
     let _ = exit_code(b, d);
-    let out = coterie(&[
-        "lock",
-        "--config",
-        up.config(),
-        "--node",
-        "2",
-        "--timeout",
-        "20s",
-        "c",
-        "a",
-        "b",
-        "--",
-        "sh",
-        "-c",
-        "echo $COTERIE_LOCK; echo $COTERIE_FENCES",
-    ]);
+    let script = "echo $COTERIE_LOCK; echo $COTERIE_FENCES";
+    let out = lock_now(&up, 2, &["--timeout", "20s", "c", "a", "b"], &["sh", "-c", script]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let mut lines = stdout.lines();
@@ -314,11 +274,10 @@ fn bad_names_and_too_many_names_get_a_clear_error() {
         let stderr = text(&out.stderr);
         assert!(stderr.contains(why) && stderr.lines().count() == 1, "{args:?}: {stderr}");
     }
-    let out =
-        coterie(&["lock", "--config", up.config(), "--node", "1", "a", "b", "c", "--", "true"]);
+    let out = lock_now(&up, 1, &["a", "b", "c"], &["true"]);
     assert_eq!(out.status.code(), Some(69));
     assert!(text(&out.stderr).contains("max_names"), "{}", text(&out.stderr));
-    let out = coterie(&["lock", "--config", up.config(), "--node", "1", "a", "b", "--", "true"]);
+    let out = lock_now(&up, 1, &["a", "b"], &["true"]);
     assert!(out.status.success(), "the node serves on: {}", text(&out.stderr));
 }
 

@@ -42,6 +42,35 @@ impl NodeAddr {
     }
 }
 
+/// Asks each node in turn (each within `limit`, if given) until one
+/// answers `ask`; else every node's error, `addr: error`, joined.
+pub async fn first_answer<T, F, Fut>(
+    nodes: &[NodeAddr],
+    limit: Option<std::time::Duration>,
+    ask: F,
+) -> Result<T, String>
+where
+    F: Fn(Client) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ClientError>>,
+{
+    let mut errors = Vec::new();
+    for node in nodes {
+        let asked = async { ask(node.connect().await?).await };
+        let answer = match limit {
+            Some(limit) => match tokio::time::timeout(limit, asked).await {
+                Ok(answer) => answer.map_err(|e| e.to_string()),
+                Err(_) => Err(format!("no answer within {limit:?}")),
+            },
+            None => asked.await.map_err(|e| e.to_string()),
+        };
+        match answer {
+            Ok(answer) => return Ok(answer),
+            Err(e) => errors.push(format!("{}: {e}", node.addr)),
+        }
+    }
+    Err(errors.join("; "))
+}
+
 /// The credentials a cluster's configuration gives (its secret, with
 /// `COTERIE_SECRET_FILE` overriding the file), if any.
 pub fn credentials(cfg: &Config) -> Result<Option<Arc<Credentials>>> {

@@ -272,19 +272,15 @@ async fn work(State(s): State<Arc<Shared>>, Json(r): Json<WorkRequest>) -> Respo
 /// Every live lock, from the first node that answers (it asks the
 /// others), and the nodes that did not answer.
 async fn locks(State(s): State<Arc<Shared>>) -> Response {
-    let mut errors = Vec::new();
-    for node in &s.nodes {
-        let asked = async { node.connect().await?.locks("").await };
-        match tokio::time::timeout(Duration::from_secs(2), asked).await {
-            Ok(Ok((locks, unreachable))) => {
-                return Json(serde_json::json!({"locks": locks, "unreachable": unreachable}))
-                    .into_response()
-            }
-            Ok(Err(e)) => errors.push(format!("{}: {e}", node.addr)),
-            Err(_) => errors.push(format!("{}: no answer within 2 s", node.addr)),
+    let asked = common::first_answer(&s.nodes, Some(Duration::from_secs(2)), |mut c| async move {
+        c.locks("").await
+    });
+    match asked.await {
+        Ok((locks, unreachable)) => {
+            Json(serde_json::json!({"locks": locks, "unreachable": unreachable})).into_response()
         }
+        Err(why) => bad(format!("no node answered ({why})")),
     }
-    bad(format!("no node answered ({})", errors.join("; ")))
 }
 
 async fn diagram(State(s): State<Arc<Shared>>) -> Response {

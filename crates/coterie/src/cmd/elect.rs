@@ -157,20 +157,11 @@ pub fn leader(args: LeaderArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     let nodes = args.target.nodes()?;
-    let report = common::small_runtime()?.block_on(async {
-        let mut errors = Vec::new();
-        for node in &nodes {
-            let asked = async {
-                let mut client = node.connect().await?;
-                client.leader(&args.name).await
-            };
-            match asked.await {
-                Ok(report) => return Ok(report),
-                Err(e) => errors.push(format!("{}: {e}", node.addr)),
-            }
-        }
-        Err(errors.join("; "))
-    });
+    let name = &args.name;
+    let report =
+        common::small_runtime()?.block_on(common::first_answer(&nodes, None, |mut c| async move {
+            c.leader(name).await
+        }));
     let report = match report {
         Ok(report) => report,
         Err(why) => {

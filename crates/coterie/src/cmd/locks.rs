@@ -32,20 +32,11 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let nodes = args.target.nodes()?;
-    let answer = common::small_runtime()?.block_on(async {
-        let mut errors = Vec::new();
-        for node in &nodes {
-            let asked = async {
-                let mut client = node.connect().await?;
-                client.locks(&args.prefix).await
-            };
-            match asked.await {
-                Ok(answer) => return Ok(answer),
-                Err(e) => errors.push(format!("{}: {e}", node.addr)),
-            }
-        }
-        Err(errors.join("; "))
-    });
+    let prefix = args.prefix.as_str();
+    let answer =
+        common::small_runtime()?.block_on(common::first_answer(&nodes, None, |mut c| async move {
+            c.locks(prefix).await
+        }));
     let (locks, unreachable) = match answer {
         Ok(answer) => answer,
         Err(why) => {
