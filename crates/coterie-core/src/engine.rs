@@ -168,8 +168,9 @@ pub enum RequestError {
         counting: String,
     },
     /// The node keeps as many lock instances as it may
-    /// ([`Forgetting::locks`](crate::Forgetting::locks)); this one is new.
-    #[error("this node keeps {0} lock instances already: a new name waits until idle ones are forgotten")]
+    /// ([`Forgetting::locks`](crate::Forgetting::locks)), none of them idle
+    /// enough to make room; this one is new.
+    #[error("this node keeps {0} lock instances already, none of them idle: a new name waits until one is")]
     TooManyLocks(usize),
     /// The lock is live here with another number of permits.
     #[error("lock {name:?} is held and asked for with {live} permit(s) here, not {asked}")]
