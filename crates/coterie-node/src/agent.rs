@@ -332,6 +332,11 @@ impl Agent {
         })
     }
 
+    /// Whether the node has joined the cluster (the engine's view).
+    pub(crate) fn joined(&self) -> bool {
+        self.lock().engine.joined()
+    }
+
     /// Whether lock `name` may be asked for with `permits` (the engine's
     /// rules: see [`Engine::check_permits`]).
     pub(crate) fn check_permits(&self, name: &Name, permits: u32) -> Result<(), RequestError> {

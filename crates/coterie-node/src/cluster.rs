@@ -110,6 +110,11 @@ pub(crate) struct Cluster {
 }
 
 impl Cluster {
+    /// Whether waiters are listed in timestamp order.
+    pub(crate) fn timestamp_order(&self) -> bool {
+        self.timestamp_order
+    }
+
     /// The view of `agent`'s cluster, this node's part kept in `locks`;
     /// `timestamp_order` when its algorithm serves requests in timestamp
     /// order (the waiters are then listed so).

@@ -281,6 +281,16 @@ pub struct SecuritySection {
     /// who reaches a client port could cut the node off.
     #[serde(default)]
     pub allow_faults: bool,
+    /// A file of bearer tokens for the HTTP API, one per line, relative to
+    /// the configuration file. Required for the API when the cluster has a
+    /// secret: every request then carries `Authorization: Bearer TOKEN`.
+    #[serde(default)]
+    pub api_token_file: Option<PathBuf>,
+    /// Serve the HTTP API on an address other than loopback although the
+    /// cluster has no secret (and so no tokens): anyone who reaches the
+    /// port can take and release locks. Off by default.
+    #[serde(default)]
+    pub api_open: bool,
 }
 
 /// `[limits]`: what one node takes on from its clients, so that none of
@@ -304,6 +314,9 @@ pub struct LimitsSection {
     /// none is idle is the request refused.
     #[serde(default = "LimitsSection::default_max_names")]
     pub max_names: usize,
+    /// HTTP API sessions open at once; one more is refused (429).
+    #[serde(default = "LimitsSection::default_max_sessions")]
+    pub max_sessions: usize,
 }
 
 impl LimitsSection {
@@ -318,6 +331,10 @@ impl LimitsSection {
     fn default_max_names() -> usize {
         100_000
     }
+
+    fn default_max_sessions() -> usize {
+        10_000
+    }
 }
 
 impl Default for LimitsSection {
@@ -326,6 +343,7 @@ impl Default for LimitsSection {
             max_clients: Self::default_max_clients(),
             max_pending: Self::default_max_pending(),
             max_names: Self::default_max_names(),
+            max_sessions: Self::default_max_sessions(),
         }
     }
 }
@@ -348,6 +366,9 @@ pub struct NodeSection {
     pub peer: String,
     /// Address for clients and status.
     pub client: String,
+    /// Address for the HTTP/JSON API, if the node serves it.
+    #[serde(default)]
+    pub http: Option<String>,
 }
 
 /// A whole configuration file.
@@ -383,7 +404,12 @@ impl Config {
         // A relative state directory or secret file is relative to the
         // file that names it.
         if let Some(base) = path.parent() {
-            for p in [&mut cfg.cluster.state_dir, &mut cfg.security.secret_file] {
+            let security = &mut cfg.security;
+            for p in [
+                &mut cfg.cluster.state_dir,
+                &mut security.secret_file,
+                &mut security.api_token_file,
+            ] {
                 if let Some(dir) = p.as_mut().filter(|d| d.is_relative()) {
                     *dir = base.join(&*dir);
                 }
@@ -403,6 +429,26 @@ impl Config {
             },
         };
         read_secret(&path).map(Some)
+    }
+
+    /// The HTTP API's bearer tokens, one per line of `[security]
+    /// api_token_file` (blank lines and `#` comments skipped); `None`
+    /// without the file.
+    pub fn api_tokens(&self) -> Result<Option<Vec<Vec<u8>>>, ConfigError> {
+        let Some(path) = &self.security.api_token_file else { return Ok(None) };
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let tokens: Vec<Vec<u8>> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|l| l.as_bytes().to_vec())
+            .collect();
+        if tokens.is_empty() {
+            let message = "the api token file holds no token".to_string();
+            return Err(ConfigError::Invalid { path: path.clone(), message });
+        }
+        Ok(Some(tokens))
     }
 
     /// Parses and checks `text`; `path` is only for messages.
@@ -442,9 +488,11 @@ impl Config {
         if cfg.cluster.count == 0 {
             return Err(invalid("count must be at least 1".into()));
         }
-        if cfg.limits.max_clients == 0 || cfg.limits.max_pending == 0 || cfg.limits.max_names == 0 {
+        let l = &cfg.limits;
+        if [l.max_clients, l.max_pending, l.max_names, l.max_sessions].contains(&0) {
             return Err(invalid(
-                "[limits] max_clients, max_pending and max_names must be at least 1".into(),
+                "[limits] max_clients, max_pending, max_names and max_sessions must be at least 1"
+                    .into(),
             ));
         }
         let claims = cfg.cluster.mutex.claims;

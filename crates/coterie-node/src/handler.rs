@@ -6,75 +6,42 @@
 //! cluster's locks and leaders, injects faults, or turns into a stream of
 //! events or of an election's leaders.
 //!
-//! **Many locks at once.** A request names one lock or several; several
-//! are taken all or none, one after the other in name order (bytewise),
-//! so that two clients asking for overlapping sets never hold one each
-//! and wait for the other's. A timeout, a refusal or the client's loss on
-//! the way releases what was taken.
-//!
-//! **A session is a lease** while it waits for a lock or holds one (and
-//! after a ping, until its next other request): its client pings
-//! ([`ClientRequest::Ping`]) once a heartbeat, and a session silent for a
-//! failure timeout is taken for hung or cut off. A session lost while
-//! holding (disconnected, or silent) is released by the node, after the
-//! lock delay if one is configured; one lost while waiting gives up its
-//! place, so a grant never goes to a client that cannot take it.
-//!
-//! Everything it asks of the locks it asks of the application's table
-//! ([`Locks`]) first, then of the agent ([`Agent::sync`]), which makes
-//! the engine follow.
+//! What it asks of the locks follows the rules every session follows
+//! ([`session`](crate::session)): names taken all or none in name order,
+//! a waiting session under lease, a lost one released after the lock
+//! delay. Here **the lease is the connection**: while its session waits
+//! for a lock or holds one (and after a ping, until its next other
+//! request), the client pings ([`ClientRequest::Ping`]) once a heartbeat,
+//! and a session silent for a failure timeout is taken for hung or cut
+//! off, as is one whose connection closes.
 
-use crate::agent::Agent;
 use crate::cluster::Cluster;
 use crate::codec::{write_frame, FrameError, FrameReader};
-use crate::events::Events;
-use crate::faults::Injector;
-use crate::locks::{Client, Locks};
-use crate::peers::Peers;
+use crate::locks::Client;
 use crate::protocol::{
-    Acquire, ClientRequest, ClientResponse, FaultCommand, Leader, NodeEvent, WatchEvent,
+    Acquire, ClientRequest, ClientResponse, FaultCommand, NodeEvent, WatchEvent,
 };
+use crate::session::{Lease, Shared, Taken};
 use crate::shutdown::Shutdown;
-use coterie_core::engine::RequestError;
 use coterie_core::{Fence, Name};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::broadcast;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 /// How long a new connection to the client port may stay silent before
 /// its first request (or, with a secret, its handshake).
 pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The most locks one request may name.
-pub const MAX_NAMES_PER_REQUEST: usize = 64;
-
-/// The longest value or client label, in bytes.
-pub const MAX_LABEL_LEN: usize = 4096;
 
 /// How long a watch stream waits for more events to send with one.
 const WATCH_LINGER: Duration = Duration::from_millis(2);
 
 /// A watch stream writes at once when this many bytes are waiting.
 const WATCH_BATCH: usize = 64 * 1024;
-
-/// What every client connection of a node shares.
-pub(crate) struct Shared {
-    pub(crate) agent: Arc<Agent>,
-    pub(crate) locks: Arc<Locks>,
-    pub(crate) cluster: Arc<Cluster>,
-    pub(crate) events: Arc<Events>,
-    pub(crate) faults: Arc<Injector>,
-    pub(crate) peers: Arc<Peers>,
-    /// `[cluster] lock_delay`.
-    pub(crate) lock_delay: Duration,
-    /// `[cluster] count`: the permits of a lock asked for without any.
-    pub(crate) default_permits: u32,
-}
 
 /// A client connection's read half, read a frame at a time.
 type Reader = FrameReader<OwnedReadHalf>;
@@ -89,14 +56,6 @@ enum Deadline {
     Lease(Duration),
     /// Nothing: the client may think as long as it likes.
     None,
-}
-
-/// What came of waiting for one lock.
-enum Waited {
-    Granted(Fence),
-    TimedOut,
-    /// The client vanished or fell silent meanwhile.
-    Lost,
 }
 
 /// One client session; see the module documentation.
@@ -184,7 +143,7 @@ impl Handler {
                     let status = self.shared.agent.status();
                     ClientResponse::Status(Box::new(status))
                 }
-                Ok(Some(ClientRequest::Ping)) => self.pong(),
+                Ok(Some(ClientRequest::Ping)) => pong(&self.shared),
                 Ok(Some(ClientRequest::Watch)) => return self.watch(shutdown).await,
                 Ok(Some(ClientRequest::WatchMessages { heartbeats })) => {
                     let events = self.shared.events.clone();
@@ -230,16 +189,6 @@ impl Handler {
         }
     }
 
-    /// The answer to a keepalive: the node's timing, which the client paces
-    /// its pings by.
-    fn pong(&self) -> ClientResponse {
-        let (heartbeat, failure_timeout) = self.shared.agent.timing();
-        ClientResponse::Pong {
-            heartbeat_ms: heartbeat.as_millis() as u64,
-            failure_timeout_ms: failure_timeout.as_millis() as u64,
-        }
-    }
-
     /// Carries out a fault command and answers with the faults in force.
     fn fault(&self, command: &FaultCommand) -> ClientResponse {
         let node = self.shared.agent.id().0;
@@ -266,192 +215,35 @@ impl Handler {
             let why = "this session holds locks already: release them first";
             return Some(ClientResponse::Error(why.into()));
         }
-        let names = match self.check(&req) {
-            Ok(names) => names,
-            Err(why) => return Some(ClientResponse::Error(why)),
+        let shared = self.shared.clone();
+        let asked = match shared.ask(&req) {
+            Ok(asked) => asked,
+            Err(why) => return Some(ClientResponse::Error(why.to_string())),
         };
-        let permits = if req.permits == 0 { self.shared.default_permits } else { req.permits };
-        for name in &names {
-            if let Err(e) = self.shared.agent.check_permits(name, permits) {
-                return Some(ClientResponse::Error(e.to_string()));
-            }
-        }
         if !req.client.is_empty() {
             self.client.label = req.client.clone();
         }
         self.value = req.value.clone();
-        let limit = match (req.timeout_ms, req.try_lock) {
-            (Some(ms), _) => Some(Duration::from_millis(ms)),
-            // A try waits as long as one failure timeout: long enough for any
-            // algorithm's round trips, short enough to be a try.
-            (None, true) => Some(self.shared.agent.timing().1),
-            (None, false) => None,
+        let lease = shared.agent.timing().1;
+        let mut pings = Pings {
+            reader: &mut self.reader,
+            writer: &mut self.writer,
+            shared: &shared,
+            session: self.client.session,
+            lease,
+            silent_at: Instant::now() + lease,
         };
-        let give_up = limit.map(|d| Instant::now() + d);
-        for name in names {
-            match self.wait_for(&name, permits, give_up).await {
-                Ok(Waited::Granted(fence)) => self.holding.push((name, fence)),
-                Ok(Waited::TimedOut) => {
-                    self.release();
-                    return Some(if req.try_lock {
-                        ClientResponse::Busy
-                    } else {
-                        ClientResponse::TimedOut
-                    });
-                }
-                Ok(Waited::Lost) => return None,
-                Err(why) => {
-                    self.release();
-                    return Some(ClientResponse::Error(why));
-                }
+        Some(match shared.take(&self.client, &asked, &mut pings).await {
+            Taken::Granted(held) => {
+                let fences = held.iter().map(|(n, f)| (n.to_string(), f.0)).collect();
+                self.holding = held;
+                ClientResponse::Granted { fences, node: shared.agent.id().0 }
             }
-        }
-        if let Some(value) = &self.value {
-            let node = self.shared.agent.id().0;
-            for (name, fence) in &self.holding {
-                let leader = Leader { node, value: value.clone(), fence: fence.0 };
-                self.shared.cluster.announce(name, Some(leader), fence.0);
-            }
-        }
-        let fences = self.holding.iter().map(|(n, f)| (n.to_string(), f.0)).collect();
-        Some(ClientResponse::Granted { fences, node: self.shared.agent.id().0 })
-    }
-
-    /// The names a request asks for, checked and in the order they are
-    /// taken; a one-line reason when they will not do.
-    fn check(&self, req: &Acquire) -> Result<Vec<Name>, String> {
-        if req.names.len() > MAX_NAMES_PER_REQUEST {
-            return Err(format!(
-                "{} locks in one request; at most {MAX_NAMES_PER_REQUEST}",
-                req.names.len()
-            ));
-        }
-        for (what, text) in [("value", req.value.as_deref()), ("client", Some(&req.client[..]))] {
-            if text.is_some_and(|t| t.len() > MAX_LABEL_LEN) {
-                return Err(format!("the {what} is longer than {MAX_LABEL_LEN} bytes"));
-            }
-        }
-        let mut names = Vec::with_capacity(req.names.len().max(1));
-        for text in &req.names {
-            names.push(Name::new(text).map_err(|e| format!("{e}: {text:?}"))?);
-        }
-        if names.is_empty() {
-            names.push(Name::default());
-        }
-        names.sort();
-        if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(format!("the lock {:?} is named twice", twice[0].as_str()));
-        }
-        Ok(names)
-    }
-
-    /// Waits for lock `name` on behalf of the session, until `give_up`.
-    ///
-    /// A waiting session is under lease as a holding one is: its client
-    /// pings while it waits, and one silent for a failure timeout (its
-    /// process stopped, its network cut) is lost. Otherwise the grant
-    /// would go to a client that cannot take it, and with the session
-    /// still open the lock would be held for ever.
-    async fn wait_for(
-        &mut self,
-        name: &Name,
-        permits: u32,
-        give_up: Option<Instant>,
-    ) -> Result<Waited, String> {
-        let (tx, mut rx) = oneshot::channel();
-        let now = self.shared.agent.now();
-        let value = self.value.clone();
-        self.shared
-            .locks
-            .wait(self.client.clone(), name, permits, value, now, tx)
-            .map_err(|e| e.to_string())?;
-        if let Err(e) = self.shared.agent.sync(name) {
-            self.leave(name);
-            return Err(match e {
-                RequestError::TooManyLocks(_) => format!("{e} ([limits] max_names)"),
-                e => e.to_string(),
-            });
-        }
-        let lease = self.shared.agent.timing().1;
-        let mut silent_at = Instant::now() + lease;
-        loop {
-            let timer = async {
-                match give_up {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                // What the client sent is read first: a ping that came is not
-                // taken for silence, nor a departure for a wait.
-                biased;
-                request = self.reader.next::<ClientRequest>() => match request {
-                    Ok(Some(ClientRequest::Ping)) => {
-                        silent_at = Instant::now() + lease;
-                        let pong = self.pong();
-                        if write_frame(&mut self.writer, &pong).await.is_err() {
-                            self.lose_wait(name);
-                            return Ok(Waited::Lost);
-                        }
-                    }
-                    Ok(Some(other)) => {
-                        // Nothing else may be asked before the answer.
-                        let why = format!("{other:?} while waiting for a lock: only Ping may be sent");
-                        warn!(session = self.client.session, "closing client connection: {why}");
-                        self.lose_wait(name);
-                        let _ = write_frame(&mut self.writer, &ClientResponse::Error(why)).await;
-                        return Ok(Waited::Lost);
-                    }
-                    // It left (or broke the connection) while waiting.
-                    Ok(None) | Err(_) => {
-                        self.lose_wait(name);
-                        return Ok(Waited::Lost);
-                    }
-                },
-                granted = &mut rx => match granted {
-                    Ok(fence) => return Ok(Waited::Granted(fence)),
-                    Err(_) => return Err(format!("the wait for {name:?} was dropped")),
-                },
-                _ = timer => {
-                    // The grant may have raced the timer: then it holds and
-                    // must let go; either way it leaves the queue.
-                    self.leave(name);
-                    return Ok(Waited::TimedOut);
-                }
-                _ = tokio::time::sleep_until(silent_at) => {
-                    if self.shared.faults.paused() {
-                        self.shared.faults.unpaused().await;
-                        silent_at = Instant::now() + lease;
-                        continue;
-                    }
-                    let silent_ms = lease.as_millis();
-                    warn!(session = self.client.session, silent_ms, "waiting client fell silent: its request is withdrawn");
-                    self.lose_wait(name);
-                    return Ok(Waited::Lost);
-                }
-            }
-        }
-    }
-
-    /// Takes the session off `name` (waiting or holding) and lets the
-    /// agent follow.
-    fn leave(&self, name: &Name) {
-        if self.shared.locks.leave(self.client.session, name) {
-            self.released(name);
-        }
-        let _ = self.shared.agent.sync(name);
-    }
-
-    /// The session was lost while waiting for `name`: its place goes, and
-    /// so does everything it took on the way (after the lock delay).
-    fn lose_wait(&mut self, name: &Name) {
-        self.lose_one(name);
-        self.lose();
-    }
-
-    fn released(&self, name: &Name) {
-        let session = self.client.session;
-        self.shared.events.emit(NodeEvent::Released { name: name.to_string(), session });
+            Taken::Busy => ClientResponse::Busy,
+            Taken::TimedOut => ClientResponse::TimedOut,
+            Taken::Refused(why) => ClientResponse::Error(why.to_string()),
+            Taken::Lost => return None,
+        })
     }
 
     /// Lets go of everything the session holds; the answer to a release.
@@ -459,37 +251,20 @@ impl Handler {
         if self.holding.is_empty() {
             return ClientResponse::NotHolding;
         }
+        let led = self.value.is_some();
         for (name, fence) in std::mem::take(&mut self.holding) {
-            self.leave(&name);
-            self.resign(&name, fence);
+            self.shared.release(self.client.session, &name, fence, led);
         }
         ClientResponse::Released
-    }
-
-    /// A leader let go of election `name`: everyone is told.
-    fn resign(&self, name: &Name, fence: Fence) {
-        if self.value.is_some() {
-            self.shared.cluster.announce(name, None, fence.0);
-        }
     }
 
     /// The session was lost (its client vanished or fell silent): it
     /// gives up what it holds, after the lock delay, if one is configured.
     fn lose(&mut self) {
+        let led = self.value.is_some();
         for (name, fence) in std::mem::take(&mut self.holding) {
-            self.lose_one(&name);
-            self.resign(&name, fence);
+            self.shared.lose(self.client.session, &name, led.then_some(fence));
         }
-    }
-
-    fn lose_one(&self, name: &Name) {
-        let until = (!self.shared.lock_delay.is_zero())
-            .then(|| self.shared.agent.now() + self.shared.lock_delay);
-        if self.shared.locks.lose(self.client.session, name, until) {
-            info!(session = self.client.session, %name, "client lost while holding: released on its behalf");
-            self.released(name);
-        }
-        let _ = self.shared.agent.sync(name);
     }
 
     /// Streams the node's events to a watcher until it goes away or the
@@ -582,6 +357,82 @@ impl Handler {
             last = fence;
             if write_frame(&mut self.writer, &ClientResponse::Leader(change)).await.is_err() {
                 return;
+            }
+        }
+    }
+}
+
+/// The answer to a keepalive: the node's timing, which the client paces
+/// its pings by.
+fn pong(shared: &Shared) -> ClientResponse {
+    let (heartbeat, failure_timeout) = shared.agent.timing();
+    ClientResponse::Pong {
+        heartbeat_ms: heartbeat.as_millis() as u64,
+        failure_timeout_ms: failure_timeout.as_millis() as u64,
+    }
+}
+
+/// The lease of a session waiting on a connection: its client pings once
+/// a heartbeat, and one silent for a failure timeout (its process
+/// stopped, its network cut), or whose connection closes, is lost.
+/// Otherwise the grant would go to a client that cannot take it, and with
+/// the session still open the lock would be held for ever.
+struct Pings<'a> {
+    reader: &'a mut Reader,
+    writer: &'a mut OwnedWriteHalf,
+    shared: &'a Shared,
+    session: u64,
+    lease: Duration,
+    silent_at: Instant,
+}
+
+/// What a waiting connection brought.
+enum Heard {
+    Request(Result<Option<ClientRequest>, FrameError>),
+    Silent,
+}
+
+impl Lease for Pings<'_> {
+    type Heard = Heard;
+
+    async fn listen(&mut self) -> Heard {
+        tokio::select! {
+            // A request that came is read before a silence that ran out
+            // meanwhile is believed.
+            biased;
+            r = self.reader.next::<ClientRequest>() => Heard::Request(r),
+            _ = tokio::time::sleep_until(self.silent_at) => Heard::Silent,
+        }
+    }
+
+    async fn heard(&mut self, heard: Heard) -> bool {
+        match heard {
+            Heard::Request(Ok(Some(ClientRequest::Ping))) => {
+                self.silent_at = Instant::now() + self.lease;
+                write_frame(self.writer, &pong(self.shared)).await.is_ok()
+            }
+            Heard::Request(Ok(Some(other))) => {
+                // Nothing else may be asked before the answer.
+                let why = format!("{other:?} while waiting for a lock: only Ping may be sent");
+                warn!(session = self.session, "closing client connection: {why}");
+                let _ = write_frame(self.writer, &ClientResponse::Error(why)).await;
+                false
+            }
+            // It left (or broke the connection) while waiting.
+            Heard::Request(Ok(None) | Err(_)) => false,
+            Heard::Silent if self.shared.faults.paused() => {
+                // A paused node's leases do not run out meanwhile.
+                self.shared.faults.unpaused().await;
+                self.silent_at = Instant::now() + self.lease;
+                true
+            }
+            Heard::Silent => {
+                let silent_ms = self.lease.as_millis();
+                warn!(
+                    session = self.session,
+                    silent_ms, "waiting client fell silent: its request is withdrawn"
+                );
+                false
             }
         }
     }

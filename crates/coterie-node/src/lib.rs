@@ -15,7 +15,9 @@
 //!   (outputs held for stable storage), `holdback` (grants held by the
 //!   lock delay).
 //! - The application's side: `listener` (accepting connections),
-//!   `handler` (one client session), `locks` (what its sessions hold and
+//!   `handler` (one client connection), `session` (the rules every
+//!   session follows), `sessions` (sessions with a TTL), `http` (the
+//!   HTTP/JSON API over them), `locks` (what its sessions hold and
 //!   want, per name), `cluster` (who holds and who waits cluster wide;
 //!   elections by name).
 //! - Beside them: `admission` (the handshake at the door), `faults`
@@ -42,12 +44,15 @@ mod faults;
 mod gate;
 mod handler;
 mod holdback;
+mod http;
 mod links;
 mod listener;
 mod locks;
 pub mod node;
 mod peers;
 pub mod protocol;
+mod session;
+mod sessions;
 mod shutdown;
 pub mod state;
 pub mod storage;

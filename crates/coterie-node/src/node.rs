@@ -27,10 +27,13 @@ use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::events::Events;
 use crate::faults::{Faults, Injector};
-use crate::handler::{self, Shared};
+use crate::handler;
+use crate::http::Api;
 use crate::listener::{self, Listener};
 use crate::locks::{Limits, Locks};
 use crate::peers::Peers;
+use crate::session::Shared;
+use crate::sessions::Sessions;
 use crate::shutdown::Trigger;
 use crate::state::StateFile;
 use crate::storage::StateWriter;
@@ -68,6 +71,14 @@ pub enum NodeError {
     /// The secret file could not be read.
     #[error("{0}")]
     Secret(#[from] crate::config::ConfigError),
+    /// The HTTP API would be open to anyone, or its tokens are missing.
+    #[error("the HTTP API on {addr}: {why}")]
+    Api {
+        /// Its address.
+        addr: String,
+        /// Why it is not served.
+        why: String,
+    },
     /// The state directory or file could not be used.
     #[error("cannot use the state file {path}: {source}")]
     State {
@@ -85,12 +96,18 @@ pub struct Listeners {
     pub peer: TcpListener,
     /// Clients and status.
     pub client: TcpListener,
+    /// The HTTP/JSON API, if the node serves it (`[[node]] http`).
+    pub http: Option<TcpListener>,
 }
 
 /// Binds the addresses of node `id` in `cfg`.
 pub async fn bind(cfg: &Config, id: u32) -> Result<Listeners, NodeError> {
     let me = cfg.node(id).ok_or(NodeError::UnknownNode(id))?;
-    Ok(Listeners { peer: listen(&me.peer).await?, client: listen(&me.client).await? })
+    let http = match &me.http {
+        Some(addr) => Some(listen(addr).await?),
+        None => None,
+    };
+    Ok(Listeners { peer: listen(&me.peer).await?, client: listen(&me.client).await?, http })
 }
 
 /// How long a node waits for its own name to resolve, and to an address
@@ -132,6 +149,10 @@ pub async fn run(
 ) -> Result<(), NodeError> {
     cfg.node(id).ok_or(NodeError::UnknownNode(id))?;
     let secret = cfg.secret()?;
+    let tokens = match &listeners.http {
+        Some(http) => api_tokens(&cfg, secret.is_some(), http)?,
+        None => None,
+    };
     let wall = std::time::SystemTime::now();
     let incarnation = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let since_unix = wall.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -216,7 +237,7 @@ pub async fn run(
     let timestamp_order =
         cfg.cluster.mutex.claims.fair && cfg.cluster.priority == Priority::Timestamp;
     let cluster = Arc::new(Cluster::new(agent.clone(), locks.clone(), timestamp_order));
-    let shared = Arc::new(Shared {
+    let shared: Arc<Shared> = Arc::new(Shared {
         agent: agent.clone(),
         locks: locks.clone(),
         cluster: cluster.clone(),
@@ -271,6 +292,8 @@ pub async fn run(
         admission: admission.clone(),
         max: cfg.limits.max_clients,
     };
+    let api_shared = shared.clone();
+    let stop_sessions = shutdown_signal.clone();
     let serve = move |stream, from, stop| {
         let (admission, shared) = (admission.clone(), shared.clone());
         listener::admitted(admission, stream, from, move |stream| {
@@ -278,6 +301,23 @@ pub async fn run(
         })
     };
     tasks.spawn(client_port.run(serve, shutdown_signal.clone()).instrument(span.clone()));
+    if let Some(http) = listeners.http {
+        let sessions = Arc::new(Sessions::new(api_shared.clone(), cfg.limits.max_sessions));
+        let s = sessions.clone();
+        tasks.spawn(async move { s.expire_due(stop_sessions).await }.instrument(span.clone()));
+        let api = Arc::new(Api { shared: api_shared, sessions, tokens });
+        let mut stop = shutdown_signal.clone();
+        let serve = axum::serve(http, crate::http::router(api))
+            .with_graceful_shutdown(async move { stop.recv().await });
+        tasks.spawn(
+            async move {
+                if let Err(e) = serve.await {
+                    error!("the HTTP API stopped: {e}");
+                }
+            }
+            .instrument(span.clone()),
+        );
+    }
 
     let outcome = tokio::select! {
         _ = shutdown => Ok(()),
@@ -293,4 +333,30 @@ pub async fn run(
         tasks.abort_all();
     }
     outcome
+}
+
+/// The HTTP API's tokens: required with a secret; without one, the API is
+/// served on loopback only unless `[security] api_open` says otherwise.
+fn api_tokens(
+    cfg: &Config,
+    secret: bool,
+    http: &TcpListener,
+) -> Result<Option<Vec<Vec<u8>>>, NodeError> {
+    let addr =
+        http.local_addr().map_err(|source| NodeError::Bind { addr: "http".into(), source })?;
+    let refuse = |why: &str| NodeError::Api { addr: addr.to_string(), why: why.to_string() };
+    let tokens = cfg.api_tokens()?;
+    match (secret, tokens) {
+        (true, None) => Err(refuse(
+            "the cluster has a secret, so the API asks for bearer tokens: name a file of them in \
+             [security] api_token_file",
+        )),
+        (_, Some(tokens)) => Ok(Some(tokens)),
+        (false, None) if addr.ip().is_loopback() || cfg.security.api_open => Ok(None),
+        (false, None) => Err(refuse(
+            "without a secret and tokens, the API is served on loopback only (anyone who \
+             reaches it could take and release locks); set [security] api_open = true to serve \
+             it anyway",
+        )),
+    }
 }

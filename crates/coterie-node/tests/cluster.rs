@@ -79,7 +79,7 @@ impl TestCluster {
                 let peer = TcpListener::bind(self.peer_addr(id)).await;
                 let client = TcpListener::bind(self.client_addr(id)).await;
                 if let (Ok(peer), Ok(client)) = (peer, client) {
-                    return Listeners { peer, client };
+                    return Listeners { peer, client, http: None };
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -148,7 +148,7 @@ async fn bound_config(n: u32, mutex: &str, extra: &str, timing: &str) -> (Config
             peer.local_addr().unwrap(),
             client.local_addr().unwrap()
         );
-        listeners.push(Listeners { peer, client });
+        listeners.push(Listeners { peer, client, http: None });
     }
     (Config::parse(&toml, Path::new("test.toml")).unwrap(), listeners)
 }

@@ -31,6 +31,8 @@ pub struct Up {
     /// `up`'s standard input, for its control commands.
     control: Option<std::process::ChildStdin>,
     config: PathBuf,
+    /// Each node's HTTP API address, node 1 first.
+    http: Vec<String>,
     _dir: TempDir,
 }
 
@@ -80,19 +82,24 @@ impl Up {
     pub fn launch(n: u32, name: &str, extra: &str, security: &str, env: &[(&str, &str)]) -> Up {
         let dir = std::env::temp_dir().join(format!("coterie-cli-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let ports = free_ports(2 * n as usize);
+        let ports = free_ports(3 * n as usize);
         let mut toml = format!(
             "[cluster]\nname = \"cli\"\nmutex = \"centralized\"\nelection = \"bully\"\n{extra}\
              [security]\n{security}\
              [timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n",
         );
+        // The HTTP API too, unless a secret without tokens forbids it.
+        let api = !security.contains("secret_file") || security.contains("api_token_file");
         for i in 0..n as usize {
             toml += &format!(
                 "[[node]]\nid = {}\npeer = \"127.0.0.1:{}\"\nclient = \"127.0.0.1:{}\"\n",
                 i + 1,
-                ports[2 * i],
-                ports[2 * i + 1]
+                ports[3 * i],
+                ports[3 * i + 1],
             );
+            if api {
+                toml += &format!("http = \"127.0.0.1:{}\"\n", ports[3 * i + 2]);
+            }
         }
         let config = dir.join("cluster.toml");
         std::fs::File::create(&config).unwrap().write_all(toml.as_bytes()).unwrap();
@@ -107,7 +114,8 @@ impl Up {
             .spawn()
             .unwrap();
         let control = child.stdin.take();
-        Up { child, control, config, _dir: TempDir(dir) }
+        let http = (0..n as usize).map(|i| format!("127.0.0.1:{}", ports[3 * i + 2])).collect();
+        Up { child, control, config, http, _dir: TempDir(dir) }
     }
 
     /// Types a control command into `up`.
@@ -115,6 +123,11 @@ impl Up {
         let stdin = self.control.as_mut().expect("up's stdin");
         writeln!(stdin, "{line}").unwrap();
         stdin.flush().unwrap();
+    }
+
+    /// Node `id`'s HTTP API, as `http://HOST:PORT`.
+    pub fn http(&self, id: u32) -> String {
+        format!("http://{}", self.http[id as usize - 1])
     }
 
     pub fn config(&self) -> &str {

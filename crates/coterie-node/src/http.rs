@@ -1,0 +1,410 @@
+//! The HTTP/JSON API (`[[node]] http = "HOST:PORT"`): named locks for any
+//! language, through sessions with a TTL ([`sessions`](crate::sessions)),
+//! as Consul's `PUT /v1/kv/k?acquire=session` and etcd's JSON gateway
+//! serve theirs. The answers are the binary protocol's, from the same
+//! code: a lock is taken by the rules every session follows
+//! ([`session`](crate::session)), listed by the same cluster-wide view
+//! ([`cluster`](crate::cluster)) `coterie locks` prints.
+//!
+//! | method and path | body | answer |
+//! |---|---|---|
+//! | `POST /v1/sessions` | `{"ttl": "10s", "client": "job-7"}` (both optional) | `{"id", "ttl"}` |
+//! | `POST /v1/sessions/{id}/keepalive` | | `{"id", "ttl"}` |
+//! | `DELETE /v1/sessions/{id}` | | `{"id"}`; what it held is released |
+//! | `POST /v1/locks/{name}/acquire` | `{"session", "permits", "timeout": "5s" \| "try": true, "value"}` | `{"name", "fence", "node"}`; 409 busy, 408 timed out |
+//! | `POST /v1/locks/{name}/release` | `{"session", "fence"}` | `{"name", "fence"}`; 409 not held |
+//! | `GET /v1/locks[?prefix=P]` | | every live lock, as `coterie locks --json` |
+//! | `GET /v1/locks/{name}` | | one lock: `{"name", "permits", "holders", "waiters", "order"}` |
+//! | `GET /v1/elections/{name}` | | `{"name", "leader": {"node", "value", "fence"} \| null}` |
+//! | `GET /v1/status` | | the node's status, as `coterie status --json` |
+//! | `GET /healthz` | | `{"ok": true, "joined", "sessions"}` |
+//!
+//! Errors are JSON, `{"error", "detail"}`, with the status a user expects:
+//! 400 a bad name or body, 401 no or a wrong token, 404 an unknown session,
+//! 408 and 409 as above, 413 a body over [`MAX_BODY`], 429 a limit,
+//! 503 a node not in the cluster yet. A name with `/` is percent-encoded
+//! in the path (`jobs%2Fnightly`); durations are humantime strings.
+//!
+//! **Who may call it**: with a cluster secret, every request carries
+//! `Authorization: Bearer TOKEN`, one of the tokens in `[security]
+//! api_token_file` (compared in constant time). Without a secret the node
+//! serves the API on a loopback address only, unless `[security]
+//! api_open` says otherwise; a node that would serve it open refuses to
+//! start, saying why.
+
+use crate::protocol::{Acquire, LockInfo, WaitOrder};
+use crate::session::{Refusal, Shared, Taken};
+use crate::sessions::{Released, SessionError, Sessions};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use coterie_core::{Fence, Name};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use subtle::ConstantTimeEq;
+
+/// The largest request body, in bytes.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// A session's TTL when it names none.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// What every request shares.
+pub(crate) struct Api {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) sessions: Arc<Sessions>,
+    /// The bearer tokens accepted; `None`: no token is asked for.
+    pub(crate) tokens: Option<Vec<Vec<u8>>>,
+}
+
+/// The API's routes, over `api`.
+pub(crate) fn router(api: Arc<Api>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/status", get(status))
+        .route("/v1/sessions", post(create_session))
+        .route("/v1/sessions/{id}", axum::routing::delete(close_session))
+        .route("/v1/sessions/{id}/keepalive", post(keepalive))
+        .route("/v1/locks", get(list_locks))
+        .route("/v1/locks/{name}", get(get_lock))
+        .route("/v1/locks/{name}/acquire", post(acquire))
+        .route("/v1/locks/{name}/release", post(release))
+        .route("/v1/elections/{name}", get(leader))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(api)
+}
+
+/// An error answer: a status and `{"error", "detail"}`.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    error: &'static str,
+    detail: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, error: &'static str, detail: impl Into<String>) -> ApiError {
+        ApiError { status, error, detail: detail.into() }
+    }
+
+    fn bad(detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad request", detail)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(json!({ "error": self.error, "detail": self.detail }));
+        let mut response = (self.status, body).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            let challenge = header::HeaderValue::from_static("Bearer");
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
+        }
+        response
+    }
+}
+
+impl From<SessionError> for ApiError {
+    fn from(e: SessionError) -> ApiError {
+        match e {
+            SessionError::Unknown(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "unknown session", e.to_string())
+            }
+            SessionError::TooMany(_) => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "limit", e.to_string())
+            }
+            SessionError::Ttl(_) => ApiError::bad(e.to_string()),
+        }
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> ApiError {
+        match r {
+            Refusal::Invalid(why) => ApiError::bad(why),
+            Refusal::Conflict(why) => ApiError::new(StatusCode::CONFLICT, "conflict", why),
+            Refusal::Limit(why) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "limit", why),
+        }
+    }
+}
+
+/// A request whose caller showed an accepted token (or that needs none).
+struct Authorized;
+
+impl FromRequestParts<Arc<Api>> for Authorized {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, api: &Arc<Api>) -> Result<Self, ApiError> {
+        let Some(tokens) = &api.tokens else { return Ok(Authorized) };
+        let unauthorized =
+            |detail: &str| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", detail);
+        let value = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .ok_or_else(|| unauthorized("this node asks for `Authorization: Bearer TOKEN`"))?;
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| unauthorized("the Authorization header is not `Bearer TOKEN`"))?;
+        let known = tokens.iter().fold(subtle::Choice::from(0), |found, t| {
+            found | t.as_slice().ct_eq(token.trim().as_bytes())
+        });
+        if bool::from(known) {
+            Ok(Authorized)
+        } else {
+            Err(unauthorized("the token is not one of this node's ([security] api_token_file)"))
+        }
+    }
+}
+
+/// A JSON body, or the API's own error for one that will not do. Read
+/// whatever the content type says (`curl -d` says a form), and an empty
+/// body is `{}`.
+struct Body<T>(T);
+
+impl<T, S> FromRequest<S> for Body<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|r| match r.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body too large",
+                format!("the body is over {MAX_BODY} bytes"),
+            ),
+            _ => ApiError::bad(r.body_text()),
+        })?;
+        let text: &[u8] = if bytes.trim_ascii().is_empty() { b"{}" } else { &bytes };
+        serde_json::from_slice(text)
+            .map(Body)
+            .map_err(|e| ApiError::bad(format!("the body is not what this call takes: {e}")))
+    }
+}
+
+fn parse_duration(what: &str, text: &str) -> Result<Duration, ApiError> {
+    humantime::parse_duration(text)
+        .map_err(|e| ApiError::bad(format!("{what} {text:?} is not a duration like \"10s\": {e}")))
+}
+
+fn name(text: &str) -> Result<Name, ApiError> {
+    Name::new(text).map_err(|e| ApiError::bad(format!("{e}: {text:?}")))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not found",
+        "no such path in coterie's API (see /v1/openapi.json)",
+    )
+}
+
+async fn healthz(State(api): State<Arc<Api>>) -> Json<Value> {
+    let joined = api.shared.agent.joined();
+    Json(json!({ "ok": true, "joined": joined, "sessions": api.sessions.len() }))
+}
+
+async fn status(_: Authorized, State(api): State<Arc<Api>>) -> Json<Value> {
+    let status = api.shared.agent.status();
+    Json(serde_json::to_value(status).unwrap_or(Value::Null))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewSession {
+    ttl: Option<String>,
+    client: Option<String>,
+}
+
+#[derive(Serialize)]
+struct SessionView {
+    id: String,
+    ttl: String,
+}
+
+fn session_view(id: String, ttl: Duration) -> Json<SessionView> {
+    Json(SessionView { id, ttl: humantime::format_duration(ttl).to_string() })
+}
+
+async fn create_session(
+    _: Authorized,
+    State(api): State<Arc<Api>>,
+    Body(body): Body<NewSession>,
+) -> Result<Json<SessionView>, ApiError> {
+    let ttl = match &body.ttl {
+        Some(text) => parse_duration("ttl", text)?,
+        None => DEFAULT_TTL,
+    };
+    if body.client.as_ref().is_some_and(|c| c.len() > crate::session::MAX_LABEL_LEN) {
+        return Err(ApiError::bad("the client label is too long"));
+    }
+    let id = api.sessions.create(ttl, body.client)?;
+    Ok(session_view(id, ttl))
+}
+
+async fn keepalive(
+    _: Authorized,
+    State(api): State<Arc<Api>>,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    let ttl = api.sessions.keepalive(&id)?;
+    Ok(session_view(id, ttl))
+}
+
+async fn close_session(
+    _: Authorized,
+    State(api): State<Arc<Api>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    api.sessions.close(&id)?;
+    Ok(Json(json!({ "id": id })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcquireBody {
+    session: String,
+    #[serde(default)]
+    permits: u32,
+    timeout: Option<String>,
+    #[serde(default, rename = "try")]
+    try_lock: bool,
+    value: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Granted {
+    name: String,
+    fence: u64,
+    node: u32,
+}
+
+async fn acquire(
+    _: Authorized,
+    State(api): State<Arc<Api>>,
+    Path(text): Path<String>,
+    Body(body): Body<AcquireBody>,
+) -> Result<Json<Granted>, ApiError> {
+    let name = name(&text)?;
+    let timeout = body.timeout.as_deref().map(|t| parse_duration("timeout", t)).transpose()?;
+    if !api.shared.agent.joined() {
+        let detail = "this node has not joined the cluster yet: try again, or another node";
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not joined", detail));
+    }
+    // The session's own id is checked before the request's shape is
+    // taken further: an unknown one is a 404 whatever else it says.
+    api.sessions.ttl(&body.session)?;
+    let req = Acquire {
+        names: vec![name.to_string()],
+        permits: body.permits,
+        timeout_ms: timeout.map(|d| d.as_millis().try_into().unwrap_or(u64::MAX)),
+        try_lock: body.try_lock,
+        value: body.value,
+        client: String::new(),
+    };
+    match api.sessions.acquire(&body.session, &req).await? {
+        Taken::Granted(held) => {
+            let (name, fence) = held.into_iter().next().expect("one name asked, one granted");
+            Ok(Json(Granted {
+                name: name.to_string(),
+                fence: fence.0,
+                node: api.shared.agent.id().0,
+            }))
+        }
+        Taken::Busy => {
+            Err(ApiError::new(StatusCode::CONFLICT, "busy", format!("{text:?} is held")))
+        }
+        Taken::TimedOut => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timed out",
+            format!("{text:?} was not granted within the timeout"),
+        )),
+        Taken::Lost => Err(SessionError::Unknown(body.session).into()),
+        Taken::Refused(why) => Err(why.into()),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseBody {
+    session: String,
+    fence: u64,
+}
+
+async fn release(
+    _: Authorized,
+    State(api): State<Arc<Api>>,
+    Path(text): Path<String>,
+    Body(body): Body<ReleaseBody>,
+) -> Result<Json<Value>, ApiError> {
+    let name = name(&text)?;
+    match api.sessions.release(&body.session, &name, Fence(body.fence))? {
+        Released::Done => Ok(Json(json!({ "name": text, "fence": body.fence }))),
+        Released::NotHeld => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not held",
+            format!("session {} does not hold {text:?} with fence {}", body.session, body.fence),
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Prefix {
+    #[serde(default)]
+    prefix: String,
+}
+
+async fn list_locks(
+    _: Authorized,
+    State(api): State<Arc<Api>>,
+    query: Result<Query<Prefix>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Vec<LockInfo>>, ApiError> {
+    let Query(Prefix { prefix }) = query.map_err(|e| ApiError::bad(e.body_text()))?;
+    let patience = api.shared.agent.timing().1;
+    let (locks, _unreachable) = api.shared.cluster.locks(&prefix, patience).await;
+    Ok(Json(locks))
+}
+
+async fn get_lock(
+    _: Authorized,
+    State(api): State<Arc<Api>>,
+    Path(text): Path<String>,
+) -> Result<Json<LockInfo>, ApiError> {
+    let name = name(&text)?;
+    let patience = api.shared.agent.timing().1;
+    let (locks, _) = api.shared.cluster.locks(name.as_str(), patience).await;
+    let lock = locks.into_iter().find(|l| l.name == name.as_str()).unwrap_or(LockInfo {
+        name: name.to_string(),
+        permits: api.shared.default_permits,
+        holders: Vec::new(),
+        waiters: Vec::new(),
+        order: if api.shared.cluster.timestamp_order() {
+            WaitOrder::Timestamp
+        } else {
+            WaitOrder::Waited
+        },
+    });
+    Ok(Json(lock))
+}
+
+async fn leader(
+    _: Authorized,
+    State(api): State<Arc<Api>>,
+    Path(text): Path<String>,
+) -> Result<Json<crate::protocol::LeaderReport>, ApiError> {
+    let name = name(&text)?;
+    let patience = api.shared.agent.timing().1;
+    Ok(Json(api.shared.cluster.leader(&name, patience).await))
+}

@@ -1,0 +1,290 @@
+//! Sessions with a TTL, for clients that keep no connection open: the
+//! HTTP API's ([`http`](crate::http)), as Consul's sessions and etcd's
+//! leases are. A client creates one with a TTL, keeps it alive, and takes
+//! and releases locks in its name, each request on any connection; the
+//! locks live as long as the session, so a client that reconnects within
+//! the TTL keeps them. A session that misses its TTL is *lost*, exactly as
+//! a binary-protocol connection that falls silent is
+//! ([`session`](crate::session)): what it holds is released after the
+//! lock delay, and its waits are withdrawn, so no grant goes to it.
+//! Closing a session releases what it holds at once.
+//!
+//! The registry maps each session's id (128 random bits, in hex: an id is
+//! a capability, not to be guessed) to its number in the application's
+//! table and what it holds. An expiry task ([`Sessions::expire_due`])
+//! ends the sessions whose TTL ran out.
+
+use crate::locks::Client;
+use crate::protocol::Acquire;
+use crate::session::{Lease, Shared, Taken};
+use crate::shutdown::Shutdown;
+use coterie_core::{Fence, Name};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+use tracing::info;
+
+/// The shortest TTL a session may ask for.
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+/// The longest TTL a session may ask for (Consul's limit).
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Why a request about a session was refused.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SessionError {
+    /// No session has this id: it never did, it expired or was closed.
+    #[error("no session {0:?} at this node: it expired, was closed, or never was")]
+    Unknown(String),
+    /// `[limits] max_sessions` sessions are open already.
+    #[error("this node has {0} sessions open already ([limits] max_sessions)")]
+    TooMany(usize),
+    /// The TTL is out of bounds.
+    #[error("a session's ttl must be between {min:?} and {max:?}, not {0:?}", min = MIN_TTL, max = MAX_TTL)]
+    Ttl(Duration),
+}
+
+/// One session.
+struct Entry {
+    client: Client,
+    ttl: Duration,
+    expires: Instant,
+    /// What it holds: each name's fence, and whether it leads the name's
+    /// election (it gave a value).
+    holding: BTreeMap<Name, (Fence, bool)>,
+    /// Set when the session ends: its waiting requests give up.
+    ended: watch::Sender<bool>,
+}
+
+/// What came of releasing a lock by its fence.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// Released.
+    Done,
+    /// The session does not hold that lock with that fence.
+    NotHeld,
+}
+
+/// The registry; see the module documentation.
+pub(crate) struct Sessions {
+    shared: Arc<Shared>,
+    by_id: Mutex<HashMap<String, Entry>>,
+    /// Poked when a session's expiry may come sooner.
+    changed: Notify,
+    max: usize,
+}
+
+impl Sessions {
+    /// An empty registry that admits at most `max` sessions at once.
+    pub(crate) fn new(shared: Arc<Shared>, max: usize) -> Sessions {
+        Sessions { shared, by_id: Mutex::new(HashMap::new()), changed: Notify::new(), max }
+    }
+
+    fn table(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        self.by_id.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Opens a session that lives `ttl` past each keepalive; its id.
+    pub(crate) fn create(
+        &self,
+        ttl: Duration,
+        label: Option<String>,
+    ) -> Result<String, SessionError> {
+        if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+            return Err(SessionError::Ttl(ttl));
+        }
+        let mut t = self.table();
+        if t.len() >= self.max {
+            return Err(SessionError::TooMany(self.max));
+        }
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).expect("the operating system's random source");
+        let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let session = self.shared.locks.new_session();
+        let label = label.unwrap_or_else(|| format!("session-{session}"));
+        let (ended, _) = watch::channel(false);
+        let entry = Entry {
+            client: Client { session, label },
+            ttl,
+            expires: Instant::now() + ttl,
+            holding: BTreeMap::new(),
+            ended,
+        };
+        t.insert(id.clone(), entry);
+        drop(t);
+        self.changed.notify_one();
+        Ok(id)
+    }
+
+    /// Keeps session `id` alive for another TTL; the TTL.
+    pub(crate) fn keepalive(&self, id: &str) -> Result<Duration, SessionError> {
+        let mut t = self.table();
+        let entry = t.get_mut(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
+        entry.expires = Instant::now() + entry.ttl;
+        Ok(entry.ttl)
+    }
+
+    /// The TTL of session `id`.
+    pub(crate) fn ttl(&self, id: &str) -> Result<Duration, SessionError> {
+        self.table().get(id).map(|e| e.ttl).ok_or_else(|| SessionError::Unknown(id.to_string()))
+    }
+
+    /// Closes session `id`: what it holds is released at once, its waits
+    /// withdrawn.
+    pub(crate) fn close(&self, id: &str) -> Result<(), SessionError> {
+        let entry = self.table().remove(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
+        entry.ended.send_replace(true);
+        for (name, (fence, led)) in entry.holding {
+            self.shared.release(entry.client.session, &name, fence, led);
+        }
+        Ok(())
+    }
+
+    /// How many sessions are open.
+    pub(crate) fn len(&self) -> usize {
+        self.table().len()
+    }
+
+    /// Takes lock `req` names (one) for session `id`, waiting as `req`
+    /// says while the session lives. If the request is dropped while it
+    /// waits (its HTTP client went away), the wait is withdrawn, and a
+    /// grant that came meanwhile let go.
+    pub(crate) async fn acquire(&self, id: &str, req: &Acquire) -> Result<Taken, SessionError> {
+        let (client, ended) = {
+            let t = self.table();
+            let entry = t.get(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
+            (entry.client.clone(), entry.ended.subscribe())
+        };
+        let asked = match self.shared.ask(req) {
+            Ok(asked) => asked,
+            Err(why) => return Ok(Taken::Refused(why)),
+        };
+        let mut guard =
+            Withdraw { shared: &self.shared, session: client.session, names: &asked.names };
+        let taken = self.shared.take(&client, &asked, &mut Ttl { ended }).await;
+        guard.names = &[];
+        let Taken::Granted(held) = taken else { return Ok(taken) };
+        let led = asked.value.is_some();
+        let mut t = self.table();
+        match t.get_mut(id) {
+            Some(entry) => {
+                for (name, fence) in &held {
+                    entry.holding.insert(name.clone(), (*fence, led));
+                }
+                Ok(Taken::Granted(held))
+            }
+            None => {
+                // It ended between the grant and now: what came is its
+                // loss, as if it had ended a moment later.
+                drop(t);
+                for (name, fence) in &held {
+                    self.shared.lose(client.session, name, led.then_some(*fence));
+                }
+                Err(SessionError::Unknown(id.to_string()))
+            }
+        }
+    }
+
+    /// Releases lock `name`, held by session `id` with fence `fence`.
+    pub(crate) fn release(
+        &self,
+        id: &str,
+        name: &Name,
+        fence: Fence,
+    ) -> Result<Released, SessionError> {
+        let mut t = self.table();
+        let entry = t.get_mut(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
+        match entry.holding.get(name) {
+            Some(&(held, led)) if held == fence => {
+                entry.holding.remove(name);
+                let session = entry.client.session;
+                drop(t);
+                self.shared.release(session, name, fence, led);
+                Ok(Released::Done)
+            }
+            _ => Ok(Released::NotHeld),
+        }
+    }
+
+    /// Ends every session whose TTL ran out by `now`: each is lost.
+    fn expire(&self, now: Instant) {
+        let ended: Vec<(String, Entry)> = {
+            let mut t = self.table();
+            let due: Vec<String> =
+                t.iter().filter(|(_, e)| e.expires <= now).map(|(id, _)| id.clone()).collect();
+            due.into_iter().filter_map(|id| t.remove(&id).map(|e| (id, e))).collect()
+        };
+        for (id, entry) in ended {
+            let session = entry.client.session;
+            let held = entry.holding.len();
+            info!(session, id = %&id[..8], held, "session missed its ttl: lost");
+            entry.ended.send_replace(true);
+            for (name, (fence, led)) in entry.holding {
+                self.shared.lose(session, &name, led.then_some(fence));
+            }
+        }
+    }
+
+    fn next_expiry(&self) -> Option<Instant> {
+        self.table().values().map(|e| e.expires).min()
+    }
+
+    /// Ends sessions as their TTLs run out, until `shutdown`. A paused
+    /// node (`coterie fault pause`) ends none meanwhile: a stopped process
+    /// that resumes finds its clients' keepalives waiting.
+    pub(crate) async fn expire_due(&self, mut shutdown: Shutdown) {
+        loop {
+            let next = self.next_expiry();
+            let sleep = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = sleep => {
+                    self.shared.faults.unpaused().await;
+                    self.expire(Instant::now());
+                }
+                _ = self.changed.notified() => {}
+                _ = shutdown.recv() => return,
+            }
+        }
+    }
+}
+
+/// The lease of a session with a TTL, while one of its requests waits:
+/// lost when the session ends.
+struct Ttl {
+    ended: watch::Receiver<bool>,
+}
+
+impl Lease for Ttl {
+    type Heard = ();
+
+    async fn listen(&mut self) {
+        // A closed channel is an ended session too.
+        let _ = self.ended.wait_for(|ended| *ended).await;
+    }
+
+    async fn heard(&mut self, (): ()) -> bool {
+        false
+    }
+}
+
+/// Withdraws a request's waits (and lets go of a grant that raced in) if
+/// the request is dropped while it waits.
+struct Withdraw<'a> {
+    shared: &'a Shared,
+    session: u64,
+    names: &'a [Name],
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        for name in self.names {
+            self.shared.leave(self.session, name);
+        }
+    }
+}

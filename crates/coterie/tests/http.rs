@@ -1,0 +1,278 @@
+//! The HTTP/JSON API on real node processes, called with `curl` as a user
+//! would: sessions with a TTL take and release named locks; a session
+//! that misses its TTL loses its lock to the next waiter, and one that
+//! stops its keepalives while waiting is never granted; the CLI and HTTP
+//! clients share one lock and its fences; bad input gets a JSON error with
+//! the status a user expects and changes nothing; with a secret, the API
+//! asks for a bearer token.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+use support::*;
+
+/// One HTTP call through curl: the status and the JSON body (`Null` when
+/// the body is not JSON).
+fn call(method: &str, url: &str, body: Option<&str>, token: Option<&str>) -> (u16, Value) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sS", "-X", method, "-o", "-", "-w", "\n%{http_code}", url]);
+    if let Some(body) = body {
+        cmd.args(["-H", "content-type: application/json", "--data-binary", body]);
+    }
+    if let Some(token) = token {
+        cmd.args(["-H", &format!("authorization: Bearer {token}")]);
+    }
+    let out = cmd.output().expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (body, status) = text.rsplit_once('\n').expect("curl's status line");
+    let status = status.trim().parse().unwrap_or_else(|_| panic!("no status from curl: {text:?}"));
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+fn post(url: &str, body: Value) -> (u16, Value) {
+    call("POST", url, Some(&body.to_string()), None)
+}
+
+fn session(base: &str, ttl: &str) -> String {
+    let (status, body) = post(&format!("{base}/v1/sessions"), json!({ "ttl": ttl }));
+    assert_eq!(status, 200, "{body}");
+    body["id"].as_str().expect("a session id").to_string()
+}
+
+fn acquire(base: &str, name: &str, body: Value) -> (u16, Value) {
+    post(&format!("{base}/v1/locks/{name}/acquire"), body)
+}
+
+fn release(base: &str, name: &str, session: &str, fence: u64) -> (u16, Value) {
+    post(&format!("{base}/v1/locks/{name}/release"), json!({ "session": session, "fence": fence }))
+}
+
+fn holders(base: &str, name: &str) -> Vec<Value> {
+    let (status, body) = call("GET", &format!("{base}/v1/locks/{name}"), None, None);
+    assert_eq!(status, 200, "{body}");
+    body["holders"].as_array().cloned().unwrap_or_default()
+}
+
+/// Keeps session `id` alive every 200 ms until `stop` is set.
+fn keep_alive(base: String, id: String, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    thread::spawn(move || {
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            call("POST", &format!("{base}/v1/sessions/{id}/keepalive"), None, None);
+            thread::sleep(Duration::from_millis(200));
+        }
+    });
+}
+
+#[test]
+fn sessions_take_and_release_named_locks_beside_the_cli() {
+    let up = Up::start(3, "http-basic");
+    let (n1, n2, n3) = (up.http(1), up.http(2), up.http(3));
+    let a = session(&n1, "5s");
+    let b = session(&n2, "5s");
+    // `jobs/nightly`, percent-encoded in the path.
+    let name = "jobs%2Fnightly";
+    let (status, first) = acquire(&n1, name, json!({ "session": a, "timeout": "5s" }));
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["name"], "jobs/nightly");
+    assert_eq!(first["node"], 1);
+    let fence = first["fence"].as_u64().unwrap();
+    // Another session is refused a try, and another name is free.
+    let (status, busy) = acquire(&n2, name, json!({ "session": b, "try": true }));
+    assert_eq!((status, busy["error"].as_str()), (409, Some("busy")), "{busy}");
+    let (status, other) = acquire(&n2, "printer-2", json!({ "session": b, "try": true }));
+    assert_eq!(status, 200, "two names are held at once: {other}");
+    // Any node lists the holder, as `coterie locks` does.
+    let listed = holders(&n3, name);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!((listed[0]["node"].as_u64(), listed[0]["fence"].as_u64()), (Some(1), Some(fence)));
+    // The CLI is refused it too: one lock, whoever asks.
+    let cli = coterie(&[
+        "lock",
+        "--config",
+        up.config(),
+        "--node",
+        "3",
+        "--try",
+        "jobs/nightly",
+        "--",
+        "true",
+    ]);
+    assert_eq!(cli.status.code(), Some(75), "{}", String::from_utf8_lossy(&cli.stderr));
+    // A release names the fence it releases.
+    let (status, wrong) = release(&n1, name, &a, fence + 1);
+    assert_eq!((status, wrong["error"].as_str()), (409, Some("not held")), "{wrong}");
+    let (status, _) = release(&n2, name, &b, fence);
+    assert_eq!(status, 409, "session b holds no such fence");
+    // A session lives at the node that made it.
+    let (status, _) = release(&n1, name, &b, fence);
+    assert_eq!(status, 404, "session b is node 2's");
+    let (status, done) = release(&n1, name, &a, fence);
+    assert_eq!(status, 200, "{done}");
+    // The next holder's fence is higher, through either door.
+    let (status, second) = acquire(&n2, name, json!({ "session": b, "timeout": "5s" }));
+    assert_eq!(status, 200, "{second}");
+    assert!(second["fence"].as_u64().unwrap() > fence, "{first} then {second}");
+    // Closing a session releases what it holds: the CLI takes the lock.
+    let (status, _) = call("DELETE", &format!("{n2}/v1/sessions/{b}"), None, None);
+    assert_eq!(status, 200);
+    let cli = coterie(&[
+        "lock",
+        "--config",
+        up.config(),
+        "--node",
+        "3",
+        "--timeout",
+        "5s",
+        "jobs/nightly",
+        "--",
+        "sh",
+        "-c",
+        "echo $COTERIE_FENCE",
+    ]);
+    assert_eq!(cli.status.code(), Some(0), "{}", String::from_utf8_lossy(&cli.stderr));
+    let cli_fence: u64 = String::from_utf8_lossy(&cli.stdout).trim().parse().unwrap();
+    assert!(cli_fence > second["fence"].as_u64().unwrap());
+    // A closed session is gone.
+    let (status, gone) = call("POST", &format!("{n2}/v1/sessions/{b}/keepalive"), None, None);
+    assert_eq!((status, gone["error"].as_str()), (404, Some("unknown session")), "{gone}");
+}
+
+#[test]
+fn a_session_that_misses_its_ttl_loses_its_lock_to_the_waiter() {
+    let up = Up::start(3, "http-ttl");
+    let (n1, n2) = (up.http(1), up.http(2));
+    let lapsing = session(&n1, "1s");
+    let (status, held) = acquire(&n1, "jobs", json!({ "session": lapsing }));
+    assert_eq!(status, 200, "{held}");
+    let waiting = session(&n2, "2s");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    keep_alive(n2.clone(), waiting.clone(), stop.clone());
+    let asked = Instant::now();
+    let (status, granted) = acquire(&n2, "jobs", json!({ "session": waiting, "timeout": "20s" }));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(status, 200, "the waiter gets the lock once the holder's session lapses: {granted}");
+    assert!(asked.elapsed() >= Duration::from_millis(500), "granted before the ttl ran out");
+    assert!(granted["fence"].as_u64() > held["fence"].as_u64());
+    let (status, _) = call("POST", &format!("{n1}/v1/sessions/{lapsing}/keepalive"), None, None);
+    assert_eq!(status, 404, "a lapsed session is gone");
+    let (status, _) = release(&n1, "jobs", &lapsing, held["fence"].as_u64().unwrap());
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn a_waiting_session_that_stops_its_keepalives_is_never_granted() {
+    let up = Up::start(3, "http-silent-waiter");
+    let (n1, n2, n3) = (up.http(1), up.http(2), up.http(3));
+    let holder = session(&n1, "2s");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    keep_alive(n1.clone(), holder.clone(), stop.clone());
+    let (status, held) = acquire(&n1, "jobs", json!({ "session": holder }));
+    assert_eq!(status, 200, "{held}");
+    // A waiter that never keeps its session alive: its wait ends with it.
+    let silent = session(&n2, "1s");
+    let (status, lapsed) = acquire(&n2, "jobs", json!({ "session": silent }));
+    assert_eq!((status, lapsed["error"].as_str()), (404, Some("unknown session")), "{lapsed}");
+    let (status, _) = release(&n1, "jobs", &holder, held["fence"].as_u64().unwrap());
+    assert_eq!(status, 200);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    // Nobody holds it now (not the silent waiter), and anyone can take it.
+    thread::sleep(Duration::from_millis(300));
+    assert!(holders(&n3, "jobs").is_empty(), "the lapsed waiter was granted");
+    let next = session(&n3, "5s");
+    let (status, body) = acquire(&n3, "jobs", json!({ "session": next, "try": true }));
+    assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn bad_input_gets_a_json_error_and_changes_nothing() {
+    let up = Up::start(3, "http-bad-input");
+    let n1 = up.http(1);
+    let id = session(&n1, "5s");
+    let url = format!("{n1}/v1/locks/jobs/acquire");
+    let huge = format!("{{\"session\": \"{id}\", \"value\": \"{}\"}}", "x".repeat(100_000));
+    let cases: Vec<(&str, String, Option<String>, u16)> = vec![
+        ("malformed JSON", url.clone(), Some("{\"session\":".into()), 400),
+        (
+            "an unknown field",
+            url.clone(),
+            Some(json!({ "session": id, "colour": 1 }).to_string()),
+            400,
+        ),
+        ("a huge body", url.clone(), Some(huge), 413),
+        (
+            "a control character in the name",
+            format!("{n1}/v1/locks/a%01b/acquire"),
+            Some(json!({ "session": id }).to_string()),
+            400,
+        ),
+        (
+            "a name over 256 bytes",
+            format!("{n1}/v1/locks/{}/acquire", "n".repeat(300)),
+            Some(json!({ "session": id }).to_string()),
+            400,
+        ),
+        ("an unknown session", url.clone(), Some(json!({ "session": "feed" }).to_string()), 404),
+        (
+            "a bad timeout",
+            url.clone(),
+            Some(json!({ "session": id, "timeout": "soon" }).to_string()),
+            400,
+        ),
+        (
+            "a value over 4,096 bytes",
+            url.clone(),
+            Some(json!({ "session": id, "value": "v".repeat(5000) }).to_string()),
+            400,
+        ),
+        (
+            "a ttl of zero",
+            format!("{n1}/v1/sessions"),
+            Some(json!({ "ttl": "0s" }).to_string()),
+            400,
+        ),
+        (
+            "a release of nothing held",
+            format!("{n1}/v1/locks/jobs/release"),
+            Some(json!({ "session": id, "fence": 7 }).to_string()),
+            409,
+        ),
+        ("an unknown path", format!("{n1}/v2/locks"), None, 404),
+    ];
+    for (what, url, body, expected) in cases {
+        let method = if body.is_some() { "POST" } else { "GET" };
+        let (status, answer) = call(method, &url, body.as_deref(), None);
+        assert_eq!(status, expected, "{what}: {answer}");
+        assert!(answer["error"].is_string() && answer["detail"].is_string(), "{what}: {answer}");
+    }
+    // Nothing changed: the session is alive and takes the lock.
+    let (status, body) = acquire(&n1, "jobs", json!({ "session": id, "try": true }));
+    assert_eq!(status, 200, "{body}");
+    let (status, health) = call("GET", &format!("{n1}/healthz"), None, None);
+    assert_eq!((status, health["sessions"].as_u64()), (200, Some(1)), "{health}");
+}
+
+#[test]
+fn with_a_secret_the_api_asks_for_a_bearer_token() {
+    let dir = scratch("http-token");
+    let secret = dir.0.join("secret");
+    std::fs::write(&secret, "a shared secret for the http test\n").unwrap();
+    let tokens = dir.0.join("tokens");
+    std::fs::write(&tokens, "# one per line\ns3cret-token\n").unwrap();
+    let security = format!(
+        "secret_file = {:?}\napi_token_file = {:?}\n",
+        secret.display().to_string(),
+        tokens.display().to_string()
+    );
+    let up = Up::start_secured(3, "http-token", "", &security);
+    let url = format!("{}/v1/sessions", up.http(1));
+    let body = json!({ "ttl": "5s" }).to_string();
+    let (status, none) = call("POST", &url, Some(&body), None);
+    assert_eq!((status, none["error"].as_str()), (401, Some("unauthorized")), "{none}");
+    let (status, wrong) = call("POST", &url, Some(&body), Some("s3cret-tokeN"));
+    assert_eq!(status, 401, "{wrong}");
+    let (status, made) = call("POST", &url, Some(&body), Some("s3cret-token"));
+    assert_eq!(status, 200, "{made}");
+}
