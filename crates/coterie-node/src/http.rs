@@ -302,9 +302,6 @@ async fn acquire(
         let detail = "this node has not joined the cluster yet: try again, or another node";
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not joined", detail));
     }
-    // The session's own id is checked before the request's shape is
-    // taken further: an unknown one is a 404 whatever else it says.
-    api.sessions.ttl(&body.session)?;
     let req = Acquire {
         names: vec![name.to_string()],
         permits: body.permits,

@@ -293,7 +293,6 @@ pub async fn run(
         max: cfg.limits.max_clients,
     };
     let api_shared = shared.clone();
-    let stop_sessions = shutdown_signal.clone();
     let serve = move |stream, from, stop| {
         let (admission, shared) = (admission.clone(), shared.clone());
         listener::admitted(admission, stream, from, move |stream| {
@@ -303,8 +302,8 @@ pub async fn run(
     tasks.spawn(client_port.run(serve, shutdown_signal.clone()).instrument(span.clone()));
     if let Some(http) = listeners.http {
         let sessions = Arc::new(Sessions::new(api_shared.clone(), cfg.limits.max_sessions));
-        let s = sessions.clone();
-        tasks.spawn(async move { s.expire_due(stop_sessions).await }.instrument(span.clone()));
+        let (s, stop) = (sessions.clone(), shutdown_signal.clone());
+        tasks.spawn(async move { s.expire_due(stop).await }.instrument(span.clone()));
         let api = Arc::new(Api { shared: api_shared, sessions, tokens });
         let mut stop = shutdown_signal.clone();
         let serve = axum::serve(http, crate::http::router(api))

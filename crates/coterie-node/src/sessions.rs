@@ -125,11 +125,6 @@ impl Sessions {
         Ok(entry.ttl)
     }
 
-    /// The TTL of session `id`.
-    pub(crate) fn ttl(&self, id: &str) -> Result<Duration, SessionError> {
-        self.table().get(id).map(|e| e.ttl).ok_or_else(|| SessionError::Unknown(id.to_string()))
-    }
-
     /// Closes session `id`: what it holds is released at once, its waits
     /// withdrawn.
     pub(crate) fn close(&self, id: &str) -> Result<(), SessionError> {

@@ -114,25 +114,38 @@ const NO_FAULTS: &[(&str, [u64; 3], u32)] = &[
 
 #[test]
 fn every_pair_at_three_nodes_is_exhausted_with_its_pinned_state_count() {
-    let elections = ["bully", "ring", "garcia-molina"];
     assert_eq!(NO_FAULTS.len(), coterie_core::registry::MUTEXES.len(), "a mutex is not pinned");
     let mut changed = Vec::new();
     for &(mutex, pins, delay_ticks) in NO_FAULTS {
-        let mut counts = Vec::new();
-        for (election, pin) in elections.iter().zip(pins) {
-            let cfg = CheckConfig { delay_ticks, ..config(mutex, election) };
-            let report = check::check(&cfg, |_| {});
-            assert!(report.exhausted, "{mutex}/{election}: a bound was hit");
-            assert_eq!(report.violations, 0, "{mutex}/{election}: {:?}", report.counterexamples);
-            counts.push(report.distinct_states);
-            if report.distinct_states != pin {
-                changed.push(format!("{mutex}/{election}: {pin} -> {}", report.distinct_states));
-            }
-        }
+        let counts =
+            exhaust_pinned(mutex, pins, &mut changed, |cfg| CheckConfig { delay_ticks, ..cfg });
         eprintln!("(\"{mutex}\", {counts:?}, {delay_ticks}),");
     }
     // Every count is printed above, so a change on purpose is pinned at once.
     assert!(changed.is_empty(), "the state space changed; if on purpose, pin: {changed:#?}");
+}
+
+/// Exhausts `mutex` under every election (as `tweak` sets the check up),
+/// expecting no violation; its counts, and in `changed` each that left
+/// its pin.
+fn exhaust_pinned(
+    mutex: &str,
+    pins: [u64; 3],
+    changed: &mut Vec<String>,
+    tweak: impl Fn(CheckConfig) -> CheckConfig,
+) -> Vec<u64> {
+    let mut counts = Vec::new();
+    for (election, pin) in ["bully", "ring", "garcia-molina"].iter().zip(pins) {
+        let cfg = tweak(config(mutex, election));
+        let report = check::check(&cfg, |_| {});
+        assert!(report.exhausted, "{mutex}/{election}: a bound was hit");
+        assert_eq!(report.violations, 0, "{mutex}/{election}: {:?}", report.counterexamples);
+        counts.push(report.distinct_states);
+        if report.distinct_states != pin {
+            changed.push(format!("{mutex}/{election}: {pin} -> {}", report.distinct_states));
+        }
+    }
+    counts
 }
 
 /// With one crash and restart: every victim, every moment of the first
@@ -156,20 +169,16 @@ const ONE_CRASH: &[(&str, [u64; 3])] = &[
 
 #[test]
 fn one_crash_is_exhausted_with_its_pinned_state_count() {
-    assert_eq!(ONE_CRASH.len(), coterie_core::registry::MUTEXES.len(), "a mutex is not pinned");
+    exhaust_table(ONE_CRASH, |cfg| CheckConfig { crashes: 1, delay_ticks: 1, ..cfg });
+}
+
+/// Exhausts every mutex of `table` as `tweak` sets the check up, and
+/// holds each count to its pin.
+fn exhaust_table(table: &[(&str, [u64; 3])], tweak: impl Fn(CheckConfig) -> CheckConfig) {
+    assert_eq!(table.len(), coterie_core::registry::MUTEXES.len(), "a mutex is not pinned");
     let mut changed = Vec::new();
-    for &(mutex, pins) in ONE_CRASH {
-        let mut counts = Vec::new();
-        for (election, pin) in ["bully", "ring", "garcia-molina"].iter().zip(pins) {
-            let cfg = CheckConfig { crashes: 1, delay_ticks: 1, ..config(mutex, election) };
-            let report = check::check(&cfg, |_| {});
-            assert!(report.exhausted, "{mutex}/{election}: a bound was hit");
-            assert_eq!(report.violations, 0, "{mutex}/{election}: {:?}", report.counterexamples);
-            counts.push(report.distinct_states);
-            if report.distinct_states != pin {
-                changed.push(format!("{mutex}/{election}: {pin} -> {}", report.distinct_states));
-            }
-        }
+    for &(mutex, pins) in table {
+        let counts = exhaust_pinned(mutex, pins, &mut changed, &tweak);
         eprintln!("(\"{mutex}\", {counts:?}),");
     }
     assert!(changed.is_empty(), "the state space changed; if on purpose, pin: {changed:#?}");
@@ -210,23 +219,7 @@ const TWO_OF_THREE_LOCKS: &[(&str, [u64; 3])] = &[
 /// Exhausts every pair at three nodes over `names` locks, `per_request`
 /// at a time, and holds each count to its pin.
 fn exhaust_many_locks(pins: &[(&str, [u64; 3])], names: u32, per_request: u32) {
-    assert_eq!(pins.len(), coterie_core::registry::MUTEXES.len(), "a mutex is not pinned");
-    let mut changed = Vec::new();
-    for &(mutex, pins) in pins {
-        let mut counts = Vec::new();
-        for (election, pin) in ["bully", "ring", "garcia-molina"].iter().zip(pins) {
-            let cfg = CheckConfig { names, per_request, delay_ticks: 1, ..config(mutex, election) };
-            let report = check::check(&cfg, |_| {});
-            assert!(report.exhausted, "{mutex}/{election}: a bound was hit");
-            assert_eq!(report.violations, 0, "{mutex}/{election}: {:?}", report.counterexamples);
-            counts.push(report.distinct_states);
-            if report.distinct_states != pin {
-                changed.push(format!("{mutex}/{election}: {pin} -> {}", report.distinct_states));
-            }
-        }
-        eprintln!("(\"{mutex}\", {counts:?}),");
-    }
-    assert!(changed.is_empty(), "the state space changed; if on purpose, pin: {changed:#?}");
+    exhaust_table(pins, |cfg| CheckConfig { names, per_request, delay_ticks: 1, ..cfg });
 }
 
 #[test]

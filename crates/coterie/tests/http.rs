@@ -89,17 +89,7 @@ fn sessions_take_and_release_named_locks_beside_the_cli() {
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!((listed[0]["node"].as_u64(), listed[0]["fence"].as_u64()), (Some(1), Some(fence)));
     // The CLI is refused it too: one lock, whoever asks.
-    let cli = coterie(&[
-        "lock",
-        "--config",
-        up.config(),
-        "--node",
-        "3",
-        "--try",
-        "jobs/nightly",
-        "--",
-        "true",
-    ]);
+    let cli = lock_now(&up, 3, &["--try", "jobs/nightly"], &["true"]);
     assert_eq!(cli.status.code(), Some(75), "{}", String::from_utf8_lossy(&cli.stderr));
     // A release names the fence it releases.
     let (status, wrong) = release(&n1, name, &a, fence + 1);
@@ -118,20 +108,12 @@ fn sessions_take_and_release_named_locks_beside_the_cli() {
     // Closing a session releases what it holds: the CLI takes the lock.
     let (status, _) = call("DELETE", &format!("{n2}/v1/sessions/{b}"), None, None);
     assert_eq!(status, 200);
-    let cli = coterie(&[
-        "lock",
-        "--config",
-        up.config(),
-        "--node",
-        "3",
-        "--timeout",
-        "5s",
-        "jobs/nightly",
-        "--",
-        "sh",
-        "-c",
-        "echo $COTERIE_FENCE",
-    ]);
+    let cli = lock_now(
+        &up,
+        3,
+        &["--timeout", "5s", "jobs/nightly"],
+        &["sh", "-c", "echo $COTERIE_FENCE"],
+    );
     assert_eq!(cli.status.code(), Some(0), "{}", String::from_utf8_lossy(&cli.stderr));
     let cli_fence: u64 = String::from_utf8_lossy(&cli.stdout).trim().parse().unwrap();
     assert!(cli_fence > second["fence"].as_u64().unwrap());

@@ -26,17 +26,6 @@ fn lock(up: &Up, node: u32, names: &[&str], flags: &[&str], script: &str, dir: &
     lock_running(up.config(), node, &args, script, dir)
 }
 
-/// `coterie lock` through `node`, to its end: `args` (flags and names),
-/// then `--` and the command.
-fn lock_now(up: &Up, node: u32, args: &[&str], cmd: &[&str]) -> std::process::Output {
-    let node = node.to_string();
-    let mut all = vec!["lock", "--config", up.config(), "--node", &node];
-    all.extend_from_slice(args);
-    all.push("--");
-    all.extend_from_slice(cmd);
-    coterie(&all)
-}
-
 /// Waits for a background `coterie lock` to end, and its exit code.
 fn exit_code(child: Child, dir: &Path) -> Option<i32> {
     finished(child, dir).0

@@ -20,6 +20,17 @@ pub fn coterie(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("run coterie")
 }
 
+/// `coterie lock` through `node`, to its end: `args` (flags and names),
+/// then `--` and the command.
+pub fn lock_now(up: &Up, node: u32, args: &[&str], cmd: &[&str]) -> std::process::Output {
+    let node = node.to_string();
+    let mut all = vec!["lock", "--config", up.config(), "--node", &node];
+    all.extend_from_slice(args);
+    all.push("--");
+    all.extend_from_slice(cmd);
+    coterie(&all)
+}
+
 pub fn free_ports(n: usize) -> Vec<u16> {
     let ls: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
     ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
