@@ -10,12 +10,27 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
-# libfaketime for the nemesis's clock faults (Debian's package).
-if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing faketime for the nemesis's clock faults"
-    sudo_ apt-get install -y -q faketime >/dev/null 2>&1 \
-        || { sudo_ apt-get update -q >/dev/null 2>&1 && sudo_ apt-get install -y -q faketime >/dev/null 2>&1; } \
-        || echo "could not install faketime: the nemesis runs without clock faults"
+# Installs Debian package $1 unless file $2 exists; $3 says what for.
+install_deb() {
+    [ -e "$2" ] || ! command -v apt-get >/dev/null 2>&1 && return 0
+    echo "installing $1 for $3"
+    sudo_ apt-get install -y -q "$1" >/dev/null 2>&1 \
+        || { sudo_ apt-get update -q >/dev/null 2>&1 && sudo_ apt-get install -y -q "$1" >/dev/null 2>&1; } \
+        || echo "could not install $1"
+}
+# libfaketime for the nemesis's clock faults (without it the nemesis runs
+# without them); Prometheus, which scrapes a cluster's /metrics in a test.
+install_deb faketime /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 "the nemesis's clock faults"
+install_deb prometheus /usr/bin/prometheus "the metrics test"
+# Python packages (schemathesis, for the OpenAPI test) in a virtual
+# environment of the project's own, made again when the list changes.
+venv=target/py
+if ! cmp -s scripts/requirements.txt "$venv/requirements.txt"; then
+    echo "installing Python packages into $venv for the API's tests"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q -r scripts/requirements.txt
+    cp scripts/requirements.txt "$venv/requirements.txt"
 fi
 
 cargo test --workspace --release 2>&1 | tee "$log"

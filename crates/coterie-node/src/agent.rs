@@ -36,6 +36,7 @@ use crate::gate::Gate;
 use crate::holdback::{Holdback, Verdict};
 use crate::links::{Inbound, PeerLinks};
 use crate::locks::{Handed, Locks};
+use crate::metrics::Metrics;
 use crate::peers::Peers;
 use crate::protocol::NodeEvent;
 use crate::shutdown::Shutdown;
@@ -118,6 +119,7 @@ pub(crate) struct Parts {
     pub(crate) faults: Arc<Injector>,
     pub(crate) events: Arc<Events>,
     pub(crate) locks: Arc<Locks>,
+    pub(crate) metrics: Metrics,
     pub(crate) notices: mpsc::UnboundedSender<Notice>,
 }
 
@@ -144,6 +146,7 @@ pub(crate) struct Agent {
     faults: Arc<Injector>,
     events: Arc<Events>,
     locks: Arc<Locks>,
+    metrics: Metrics,
     notices: mpsc::UnboundedSender<Notice>,
 }
 
@@ -170,12 +173,18 @@ impl Agent {
             faults: parts.faults,
             events: parts.events,
             locks: parts.locks,
+            metrics: parts.metrics,
             notices: parts.notices,
         }
     }
 
     pub(crate) fn id(&self) -> NodeId {
         self.id
+    }
+
+    /// What the node counts, for `/metrics`.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// This process's incarnation, named in every handshake.
@@ -519,6 +528,7 @@ impl Agent {
                     round = epoch.round(),
                     "coordinator elected"
                 );
+                self.metrics.coordinator_changed();
                 self.events.emit(NodeEvent::Coordinator { leader: leader.0, epoch: epoch.0 });
             }
             Output::PeerUp(peer) => {

@@ -91,6 +91,15 @@ struct Known {
     leader: Option<Leader>,
 }
 
+/// How news of a leader came.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Heard {
+    /// From the leader's node (or this node's detector), in order.
+    Announced,
+    /// In a listing's answer, read at some time before it came.
+    Listed,
+}
+
 #[derive(Default)]
 struct State {
     next_query: u64,
@@ -183,22 +192,16 @@ impl Cluster {
             .filter_map(|h| Some(Leader { node: h.node, value: h.value?, fence: h.fence }))
             .max_by_key(|l| l.fence);
         if let Some(l) = &leader {
-            self.learn(name, Some(l.clone()), l.fence);
+            self.learn(name, Some(l.clone()), l.fence, Heard::Listed);
         }
         LeaderReport { name: name.to_string(), leader }
-    }
-
-    /// Every change of leader from now on (of every election: an
-    /// observer keeps those of its own).
-    pub(crate) fn changes(&self) -> broadcast::Receiver<LeaderReport> {
-        self.changes.subscribe()
     }
 
     /// A client of this node took election `name`'s lock with `value`
     /// (`Some`), or let go of the leadership that `fence` began (`None`):
     /// every peer is told, and every observer.
     pub(crate) fn announce(&self, name: &Name, leader: Option<Leader>, fence: u64) {
-        self.learn(name, leader.clone(), fence);
+        self.learn(name, leader.clone(), fence, Heard::Announced);
         let talk = encode(&Talk::Leader { name: name.to_string(), leader, fence });
         for peer in self.agent.peers_up() {
             self.agent.send_application(peer, talk.clone());
@@ -206,12 +209,19 @@ impl Cluster {
     }
 
     /// Takes in news of a leader; tells the observers if it is news.
-    fn learn(&self, name: &Name, leader: Option<Leader>, fence: u64) {
+    fn learn(&self, name: &Name, leader: Option<Leader>, fence: u64, heard: Heard) {
         let mut s = self.state();
         let known = s.leaders.entry(name.clone()).or_insert(Known { fence: 0, leader: None });
         let news = match &leader {
             // A new leader: newer than anything seen.
-            Some(_) => fence > known.fence,
+            Some(_) if fence > known.fence => true,
+            // The leader in force proclaims a new value. Only its node's
+            // own word counts: that travels in order, where a listing's
+            // answer may have been read before the proclamation.
+            Some(l) => {
+                heard == Heard::Announced
+                    && known.leader.as_ref().is_some_and(|k| k.fence == fence && k.value != l.value)
+            }
             // An end: of the leadership in force.
             None => known.leader.as_ref().is_some_and(|l| l.fence == fence),
         };
@@ -290,7 +300,7 @@ impl Cluster {
             Talk::Leader { name, leader, fence } => {
                 let Ok(name) = Name::new(&name) else { return };
                 let leader = leader.map(|l| Leader { node: from.0, ..l });
-                self.learn(&name, leader, fence);
+                self.learn(&name, leader, fence, Heard::Announced);
             }
         }
     }
@@ -313,7 +323,7 @@ impl Cluster {
             .collect();
         drop(s);
         for (name, fence) in gone {
-            self.learn(&name, None, fence);
+            self.learn(&name, None, fence, Heard::Announced);
         }
     }
 
@@ -356,19 +366,50 @@ impl Cluster {
             .collect()
     }
 
-    /// Resolves with the first change of election `name`'s leader after
-    /// one with fence `after` (or any, with `None`), skipping older news;
-    /// `None` once the node stops telling (it lagged behind, or stops).
-    pub(crate) async fn next_change(
-        rx: &mut broadcast::Receiver<LeaderReport>,
-        name: &str,
-    ) -> Option<LeaderReport> {
+    /// Observes election `name`: its leader now, as the cluster's nodes
+    /// report it, and what tells every change from then on.
+    pub(crate) async fn observe(
+        &self,
+        name: &Name,
+        patience: Duration,
+    ) -> (LeaderReport, Observer) {
+        // Subscribed before asking, so that no change falls between.
+        let changes = self.changes.subscribe();
+        let now = self.leader(name, patience).await;
+        let observer = Observer { name: name.to_string(), changes, last: now.leader.clone() };
+        (now, observer)
+    }
+}
+
+/// An observer of one election ([`Cluster::observe`]): each change of
+/// its leader or of the leader's value, once and in order.
+pub(crate) struct Observer {
+    name: String,
+    changes: broadcast::Receiver<LeaderReport>,
+    /// The leader last told.
+    last: Option<Leader>,
+}
+
+impl Observer {
+    /// The next change; `None` once the node stops telling.
+    pub(crate) async fn next(&mut self) -> Option<LeaderReport> {
         loop {
-            match rx.recv().await {
-                Ok(report) if report.name == name => return Some(report),
-                Ok(_) => {}
-                Err(broadcast::error::RecvError::Lagged(_)) => {}
+            let change = match self.changes.recv().await {
+                Ok(report) if report.name == self.name => report,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(broadcast::error::RecvError::Closed) => return None,
+            };
+            // What was told already (the first answer) is not news.
+            let told = match (&change.leader, &self.last) {
+                (None, None) => true,
+                (Some(new), Some(old)) => {
+                    new.fence < old.fence || (new.fence == old.fence && new.value == old.value)
+                }
+                _ => false,
+            };
+            if !told {
+                self.last = change.leader.clone();
+                return Some(change);
             }
         }
     }

@@ -15,9 +15,9 @@
 //! and a session silent for a failure timeout is taken for hung or cut
 //! off, as is one whose connection closes.
 
-use crate::cluster::Cluster;
 use crate::codec::{write_frame, FrameError, FrameReader};
 use crate::locks::Client;
+use crate::metrics::Loss;
 use crate::protocol::{
     Acquire, ClientRequest, ClientResponse, FaultCommand, NodeEvent, WatchEvent,
 };
@@ -85,12 +85,15 @@ pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, mut shutdown: 
         holding: Vec::new(),
         value: None,
     };
-    h.run(from, &mut shutdown).await;
-    h.lose();
+    let _counted = h.shared.metrics().connection();
+    let loss = h.run(from, &mut shutdown).await;
+    h.lose(loss);
 }
 
 impl Handler {
-    async fn run(&mut self, from: Option<std::net::SocketAddr>, shutdown: &mut Shutdown) {
+    /// Serves requests until the session ends: how it ended, should it
+    /// hold anything then.
+    async fn run(&mut self, from: Option<std::net::SocketAddr>, shutdown: &mut Shutdown) -> Loss {
         let session = self.client.session;
         let failure_timeout = self.shared.agent.timing().1;
         // Without a handshake, the first request is what a silent
@@ -110,7 +113,7 @@ impl Handler {
                 // are ready at once, and the client was not the silent one.
                 biased;
                 r = self.reader.next::<ClientRequest>() => r,
-                _ = shutdown.recv() => return,
+                _ = shutdown.recv() => return Loss::Disconnected,
                 _ = silence => {
                     if self.shared.faults.paused() {
                         // A paused node is a stopped one that can still be
@@ -123,10 +126,11 @@ impl Handler {
                         Deadline::Lease(limit) => {
                             let silent_ms = limit.as_millis();
                             warn!(?from, session, silent_ms, "client fell silent: its session is lost");
+                            return Loss::Silent;
                         }
                         _ => debug!(?from, "a client connection sent nothing: dropped"),
                     }
-                    return;
+                    return Loss::Disconnected;
                 }
             };
             if matches!(request, Ok(Some(ref r)) if !matches!(r, ClientRequest::Fault(_))) {
@@ -135,8 +139,8 @@ impl Handler {
             let response = match request {
                 Ok(Some(ClientRequest::Fault(command))) => self.fault(&command),
                 Ok(Some(ClientRequest::Acquire(acquire))) => match self.acquire(acquire).await {
-                    Some(r) => r,
-                    None => return, // the client vanished or fell silent while waiting
+                    Ok(r) => r,
+                    Err(loss) => return loss, // the client vanished or fell silent while waiting
                 },
                 Ok(Some(ClientRequest::Release)) => self.release(),
                 Ok(Some(ClientRequest::Status)) => {
@@ -144,11 +148,15 @@ impl Handler {
                     ClientResponse::Status(Box::new(status))
                 }
                 Ok(Some(ClientRequest::Ping)) => pong(&self.shared),
-                Ok(Some(ClientRequest::Watch)) => return self.watch(shutdown).await,
+                Ok(Some(ClientRequest::Watch)) => {
+                    self.watch(shutdown).await;
+                    return Loss::Disconnected;
+                }
                 Ok(Some(ClientRequest::WatchMessages { heartbeats })) => {
                     let events = self.shared.events.clone();
                     let _counted = events.watch_messages(heartbeats);
-                    return self.watch(shutdown).await;
+                    self.watch(shutdown).await;
+                    return Loss::Disconnected;
                 }
                 Ok(Some(ClientRequest::Locks { prefix })) => {
                     let (locks, unreachable) =
@@ -162,16 +170,18 @@ impl Handler {
                     Err(e) => ClientResponse::Error(e.to_string()),
                 },
                 Ok(Some(ClientRequest::Observe { name })) => match Name::new(&name) {
-                    Ok(name) => return self.observe(&name, shutdown).await,
+                    Ok(name) => {
+                        self.observe(&name, shutdown).await;
+                        return Loss::Disconnected;
+                    }
                     Err(e) => ClientResponse::Error(e.to_string()),
                 },
-                Ok(None) => return,
-                Err(FrameError::Io(_)) => return,
+                Ok(None) | Err(FrameError::Io(_)) => return Loss::Disconnected,
                 Err(e) => {
                     warn!(?from, "closing client connection: {e}");
                     let _ =
                         write_frame(&mut self.writer, &ClientResponse::Error(e.to_string())).await;
-                    return;
+                    return Loss::Disconnected;
                 }
             };
             // The lease: while the session holds, and after a ping until the
@@ -184,7 +194,7 @@ impl Handler {
                 Deadline::None
             };
             if write_frame(&mut self.writer, &response).await.is_err() {
-                return;
+                return Loss::Disconnected;
             }
         }
     }
@@ -209,16 +219,17 @@ impl Handler {
     }
 
     /// Takes every lock `req` names, all or none, and answers with their
-    /// fences; `None` when the client vanished or fell silent meanwhile.
-    async fn acquire(&mut self, req: Acquire) -> Option<ClientResponse> {
+    /// fences; how the session was lost if the client vanished or fell
+    /// silent meanwhile.
+    async fn acquire(&mut self, req: Acquire) -> Result<ClientResponse, Loss> {
         if !self.holding.is_empty() {
             let why = "this session holds locks already: release them first";
-            return Some(ClientResponse::Error(why.into()));
+            return Ok(ClientResponse::Error(why.into()));
         }
         let shared = self.shared.clone();
         let asked = match shared.ask(&req) {
             Ok(asked) => asked,
-            Err(why) => return Some(ClientResponse::Error(why.to_string())),
+            Err(why) => return Ok(ClientResponse::Error(why.to_string())),
         };
         if !req.client.is_empty() {
             self.client.label = req.client.clone();
@@ -233,7 +244,7 @@ impl Handler {
             lease,
             silent_at: Instant::now() + lease,
         };
-        Some(match shared.take(&self.client, &asked, &mut pings).await {
+        Ok(match shared.take(&self.client, &asked, &mut pings).await {
             Taken::Granted(held) => {
                 let fences = held.iter().map(|(n, f)| (n.to_string(), f.0)).collect();
                 self.holding = held;
@@ -242,7 +253,7 @@ impl Handler {
             Taken::Busy => ClientResponse::Busy,
             Taken::TimedOut => ClientResponse::TimedOut,
             Taken::Refused(why) => ClientResponse::Error(why.to_string()),
-            Taken::Lost => return None,
+            Taken::Lost(loss) => return Err(loss),
         })
     }
 
@@ -260,10 +271,10 @@ impl Handler {
 
     /// The session was lost (its client vanished or fell silent): it
     /// gives up what it holds, after the lock delay, if one is configured.
-    fn lose(&mut self) {
+    fn lose(&mut self, loss: Loss) {
         let led = self.value.is_some();
         for (name, fence) in std::mem::take(&mut self.holding) {
-            self.shared.lose(self.client.session, &name, led.then_some(fence));
+            self.shared.lose(self.client.session, &name, led.then_some(fence), loss);
         }
     }
 
@@ -330,31 +341,19 @@ impl Handler {
     /// Streams every change of election `name`'s leader, starting with
     /// the leader now, until the observer goes away or the node stops.
     async fn observe(&mut self, name: &Name, shutdown: &mut Shutdown) {
-        // Subscribed before asking, so that no change falls between.
-        let mut changes = self.shared.cluster.changes();
         let patience = self.shared.agent.timing().1;
-        let now = self.shared.cluster.leader(name, patience).await;
-        let mut last = now.leader.as_ref().map(|l| l.fence);
+        let (now, mut observer) = self.shared.cluster.observe(name, patience).await;
         if write_frame(&mut self.writer, &ClientResponse::Leader(now)).await.is_err() {
             return;
         }
         let mut probe = [0u8; 1];
         loop {
             let change = tokio::select! {
-                c = Cluster::next_change(&mut changes, name.as_str()) => c,
+                c = observer.next() => c,
                 _ = self.reader.get_mut().read(&mut probe) => return,
                 _ = shutdown.recv() => return,
             };
             let Some(change) = change else { return };
-            // What the first answer already showed is not news.
-            let fence = change.leader.as_ref().map(|l| l.fence);
-            if fence.is_some() && fence <= last {
-                continue;
-            }
-            if change.leader.is_none() && last.is_none() {
-                continue;
-            }
-            last = fence;
             if write_frame(&mut self.writer, &ClientResponse::Leader(change)).await.is_err() {
                 return;
             }
@@ -405,26 +404,27 @@ impl Lease for Pings<'_> {
         }
     }
 
-    async fn heard(&mut self, heard: Heard) -> bool {
+    async fn heard(&mut self, heard: Heard) -> Result<(), Loss> {
         match heard {
             Heard::Request(Ok(Some(ClientRequest::Ping))) => {
                 self.silent_at = Instant::now() + self.lease;
-                write_frame(self.writer, &pong(self.shared)).await.is_ok()
+                let written = write_frame(self.writer, &pong(self.shared)).await;
+                written.map_err(|_| Loss::Disconnected)
             }
             Heard::Request(Ok(Some(other))) => {
                 // Nothing else may be asked before the answer.
                 let why = format!("{other:?} while waiting for a lock: only Ping may be sent");
                 warn!(session = self.session, "closing client connection: {why}");
                 let _ = write_frame(self.writer, &ClientResponse::Error(why)).await;
-                false
+                Err(Loss::Disconnected)
             }
             // It left (or broke the connection) while waiting.
-            Heard::Request(Ok(None) | Err(_)) => false,
+            Heard::Request(Ok(None) | Err(_)) => Err(Loss::Disconnected),
             Heard::Silent if self.shared.faults.paused() => {
                 // A paused node's leases do not run out meanwhile.
                 self.shared.faults.unpaused().await;
                 self.silent_at = Instant::now() + self.lease;
-                true
+                Ok(())
             }
             Heard::Silent => {
                 let silent_ms = self.lease.as_millis();
@@ -432,7 +432,7 @@ impl Lease for Pings<'_> {
                     session = self.session,
                     silent_ms, "waiting client fell silent: its request is withdrawn"
                 );
-                false
+                Err(Loss::Silent)
             }
         }
     }

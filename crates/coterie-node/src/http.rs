@@ -15,9 +15,18 @@
 //! | `POST /v1/locks/{name}/release` | `{"session", "fence"}` | `{"name", "fence"}`; 409 not held |
 //! | `GET /v1/locks[?prefix=P]` | | every live lock, as `coterie locks --json` |
 //! | `GET /v1/locks/{name}` | | one lock: `{"name", "permits", "holders", "waiters", "order"}` |
+//! | `POST /v1/elections/{name}/campaign` | `{"session", "value", "timeout" \| "try"}` | `{"name", "fence", "value", "node"}` once leader |
+//! | `POST /v1/elections/{name}/proclaim` | `{"session", "value"}` | the same, with the new value; 409 not leader |
+//! | `POST /v1/elections/{name}/resign` | `{"session"}` | `{"name", "fence"}`; 409 not leader |
 //! | `GET /v1/elections/{name}` | | `{"name", "leader": {"node", "value", "fence"} \| null}` |
 //! | `GET /v1/status` | | the node's status, as `coterie status --json` |
+//! | `GET /metrics` | | the node's metrics, for Prometheus ([`exporter`](crate::exporter)) |
+//! | `GET /v1/openapi.json` | | this API's OpenAPI document ([`OPENAPI`]) |
 //! | `GET /healthz` | | `{"ok": true, "joined", "sessions"}` |
+//!
+//! And streams of Server-Sent Events ([`sse`](crate::sse)): `GET
+//! /v1/watch`, `GET /v1/locks/{name}/watch`, `GET
+//! /v1/elections/{name}/observe`, `GET /v1/sessions/{id}/watch`.
 //!
 //! Errors are JSON, `{"error", "detail"}`, with the status a user expects:
 //! 400 a bad name or body, 401 no or a wrong token, 404 an unknown session,
@@ -32,9 +41,12 @@
 //! api_open` says otherwise; a node that would serve it open refuses to
 //! start, saying why.
 
+use crate::exporter::{self, Exporter};
 use crate::protocol::{Acquire, LockInfo, WaitOrder};
 use crate::session::{Refusal, Shared, Taken};
 use crate::sessions::{Released, SessionError, Sessions};
+use crate::shutdown::Shutdown;
+use crate::sse::{self, Events};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
@@ -61,6 +73,10 @@ pub(crate) struct Api {
     pub(crate) sessions: Arc<Sessions>,
     /// The bearer tokens accepted; `None`: no token is asked for.
     pub(crate) tokens: Option<Vec<Vec<u8>>>,
+    /// `/metrics`.
+    pub(crate) exporter: Exporter,
+    /// The node's stop signal, which ends the streams.
+    pub(crate) stop: Shutdown,
 }
 
 /// The API's routes, over `api`.
@@ -68,14 +84,23 @@ pub(crate) fn router(api: Arc<Api>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/v1/status", get(status))
+        .route("/metrics", get(metrics))
+        .route("/v1/openapi.json", get(openapi))
         .route("/v1/sessions", post(create_session))
         .route("/v1/sessions/{id}", axum::routing::delete(close_session))
         .route("/v1/sessions/{id}/keepalive", post(keepalive))
+        .route("/v1/sessions/{id}/watch", get(watch_session))
+        .route("/v1/watch", get(watch_node))
         .route("/v1/locks", get(list_locks))
         .route("/v1/locks/{name}", get(get_lock))
         .route("/v1/locks/{name}/acquire", post(acquire))
         .route("/v1/locks/{name}/release", post(release))
+        .route("/v1/locks/{name}/watch", get(watch_lock))
         .route("/v1/elections/{name}", get(leader))
+        .route("/v1/elections/{name}/campaign", post(campaign))
+        .route("/v1/elections/{name}/proclaim", post(proclaim))
+        .route("/v1/elections/{name}/resign", post(resign))
+        .route("/v1/elections/{name}/observe", get(observe))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(api)
@@ -165,9 +190,9 @@ impl FromRequestParts<Arc<Api>> for Authorized {
     }
 }
 
-/// A JSON body, or the API's own error for one that will not do. Read
-/// whatever the content type says (`curl -d` says a form), and an empty
-/// body is `{}`.
+/// A JSON object, or the API's own error for a body that will not do.
+/// Read whatever the content type says (`curl -d` says a form), and an
+/// empty body is `{}`.
 struct Body<T>(T);
 
 impl<T, S> FromRequest<S> for Body<T>
@@ -187,6 +212,10 @@ where
             _ => ApiError::bad(r.body_text()),
         })?;
         let text: &[u8] = if bytes.trim_ascii().is_empty() { b"{}" } else { &bytes };
+        // serde would take a struct from an array of its fields too.
+        if text.trim_ascii_start().first() != Some(&b'{') {
+            return Err(ApiError::bad("the body must be a JSON object"));
+        }
         serde_json::from_slice(text)
             .map(Body)
             .map_err(|e| ApiError::bad(format!("the body is not what this call takes: {e}")))
@@ -210,9 +239,22 @@ async fn not_found() -> ApiError {
     )
 }
 
+/// The API's OpenAPI document, checked against the running server by
+/// schemathesis in the tests.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
 async fn healthz(State(api): State<Arc<Api>>) -> Json<Value> {
     let joined = api.shared.agent.joined();
     Json(json!({ "ok": true, "joined": joined, "sessions": api.sessions.len() }))
+}
+
+async fn metrics(_: Authorized, State(api): State<Arc<Api>>) -> Response {
+    let content_type = [(header::CONTENT_TYPE, exporter::CONTENT_TYPE)];
+    (content_type, api.exporter.render()).into_response()
 }
 
 async fn status(_: Authorized, State(api): State<Arc<Api>>) -> Json<Value> {
@@ -296,29 +338,42 @@ async fn acquire(
     Path(text): Path<String>,
     Body(body): Body<AcquireBody>,
 ) -> Result<Json<Granted>, ApiError> {
-    let name = name(&text)?;
-    let timeout = body.timeout.as_deref().map(|t| parse_duration("timeout", t)).transpose()?;
+    let wait = Wait { timeout: body.timeout, try_lock: body.try_lock };
+    let (name, fence) = take(&api, &text, &body.session, body.permits, wait, body.value).await?;
+    Ok(Json(Granted { name: name.to_string(), fence: fence.0, node: api.shared.agent.id().0 }))
+}
+
+/// How long an acquire or a campaign waits.
+struct Wait {
+    timeout: Option<String>,
+    try_lock: bool,
+}
+
+/// Takes lock `text` for session `id`: what acquire and campaign share.
+async fn take(
+    api: &Api,
+    text: &str,
+    id: &str,
+    permits: u32,
+    wait: Wait,
+    value: Option<String>,
+) -> Result<(Name, Fence), ApiError> {
+    let name = name(text)?;
+    let timeout = wait.timeout.as_deref().map(|t| parse_duration("timeout", t)).transpose()?;
     if !api.shared.agent.joined() {
         let detail = "this node has not joined the cluster yet: try again, or another node";
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not joined", detail));
     }
     let req = Acquire {
         names: vec![name.to_string()],
-        permits: body.permits,
+        permits,
         timeout_ms: timeout.map(|d| d.as_millis().try_into().unwrap_or(u64::MAX)),
-        try_lock: body.try_lock,
-        value: body.value,
+        try_lock: wait.try_lock,
+        value,
         client: String::new(),
     };
-    match api.sessions.acquire(&body.session, &req).await? {
-        Taken::Granted(held) => {
-            let (name, fence) = held.into_iter().next().expect("one name asked, one granted");
-            Ok(Json(Granted {
-                name: name.to_string(),
-                fence: fence.0,
-                node: api.shared.agent.id().0,
-            }))
-        }
+    match api.sessions.acquire(id, &req).await? {
+        Taken::Granted(held) => Ok(held.into_iter().next().expect("one name asked, one granted")),
         Taken::Busy => {
             Err(ApiError::new(StatusCode::CONFLICT, "busy", format!("{text:?} is held")))
         }
@@ -327,7 +382,7 @@ async fn acquire(
             "timed out",
             format!("{text:?} was not granted within the timeout"),
         )),
-        Taken::Lost => Err(SessionError::Unknown(body.session).into()),
+        Taken::Lost(_) => Err(SessionError::Unknown(id.to_string()).into()),
         Taken::Refused(why) => Err(why.into()),
     }
 }
@@ -379,10 +434,15 @@ async fn get_lock(
     State(api): State<Arc<Api>>,
     Path(text): Path<String>,
 ) -> Result<Json<LockInfo>, ApiError> {
-    let name = name(&text)?;
+    Ok(Json(lock_info(&api, &name(&text)?).await))
+}
+
+/// Lock `name` as the cluster's nodes report it now (free, if none knows
+/// it).
+pub(crate) async fn lock_info(api: &Api, name: &Name) -> LockInfo {
     let patience = api.shared.agent.timing().1;
     let (locks, _) = api.shared.cluster.locks(name.as_str(), patience).await;
-    let lock = locks.into_iter().find(|l| l.name == name.as_str()).unwrap_or(LockInfo {
+    locks.into_iter().find(|l| l.name == name.as_str()).unwrap_or(LockInfo {
         name: name.to_string(),
         permits: api.shared.default_permits,
         holders: Vec::new(),
@@ -392,8 +452,27 @@ async fn get_lock(
         } else {
             WaitOrder::Waited
         },
-    });
-    Ok(Json(lock))
+    })
+}
+
+async fn watch_lock(
+    _: Authorized,
+    State(api): State<Arc<Api>>,
+    Path(text): Path<String>,
+) -> Result<Events, ApiError> {
+    Ok(sse::lock(&api, name(&text)?))
+}
+
+async fn watch_node(_: Authorized, State(api): State<Arc<Api>>) -> Events {
+    sse::node_events(&api)
+}
+
+async fn watch_session(
+    _: Authorized,
+    State(api): State<Arc<Api>>,
+    Path(id): Path<String>,
+) -> Result<Events, ApiError> {
+    sse::session(&api, id)
 }
 
 async fn leader(
@@ -404,4 +483,89 @@ async fn leader(
     let name = name(&text)?;
     let patience = api.shared.agent.timing().1;
     Ok(Json(api.shared.cluster.leader(&name, patience).await))
+}
+
+async fn observe(
+    _: Authorized,
+    State(api): State<Arc<Api>>,
+    Path(text): Path<String>,
+) -> Result<Events, ApiError> {
+    Ok(sse::observe(&api, name(&text)?).await)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CampaignBody {
+    session: String,
+    value: String,
+    timeout: Option<String>,
+    #[serde(default, rename = "try")]
+    try_lock: bool,
+}
+
+#[derive(Serialize)]
+struct Leading {
+    name: String,
+    fence: u64,
+    value: String,
+    node: u32,
+}
+
+async fn campaign(
+    _: Authorized,
+    State(api): State<Arc<Api>>,
+    Path(text): Path<String>,
+    Body(body): Body<CampaignBody>,
+) -> Result<Json<Leading>, ApiError> {
+    let wait = Wait { timeout: body.timeout, try_lock: body.try_lock };
+    let value = Some(body.value.clone());
+    let (name, fence) = take(&api, &text, &body.session, 0, wait, value).await?;
+    let node = api.shared.agent.id().0;
+    Ok(Json(Leading { name: name.to_string(), fence: fence.0, value: body.value, node }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProclaimBody {
+    session: String,
+    value: String,
+}
+
+fn not_leader(id: &str, text: &str) -> ApiError {
+    let detail = format!("session {id} does not lead election {text:?}");
+    ApiError::new(StatusCode::CONFLICT, "not leader", detail)
+}
+
+async fn proclaim(
+    _: Authorized,
+    State(api): State<Arc<Api>>,
+    Path(text): Path<String>,
+    Body(body): Body<ProclaimBody>,
+) -> Result<Json<Leading>, ApiError> {
+    let name = name(&text)?;
+    if body.value.len() > crate::session::MAX_LABEL_LEN {
+        return Err(ApiError::bad("the value is too long"));
+    }
+    let fence = api.sessions.proclaim(&body.session, &name, body.value.clone())?;
+    let fence = fence.ok_or_else(|| not_leader(&body.session, &text))?;
+    let node = api.shared.agent.id().0;
+    Ok(Json(Leading { name: name.to_string(), fence: fence.0, value: body.value, node }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResignBody {
+    session: String,
+}
+
+async fn resign(
+    _: Authorized,
+    State(api): State<Arc<Api>>,
+    Path(text): Path<String>,
+    Body(body): Body<ResignBody>,
+) -> Result<Json<Value>, ApiError> {
+    let name = name(&text)?;
+    let fence = api.sessions.resign(&body.session, &name)?;
+    let fence = fence.ok_or_else(|| not_leader(&body.session, &text))?;
+    Ok(Json(json!({ "name": text, "fence": fence.0 })))
 }

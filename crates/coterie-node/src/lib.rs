@@ -17,9 +17,11 @@
 //! - The application's side: `listener` (accepting connections),
 //!   `handler` (one client connection), `session` (the rules every
 //!   session follows), `sessions` (sessions with a TTL), `http` (the
-//!   HTTP/JSON API over them), `locks` (what its sessions hold and
+//!   HTTP/JSON API over them), `sse` (its Server-Sent Event streams), `locks` (what its sessions hold and
 //!   want, per name), `cluster` (who holds and who waits cluster wide;
 //!   elections by name).
+//! - What it counts: `metrics` (recorded as it happens), `exporter`
+//!   (`/metrics`, with what is read off the node at each scrape).
 //! - Beside them: `admission` (the handshake at the door), `faults`
 //!   (faults injected on request, `coterie fault`), `events` (what
 //!   watchers are told), `shutdown` (the stop signal), `throttle` (at most
@@ -40,6 +42,7 @@ mod cluster;
 pub mod codec;
 pub mod config;
 mod events;
+mod exporter;
 mod faults;
 mod gate;
 mod handler;
@@ -48,12 +51,14 @@ mod http;
 mod links;
 mod listener;
 mod locks;
+mod metrics;
 pub mod node;
 mod peers;
 pub mod protocol;
 mod session;
 mod sessions;
 mod shutdown;
+mod sse;
 pub mod state;
 pub mod storage;
 mod throttle;

@@ -19,6 +19,7 @@
 //! sees the lost holder's last writes land first. Times are the node's,
 //! measured from its start.
 
+use crate::metrics::Metrics;
 use coterie_core::{Fence, Name};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -152,6 +153,15 @@ pub(crate) struct Limits {
     pub(crate) max_names: usize,
 }
 
+/// How much of the table is in use ([`Locks::load`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Load {
+    /// Names a session holds, or the node holds for a lost one.
+    pub(crate) held: usize,
+    /// Sessions waiting.
+    pub(crate) waiting: usize,
+}
+
 #[derive(Default)]
 struct Table {
     next_session: u64,
@@ -163,6 +173,8 @@ struct Table {
 pub(crate) struct Locks {
     table: Mutex<Table>,
     limits: Limits,
+    /// Where waits and holds are timed.
+    metrics: Metrics,
     /// Poked when a lock delay starts: the application's timer task looks
     /// at the deadline again.
     changed: Notify,
@@ -170,8 +182,8 @@ pub(crate) struct Locks {
 
 impl Locks {
     /// An empty table.
-    pub(crate) fn new(limits: Limits) -> Locks {
-        Locks { table: Mutex::new(Table::default()), limits, changed: Notify::new() }
+    pub(crate) fn new(limits: Limits, metrics: Metrics) -> Locks {
+        Locks { table: Mutex::new(Table::default()), limits, metrics, changed: Notify::new() }
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
@@ -231,30 +243,48 @@ impl Locks {
         Ok(())
     }
 
-    /// Takes `session` off `name`, whether it holds or waits; `true` if it
-    /// held. The agent must then follow.
-    pub(crate) fn leave(&self, session: u64, name: &Name) -> bool {
-        self.leave_or_orphan(session, name, None)
+    /// Takes `session` off `name` at `now`, whether it holds or waits;
+    /// `true` if it held. The agent must then follow.
+    pub(crate) fn leave(&self, session: u64, name: &Name, now: Duration) -> bool {
+        self.lose(session, name, now, None)
+    }
+
+    /// `session`, holding `name` with `fence`, now says it holds it for
+    /// `value` (a leader's proclamation); `false` if it does not hold it
+    /// with that fence.
+    pub(crate) fn proclaim(&self, session: u64, name: &Name, fence: Fence, value: String) -> bool {
+        let mut t = self.table();
+        let holder = t.names.get_mut(name).and_then(|l| l.holder.as_mut());
+        match holder {
+            Some(h) if h.client.session == session && h.fence == fence => {
+                h.value = Some(value);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// `session` was lost (its client vanished or fell silent): it gives up
     /// its place for `name`, and if it held, the node holds on its behalf
     /// until `until` (the lock delay, if any). `true` if it held. The
     /// agent must then follow.
-    pub(crate) fn lose(&self, session: u64, name: &Name, until: Option<Duration>) -> bool {
-        self.leave_or_orphan(session, name, until)
-    }
-
-    fn leave_or_orphan(&self, session: u64, name: &Name, until: Option<Duration>) -> bool {
+    pub(crate) fn lose(
+        &self,
+        session: u64,
+        name: &Name,
+        now: Duration,
+        until: Option<Duration>,
+    ) -> bool {
         let mut t = self.table();
         let Some(local) = t.names.get_mut(name) else { return false };
         let before = local.waiters.len();
         local.waiters.retain(|w| w.client.session != session);
         let left = before - local.waiters.len();
-        let held = local.holder.as_ref().is_some_and(|h| h.client.session == session);
-        if held {
-            let holder = local.holder.take();
-            local.orphan = holder.zip(until);
+        let holder = local.holder.take_if(|h| h.client.session == session);
+        let held = holder.is_some();
+        if let Some(holder) = holder {
+            self.metrics.held(now.saturating_sub(holder.since));
+            local.orphan = until.map(|until| (holder, until));
         }
         if local.unused() {
             t.names.remove(name);
@@ -290,6 +320,7 @@ impl Locks {
         while let Some(waiter) = local.waiters.pop_front() {
             taken += 1;
             if waiter.grant.send(fence).is_ok() {
+                self.metrics.granted(now.saturating_sub(waiter.since));
                 let client = waiter.client.clone();
                 local.holder =
                     Some(Holder { client: waiter.client, fence, since: now, value: waiter.value });
@@ -370,6 +401,13 @@ impl Locks {
             .collect()
     }
 
+    /// How many names are held here, and how many sessions wait.
+    pub(crate) fn load(&self) -> Load {
+        let t = self.table();
+        let held = t.names.values().filter(|l| l.holder.is_some() || l.orphan.is_some()).count();
+        Load { held, waiting: t.waiting }
+    }
+
     /// How many names are in use here.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -390,7 +428,7 @@ mod tests {
     }
 
     fn locks() -> Locks {
-        Locks::new(Limits { max_pending: 3, max_names: 2 })
+        Locks::new(Limits { max_pending: 3, max_names: 2 }, Metrics::default())
     }
 
     fn client(locks: &Locks) -> Client {
@@ -411,10 +449,26 @@ mod tests {
         assert_eq!(rx_b.try_recv(), Ok(Fence(7)));
         let snap = locks.snapshot("");
         assert_eq!(snap[0].holder.as_ref().unwrap().value.as_deref(), Some("v"));
-        assert!(locks.leave(b.session, &name("x")));
+        assert_eq!(locks.load(), Load { held: 1, waiting: 0 });
+        assert!(locks.leave(b.session, &name("x"), ms(3)));
         assert_eq!(locks.demand(&name("x")), Demand::NONE);
         assert_eq!(locks.len(), 0, "an unused name is forgotten");
         assert_eq!(locks.grant(&name("x"), Fence(8), ms(3)), Handed::Nobody);
+    }
+
+    #[test]
+    fn only_the_holder_with_its_fence_proclaims_a_new_value() {
+        let locks = locks();
+        let (a, b) = (client(&locks), client(&locks));
+        let (tx, _rx) = oneshot::channel();
+        locks.wait(a.clone(), &name("x"), 1, Some("v1".into()), ms(0), tx).unwrap();
+        locks.grant(&name("x"), Fence(4), ms(0));
+        assert!(!locks.proclaim(b.session, &name("x"), Fence(4), "b".into()), "not the holder");
+        assert!(!locks.proclaim(a.session, &name("x"), Fence(3), "old".into()), "an old fence");
+        assert!(!locks.proclaim(a.session, &name("y"), Fence(4), "y".into()), "not held");
+        assert!(locks.proclaim(a.session, &name("x"), Fence(4), "v2".into()));
+        let snap = locks.snapshot("x");
+        assert_eq!(snap[0].holder.as_ref().unwrap().value.as_deref(), Some("v2"));
     }
 
     #[test]
@@ -424,8 +478,9 @@ mod tests {
         let (tx, _rx) = oneshot::channel();
         locks.wait(a.clone(), &name("x"), 1, None, ms(0), tx).unwrap();
         locks.grant(&name("x"), Fence(1), ms(0));
-        assert!(locks.lose(a.session, &name("x"), Some(ms(500))));
+        assert!(locks.lose(a.session, &name("x"), ms(0), Some(ms(500))));
         assert!(locks.demand(&name("x")).holding, "held for the lost session");
+        assert_eq!(locks.load(), Load { held: 1, waiting: 0 }, "held for the lost session");
         assert_eq!(locks.deadline(), Some(ms(500)));
         assert!(locks.expire(ms(499)).is_empty());
         assert_eq!(locks.expire(ms(500)), vec![name("x")]);
@@ -450,11 +505,12 @@ mod tests {
         let c = client(&locks);
         assert_eq!(wait(&c, "x", 2), Err(Refused::Busy(3)));
         assert_eq!(locks.len(), 2);
+        assert_eq!(locks.load(), Load { held: 0, waiting: 3 });
     }
 
     #[test]
     fn listings_are_by_prefix() {
-        let locks = Locks::new(Limits { max_pending: 10, max_names: 10 });
+        let locks = Locks::new(Limits { max_pending: 10, max_names: 10 }, Metrics::default());
         let a = client(&locks);
         for n in ["jobs/a", "jobs/b", "job", "printer"] {
             locks.wait(a.clone(), &name(n), 1, None, ms(0), oneshot::channel().0).unwrap();

@@ -26,11 +26,13 @@ use crate::agent::{Agent, Parts, Storage};
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::events::Events;
+use crate::exporter::Exporter;
 use crate::faults::{Faults, Injector};
 use crate::handler;
 use crate::http::Api;
 use crate::listener::{self, Listener};
 use crate::locks::{Limits, Locks};
+use crate::metrics::Metrics;
 use crate::peers::Peers;
 use crate::session::Shared;
 use crate::sessions::Sessions;
@@ -212,7 +214,8 @@ pub async fn run(
     }
     let events = Arc::new(Events::new(NodeId(id)));
     let limits = Limits { max_pending: cfg.limits.max_pending, max_names: cfg.limits.max_names };
-    let locks = Arc::new(Locks::new(limits));
+    let metrics = Metrics::default();
+    let locks = Arc::new(Locks::new(limits, metrics.clone()));
     let (notices, notices_rx) = mpsc::unbounded_channel();
     let agent = Arc::new(Agent::new(Parts {
         engine,
@@ -223,6 +226,7 @@ pub async fn run(
         faults: faults.clone(),
         events: events.clone(),
         locks: locks.clone(),
+        metrics,
         notices,
     }));
     let admission = Arc::new(Admission::new(NodeId(id), cfg.cluster.name.clone(), secret));
@@ -304,7 +308,10 @@ pub async fn run(
         let sessions = Arc::new(Sessions::new(api_shared.clone(), cfg.limits.max_sessions));
         let (s, stop) = (sessions.clone(), shutdown_signal.clone());
         tasks.spawn(async move { s.expire_due(stop).await }.instrument(span.clone()));
-        let api = Arc::new(Api { shared: api_shared, sessions, tokens });
+        let metrics = agent.metrics();
+        let exporter = Exporter::new(metrics, agent.clone(), locks.clone(), sessions.clone());
+        let stop = shutdown_signal.clone();
+        let api = Arc::new(Api { shared: api_shared, sessions, tokens, exporter, stop });
         let mut stop = shutdown_signal.clone();
         let serve = axum::serve(http, crate::http::router(api))
             .with_graceful_shutdown(async move { stop.recv().await });

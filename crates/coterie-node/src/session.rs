@@ -29,6 +29,7 @@ use crate::cluster::Cluster;
 use crate::events::Events;
 use crate::faults::Injector;
 use crate::locks::{Client, Locks, Refused};
+use crate::metrics::{Loss, Metrics};
 use crate::peers::Peers;
 use crate::protocol::{Acquire, Leader, NodeEvent};
 use coterie_core::engine::RequestError;
@@ -84,8 +85,8 @@ pub(crate) enum Taken {
     Busy,
     /// The time limit ran out.
     TimedOut,
-    /// The session was lost while it waited.
-    Lost,
+    /// The session was lost while it waited, for this reason.
+    Lost(Loss),
     /// Refused, with a one-line reason.
     Refused(Refusal),
 }
@@ -125,12 +126,17 @@ pub(crate) trait Lease: Send {
     /// when the grant comes first, and must lose nothing then.
     fn listen(&mut self) -> impl Future<Output = Self::Heard> + Send + '_;
 
-    /// Deals with what was heard (answers a ping, say); `false` if the
-    /// client is lost. Not cancelled once started.
-    fn heard(&mut self, heard: Self::Heard) -> impl Future<Output = bool> + Send + '_;
+    /// Deals with what was heard (answers a ping, say); why the client is
+    /// lost, if it is. Not cancelled once started.
+    fn heard(&mut self, heard: Self::Heard) -> impl Future<Output = Result<(), Loss>> + Send + '_;
 }
 
 impl Shared {
+    /// The node's metrics.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        self.agent.metrics()
+    }
+
     /// Checks a request: its names, labels and permits. A one-line reason
     /// when it will not do.
     pub(crate) fn ask(&self, req: &Acquire) -> Result<Asked, Refusal> {
@@ -191,14 +197,15 @@ impl Shared {
                 Ok(None) => {
                     self.leave(client.session, name);
                     self.release_all(client.session, taken, false);
+                    self.metrics().gave_up(asked.try_lock);
                     return if asked.try_lock { Taken::Busy } else { Taken::TimedOut };
                 }
-                Err(Gone::Lost) => {
-                    self.lose(client.session, name, None);
+                Err(Gone::Lost(loss)) => {
+                    self.lose(client.session, name, None, loss);
                     for (name, _) in taken {
-                        self.lose(client.session, &name, None);
+                        self.lose(client.session, &name, None, loss);
                     }
-                    return Taken::Lost;
+                    return Taken::Lost(loss);
                 }
                 Err(Gone::Refused(why)) => {
                     self.release_all(client.session, taken, false);
@@ -252,16 +259,12 @@ impl Shared {
                 // What was heard of the client comes first: a ping that came
                 // is not taken for silence, nor a departure for a wait.
                 biased;
-                heard = lease.listen() => {
-                    if !lease.heard(heard).await {
-                        return Err(Gone::Lost);
-                    }
-                }
+                heard = lease.listen() => lease.heard(heard).await.map_err(Gone::Lost)?,
                 granted = &mut rx => match granted {
                     Ok(fence) => return Ok(Some(fence)),
                     // The table dropped the wait: the session was lost
                     // meanwhile, by another path (an HTTP session's expiry).
-                    Err(_) => return Err(Gone::Lost),
+                    Err(_) => return Err(Gone::Lost(Loss::Expired)),
                 },
                 // The grant may have raced the timer: then the session holds
                 // and must let go; the caller's `leave` does either.
@@ -279,6 +282,18 @@ impl Shared {
         }
     }
 
+    /// `session`, leading election `name` with `fence`, proclaims `value`
+    /// as its new value: every node is told. `false` if it does not hold
+    /// the name with that fence.
+    pub(crate) fn proclaim(&self, session: u64, name: &Name, fence: Fence, value: String) -> bool {
+        if !self.locks.proclaim(session, name, fence, value.clone()) {
+            return false;
+        }
+        let leader = Leader { node: self.agent.id().0, value, fence: fence.0 };
+        self.cluster.announce(name, Some(leader), fence.0);
+        true
+    }
+
     fn release_all(&self, session: u64, held: Vec<(Name, Fence)>, led: bool) {
         for (name, fence) in held {
             self.release(session, &name, fence, led);
@@ -288,19 +303,21 @@ impl Shared {
     /// Takes `session` off `name` (waiting or holding) and lets the agent
     /// follow.
     pub(crate) fn leave(&self, session: u64, name: &Name) {
-        if self.locks.leave(session, name) {
+        if self.locks.leave(session, name, self.agent.now()) {
             self.events.emit(NodeEvent::Released { name: name.to_string(), session });
         }
         let _ = self.agent.sync(name);
     }
 
-    /// `session` was lost while holding `name` (fence `fence` if it
-    /// knew it, a leader if it gave a value) or waiting for it: it gives up
-    /// its place, and what it held after the lock delay.
-    pub(crate) fn lose(&self, session: u64, name: &Name, led: Option<Fence>) {
-        let until = (!self.lock_delay.is_zero()).then(|| self.agent.now() + self.lock_delay);
-        if self.locks.lose(session, name, until) {
-            info!(session, %name, "client lost while holding: released on its behalf");
+    /// `session` was lost, for `loss`, while holding `name` (fence
+    /// `fence` if it knew it, a leader if it gave a value) or waiting for
+    /// it: it gives up its place, and what it held after the lock delay.
+    pub(crate) fn lose(&self, session: u64, name: &Name, led: Option<Fence>, loss: Loss) {
+        let now = self.agent.now();
+        let until = (!self.lock_delay.is_zero()).then(|| now + self.lock_delay);
+        if self.locks.lose(session, name, now, until) {
+            self.metrics().lost(loss);
+            info!(session, %name, reason = loss.as_str(), "client lost while holding: released on its behalf");
             self.events.emit(NodeEvent::Released { name: name.to_string(), session });
         }
         let _ = self.agent.sync(name);
@@ -312,6 +329,6 @@ impl Shared {
 
 /// Why a wait ended without the lock.
 enum Gone {
-    Lost,
+    Lost(Loss),
     Refused(Refusal),
 }

@@ -15,10 +15,12 @@
 //! ends the sessions whose TTL ran out.
 
 use crate::locks::Client;
+use crate::metrics::Loss;
 use crate::protocol::Acquire;
 use crate::session::{Lease, Shared, Taken};
 use crate::shutdown::Shutdown;
 use coterie_core::{Fence, Name};
+use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -53,8 +55,57 @@ struct Entry {
     /// What it holds: each name's fence, and whether it leads the name's
     /// election (it gave a value).
     holding: BTreeMap<Name, (Fence, bool)>,
-    /// Set when the session ends: its waiting requests give up.
-    ended: watch::Sender<bool>,
+    /// Set when the session ends: its waiting requests give up, its
+    /// watchers are told.
+    ended: watch::Sender<Option<End>>,
+}
+
+/// How a session ended, as its watchers are told
+/// ([`Sessions::watch`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct End {
+    pub(crate) id: String,
+    pub(crate) reason: EndReason,
+    /// The locks it held then: let go (closed) or lost (expired).
+    pub(crate) held: Vec<HeldView>,
+}
+
+/// Why a session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum EndReason {
+    /// Its client closed it.
+    Closed,
+    /// It missed its TTL.
+    Expired,
+}
+
+/// A lock a session holds, as its watchers see it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct HeldView {
+    pub(crate) name: String,
+    pub(crate) fence: u64,
+}
+
+/// A session as its watchers see it first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct SessionNow {
+    pub(crate) id: String,
+    pub(crate) ttl: String,
+    pub(crate) held: Vec<HeldView>,
+}
+
+impl Entry {
+    fn held(&self) -> Vec<HeldView> {
+        let h = self.holding.iter();
+        h.map(|(name, (fence, _))| HeldView { name: name.to_string(), fence: fence.0 }).collect()
+    }
+
+    /// Ends the session: its waits give up and its watchers are told.
+    fn end(&self, id: &str, reason: EndReason) {
+        let end = End { id: id.to_string(), reason, held: self.held() };
+        self.ended.send_replace(Some(end));
+    }
 }
 
 /// What came of releasing a lock by its fence.
@@ -103,7 +154,7 @@ impl Sessions {
         let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let session = self.shared.locks.new_session();
         let label = label.unwrap_or_else(|| format!("session-{session}"));
-        let (ended, _) = watch::channel(false);
+        let (ended, _) = watch::channel(None);
         let entry = Entry {
             client: Client { session, label },
             ttl,
@@ -129,11 +180,54 @@ impl Sessions {
     /// withdrawn.
     pub(crate) fn close(&self, id: &str) -> Result<(), SessionError> {
         let entry = self.table().remove(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
-        entry.ended.send_replace(true);
+        entry.end(id, EndReason::Closed);
         for (name, (fence, led)) in entry.holding {
             self.shared.release(entry.client.session, &name, fence, led);
         }
         Ok(())
+    }
+
+    /// Session `id` as it stands, and what tells when it ends.
+    pub(crate) fn watch(
+        &self,
+        id: &str,
+    ) -> Result<(SessionNow, watch::Receiver<Option<End>>), SessionError> {
+        let t = self.table();
+        let entry = t.get(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
+        let ttl = humantime::format_duration(entry.ttl).to_string();
+        let now = SessionNow { id: id.to_string(), ttl, held: entry.held() };
+        Ok((now, entry.ended.subscribe()))
+    }
+
+    /// Session `id`, leading election `name`, proclaims `value` as the
+    /// leader's new value: the fence of its leadership, `None` if it does
+    /// not lead it.
+    pub(crate) fn proclaim(
+        &self,
+        id: &str,
+        name: &Name,
+        value: String,
+    ) -> Result<Option<Fence>, SessionError> {
+        let t = self.table();
+        let entry = t.get(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
+        let Some(&(fence, true)) = entry.holding.get(name) else { return Ok(None) };
+        let session = entry.client.session;
+        // Under the registry's lock, so a release cannot come between.
+        let proclaimed = self.shared.proclaim(session, name, fence, value);
+        Ok(proclaimed.then_some(fence))
+    }
+
+    /// Session `id` resigns its leadership of election `name`: the fence
+    /// it led with, `None` if it does not lead it.
+    pub(crate) fn resign(&self, id: &str, name: &Name) -> Result<Option<Fence>, SessionError> {
+        let mut t = self.table();
+        let entry = t.get_mut(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
+        let Some(&(fence, true)) = entry.holding.get(name) else { return Ok(None) };
+        entry.holding.remove(name);
+        let session = entry.client.session;
+        drop(t);
+        self.shared.release(session, name, fence, true);
+        Ok(Some(fence))
     }
 
     /// How many sessions are open.
@@ -174,7 +268,7 @@ impl Sessions {
                 // loss, as if it had ended a moment later.
                 drop(t);
                 for (name, fence) in &held {
-                    self.shared.lose(client.session, name, led.then_some(*fence));
+                    self.shared.lose(client.session, name, led.then_some(*fence), Loss::Expired);
                 }
                 Err(SessionError::Unknown(id.to_string()))
             }
@@ -214,9 +308,9 @@ impl Sessions {
             let session = entry.client.session;
             let held = entry.holding.len();
             info!(session, id = %&id[..8], held, "session missed its ttl: lost");
-            entry.ended.send_replace(true);
+            entry.end(&id, EndReason::Expired);
             for (name, (fence, led)) in entry.holding {
-                self.shared.lose(session, &name, led.then_some(fence));
+                self.shared.lose(session, &name, led.then_some(fence), Loss::Expired);
             }
         }
     }
@@ -252,7 +346,7 @@ impl Sessions {
 /// The lease of a session with a TTL, while one of its requests waits:
 /// lost when the session ends.
 struct Ttl {
-    ended: watch::Receiver<bool>,
+    ended: watch::Receiver<Option<End>>,
 }
 
 impl Lease for Ttl {
@@ -260,11 +354,11 @@ impl Lease for Ttl {
 
     async fn listen(&mut self) {
         // A closed channel is an ended session too.
-        let _ = self.ended.wait_for(|ended| *ended).await;
+        let _ = self.ended.wait_for(Option::is_some).await;
     }
 
-    async fn heard(&mut self, (): ()) -> bool {
-        false
+    async fn heard(&mut self, (): ()) -> Result<(), Loss> {
+        Err(Loss::Expired)
     }
 }
 

@@ -121,6 +121,7 @@ pub(crate) async fn dial_task(t: Arc<Transport>, peer: NodeId, mut shutdown: Shu
                     Pump::Stopped => return,
                     Pump::Closed => {
                         debug!(peer = peer.0, "connection to peer closed");
+                        t.agent.metrics().redialed();
                         lost = true;
                         continue; // redial at once: is it still there?
                     }

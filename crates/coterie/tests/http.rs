@@ -177,6 +177,7 @@ fn bad_input_gets_a_json_error_and_changes_nothing() {
     let huge = format!("{{\"session\": \"{id}\", \"value\": \"{}\"}}", "x".repeat(100_000));
     let cases: Vec<(&str, String, Option<String>, u16)> = vec![
         ("malformed JSON", url.clone(), Some("{\"session\":".into()), 400),
+        ("an array for an object", url.clone(), Some(json!([id]).to_string()), 400),
         (
             "an unknown field",
             url.clone(),
@@ -257,4 +258,213 @@ fn with_a_secret_the_api_asks_for_a_bearer_token() {
     assert_eq!(status, 401, "{wrong}");
     let (status, made) = call("POST", &url, Some(&body), Some("s3cret-token"));
     assert_eq!(status, 200, "{made}");
+}
+
+/// A stream of Server-Sent Events read with `curl -N`, as it comes.
+struct Events {
+    child: std::process::Child,
+    events: std::sync::mpsc::Receiver<(String, Value)>,
+}
+
+impl Events {
+    fn open(url: &str) -> Events {
+        use std::io::BufRead;
+        let mut child = Command::new("curl")
+            .args(["-sN", url])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run curl");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, events) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            let mut kind = String::new();
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if let Some(k) = line.strip_prefix("event: ") {
+                    kind = k.to_string();
+                } else if let Some(data) = line.strip_prefix("data: ") {
+                    let data = serde_json::from_str(data).unwrap_or(Value::Null);
+                    if tx.send((kind.clone(), data)).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Events { child, events }
+    }
+
+    /// The next event, which must come within 10 s.
+    fn next(&self) -> (String, Value) {
+        self.events.recv_timeout(Duration::from_secs(10)).expect("an event within 10 s")
+    }
+
+    /// The next event of kind `kind` for which `want` holds, skipping others.
+    fn until(&self, kind: &str, want: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let (k, data) = self.next();
+            if k == kind && want(&data) {
+                return data;
+            }
+        }
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn elections_campaign_proclaim_and_resign_and_the_streams_see_each_change() {
+    let up = Up::start(3, "http-elect");
+    let (n1, n2, n3) = (up.http(1), up.http(2), up.http(3));
+    let node = Events::open(&format!("{n1}/v1/watch"));
+    let (kind, first) = node.next();
+    assert_eq!((kind.as_str(), first["node"].as_u64()), ("event", Some(1)), "{first}");
+    assert!(first["event"]["Snapshot"].is_object(), "a snapshot first: {first}");
+    let observer = Events::open(&format!("{n3}/v1/elections/sched/observe"));
+    let (kind, now) = observer.next();
+    assert_eq!((kind.as_str(), &now["leader"]), ("leader", &Value::Null), "{now}");
+    let watch = Events::open(&format!("{n2}/v1/locks/sched/watch"));
+    let (kind, free) = watch.next();
+    assert_eq!((kind.as_str(), free["holders"].as_array().map(Vec::len)), ("lock", Some(0)));
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let a = session(&n1, "5s");
+    keep_alive(n1.clone(), a.clone(), stop.clone());
+    let campaign = |base: &str, s: &str, v: &str| {
+        post(&format!("{base}/v1/elections/sched/campaign"), json!({ "session": s, "value": v }))
+    };
+    let (status, led) = campaign(&n1, &a, "v1");
+    assert_eq!(status, 200, "{led}");
+    let f1 = led["fence"].as_u64().unwrap();
+    assert_eq!((led["value"].as_str(), led["node"].as_u64()), (Some("v1"), Some(1)));
+    let seen = observer.until("leader", |r| !r["leader"].is_null());
+    assert_eq!(seen["leader"], json!({ "node": 1, "value": "v1", "fence": f1 }));
+    let lock = watch.until("lock", |l| l["holders"].as_array().is_some_and(|h| !h.is_empty()));
+    assert_eq!(
+        (lock["holders"][0]["fence"].as_u64(), &lock["holders"][0]["value"]),
+        (Some(f1), &json!("v1"))
+    );
+    node.until("event", |e| e["event"]["Granted"]["name"] == "sched");
+
+    // A proclamation: the same leadership, a new value, seen everywhere.
+    let (status, proclaimed) =
+        post(&format!("{n1}/v1/elections/sched/proclaim"), json!({ "session": a, "value": "v2" }));
+    assert_eq!((status, proclaimed["fence"].as_u64()), (200, Some(f1)), "{proclaimed}");
+    let seen = observer.until("leader", |r| r["leader"]["value"] == "v2");
+    assert_eq!(seen["leader"]["fence"].as_u64(), Some(f1));
+    let (_, leader) = call("GET", &format!("{n2}/v1/elections/sched"), None, None);
+    assert_eq!(leader["leader"]["value"], "v2", "{leader}");
+
+    // Another session may not proclaim or resign; it campaigns and waits.
+    let b = session(&n2, "5s");
+    keep_alive(n2.clone(), b.clone(), stop.clone());
+    let proclaim = json!({ "session": b, "value": "x" });
+    for (verb, body) in [("proclaim", proclaim), ("resign", json!({ "session": b }))] {
+        let (status, refused) = post(&format!("{n2}/v1/elections/sched/{verb}"), body);
+        assert_eq!((status, refused["error"].as_str()), (409, Some("not leader")), "{refused}");
+    }
+    let ended = Events::open(&format!("{n2}/v1/sessions/{b}/watch"));
+    let (kind, now) = ended.next();
+    assert_eq!((kind.as_str(), now["id"].as_str()), ("session", Some(b.as_str())), "{now}");
+    let (n2c, bc) = (n2.clone(), b.clone());
+    let second = thread::spawn(move || campaign(&n2c, &bc, "w"));
+    watch.until("lock", |l| l["waiters"].as_array().is_some_and(|w| w.len() == 1));
+    let (status, resigned) =
+        post(&format!("{n1}/v1/elections/sched/resign"), json!({ "session": a }));
+    assert_eq!((status, resigned["fence"].as_u64()), (200, Some(f1)), "{resigned}");
+    let (status, led) = second.join().unwrap();
+    assert_eq!(status, 200, "{led}");
+    let f2 = led["fence"].as_u64().unwrap();
+    assert!(f2 > f1, "a later leader's fence is higher: {f1} then {f2}");
+    let seen = observer.until("leader", |r| r["leader"]["node"] == 2);
+    assert_eq!(seen["leader"], json!({ "node": 2, "value": "w", "fence": f2 }));
+
+    // Closing the leader's session ends its leadership; its watch says so.
+    let (status, _) = call("DELETE", &format!("{n2}/v1/sessions/{b}"), None, None);
+    assert_eq!(status, 200);
+    let (kind, end) = ended.next();
+    assert_eq!(kind, "ended");
+    assert_eq!(
+        end,
+        json!({ "id": b, "reason": "closed", "held": [{ "name": "sched", "fence": f2 }] })
+    );
+    observer.until("leader", |r| r["leader"].is_null());
+    watch.until("lock", |l| l["holders"].as_array().is_some_and(Vec::is_empty));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    // An unknown session's watch is a 404, as for every call about it.
+    let (status, _) = call("GET", &format!("{n2}/v1/sessions/{b}/watch"), None, None);
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn cli_and_http_clients_on_one_name_never_overlap_and_their_fences_rise() {
+    use std::io::Write;
+    let up = std::sync::Arc::new(Up::start(3, "http-mixed"));
+    let dir = scratch("http-mixed");
+    // The witness: a file every holder appends to as it enters and leaves
+    // (O_APPEND: each line lands whole, in the order written).
+    let log = dir.0.join("witness.log");
+    std::fs::File::create(&log).unwrap();
+    let rounds = 8;
+    let mut clients = Vec::new();
+    for node in 1..=3u32 {
+        let (cluster, file) = (up.clone(), log.clone());
+        clients.push(thread::spawn(move || {
+            let (up, log) = (cluster, file);
+            let script = format!(
+                "echo enter $COTERIE_FENCE >> {0}; sleep 0.01; echo leave $COTERIE_FENCE >> {0}",
+                log.display()
+            );
+            for _ in 0..rounds {
+                let out =
+                    lock_now(&up, node, &["--timeout", "30s", "mixed"], &["sh", "-c", &script]);
+                assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+            }
+        }));
+        let (base, log) = (up.http(node), log.clone());
+        clients.push(thread::spawn(move || {
+            let id = session(&base, "5s");
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            keep_alive(base.clone(), id.clone(), stop.clone());
+            let append = |line: String| {
+                let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+                f.write_all(line.as_bytes()).unwrap();
+            };
+            for _ in 0..rounds {
+                let (status, granted) =
+                    acquire(&base, "mixed", json!({ "session": id, "timeout": "30s" }));
+                assert_eq!(status, 200, "{granted}");
+                let fence = granted["fence"].as_u64().unwrap();
+                append(format!("enter {fence}\n"));
+                thread::sleep(Duration::from_millis(10));
+                append(format!("leave {fence}\n"));
+                let (status, done) = release(&base, "mixed", &id, fence);
+                assert_eq!(status, 200, "{done}");
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }));
+    }
+    for c in clients {
+        c.join().unwrap();
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<(&str, u64)> = text
+        .lines()
+        .map(|l| {
+            let (what, fence) = l.split_once(' ').unwrap();
+            (what, fence.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(lines.len(), 2 * 2 * 3 * rounds, "every entry entered and left:\n{text}");
+    let mut last = 0;
+    for pair in lines.chunks(2) {
+        let [(enter, f), (leave, g)] = pair else { unreachable!() };
+        assert_eq!((*enter, *leave, f), ("enter", "leave", g), "two holders overlapped:\n{text}");
+        assert!(*f > last, "fence {f} after {last}: fences must rise:\n{text}");
+        last = *f;
+    }
 }

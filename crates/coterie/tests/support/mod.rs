@@ -269,3 +269,9 @@ pub fn scratch(name: &str) -> TempDir {
     std::fs::create_dir_all(&dir).unwrap();
     TempDir(dir)
 }
+
+/// `curl -sS ARGS`: what it printed.
+pub fn curl(args: &[&str]) -> String {
+    let out = Command::new("curl").arg("-sS").args(args).output().expect("run curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

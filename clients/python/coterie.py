@@ -1,0 +1,325 @@
+"""A small client for coterie's HTTP/JSON API: named locks and elections
+from Python, with the standard library only.
+
+    import coterie
+
+    with coterie.lock("jobs/nightly", ttl="10s", timeout="30s") as held:
+        run_the_job(fence=held.fence)   # pass the fence to what you write to
+        held.check()                    # raises coterie.LockLost once lost
+
+The lock is held by a *session* with a TTL (docs/http.md). While the
+``with`` block runs, a thread keeps the session alive (three keepalives a
+TTL) and another watches it (``GET /v1/sessions/{id}/watch``). The lock is
+taken for lost at the first of:
+
+- the node says the session ended (it missed its TTL), or answers a
+  keepalive with 404;
+- the node cannot be reached at all (connection refused: its process is
+  gone, and its sessions with it);
+- no keepalive has succeeded for a whole TTL (the node may have given the
+  lock up by now).
+
+Then ``held.lost`` is set, ``on_lost`` (if given) is called from the
+watching thread, ``held.check()`` raises, and leaving the ``with`` block
+raises :class:`LockLost`, so that work done after the loss is not taken
+for safe. Pass the fence to every resource that can check it: a later
+holder's fence is higher.
+
+The node's address comes from the argument ``url``, else the environment
+variable ``COTERIE_URL`` (several, comma-separated: the first that answers
+is used), else ``http://127.0.0.1:7401``; a bearer token from ``token``,
+else ``COTERIE_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import threading
+import time
+import urllib.parse
+
+__all__ = [
+    "Client",
+    "Error",
+    "Held",
+    "LockLost",
+    "Unavailable",
+    "lock",
+    "parse_duration",
+]
+
+
+class Error(Exception):
+    """An error answer of the API: ``status``, ``error`` and ``detail``."""
+
+    def __init__(self, status: int, error: str, detail: str):
+        super().__init__(f"{status} {error}: {detail}")
+        self.status = status
+        self.error = error
+        self.detail = detail
+
+
+class Unavailable(Exception):
+    """No node could be reached."""
+
+
+class LockLost(Exception):
+    """The lock was lost while held: another client may hold it now."""
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration like ``"10s"``, ``"250ms"``, ``"1m"``."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    text = text.strip()
+    for unit in ("ms", "s", "m", "h"):
+        if text.endswith(unit) and text[: -len(unit)].replace(".", "", 1).isdigit():
+            return float(text[: -len(unit)]) * units[unit]
+    raise ValueError(f"not a duration like '10s': {text!r}")
+
+
+class Client:
+    """The API of one node (the first of ``url``'s that answers)."""
+
+    def __init__(self, url: str | None = None, token: str | None = None):
+        urls = url or os.environ.get("COTERIE_URL") or "http://127.0.0.1:7401"
+        self.urls = [u.strip().rstrip("/") for u in urls.split(",") if u.strip()]
+        self.token = token if token is not None else os.environ.get("COTERIE_TOKEN")
+        self.url = self.urls[0]
+
+    def _connection(self, url: str, timeout: float | None) -> http.client.HTTPConnection:
+        parts = urllib.parse.urlsplit(url)
+        return http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+
+    def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = 30.0):
+        """One call; the JSON answer. Raises :class:`Error` for an error
+        answer, :class:`Unavailable` when no node answers."""
+        headers = {"content-type": "application/json"}
+        if self.token:
+            headers["authorization"] = f"Bearer {self.token}"
+        data = json.dumps(body).encode() if body is not None else None
+        last = None
+        for url in [self.url] + [u for u in self.urls if u != self.url]:
+            conn = self._connection(url, timeout)
+            try:
+                conn.request(method, path, body=data, headers=headers)
+                response = conn.getresponse()
+                text = response.read()
+            except (ConnectionError, OSError) as e:  # refused, reset, timed out
+                last = e
+                continue
+            finally:
+                conn.close()
+            self.url = url
+            answer = json.loads(text) if text else None
+            if response.status >= 400:
+                answer = answer if isinstance(answer, dict) else {}
+                raise Error(response.status, answer.get("error", "?"), answer.get("detail", ""))
+            return answer
+        raise Unavailable(f"no coterie node answers at {', '.join(self.urls)}: {last}")
+
+    def session(self, ttl: str = "10s", client: str | None = None) -> dict:
+        """Opens a session: ``{"id", "ttl"}``."""
+        body = {"ttl": ttl}
+        if client:
+            body["client"] = client
+        return self.request("POST", "/v1/sessions", body)
+
+    def keepalive(self, session: str) -> dict:
+        return self.request("POST", f"/v1/sessions/{session}/keepalive", timeout=5.0)
+
+    def close(self, session: str) -> dict:
+        return self.request("DELETE", f"/v1/sessions/{session}")
+
+    def acquire(self, name: str, session: str, timeout: str | None = None, try_lock: bool = False,
+                permits: int = 0, value: str | None = None) -> dict:
+        """Takes ``name`` for ``session``: ``{"name", "fence", "node"}``."""
+        body: dict = {"session": session}
+        if permits:
+            body["permits"] = permits
+        if timeout:
+            body["timeout"] = timeout
+        if try_lock:
+            body["try"] = True
+        if value is not None:
+            body["value"] = value
+        # No socket timeout: the node answers at the timeout, or when the
+        # session ends.
+        return self.request("POST", f"/v1/locks/{quote(name)}/acquire", body, timeout=None)
+
+    def release(self, name: str, session: str, fence: int) -> dict:
+        body = {"session": session, "fence": fence}
+        return self.request("POST", f"/v1/locks/{quote(name)}/release", body)
+
+    def locks(self, prefix: str = "") -> list:
+        query = f"?prefix={urllib.parse.quote(prefix)}" if prefix else ""
+        return self.request("GET", f"/v1/locks{query}")
+
+    def get_lock(self, name: str) -> dict:
+        return self.request("GET", f"/v1/locks/{quote(name)}")
+
+    def leader(self, name: str) -> dict:
+        return self.request("GET", f"/v1/elections/{quote(name)}")
+
+    def events(self, path: str):
+        """The events of a stream, as ``(kind, data)`` pairs, until it ends.
+        Raises :class:`Error` for an error answer; ``OSError`` when the
+        node cannot be reached or the stream breaks off."""
+        conn = self._connection(self.url, timeout=None)
+        headers = {"accept": "text/event-stream"}
+        if self.token:
+            headers["authorization"] = f"Bearer {self.token}"
+        try:
+            conn.request("GET", path, headers=headers)
+            response = conn.getresponse()
+            if response.status >= 400:
+                answer = json.loads(response.read() or b"{}")
+                raise Error(response.status, answer.get("error", "?"), answer.get("detail", ""))
+            kind, data = "message", []
+            while True:
+                line = response.readline()
+                if not line:
+                    return
+                line = line.decode().rstrip("\r\n")
+                if line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("data:"):
+                    data.append(line[5:].lstrip())
+                elif not line and data:
+                    yield kind, json.loads("\n".join(data))
+                    kind, data = "message", []
+        finally:
+            conn.close()
+
+
+def quote(name: str) -> str:
+    """A lock name as one path segment (`/` percent-encoded)."""
+    return urllib.parse.quote(name, safe="")
+
+
+class Held:
+    """A lock held by a session kept alive in the background; see the
+    module's documentation."""
+
+    def __init__(self, client: Client, name: str, session: dict, granted: dict, on_lost=None):
+        self.client = client
+        self.name = name
+        self.session = session["id"]
+        self.ttl = parse_duration(session["ttl"])
+        self.fence = granted["fence"]
+        self.node = granted["node"]
+        self.lost = threading.Event()
+        self.why = None
+        self._on_lost = on_lost
+        self._done = threading.Event()
+        self._last_ok = time.monotonic()
+        self._threads = [
+            threading.Thread(target=self._keep_alive, daemon=True),
+            threading.Thread(target=self._watch, daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def check(self) -> None:
+        """Raises :class:`LockLost` if the lock was lost."""
+        if self.lost.is_set():
+            raise LockLost(f"lock {self.name!r} (fence {self.fence}) was lost: {self.why}")
+
+    def _lose(self, why: str) -> None:
+        if self._done.is_set() or self.lost.is_set():
+            return
+        self.why = why
+        self.lost.set()
+        if self._on_lost:
+            self._on_lost(self)
+
+    def _keep_alive(self) -> None:
+        while not self._done.wait(self.ttl / 3):
+            try:
+                self.client.keepalive(self.session)
+                self._last_ok = time.monotonic()
+            except Error as e:
+                if e.status == 404:
+                    return self._lose("the session is gone at its node")
+            except (Unavailable, OSError):
+                pass
+            if time.monotonic() - self._last_ok >= self.ttl:
+                return self._lose(f"no keepalive got through for {self.ttl}s (the TTL)")
+
+    def _watch(self) -> None:
+        while not self._done.is_set() and not self.lost.is_set():
+            try:
+                for kind, data in self.client.events(f"/v1/sessions/{self.session}/watch"):
+                    if kind == "ended":
+                        return self._lose(f"the session ended: {data['reason']}")
+            except Error as e:
+                if e.status == 404:
+                    return self._lose("the session is gone at its node")
+            except ConnectionRefusedError:
+                return self._lose("its node is down (connection refused)")
+            except OSError:
+                pass
+            # The stream broke off: look again, unless the node is gone.
+            if self._done.wait(0.1):
+                return
+
+    def release(self) -> None:
+        """Releases the lock and closes the session."""
+        self._done.set()
+        try:
+            self.client.close(self.session)
+        except (Error, Unavailable):
+            pass  # gone already: nothing to let go of
+
+
+class _Lock:
+    def __init__(self, name, client, ttl, timeout, try_lock, value, on_lost, label):
+        self.args = (name, client, ttl, timeout, try_lock, value, on_lost, label)
+        self.held: Held | None = None
+
+    def __enter__(self) -> Held:
+        name, client, ttl, timeout, try_lock, value, on_lost, label = self.args
+        session = client.session(ttl, label)
+        keeping = threading.Event()
+
+        # Keep the session alive while it waits, too: a waiter that stops
+        # its keepalives is never granted.
+        def keep():
+            while not keeping.wait(parse_duration(session["ttl"]) / 3):
+                try:
+                    client.keepalive(session["id"])
+                except (Error, Unavailable, OSError):
+                    pass
+
+        waiting = threading.Thread(target=keep, daemon=True)
+        waiting.start()
+        try:
+            granted = client.acquire(name, session["id"], timeout, try_lock, value=value)
+        except BaseException:
+            keeping.set()
+            try:
+                client.close(session["id"])
+            except (Error, Unavailable):
+                pass
+            raise
+        keeping.set()
+        self.held = Held(client, name, session, granted, on_lost)
+        return self.held
+
+    def __exit__(self, kind, exc, tb):
+        held = self.held
+        held.release()
+        if kind is None and held.lost.is_set():
+            held.check()
+        return False
+
+
+def lock(name: str, url: str | None = None, token: str | None = None, ttl: str = "10s",
+         timeout: str | None = None, try_lock: bool = False, value: str | None = None,
+         on_lost=None, client: str | None = None) -> _Lock:
+    """A context manager that holds lock ``name`` while its block runs;
+    ``value`` makes the holder the leader of the election by that name.
+    Raises :class:`Error` with status 408 at ``timeout``, 409 when
+    ``try_lock`` finds it held."""
+    return _Lock(name, Client(url, token), ttl, timeout, try_lock, value, on_lost, client)

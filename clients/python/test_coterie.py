@@ -1,0 +1,127 @@
+"""The Python client against a real cluster, which the caller starts
+(crates/coterie/tests/python.rs does): ``COTERIE_URLS`` lists the nodes'
+HTTP addresses in node order, ``COTERIE_PIDS`` their processes. The tests
+run in the order of their names; the last kills a node.
+
+    COTERIE_URLS=http://127.0.0.1:7401,... COTERIE_PIDS=... python3 -m unittest test_coterie
+"""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+import unittest
+
+import coterie
+
+URLS = os.environ.get("COTERIE_URLS", "http://127.0.0.1:7401").split(",")
+PIDS = [int(p) for p in os.environ.get("COTERIE_PIDS", "").split(",") if p]
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def wait_until(what, done, limit=15.0):
+    start = time.monotonic()
+    while not done():
+        if time.monotonic() - start > limit:
+            raise AssertionError(f"not within {limit}s: {what}")
+        time.sleep(0.05)
+
+
+class ClientTest(unittest.TestCase):
+    def holders(self, name, url=URLS[0]):
+        return coterie.Client(url).get_lock(name)["holders"]
+
+    def test_1_a_with_block_holds_the_lock_and_lets_go(self):
+        with coterie.lock("py/basic", url=URLS[1], ttl="2s", client="py-test") as held:
+            self.assertGreater(held.fence, 0)
+            holders = self.holders("py/basic")
+            self.assertEqual([(h["node"], h["client"], h["fence"]) for h in holders],
+                             [(2, "py-test", held.fence)])
+            # Held across several TTLs: the keepalives work.
+            time.sleep(4.5)
+            held.check()
+            self.assertEqual(len(self.holders("py/basic")), 1)
+        wait_until("py/basic is free", lambda: not self.holders("py/basic"))
+        with coterie.lock("py/basic", url=URLS[0]) as again:
+            self.assertGreater(again.fence, held.fence, "fences rise")
+
+    def test_2_a_try_on_a_held_lock_is_busy_and_a_timeout_times_out(self):
+        with coterie.lock("py/busy", url=URLS[0]):
+            with self.assertRaises(coterie.Error) as busy:
+                with coterie.lock("py/busy", url=URLS[2], try_lock=True):
+                    self.fail("granted while held")
+            self.assertEqual((busy.exception.status, busy.exception.error), (409, "busy"))
+            with self.assertRaises(coterie.Error) as late:
+                with coterie.lock("py/busy", url=URLS[1], timeout="300ms"):
+                    self.fail("granted while held")
+            self.assertEqual(late.exception.status, 408)
+
+    def test_3_session_expiry_releases_the_lock_to_the_waiting_client(self):
+        client = coterie.Client(URLS[0])
+        # A holder that never keeps its session alive.
+        silent = client.session(ttl="1s")
+        first = client.acquire("py/expiry", silent["id"])
+        started = time.monotonic()
+        with coterie.lock("py/expiry", url=URLS[1], timeout="15s") as held:
+            waited = time.monotonic() - started
+            self.assertGreater(held.fence, first["fence"])
+            self.assertGreaterEqual(waited, 0.5, "granted only once the silent session expired")
+        with self.assertRaises(coterie.Error) as gone:
+            client.keepalive(silent["id"])
+        self.assertEqual(gone.exception.status, 404)
+
+    def test_4_a_waiter_that_stops_its_keepalives_is_never_granted(self):
+        holder = coterie.Client(URLS[0])
+        waiter = coterie.Client(URLS[2])
+        h = holder.session(ttl="3s")
+        granted = holder.acquire("py/waiter", h["id"])
+        w = waiter.session(ttl="1s")  # no keepalive ever
+        answer = {}
+
+        def wait():
+            try:
+                answer["granted"] = waiter.acquire("py/waiter", w["id"])
+            except coterie.Error as e:
+                answer["error"] = e
+
+        t = threading.Thread(target=wait)
+        t.start()
+        # The holder keeps its session alive past the waiter's TTL, then lets go.
+        for _ in range(6):
+            time.sleep(0.5)
+            holder.keepalive(h["id"])
+        holder.release("py/waiter", h["id"], granted["fence"])
+        t.join(10)
+        self.assertNotIn("granted", answer, "a waiter whose session expired was granted")
+        self.assertEqual(answer["error"].status, 404, answer)
+        wait_until("py/waiter is free", lambda: not self.holders("py/waiter"))
+        self.assertEqual(self.holders("py/waiter"), [])
+
+    def test_5_the_curl_examples_run(self):
+        script = os.path.join(HERE, "..", "curl-examples.sh")
+        out = subprocess.run(["bash", script, URLS[0]], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn("released", out.stdout)
+
+    def test_9_killing_the_sessions_node_says_the_lock_is_lost(self):
+        self.assertEqual(len(PIDS), len(URLS), "COTERIE_PIDS names every node")
+        lost = threading.Event()
+        with self.assertRaises(coterie.LockLost):
+            with coterie.lock("py/kill", url=URLS[2], ttl="30s",
+                              on_lost=lambda h: lost.set()) as held:
+                os.kill(PIDS[2], signal.SIGKILL)
+                started = time.monotonic()
+                self.assertTrue(held.lost.wait(10), "the loss was never noticed")
+                noticed = time.monotonic() - started
+                self.assertLess(noticed, 30, "noticed only at the TTL")
+                self.assertTrue(lost.is_set(), "on_lost was called")
+                with self.assertRaises(coterie.LockLost):
+                    held.check()
+        # Another node's client gets it, with a higher fence.
+        with coterie.lock("py/kill", url=URLS[0], timeout="15s") as next_holder:
+            self.assertGreater(next_holder.fence, held.fence)
+
+
+if __name__ == "__main__":
+    unittest.main()

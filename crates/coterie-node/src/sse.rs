@@ -1,0 +1,180 @@
+//! The HTTP API's streams, as Server-Sent Events (the WHATWG HTML
+//! standard's `text/event-stream`): a line `event: KIND` and a line
+//! `data: JSON` per event, a comment every 15 s to keep idle proxies from
+//! cutting the stream, and the stream ends when the node stops.
+//!
+//! | path | events |
+//! |---|---|
+//! | `GET /v1/watch` | `event`: the node's events, each as `coterie watch --json` prints it, a `Snapshot` first |
+//! | `GET /v1/locks/{name}/watch` | `lock`: the lock as `GET /v1/locks/{name}` shows it, now and at every change of its holders or waiters |
+//! | `GET /v1/elections/{name}/observe` | `leader`: as `GET /v1/elections/{name}`, now and at every change of leader or value |
+//! | `GET /v1/sessions/{id}/watch` | `session` now; `ended` once it ends, with why and what it held, and the stream ends |
+//!
+//! A lock's holders and waiters live at every node; its watch re-reads
+//! the cluster's view ([`Cluster::locks`](crate::cluster::Cluster)) when
+//! a client of this node takes or lets go of it, and at least once a
+//! heartbeat otherwise, and sends only what changed (the times held and
+//! waited do not count as change). So a watched lock costs two small
+//! messages per peer per heartbeat while it is watched, and nothing
+//! when it is not.
+
+use crate::http::{Api, ApiError};
+use crate::protocol::{LockInfo, NodeEvent, WatchEvent};
+use crate::sessions::End;
+use crate::shutdown::Shutdown;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use coterie_core::Name;
+use serde::Serialize;
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::sync::{broadcast, mpsc};
+
+/// Events a stream may be ahead of its client by before its producer waits.
+const BUFFER: usize = 64;
+
+/// A stream's answer.
+pub(crate) type Events = Response;
+
+/// Where a producer sends its stream's events.
+pub(crate) struct Feed(mpsc::Sender<Event>);
+
+/// The client went away.
+pub(crate) struct Gone;
+
+impl Feed {
+    /// Sends one event of kind `kind` with `data` as JSON.
+    pub(crate) async fn send(&self, kind: &str, data: &impl Serialize) -> Result<(), Gone> {
+        let json = serde_json::to_string(data).map_err(|_| Gone)?;
+        self.0.send(Event::default().event(kind).data(json)).await.map_err(|_| Gone)
+    }
+}
+
+/// A stream fed by `produce` until it returns, the client goes or the
+/// node stops (`stop`).
+pub(crate) fn stream<F>(mut stop: Shutdown, produce: impl FnOnce(Feed) -> F) -> Events
+where
+    F: Future<Output = Result<(), Gone>> + Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel(BUFFER);
+    let left = tx.clone();
+    let producing = produce(Feed(tx));
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = producing => {}
+            () = left.closed() => {}
+            () = stop.recv() => {}
+        }
+    });
+    let events = futures_util::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|e| e.map(Ok::<_, Infallible>))
+    });
+    Sse::new(events).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// `GET /v1/watch`: the node's events.
+pub(crate) fn node_events(api: &Arc<Api>) -> Events {
+    let shared = api.shared.clone();
+    let mut events = shared.events.subscribe();
+    let status = shared.agent.status();
+    let first = WatchEvent {
+        node: status.id,
+        unix_us: crate::protocol::unix_us(),
+        event: NodeEvent::Snapshot {
+            coordinator: status.coordinator,
+            epoch: status.epoch,
+            alive: status.alive,
+            joined: status.joined,
+        },
+    };
+    stream(api.stop.clone(), |feed| async move {
+        feed.send("event", &first).await?;
+        loop {
+            let event = match events.recv().await {
+                Ok(e) => e,
+                Err(broadcast::error::RecvError::Lagged(missed)) => shared.events.missed(missed),
+                Err(broadcast::error::RecvError::Closed) => return Ok(()),
+            };
+            feed.send("event", &event).await?;
+        }
+    })
+}
+
+/// `GET /v1/elections/{name}/observe`: the leader now and every change.
+pub(crate) async fn observe(api: &Arc<Api>, name: Name) -> Events {
+    let patience = api.shared.agent.timing().1;
+    let (now, mut observer) = api.shared.cluster.observe(&name, patience).await;
+    stream(api.stop.clone(), |feed| async move {
+        feed.send("leader", &now).await?;
+        while let Some(change) = observer.next().await {
+            feed.send("leader", &change).await?;
+        }
+        Ok(())
+    })
+}
+
+/// `GET /v1/locks/{name}/watch`: the lock now and at every change.
+pub(crate) fn lock(api: &Arc<Api>, name: Name) -> Events {
+    let api2 = api.clone();
+    let mut events = api.shared.events.subscribe();
+    stream(api.stop.clone(), |feed| async move {
+        let api = api2;
+        let heartbeat = api.shared.agent.timing().0;
+        let mut last: Option<LockInfo> = None;
+        loop {
+            let now = crate::http::lock_info(&api, &name).await;
+            if last.as_ref().is_none_or(|l| !same(l, &now)) {
+                feed.send("lock", &now).await?;
+                last = Some(now);
+            }
+            // Until a client here takes or lets go of it, or a heartbeat.
+            let tick = tokio::time::sleep(heartbeat);
+            tokio::pin!(tick);
+            loop {
+                tokio::select! {
+                    () = &mut tick => break,
+                    e = events.recv() => match e {
+                        Ok(WatchEvent { event: NodeEvent::Granted { name: n, .. }, .. })
+                        | Ok(WatchEvent { event: NodeEvent::Released { name: n, .. }, .. })
+                            if n == name.as_str() => break,
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => return Ok(()),
+                    },
+                }
+            }
+        }
+    })
+}
+
+/// Whether two views of a lock show the same holders and waiters (the
+/// times they held and waited aside).
+fn same(a: &LockInfo, b: &LockInfo) -> bool {
+    fn holders(l: &LockInfo) -> Vec<(u32, Option<&str>, u64, Option<&str>)> {
+        let h = l.holders.iter();
+        h.map(|h| (h.node, h.client.as_deref(), h.fence, h.value.as_deref())).collect()
+    }
+    fn waiters(l: &LockInfo) -> Vec<(u32, &str)> {
+        l.waiters.iter().map(|w| (w.node, w.client.as_str())).collect()
+    }
+    (a.permits, a.order) == (b.permits, b.order)
+        && holders(a) == holders(b)
+        && waiters(a) == waiters(b)
+}
+
+/// `GET /v1/sessions/{id}/watch`: the session now, and its end.
+pub(crate) fn session(api: &Arc<Api>, id: String) -> Result<Events, ApiError> {
+    let (now, mut ended) = api.sessions.watch(&id)?;
+    Ok(stream(api.stop.clone(), |feed| async move {
+        feed.send("session", &now).await?;
+        // A closed channel is an ended session whose end was told already.
+        let end: Option<End> = match ended.wait_for(Option::is_some).await {
+            Ok(end) => end.clone(),
+            Err(_) => None,
+        };
+        if let Some(end) = end {
+            feed.send("ended", &end).await?;
+        }
+        Ok(())
+    }))
+}
