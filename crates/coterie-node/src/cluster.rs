@@ -119,11 +119,6 @@ pub(crate) struct Cluster {
 }
 
 impl Cluster {
-    /// Whether waiters are listed in timestamp order.
-    pub(crate) fn timestamp_order(&self) -> bool {
-        self.timestamp_order
-    }
-
     /// The view of `agent`'s cluster, this node's part kept in `locks`;
     /// `timestamp_order` when its algorithm serves requests in timestamp
     /// order (the waiters are then listed so).
@@ -179,6 +174,19 @@ impl Cluster {
             .map(|m| m.0)
             .collect();
         (self.merge(parts), unreachable)
+    }
+
+    /// Lock `name` as the cluster's nodes report it now: free, with
+    /// `permits`, if none knows it.
+    pub(crate) async fn lock(&self, name: &Name, patience: Duration, permits: u32) -> LockInfo {
+        let (locks, _) = self.locks(name.as_str(), patience).await;
+        locks.into_iter().find(|l| l.name == name.as_str()).unwrap_or(LockInfo {
+            name: name.to_string(),
+            permits,
+            holders: Vec::new(),
+            waiters: Vec::new(),
+            order: if self.timestamp_order { WaitOrder::Timestamp } else { WaitOrder::Waited },
+        })
     }
 
     /// The leader of election `name`, as the cluster's nodes report it

@@ -42,7 +42,7 @@
 //! start, saying why.
 
 use crate::exporter::{self, Exporter};
-use crate::protocol::{Acquire, LockInfo, WaitOrder};
+use crate::protocol::{Acquire, LockInfo};
 use crate::session::{Refusal, Shared, Taken};
 use crate::sessions::{Released, SessionError, Sessions};
 use crate::shutdown::Shutdown;
@@ -434,25 +434,9 @@ async fn get_lock(
     State(api): State<Arc<Api>>,
     Path(text): Path<String>,
 ) -> Result<Json<LockInfo>, ApiError> {
-    Ok(Json(lock_info(&api, &name(&text)?).await))
-}
-
-/// Lock `name` as the cluster's nodes report it now (free, if none knows
-/// it).
-pub(crate) async fn lock_info(api: &Api, name: &Name) -> LockInfo {
-    let patience = api.shared.agent.timing().1;
-    let (locks, _) = api.shared.cluster.locks(name.as_str(), patience).await;
-    locks.into_iter().find(|l| l.name == name.as_str()).unwrap_or(LockInfo {
-        name: name.to_string(),
-        permits: api.shared.default_permits,
-        holders: Vec::new(),
-        waiters: Vec::new(),
-        order: if api.shared.cluster.timestamp_order() {
-            WaitOrder::Timestamp
-        } else {
-            WaitOrder::Waited
-        },
-    })
+    let (shared, name) = (&api.shared, name(&text)?);
+    let patience = shared.agent.timing().1;
+    Ok(Json(shared.cluster.lock(&name, patience, shared.default_permits).await))
 }
 
 async fn watch_lock(
@@ -460,11 +444,11 @@ async fn watch_lock(
     State(api): State<Arc<Api>>,
     Path(text): Path<String>,
 ) -> Result<Events, ApiError> {
-    Ok(sse::lock(&api, name(&text)?))
+    Ok(sse::lock(&api.shared, api.stop.clone(), name(&text)?))
 }
 
 async fn watch_node(_: Authorized, State(api): State<Arc<Api>>) -> Events {
-    sse::node_events(&api)
+    sse::node_events(&api.shared, api.stop.clone())
 }
 
 async fn watch_session(
@@ -472,7 +456,7 @@ async fn watch_session(
     State(api): State<Arc<Api>>,
     Path(id): Path<String>,
 ) -> Result<Events, ApiError> {
-    sse::session(&api, id)
+    Ok(sse::session(&api.sessions, api.stop.clone(), id)?)
 }
 
 async fn leader(
@@ -490,7 +474,7 @@ async fn observe(
     State(api): State<Arc<Api>>,
     Path(text): Path<String>,
 ) -> Result<Events, ApiError> {
-    Ok(sse::observe(&api, name(&text)?).await)
+    Ok(sse::observe(&api.shared, api.stop.clone(), name(&text)?).await)
 }
 
 #[derive(Deserialize)]

@@ -18,9 +18,9 @@
 //! messages per peer per heartbeat while it is watched, and nothing
 //! when it is not.
 
-use crate::http::{Api, ApiError};
 use crate::protocol::{LockInfo, NodeEvent, WatchEvent};
-use crate::sessions::End;
+use crate::session::Shared;
+use crate::sessions::{End, SessionError, Sessions};
 use crate::shutdown::Shutdown;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -74,8 +74,8 @@ where
 }
 
 /// `GET /v1/watch`: the node's events.
-pub(crate) fn node_events(api: &Arc<Api>) -> Events {
-    let shared = api.shared.clone();
+pub(crate) fn node_events(shared: &Arc<Shared>, stop: Shutdown) -> Events {
+    let shared = shared.clone();
     let mut events = shared.events.subscribe();
     let status = shared.agent.status();
     let first = WatchEvent {
@@ -88,7 +88,7 @@ pub(crate) fn node_events(api: &Arc<Api>) -> Events {
             joined: status.joined,
         },
     };
-    stream(api.stop.clone(), |feed| async move {
+    stream(stop, |feed| async move {
         feed.send("event", &first).await?;
         loop {
             let event = match events.recv().await {
@@ -102,10 +102,10 @@ pub(crate) fn node_events(api: &Arc<Api>) -> Events {
 }
 
 /// `GET /v1/elections/{name}/observe`: the leader now and every change.
-pub(crate) async fn observe(api: &Arc<Api>, name: Name) -> Events {
-    let patience = api.shared.agent.timing().1;
-    let (now, mut observer) = api.shared.cluster.observe(&name, patience).await;
-    stream(api.stop.clone(), |feed| async move {
+pub(crate) async fn observe(shared: &Shared, stop: Shutdown, name: Name) -> Events {
+    let patience = shared.agent.timing().1;
+    let (now, mut observer) = shared.cluster.observe(&name, patience).await;
+    stream(stop, |feed| async move {
         feed.send("leader", &now).await?;
         while let Some(change) = observer.next().await {
             feed.send("leader", &change).await?;
@@ -115,15 +115,14 @@ pub(crate) async fn observe(api: &Arc<Api>, name: Name) -> Events {
 }
 
 /// `GET /v1/locks/{name}/watch`: the lock now and at every change.
-pub(crate) fn lock(api: &Arc<Api>, name: Name) -> Events {
-    let api2 = api.clone();
-    let mut events = api.shared.events.subscribe();
-    stream(api.stop.clone(), |feed| async move {
-        let api = api2;
-        let heartbeat = api.shared.agent.timing().0;
+pub(crate) fn lock(shared: &Arc<Shared>, stop: Shutdown, name: Name) -> Events {
+    let shared = shared.clone();
+    let mut events = shared.events.subscribe();
+    stream(stop, |feed| async move {
+        let (heartbeat, patience) = shared.agent.timing();
         let mut last: Option<LockInfo> = None;
         loop {
-            let now = crate::http::lock_info(&api, &name).await;
+            let now = shared.cluster.lock(&name, patience, shared.default_permits).await;
             if last.as_ref().is_none_or(|l| !same(l, &now)) {
                 feed.send("lock", &now).await?;
                 last = Some(now);
@@ -163,9 +162,13 @@ fn same(a: &LockInfo, b: &LockInfo) -> bool {
 }
 
 /// `GET /v1/sessions/{id}/watch`: the session now, and its end.
-pub(crate) fn session(api: &Arc<Api>, id: String) -> Result<Events, ApiError> {
-    let (now, mut ended) = api.sessions.watch(&id)?;
-    Ok(stream(api.stop.clone(), |feed| async move {
+pub(crate) fn session(
+    sessions: &Sessions,
+    stop: Shutdown,
+    id: String,
+) -> Result<Events, SessionError> {
+    let (now, mut ended) = sessions.watch(&id)?;
+    Ok(stream(stop, |feed| async move {
         feed.send("session", &now).await?;
         // A closed channel is an ended session whose end was told already.
         let end: Option<End> = match ended.wait_for(Option::is_some).await {
