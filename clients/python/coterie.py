@@ -200,26 +200,29 @@ def quote(name: str) -> str:
 
 class Held:
     """A lock held by a session kept alive in the background; see the
-    module's documentation."""
+    module's documentation. The session is kept alive from the start, so
+    while it waits for the lock too: a waiter that stops its keepalives is
+    never granted."""
 
-    def __init__(self, client: Client, name: str, session: dict, granted: dict, on_lost=None):
+    def __init__(self, client: Client, name: str, session: dict, on_lost=None):
         self.client = client
         self.name = name
         self.session = session["id"]
         self.ttl = parse_duration(session["ttl"])
-        self.fence = granted["fence"]
-        self.node = granted["node"]
+        self.fence = None  # until granted
+        self.node = None
         self.lost = threading.Event()
         self.why = None
         self._on_lost = on_lost
         self._done = threading.Event()
         self._last_ok = time.monotonic()
-        self._threads = [
-            threading.Thread(target=self._keep_alive, daemon=True),
-            threading.Thread(target=self._watch, daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
+        threading.Thread(target=self._keep_alive, daemon=True).start()
+
+    def granted(self, granted: dict) -> None:
+        """The lock is held: from now on its loss is watched for."""
+        self.fence = granted["fence"]
+        self.node = granted["node"]
+        threading.Thread(target=self._watch, daemon=True).start()
 
     def check(self) -> None:
         """Raises :class:`LockLost` if the lock was lost."""
@@ -227,7 +230,8 @@ class Held:
             raise LockLost(f"lock {self.name!r} (fence {self.fence}) was lost: {self.why}")
 
     def _lose(self, why: str) -> None:
-        if self._done.is_set() or self.lost.is_set():
+        # While it waits, a lost session is the acquire's error to tell.
+        if self._done.is_set() or self.lost.is_set() or self.fence is None:
             return
         self.why = why
         self.lost.set()
@@ -280,32 +284,14 @@ class _Lock:
 
     def __enter__(self) -> Held:
         name, client, ttl, timeout, try_lock, value, on_lost, label = self.args
-        session = client.session(ttl, label)
-        keeping = threading.Event()
-
-        # Keep the session alive while it waits, too: a waiter that stops
-        # its keepalives is never granted.
-        def keep():
-            while not keeping.wait(parse_duration(session["ttl"]) / 3):
-                try:
-                    client.keepalive(session["id"])
-                except (Error, Unavailable, OSError):
-                    pass
-
-        waiting = threading.Thread(target=keep, daemon=True)
-        waiting.start()
+        held = Held(client, name, client.session(ttl, label), on_lost)
         try:
-            granted = client.acquire(name, session["id"], timeout, try_lock, value=value)
+            held.granted(client.acquire(name, held.session, timeout, try_lock, value=value))
         except BaseException:
-            keeping.set()
-            try:
-                client.close(session["id"])
-            except (Error, Unavailable):
-                pass
+            held.release()
             raise
-        keeping.set()
-        self.held = Held(client, name, session, granted, on_lost)
-        return self.held
+        self.held = held
+        return held
 
     def __exit__(self, kind, exc, tb):
         held = self.held

@@ -4,7 +4,7 @@
 //! message, so that a node nobody watches does no work for them.
 
 use crate::protocol::{unix_us, NodeEvent, WatchEvent};
-use coterie_core::NodeId;
+use coterie_core::{NodeId, Status};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use tokio::sync::broadcast;
 
@@ -43,6 +43,18 @@ impl Events {
     /// A stream of what happens from now on.
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<WatchEvent> {
         self.tx.subscribe()
+    }
+
+    /// The first event of every stream: where the node stands (`status`)
+    /// as the watch begins.
+    pub(crate) fn snapshot(&self, status: Status) -> WatchEvent {
+        let event = NodeEvent::Snapshot {
+            coordinator: status.coordinator,
+            epoch: status.epoch,
+            alive: status.alive,
+            joined: status.joined,
+        };
+        WatchEvent { node: self.node.0, unix_us: unix_us(), event }
     }
 
     /// The event that stands for `missed` events a slow watcher skipped.

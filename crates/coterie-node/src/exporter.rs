@@ -86,14 +86,8 @@ impl Collector for Live {
         }
         let epoch = i64::try_from(status.epoch).unwrap_or(i64::MAX);
         one(e, "coterie_epoch", "The coordinator's epoch.", None, ConstGauge::new(epoch))?;
-        let joined = i64::from(status.joined);
-        one(
-            e,
-            "coterie_joined",
-            "1 once the node has joined the cluster.",
-            None,
-            ConstGauge::new(joined),
-        )?;
+        let help = "1 once the node has joined the cluster.";
+        one(e, "coterie_joined", help, None, ConstGauge::new(i64::from(status.joined)))?;
         let peers = status.alive.iter().filter(|&&n| n != status.id).count();
         let help = "Peers this node's failure detector believes up.";
         one(e, "coterie_peers_up", help, None, gauge(peers))?;

@@ -18,9 +18,7 @@
 use crate::codec::{write_frame, FrameError, FrameReader};
 use crate::locks::Client;
 use crate::metrics::Loss;
-use crate::protocol::{
-    Acquire, ClientRequest, ClientResponse, FaultCommand, NodeEvent, WatchEvent,
-};
+use crate::protocol::{Acquire, ClientRequest, ClientResponse, FaultCommand, NodeEvent};
 use crate::session::{Lease, Shared, Taken};
 use crate::shutdown::Shutdown;
 use coterie_core::{Fence, Name};
@@ -283,15 +281,7 @@ impl Handler {
     /// requests are not read.
     async fn watch(&mut self, shutdown: &mut Shutdown) {
         let mut events = self.shared.events.subscribe();
-        let status = self.shared.agent.status();
-        let snapshot = NodeEvent::Snapshot {
-            coordinator: status.coordinator,
-            epoch: status.epoch,
-            alive: status.alive,
-            joined: status.joined,
-        };
-        let first =
-            WatchEvent { node: status.id, unix_us: crate::protocol::unix_us(), event: snapshot };
+        let first = self.shared.events.snapshot(self.shared.agent.status());
         if write_frame(&mut self.writer, &ClientResponse::Event(first)).await.is_err() {
             return;
         }

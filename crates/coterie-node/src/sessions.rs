@@ -212,7 +212,9 @@ impl Sessions {
         let entry = t.get(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
         let Some(&(fence, true)) = entry.holding.get(name) else { return Ok(None) };
         let session = entry.client.session;
-        // Under the registry's lock, so a release cannot come between.
+        drop(t);
+        // A release that comes between is safe: the table refuses a fence
+        // no longer held, and peers take no value for a leadership ended.
         let proclaimed = self.shared.proclaim(session, name, fence, value);
         Ok(proclaimed.then_some(fence))
     }
@@ -220,14 +222,7 @@ impl Sessions {
     /// Session `id` resigns its leadership of election `name`: the fence
     /// it led with, `None` if it does not lead it.
     pub(crate) fn resign(&self, id: &str, name: &Name) -> Result<Option<Fence>, SessionError> {
-        let mut t = self.table();
-        let entry = t.get_mut(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
-        let Some(&(fence, true)) = entry.holding.get(name) else { return Ok(None) };
-        entry.holding.remove(name);
-        let session = entry.client.session;
-        drop(t);
-        self.shared.release(session, name, fence, true);
-        Ok(Some(fence))
+        self.let_go(id, name, |_, led| led)
     }
 
     /// How many sessions are open.
@@ -282,18 +277,28 @@ impl Sessions {
         name: &Name,
         fence: Fence,
     ) -> Result<Released, SessionError> {
+        let released = self.let_go(id, name, |held, _| held == fence)?;
+        Ok(if released.is_some() { Released::Done } else { Released::NotHeld })
+    }
+
+    /// Lets go of lock `name` for session `id`, if it holds it as `which`
+    /// (its fence, and whether it leads) says: the fence it held.
+    fn let_go(
+        &self,
+        id: &str,
+        name: &Name,
+        which: impl Fn(Fence, bool) -> bool,
+    ) -> Result<Option<Fence>, SessionError> {
         let mut t = self.table();
         let entry = t.get_mut(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
-        match entry.holding.get(name) {
-            Some(&(held, led)) if held == fence => {
-                entry.holding.remove(name);
-                let session = entry.client.session;
-                drop(t);
-                self.shared.release(session, name, fence, led);
-                Ok(Released::Done)
-            }
-            _ => Ok(Released::NotHeld),
-        }
+        let Some(&(fence, led)) = entry.holding.get(name).filter(|&&(f, l)| which(f, l)) else {
+            return Ok(None);
+        };
+        entry.holding.remove(name);
+        let session = entry.client.session;
+        drop(t);
+        self.shared.release(session, name, fence, led);
+        Ok(Some(fence))
     }
 
     /// Ends every session whose TTL ran out by `now`: each is lost.

@@ -38,14 +38,14 @@ const BUFFER: usize = 64;
 pub(crate) type Events = Response;
 
 /// Where a producer sends its stream's events.
-pub(crate) struct Feed(mpsc::Sender<Event>);
+struct Feed(mpsc::Sender<Event>);
 
 /// The client went away.
-pub(crate) struct Gone;
+struct Gone;
 
 impl Feed {
     /// Sends one event of kind `kind` with `data` as JSON.
-    pub(crate) async fn send(&self, kind: &str, data: &impl Serialize) -> Result<(), Gone> {
+    async fn send(&self, kind: &str, data: &impl Serialize) -> Result<(), Gone> {
         let json = serde_json::to_string(data).map_err(|_| Gone)?;
         self.0.send(Event::default().event(kind).data(json)).await.map_err(|_| Gone)
     }
@@ -53,7 +53,7 @@ impl Feed {
 
 /// A stream fed by `produce` until it returns, the client goes or the
 /// node stops (`stop`).
-pub(crate) fn stream<F>(mut stop: Shutdown, produce: impl FnOnce(Feed) -> F) -> Events
+fn stream<F>(mut stop: Shutdown, produce: impl FnOnce(Feed) -> F) -> Events
 where
     F: Future<Output = Result<(), Gone>> + Send + 'static,
 {
@@ -77,17 +77,7 @@ where
 pub(crate) fn node_events(shared: &Arc<Shared>, stop: Shutdown) -> Events {
     let shared = shared.clone();
     let mut events = shared.events.subscribe();
-    let status = shared.agent.status();
-    let first = WatchEvent {
-        node: status.id,
-        unix_us: crate::protocol::unix_us(),
-        event: NodeEvent::Snapshot {
-            coordinator: status.coordinator,
-            epoch: status.epoch,
-            alive: status.alive,
-            joined: status.joined,
-        },
-    };
+    let first = shared.events.snapshot(shared.agent.status());
     stream(stop, |feed| async move {
         feed.send("event", &first).await?;
         loop {

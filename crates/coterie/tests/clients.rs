@@ -68,10 +68,7 @@ fn schemathesis(dir: &Path, schema: &Path, base: &str, token: &str) -> Output {
 fn the_server_keeps_to_its_openapi_document_and_schemathesis_would_say_if_not() {
     // As an operator runs it: a secret, and tokens for the API.
     let dir = scratch("openapi");
-    let (secret, tokens) = (dir.0.join("secret"), dir.0.join("tokens"));
-    std::fs::write(&secret, "a shared secret for the openapi test\n").unwrap();
-    std::fs::write(&tokens, "api-token\n").unwrap();
-    let security = format!("secret_file = {secret:?}\napi_token_file = {tokens:?}\n");
+    let security = api_security(&dir.0, "api-token\n");
     let up = Up::start_secured(3, "openapi", "", &security);
     let base = up.http(1);
     // The document the server serves is the one in the tree.

@@ -240,15 +240,7 @@ fn bad_input_gets_a_json_error_and_changes_nothing() {
 #[test]
 fn with_a_secret_the_api_asks_for_a_bearer_token() {
     let dir = scratch("http-token");
-    let secret = dir.0.join("secret");
-    std::fs::write(&secret, "a shared secret for the http test\n").unwrap();
-    let tokens = dir.0.join("tokens");
-    std::fs::write(&tokens, "# one per line\ns3cret-token\n").unwrap();
-    let security = format!(
-        "secret_file = {:?}\napi_token_file = {:?}\n",
-        secret.display().to_string(),
-        tokens.display().to_string()
-    );
+    let security = api_security(&dir.0, "# one per line\ns3cret-token\n");
     let up = Up::start_secured(3, "http-token", "", &security);
     let url = format!("{}/v1/sessions", up.http(1));
     let body = json!({ "ttl": "5s" }).to_string();

@@ -118,15 +118,10 @@ fn by_node(p: &Prometheus, promql: &str, targets: &[String]) -> Vec<(u32, f64)> 
 #[test]
 fn prometheus_sees_grants_hold_times_losses_and_the_new_coordinator() {
     let dir = scratch("prometheus");
-    let secret = dir.0.join("secret");
-    std::fs::write(&secret, "a shared secret for the prometheus test\n").unwrap();
-    let tokens = dir.0.join("tokens");
-    std::fs::write(&tokens, "scrape-token\n").unwrap();
+    let security = api_security(&dir.0, "scrape-token\n");
     // Prometheus reads the token alone from its own file.
     let credentials = dir.0.join("credentials");
     std::fs::write(&credentials, "scrape-token").unwrap();
-    let security =
-        format!("secret_file = {:?}\napi_token_file = {:?}\n", path(&secret), path(&tokens));
     let up = Up::start_secured(3, "prometheus", "", &security);
     let targets: Vec<String> =
         (1..=3).map(|n| up.http(n).trim_start_matches("http://").to_string()).collect();
@@ -181,8 +176,4 @@ fn prometheus_sees_grants_hold_times_losses_and_the_new_coordinator() {
     let series = prom.query("{__name__=~\"coterie_.+\", job=\"coterie\"}");
     let named = series.iter().find(|(labels, _)| labels.to_string().contains("jobs/"));
     assert!(named.is_none(), "a series labelled with a lock's name: {named:?}");
-}
-
-fn path(p: &Path) -> String {
-    p.display().to_string()
 }

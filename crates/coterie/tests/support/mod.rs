@@ -270,6 +270,17 @@ pub fn scratch(name: &str) -> TempDir {
     TempDir(dir)
 }
 
+/// The `[security]` section of a cluster with a secret and bearer tokens
+/// for its HTTP API (`tokens`: the token file's text), its files written
+/// in `dir`.
+pub fn api_security(dir: &Path, tokens: &str) -> String {
+    let (secret, file) = (dir.join("secret"), dir.join("tokens"));
+    std::fs::write(&secret, "a shared secret for the tests\n").unwrap();
+    std::fs::write(&file, tokens).unwrap();
+    let (secret, file) = (secret.display().to_string(), file.display().to_string());
+    format!("secret_file = {secret:?}\napi_token_file = {file:?}\n")
+}
+
 /// `curl -sS ARGS`: what it printed.
 pub fn curl(args: &[&str]) -> String {
     let out = Command::new("curl").arg("-sS").args(args).output().expect("run curl");
