@@ -8,6 +8,7 @@ use crate::codec::{write_frame, FrameError};
 use crate::protocol::ClientResponse;
 use coterie_core::NodeId;
 use std::net::SocketAddr;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::debug;
 
@@ -18,6 +19,8 @@ pub(crate) enum Port {
     Peer,
     /// Clients and status.
     Client,
+    /// The HTTP/JSON API.
+    Http,
 }
 
 impl Port {
@@ -25,6 +28,7 @@ impl Port {
         match self {
             Port::Peer => "peer",
             Port::Client => "client",
+            Port::Http => "http",
         }
     }
 }
@@ -93,8 +97,9 @@ impl Admission {
     }
 
     /// Tells a connection to `port` that it is turned away, `why`, in the
-    /// first frame its client reads (the handshake's, with a secret), and
-    /// logs it (at most a line a second).
+    /// first thing its client reads — the handshake's frame with a secret,
+    /// a client frame without, an HTTP `503` on the HTTP port — and logs it
+    /// (at most a line a second).
     pub(crate) async fn turn_away(
         &self,
         stream: &mut TcpStream,
@@ -103,10 +108,24 @@ impl Admission {
         why: &str,
     ) {
         self.refusals.refused(port.name(), from, &why);
-        let _ = if self.authenticates() {
-            write_frame(stream, &AuthFrame::Refused(why.to_string())).await
-        } else {
-            write_frame(stream, &ClientResponse::Error(why.to_string())).await
+        let _ = match port {
+            Port::Http => stream.write_all(&unavailable(why)).await,
+            _ if self.authenticates() => {
+                write_frame(stream, &AuthFrame::Refused(why.to_string())).await
+            }
+            _ => write_frame(stream, &ClientResponse::Error(why.to_string())).await,
         };
     }
+}
+
+/// A whole HTTP/1.1 `503` response carrying the API's JSON error, written
+/// before hyper ever sees the connection.
+fn unavailable(why: &str) -> Vec<u8> {
+    let body = serde_json::json!({ "error": "unavailable", "detail": why }).to_string();
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }

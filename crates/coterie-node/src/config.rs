@@ -317,6 +317,17 @@ pub struct LimitsSection {
     /// HTTP API sessions open at once; one more is refused (429).
     #[serde(default = "LimitsSection::default_max_sessions")]
     pub max_sessions: usize,
+    /// HTTP connections served at once; one more is answered `503` with
+    /// a JSON reason naming this key, and closed.
+    #[serde(default = "LimitsSection::default_max_http")]
+    pub max_http: usize,
+    /// An HTTP connection that sends no complete request header for this
+    /// long is closed: a client that connects and says nothing, one that
+    /// sends its header too slowly, and a keep-alive connection idle
+    /// between requests. A request being answered (a blocking acquire, a
+    /// stream) is not cut short.
+    #[serde(default = "LimitsSection::default_http_idle", with = "humantime_serde_str")]
+    pub http_idle: Duration,
 }
 
 impl LimitsSection {
@@ -335,6 +346,14 @@ impl LimitsSection {
     fn default_max_sessions() -> usize {
         10_000
     }
+
+    fn default_max_http() -> usize {
+        4096
+    }
+
+    fn default_http_idle() -> Duration {
+        Duration::from_secs(30)
+    }
 }
 
 impl Default for LimitsSection {
@@ -344,6 +363,8 @@ impl Default for LimitsSection {
             max_pending: Self::default_max_pending(),
             max_names: Self::default_max_names(),
             max_sessions: Self::default_max_sessions(),
+            max_http: Self::default_max_http(),
+            http_idle: Self::default_http_idle(),
         }
     }
 }
@@ -489,11 +510,15 @@ impl Config {
             return Err(invalid("count must be at least 1".into()));
         }
         let l = &cfg.limits;
-        if [l.max_clients, l.max_pending, l.max_names, l.max_sessions].contains(&0) {
+        if [l.max_clients, l.max_pending, l.max_names, l.max_sessions, l.max_http].contains(&0) {
             return Err(invalid(
-                "[limits] max_clients, max_pending, max_names and max_sessions must be at least 1"
+                "[limits] max_clients, max_pending, max_names, max_sessions and max_http must be \
+                 at least 1"
                     .into(),
             ));
+        }
+        if l.http_idle.is_zero() {
+            return Err(invalid("[limits] http_idle must be more than 0".into()));
         }
         let claims = cfg.cluster.mutex.claims;
         if cfg.cluster.count > 1 && !claims.counting {

@@ -48,6 +48,7 @@ mod gate;
 mod handler;
 mod holdback;
 mod http;
+mod http_conn;
 mod links;
 mod listener;
 mod locks;

@@ -2,12 +2,13 @@
 //! tokio-rs/mini-redis's `Listener` does: each connection is served in a
 //! task of its own, at most `max` at once (a semaphore permit per
 //! connection, given back as it closes), until the node stops, when the
-//! tasks still running are dropped with the listener.
+//! tasks still running get a second to finish and are then dropped with
+//! the listener.
 //!
-//! A client connection beyond `[limits] max_clients` is told why it is
-//! refused, in the first frame its client reads, and closed; one that
-//! fails the handshake (with a secret) is dropped and logged, a line a
-//! second. Peer connections hand-shake in [`transport`](crate::transport),
+//! A client connection beyond `[limits] max_clients` (an HTTP one beyond
+//! `max_http`) is told why it is refused, in the first frame its client
+//! reads (an HTTP `503`), and closed; one that fails the handshake (with
+//! a secret) is dropped and logged, a line a second. Peer connections hand-shake in [`transport`](crate::transport),
 //! where the Hello that follows is checked too.
 
 use crate::admission::{Admission, Port};
@@ -52,16 +53,20 @@ impl Listener {
                     }
                 },
                 Some(_) = conns.join_next(), if !conns.is_empty() => continue,
-                _ = shutdown.recv() => return,
+                _ = shutdown.recv() => break,
             };
             let Ok(permit) = limit.clone().try_acquire_owned() else {
                 let admission = self.admission.clone();
                 let (port, max) = (self.port, self.max);
                 conns.spawn(
                     async move {
+                        let (what, key) = match port {
+                            Port::Http => ("HTTP", "max_http"),
+                            _ => ("client", "max_clients"),
+                        };
                         let why = format!(
-                            "this node serves {max} client connections already ([limits] \
-                             max_clients): try again later, or another node"
+                            "this node serves {max} {what} connections already ([limits] {key}): \
+                             try again later, or another node"
                         );
                         admission.turn_away(&mut stream, from, port, &why).await;
                         linger(stream).await;
@@ -79,6 +84,10 @@ impl Listener {
                 .in_current_span(),
             );
         }
+        // Each connection saw the shutdown too: let those that can finish
+        // what they are answering, briefly.
+        let drain = async { while conns.join_next().await.is_some() {} };
+        let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
     }
 }
 

@@ -30,6 +30,7 @@ use crate::exporter::Exporter;
 use crate::faults::{Faults, Injector};
 use crate::handler;
 use crate::http::Api;
+use crate::http_conn;
 use crate::listener::{self, Listener};
 use crate::locks::{Limits, Locks};
 use crate::metrics::Metrics;
@@ -44,10 +45,11 @@ use coterie_core::wire::{Hello, PROTOCOL_VERSION};
 use coterie_core::{Engine, NodeId, Priority, Restored};
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{error, info, warn, Instrument};
@@ -125,13 +127,10 @@ async fn listen(addr: &str) -> Result<TcpListener, NodeError> {
     let start = std::time::Instant::now();
     loop {
         let e = match tokio::net::lookup_host(addr).await {
-            Ok(resolved) => {
-                let resolved: Vec<_> = resolved.collect();
-                match TcpListener::bind(&resolved[..]).await {
-                    Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => e,
-                    bound => return bound.map_err(error),
-                }
-            }
+            Ok(resolved) => match bind_first(resolved) {
+                Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => e,
+                bound => return bound.map_err(error),
+            },
             Err(e) => e,
         };
         if start.elapsed() >= BIND_PATIENCE {
@@ -141,6 +140,27 @@ async fn listen(addr: &str) -> Result<TcpListener, NodeError> {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
+
+/// Listens on the first of `addrs` that can be bound, with room for
+/// [`BACKLOG`] connections not yet accepted.
+fn bind_first(addrs: impl Iterator<Item = SocketAddr>) -> io::Result<TcpListener> {
+    let mut last = io::Error::new(io::ErrorKind::InvalidInput, "the address resolves to nothing");
+    for addr in addrs {
+        let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(addr).and_then(|()| socket.listen(BACKLOG)) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Connections the kernel queues for a port before the node accepts them.
+/// std's 128 overflows when many clients connect at once (a thousand
+/// connecting in a burst waited a second each for a SYN retry); the kernel
+/// caps it at `net.core.somaxconn`.
+const BACKLOG: u32 = 4096;
 
 /// Runs node `id` of `cfg` on `listeners` until `shutdown` completes.
 pub async fn run(
@@ -155,6 +175,7 @@ pub async fn run(
         Some(http) => api_tokens(&cfg, secret.is_some(), http)?,
         None => None,
     };
+    make_room_for_connections(&cfg, listeners.http.is_some());
     let wall = std::time::SystemTime::now();
     let incarnation = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let since_unix = wall.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -296,7 +317,7 @@ pub async fn run(
         admission: admission.clone(),
         max: cfg.limits.max_clients,
     };
-    let api_shared = shared.clone();
+    let (api_shared, api_admission) = (shared.clone(), admission.clone());
     let serve = move |stream, from, stop| {
         let (admission, shared) = (admission.clone(), shared.clone());
         listener::admitted(admission, stream, from, move |stream| {
@@ -312,17 +333,16 @@ pub async fn run(
         let exporter = Exporter::new(metrics, agent.clone(), locks.clone(), sessions.clone());
         let stop = shutdown_signal.clone();
         let api = Arc::new(Api { shared: api_shared, sessions, tokens, exporter, stop });
-        let mut stop = shutdown_signal.clone();
-        let serve = axum::serve(http, crate::http::router(api))
-            .with_graceful_shutdown(async move { stop.recv().await });
-        tasks.spawn(
-            async move {
-                if let Err(e) = serve.await {
-                    error!("the HTTP API stopped: {e}");
-                }
-            }
-            .instrument(span.clone()),
-        );
+        let router = crate::http::router(api);
+        let http_port = Listener {
+            listener: http,
+            port: Port::Http,
+            admission: api_admission,
+            max: cfg.limits.max_http,
+        };
+        let idle = cfg.limits.http_idle;
+        let serve = move |stream, _from, stop| http_conn::serve(router.clone(), stream, idle, stop);
+        tasks.spawn(http_port.run(serve, shutdown_signal.clone()).instrument(span.clone()));
     }
 
     let outcome = tokio::select! {
@@ -339,6 +359,36 @@ pub async fn run(
         tasks.abort_all();
     }
     outcome
+}
+
+/// Makes room for the connections `[limits]` allows: raises the process's
+/// soft limit on open files toward its hard limit, as far as they need
+/// (as Go's runtime does at start), and warns when even the hard limit is
+/// short — the node would then fail to accept before its own caps refuse.
+fn make_room_for_connections(cfg: &Config, http: bool) {
+    let l = &cfg.limits;
+    let connections = l.max_clients + if http { l.max_http } else { 0 };
+    // Peer links both ways, the state file, the log, a margin.
+    let needed = (connections + 2 * cfg.nodes.len() + 64) as libc::rlim_t;
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit read or write only the struct given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 || limit.rlim_cur >= needed
+    {
+        return;
+    }
+    let raised = libc::rlimit { rlim_cur: needed.min(limit.rlim_max), rlim_max: limit.rlim_max };
+    // SAFETY: as above.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+        limit.rlim_cur = raised.rlim_cur;
+    }
+    if limit.rlim_cur < needed {
+        warn!(
+            open_files = limit.rlim_cur,
+            needed,
+            "[limits] max_clients and max_http allow more connections than this process may \
+             open files: raise its limit (ulimit -n, LimitNOFILE=) or lower theirs"
+        );
+    }
 }
 
 /// The HTTP API's tokens: required with a secret; without one, the API is

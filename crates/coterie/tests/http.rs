@@ -460,3 +460,122 @@ fn cli_and_http_clients_on_one_name_never_overlap_and_their_fences_rise() {
         last = *f;
     }
 }
+
+/// Lets this process open `wanted` files, if its hard limit allows: the
+/// number it may open.
+fn open_files(wanted: u64) -> u64 {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit read or write only the struct given.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        if limit.rlim_cur < wanted {
+            limit.rlim_cur = wanted.min(limit.rlim_max);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+        }
+    }
+    limit.rlim_cur
+}
+
+/// The files node `pid` has open.
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+#[test]
+fn ten_thousand_idle_connections_are_capped_then_closed_and_change_nothing() {
+    use std::io::Read;
+    use std::net::TcpStream;
+    let (cap, idle) = (2000, Duration::from_secs(15));
+    let limits = format!("[limits]\nmax_http = {cap}\nhttp_idle = \"{}s\"\n", idle.as_secs());
+    let up = Up::start_with(3, "http-idle", &limits);
+    let (n1, n2) = (up.http(1), up.http(2));
+    // A lock held through node 2's API, kept alive throughout.
+    let id = session(&n2, "3s");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    keep_alive(n2.clone(), id.clone(), stop.clone());
+    let (status, held) = acquire(&n2, "kept", json!({ "session": id, "try": true }));
+    assert_eq!(status, 200, "{held}");
+    let pid = up.node_pid(1);
+    let before = fds(pid);
+
+    // 10,000 connections to node 1's API that never send a byte (fewer
+    // only if this machine's hard limit on open files forbids them).
+    let wanted = (open_files(10_300) - 300).min(10_000) as usize;
+    let addr = n1.trim_start_matches("http://").to_string();
+    let began = Instant::now();
+    let mut idle_conns: Vec<TcpStream> = (0..wanted)
+        .map(|i| TcpStream::connect(&addr).unwrap_or_else(|e| panic!("connection {i}: {e}")))
+        .collect();
+    let connected = began.elapsed();
+    eprintln!("{wanted} connections opened in {connected:?}");
+
+    // While they are open: the peers, the binary protocol and the other
+    // nodes' APIs go on as before.
+    let out = lock_now(&up, 1, &["--timeout", "10s", "busy-node"], &["true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(agreed(&up.status()).is_some_and(|(_, n_up)| n_up == 3), "{:?}", up.status());
+    assert_eq!(holders(&n2, "kept").len(), 1);
+    // Node 1 itself answers, or says in JSON why not.
+    let (status, answer) = call("GET", &format!("{n1}/healthz"), None, None);
+    assert!(
+        status == 200 || (status == 503 && answer["error"] == "unavailable"),
+        "{status} {answer}"
+    );
+
+    // Those beyond the cap were told why, in a JSON 503, and closed.
+    let mut refused = 0;
+    for conn in &mut idle_conns {
+        conn.set_nonblocking(true).unwrap();
+        let mut answer = Vec::new();
+        match conn.read_to_end(&mut answer) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("an idle connection: {e} after {answer:?}"),
+        }
+        if answer.is_empty() {
+            continue; // Held, or closed for idling already (a slow machine).
+        }
+        let text = String::from_utf8_lossy(&answer);
+        let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+        assert!(head.starts_with("HTTP/1.1 503 "), "{text}");
+        let body: Value = serde_json::from_str(body).expect("a JSON body");
+        assert_eq!(body["error"], "unavailable", "{body}");
+        assert!(body["detail"].as_str().unwrap().contains("max_http"), "{body}");
+        refused += 1;
+    }
+    eprintln!("{refused} refused with a 503");
+    if connected < idle {
+        // None of the first `cap` could have timed out yet.
+        assert_eq!(refused, wanted - cap, "the cap holds exactly {cap}");
+    } else {
+        assert!(refused > 0);
+    }
+
+    // Within the idle timeout (and a margin), node 1 closes every one.
+    let deadline = began + idle + Duration::from_secs(10);
+    for conn in &mut idle_conns {
+        conn.set_nonblocking(false).unwrap();
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        conn.set_read_timeout(Some(left)).unwrap();
+        let mut sink = Vec::new();
+        match conn.read_to_end(&mut sink) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("an idle connection still open after {:?}: {e}", began.elapsed()),
+        }
+    }
+    drop(idle_conns);
+    // Nothing else changed: node 1 answers, gave its descriptors back,
+    // and the lock held throughout is still held by its session.
+    let (status, health) = call("GET", &format!("{n1}/healthz"), None, None);
+    assert_eq!(status, 200, "{health}");
+    let settled = Instant::now();
+    while fds(pid) > before + 20 && settled.elapsed() < Duration::from_secs(5) {
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert!(fds(pid) <= before + 20, "node 1 holds {} files, {before} before", fds(pid));
+    let held_now = holders(&n2, "kept");
+    assert_eq!(held_now.len(), 1, "{held_now:?}");
+    assert_eq!(held_now[0]["fence"], held["fence"], "{held_now:?}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+}
