@@ -116,12 +116,6 @@ wait_tcp() {
     return 1
 }
 
-# stop PID: SIGTERM, then wait for it.
-stop() {
-    kill "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
-}
-
 floor_run() {
     say "loopback: pingpong, 50000 round trips"
     cc -O2 -o "$work/pingpong" scripts/bench/pingpong.c
@@ -160,42 +154,15 @@ etcd_run() {
         note "etcd: skipped, no etcd/etcdctl (apt-get install etcd-server etcd-client)"
         return 0
     fi
-    local ports peers="" endpoints="" pids=() i clients report
-    read -r -a ports <<<"$(free_ports 6)"
-    for i in 0 1 2; do
-        peers+="${peers:+,}m$i=http://127.0.0.1:${ports[2*i]}"
-        endpoints+="${endpoints:+,}http://127.0.0.1:${ports[2*i+1]}"
-    done
-    for i in 0 1 2; do
-        etcd --name "m$i" --data-dir "$work/etcd/m$i" \
-            --listen-peer-urls "http://127.0.0.1:${ports[2*i]}" \
-            --initial-advertise-peer-urls "http://127.0.0.1:${ports[2*i]}" \
-            --listen-client-urls "http://127.0.0.1:${ports[2*i+1]}" \
-            --advertise-client-urls "http://127.0.0.1:${ports[2*i+1]}" \
-            --initial-cluster "$peers" --initial-cluster-token bench-vs --initial-cluster-state new \
-            --logger zap --log-level error >"$work/etcd-m$i.log" 2>&1 &
-        pids+=($!)
-    done
-    local healthy=false
-    for _ in $(seq 100); do
-        if ETCDCTL_API=3 etcdctl --endpoints "$endpoints" --command-timeout 1s endpoint health \
-            >"$work/etcd-health" 2>&1; then
-            healthy=true
-            break
-        fi
-        sleep 0.1
-    done
-    if ! $healthy; then
-        cat "$work/etcd-health" >&2
-        echo "etcd: the three members never became healthy (logs: $work/etcd-m*.log)" >&2
-        return 1
-    fi
+    local i clients report
+    mkdir -p "$work/etcd"
+    start_etcd "$work/etcd"
     for clients in 1 5; do
         say "etcd: $clients client(s), ${seconds}s"
-        report="$(python3 scripts/bench/etcd-lock.py "$endpoints" "$clients" "$seconds")"
+        report="$(python3 scripts/bench/etcd-lock.py "$ETCD_ENDPOINTS" "$clients" "$seconds")"
         row etcd "3 members, v3 lock API" "$report" "$clients"
     done
-    for i in "${pids[@]}"; do stop "$i"; done
+    for i in "${ETCD_PIDS[@]}"; do stop "$i"; done
 }
 
 # coterie_run MUTEX SCOPE...: one cluster of MUTEX, one workload per SCOPE

@@ -1,5 +1,5 @@
 # Shared by the bench scripts (sourced, not run): free loopback ports, a
-# cluster file on them, and a cluster started from it.
+# cluster file on them, a cluster started from it, and etcd beside it.
 
 # free_ports N: N free loopback ports, space-separated.
 free_ports() {
@@ -10,16 +10,17 @@ print(" ".join(str(x.getsockname()[1]) for x in s))' "$1"
 }
 
 # write_cluster FILE MUTEX [EXTRA]: a 5-node bully cluster of MUTEX on free
-# ports, with EXTRA lines in its [cluster] section, faults allowed.
+# ports (peer, client and HTTP API each), with EXTRA lines in its [cluster]
+# section, faults allowed.
 write_cluster() {
     local file="$1" mutex="$2" extra="${3:-}" ports
-    read -r -a ports <<<"$(free_ports 10)"
+    read -r -a ports <<<"$(free_ports 15)"
     {
         printf '[cluster]\nname = "bench"\nmutex = "%s"\nelection = "bully"\n%s\n' "$mutex" "$extra"
         printf '[security]\nallow_faults = true\n\n'
         for i in 0 1 2 3 4; do
-            printf '[[node]]\nid = %d\npeer = "127.0.0.1:%s"\nclient = "127.0.0.1:%s"\n' \
-                $((i + 1)) "${ports[2*i]}" "${ports[2*i+1]}"
+            printf '[[node]]\nid = %d\npeer = "127.0.0.1:%s"\nclient = "127.0.0.1:%s"\nhttp = "127.0.0.1:%s"\n' \
+                $((i + 1)) "${ports[3*i]}" "${ports[3*i+1]}" "${ports[3*i+2]}"
         done
     } >"$file"
 }
@@ -36,5 +37,44 @@ start_cluster() {
         sleep 0.1
     done
     echo "the cluster of $2 never agreed on n5" >&2
+    return 1
+}
+
+# stop PID: SIGTERM, then wait for it.
+stop() {
+    kill "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+
+# start_etcd DIR: three etcd members on free ports, data under DIR (logs
+# too), in the background; then waits until they are healthy. Sets
+# ETCD_ENDPOINTS (comma-separated client URLs) and ETCD_PIDS.
+start_etcd() {
+    local dir="$1" ports peers="" i
+    ETCD_ENDPOINTS="" ETCD_PIDS=()
+    read -r -a ports <<<"$(free_ports 6)"
+    for i in 0 1 2; do
+        peers+="${peers:+,}m$i=http://127.0.0.1:${ports[2*i]}"
+        ETCD_ENDPOINTS+="${ETCD_ENDPOINTS:+,}http://127.0.0.1:${ports[2*i+1]}"
+    done
+    for i in 0 1 2; do
+        etcd --name "m$i" --data-dir "$dir/m$i" \
+            --listen-peer-urls "http://127.0.0.1:${ports[2*i]}" \
+            --initial-advertise-peer-urls "http://127.0.0.1:${ports[2*i]}" \
+            --listen-client-urls "http://127.0.0.1:${ports[2*i+1]}" \
+            --advertise-client-urls "http://127.0.0.1:${ports[2*i+1]}" \
+            --initial-cluster "$peers" --initial-cluster-token bench --initial-cluster-state new \
+            --logger zap --log-level error >"$dir/m$i.log" 2>&1 &
+        ETCD_PIDS+=($!)
+    done
+    for _ in $(seq 100); do
+        if ETCDCTL_API=3 etcdctl --endpoints "$ETCD_ENDPOINTS" --command-timeout 1s endpoint health \
+            >"$dir/health" 2>&1; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    cat "$dir/health" >&2
+    echo "etcd: the three members never became healthy (logs: $dir/m*.log)" >&2
     return 1
 }

@@ -3,9 +3,10 @@
 //! is the protocol; this is the node's side of it), and the rate-limited
 //! log line for whoever is turned away.
 
-use crate::auth::{self, AuthError, AuthFrame, Dialler, Refusals, Role, Secret};
+use crate::auth::{self, AuthError, AuthFrame, Dialler, Role, Secret};
 use crate::codec::{write_frame, FrameError};
 use crate::protocol::ClientResponse;
+use crate::throttle::Throttle;
 use coterie_core::NodeId;
 use std::net::SocketAddr;
 use tokio::io::AsyncWriteExt;
@@ -128,4 +129,22 @@ fn unavailable(why: &str) -> Vec<u8> {
         body.len()
     )
     .into_bytes()
+}
+
+/// The log line for connections refused at the door (they failed the
+/// handshake, or the node serves all the clients it may), at most one a
+/// second: whoever knocks without the secret cannot flood the log.
+#[derive(Default)]
+struct Refusals {
+    throttle: std::sync::Mutex<Throttle>,
+}
+
+impl Refusals {
+    /// A connection from `from` on the `port` port was refused, `why`.
+    fn refused(&self, port: &str, from: std::net::SocketAddr, why: &dyn std::fmt::Display) {
+        let mut throttle = self.throttle.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(also) = throttle.admit(std::time::Instant::now()) {
+            tracing::warn!(%from, port, also_refused_since_last_line = also, "refused a connection: {why}");
+        }
+    }
 }

@@ -5,8 +5,9 @@
 //!
 //! ## Layout
 //! - [`config`]: the cluster's TOML file, checked as it is read.
-//! - [`codec`]: frames on tokio streams.
-//! - [`protocol`]: what clients and the witness say.
+//! - [`codec`], [`protocol`], [`auth`]: the wire — frames on tokio
+//!   streams, what clients and the witness say, the challenge–response
+//!   handshake — shared with the clients of the `coterie-client` crate.
 //! - [`node`]: one node's runtime, which builds the parts below and runs
 //!   their tasks.
 //! - The agent's side: `agent` (the engine and its output driver),
@@ -26,20 +27,16 @@
 //!   (faults injected on request, `coterie fault`), `events` (what
 //!   watchers are told), `shutdown` (the stop signal), `throttle` (at most
 //!   a log line a second for what a remote party repeats).
-//! - [`auth`]: the challenge–response handshake itself.
 //! - [`state`]: a node's stable storage, one record in two checksummed slots.
 //! - [`storage`]: the group-commit writer that makes records durable off the
 //!   runtime's thread.
-//! - [`client`]: the client side of the client port and of the witness.
+//! - [`Client`], [`WitnessClient`]: re-exported from `coterie-client`.
 //! - [`witness`]: the shared resource that checks safety on a real cluster.
 #![warn(missing_docs)]
 
 mod admission;
 mod agent;
-pub mod auth;
-pub mod client;
 mod cluster;
-pub mod codec;
 pub mod config;
 mod events;
 mod exporter;
@@ -55,7 +52,6 @@ mod locks;
 mod metrics;
 pub mod node;
 mod peers;
-pub mod protocol;
 mod session;
 mod sessions;
 mod shutdown;
@@ -66,8 +62,11 @@ mod throttle;
 mod transport;
 pub mod witness;
 
-pub use client::{
+pub use config::Config;
+/// The wire and the client side of it live in `coterie-client`; the node
+/// serves what they say.
+pub use coterie_client::{auth, codec, protocol};
+pub use coterie_client::{
     client_label, Acquired, Client, ClientError, Credentials, Entry, Grant, Lock, LockRequest,
     Loss, Observer, Outcome, Watch, WitnessClient,
 };
-pub use config::Config;

@@ -250,6 +250,26 @@ fn with_a_secret_the_api_asks_for_a_bearer_token() {
     assert_eq!(status, 401, "{wrong}");
     let (status, made) = call("POST", &url, Some(&body), Some("s3cret-token"));
     assert_eq!(status, 200, "{made}");
+
+    // The Rust client (coterie-client's HttpClient, under `coterie
+    // workload --http`) finds the token in the configuration, and takes
+    // and releases over keep-alive connections at every node.
+    let workload = |env: &[(&str, &str)], more: &[&str]| {
+        let mut args = vec!["workload", "--config", up.config(), "--http", "--clients", "2"];
+        args.extend(more);
+        args.extend(["--no-witness", "--json"]);
+        let out = Command::new(BIN).args(&args).envs(env.iter().copied()).output().unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        report
+    };
+    let report = workload(&[], &["--requests", "40"]);
+    assert_eq!(report["entries"], 3 * 2 * 40, "{report}");
+    assert_eq!((report["errors"].as_u64(), report["unanswered"].as_u64()), (Some(0), Some(0)));
+    // With a wrong token it gets nothing, and says so in its errors.
+    let report = workload(&[("COTERIE_TOKEN", "nope")], &["--duration", "1s"]);
+    assert_eq!(report["entries"], 0, "{report}");
+    assert!(report["errors"].as_u64() > Some(0), "{report}");
 }
 
 /// A stream of Server-Sent Events read with `curl -N`, as it comes.

@@ -122,6 +122,8 @@ async fn measure_real(
     let result = async {
         cluster.agree(&Reach::default(), Epoch(0), Duration::from_secs(15)).await?;
         workload::drive(workload::Spec {
+            http: None,
+            no_chain: false,
             nodes: cluster.nodes().to_vec(),
             clients,
             choice: Default::default(),

@@ -246,6 +246,8 @@ async fn work(State(s): State<Arc<Shared>>, Json(r): Json<WorkRequest>) -> Respo
     }
     if r.action == "start" {
         let spec = workload::Spec {
+            http: None,
+            no_chain: false,
             nodes: s.nodes.clone(),
             clients: 2,
             choice: workload::Choice {

@@ -3,6 +3,7 @@
 use super::common::{self, NodeAddr, Target};
 use super::status;
 use anyhow::{bail, Result};
+use coterie_client::{HttpClient, HttpError, Wait};
 use coterie_node::{Entry, LockRequest, Outcome, WitnessClient};
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
@@ -65,6 +66,19 @@ pub struct Args {
     /// given up and made again.
     #[arg(long, default_value = "10s", value_parser = common::parse_duration)]
     answer_within: Duration,
+    /// The clients speak the HTTP/JSON API (each node's `http` address in
+    /// the configuration) instead of the binary protocol: a session each,
+    /// then acquire and release over one keep-alive connection. The token,
+    /// when the nodes ask for one: COTERIE_TOKEN, else the first in
+    /// `[security] api_token_file`.
+    #[arg(long)]
+    http: bool,
+    /// Release with a request of its own, answered before the next
+    /// acquire, as an HTTP client must: by default a client that does not
+    /// think sends its release with its next request, one round trip an
+    /// entry instead of two.
+    #[arg(long)]
+    no_chain: bool,
     /// Print a JSON report.
     #[arg(long)]
     json: bool,
@@ -283,6 +297,40 @@ pub struct Spec {
     pub answer_within: Duration,
     /// Where to report what the witness refused or caught, as it happens.
     pub events: Option<tokio::sync::mpsc::UnboundedSender<Seen>>,
+    /// Speak the HTTP API at these addresses instead of the binary protocol.
+    pub http: Option<Arc<HttpTarget>>,
+    /// Never send a release with the next request: two round trips an
+    /// entry, as over HTTP.
+    pub no_chain: bool,
+}
+
+/// The HTTP API of the nodes a workload drives.
+#[derive(Debug)]
+pub struct HttpTarget {
+    /// Each node's `http` address, by id.
+    pub addrs: std::collections::BTreeMap<u32, String>,
+    /// The bearer token, when the nodes ask for one.
+    pub token: Option<String>,
+}
+
+impl HttpTarget {
+    /// The API of every node of `cfg`, with the token from COTERIE_TOKEN
+    /// or the configuration's token file.
+    pub fn of(cfg: &coterie_node::Config) -> Result<HttpTarget> {
+        let addrs: std::collections::BTreeMap<u32, String> =
+            cfg.nodes.iter().filter_map(|n| Some((n.id, n.http.clone()?))).collect();
+        if addrs.is_empty() {
+            bail!("--http: no node of the configuration serves the API ([[node]] http)");
+        }
+        let token = match std::env::var("COTERIE_TOKEN") {
+            Ok(token) if !token.is_empty() => Some(token),
+            _ => cfg
+                .api_tokens()?
+                .and_then(|t| t.into_iter().next())
+                .map(|t| String::from_utf8_lossy(&t).into_owned()),
+        };
+        Ok(HttpTarget { addrs, token })
+    }
 }
 
 /// Something a client saw that a live timeline should show.
@@ -425,8 +473,13 @@ async fn client_loop(
     let mut done = 0;
     let past_deadline = || spec.deadline.is_some_and(|d| Instant::now() >= d);
     while done < spec.requests && !past_deadline() {
-        let session = one_session(&node, &spec, &mut picker, &mut done, &tally, &histogram);
-        match session.await {
+        let session = match &spec.http {
+            Some(api) => {
+                http_session(api, &node, &spec, &mut picker, &mut done, &tally, &histogram).await
+            }
+            None => one_session(&node, &spec, &mut picker, &mut done, &tally, &histogram).await,
+        };
+        match session {
             Ok(()) => {}
             Err(_) => {
                 // The node or the witness went away: count it, wait, retry.
@@ -518,7 +571,7 @@ async fn one_session(
         *done += 1;
         next = picker.next();
         tally.entries.fetch_add(1, Ordering::Relaxed);
-        if spec.think.is_zero() && *done < spec.requests && !past_deadline() {
+        if spec.think.is_zero() && !spec.no_chain && *done < spec.requests && !past_deadline() {
             held = true;
             continue;
         }
@@ -530,6 +583,69 @@ async fn one_session(
     if held {
         client.release().await?;
     }
+    Ok(())
+}
+
+/// [`one_session`] over the HTTP API: an API session with a TTL, then
+/// acquire (waiting up to `answer_within`), witness, hold, release — two
+/// requests an entry on one keep-alive connection.
+async fn http_session(
+    api: &HttpTarget,
+    node: &NodeAddr,
+    spec: &Spec,
+    picker: &mut Picker,
+    done: &mut u64,
+    tally: &Tally,
+    histogram: &Mutex<Histogram<u64>>,
+) -> Result<()> {
+    let past_deadline = || spec.deadline.is_some_and(|d| Instant::now() >= d);
+    let id = node.id.unwrap_or_default();
+    let Some(addr) = api.addrs.get(&id) else { bail!("node {id} does not serve the HTTP API") };
+    let mut client = HttpClient::connect(addr, api.token.as_deref()).await?;
+    // Long enough to outlast any wait; keepalives are not needed between
+    // entries that follow one another at once.
+    let ttl = spec.answer_within + spec.hold + spec.think + Duration::from_secs(30);
+    let session = client.create_session(ttl).await?;
+    let mut witness = match &spec.witness {
+        Some(addr) => Some(WitnessClient::connect(addr).await?),
+        None => None,
+    };
+    let wait = Wait::Block(Some(spec.answer_within));
+    while *done < spec.requests && !past_deadline() {
+        let [name] = &picker.next()[..] else { bail!("--http takes one name a request") };
+        let asked = Instant::now();
+        let grant = match client.acquire(name, &session, wait).await {
+            Ok(grant) => grant,
+            Err(HttpError::Api { status: 408, .. }) => {
+                tally.unanswered.fetch_add(1, Ordering::Relaxed);
+                if let Some(events) = &spec.events {
+                    let _ = events.send(Seen::Unanswered { node: id });
+                }
+                bail!("not granted within {:?}", spec.answer_within)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let waited = asked.elapsed().as_micros() as u64;
+        histogram.lock().expect("histogram lock").saturating_record(waited.max(1));
+        if let Some(w) = witness.as_mut() {
+            if let Entry::Stale { .. } = w.enter(name, grant.fence, id).await? {
+                tally.stale.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if !spec.hold.is_zero() {
+            tokio::time::sleep(spec.hold).await;
+        }
+        if let Some(w) = witness.as_mut() {
+            w.leave(name, grant.fence).await?;
+        }
+        client.release(name, &session, grant.fence).await?;
+        *done += 1;
+        tally.entries.fetch_add(1, Ordering::Relaxed);
+        if !spec.think.is_zero() {
+            tokio::time::sleep(spec.think).await;
+        }
+    }
+    client.close_session(&session).await?;
     Ok(())
 }
 
@@ -559,7 +675,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(total) => (nodes.iter().cycle().take(total).cloned().collect(), 1),
         None => (nodes, args.clients),
     };
+    let http = match (args.http, &cfg) {
+        (false, _) => None,
+        (true, Some(cfg)) => Some(Arc::new(HttpTarget::of(cfg)?)),
+        (true, None) => bail!("--http needs the configuration (--config), for the nodes' APIs"),
+    };
+    if http.is_some() && args.choice.per_request > 1 {
+        bail!("--http takes one name a request (the API's acquire is per name)");
+    }
     let spec = Spec {
+        http,
+        no_chain: args.no_chain,
         nodes,
         clients,
         choice: args.choice.choice()?,

@@ -132,6 +132,8 @@ pub async fn play(
         .collect();
     let start = Instant::now();
     let spec = workload::Spec {
+        http: None,
+        no_chain: false,
         nodes: clients_on,
         clients: w.clients,
         choice: Default::default(),

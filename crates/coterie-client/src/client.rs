@@ -358,7 +358,7 @@ impl Client {
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// use coterie_node::Client;
+    /// use coterie_client::Client;
     /// let client = Client::connect("127.0.0.1:7201").await?;
     /// let Ok(mut lock) = client.lock(None, false).await? else { return Ok(()) };
     /// let fence = lock.fence(); // hand it to the resource with every write

@@ -18,7 +18,6 @@
 //! port, which is what the open protocol let in.
 
 use crate::codec::{read_frame, write_frame, FrameError};
-use crate::throttle::Throttle;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -264,29 +263,6 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         }
     };
     tokio::time::timeout(HANDSHAKE_TIMEOUT, run).await.map_err(|_| AuthError::Timeout)?
-}
-
-/// The log line for connections refused at the door (they failed the
-/// handshake, or the node serves all the clients it may), at most one a
-/// second: whoever knocks without the secret cannot flood the log.
-#[derive(Default)]
-pub(crate) struct Refusals {
-    throttle: std::sync::Mutex<Throttle>,
-}
-
-impl Refusals {
-    /// A connection from `from` on the `port` port was refused, `why`.
-    pub(crate) fn refused(
-        &self,
-        port: &str,
-        from: std::net::SocketAddr,
-        why: &dyn std::fmt::Display,
-    ) {
-        let mut throttle = self.throttle.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(also) = throttle.admit(std::time::Instant::now()) {
-            tracing::warn!(%from, port, also_refused_since_last_line = also, "refused a connection: {why}");
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,236 @@
+//! The HTTP/JSON API from Rust: sessions with a TTL, and named locks taken
+//! and released through them, over one keep-alive HTTP/1.1 connection
+//! (hyper's client). The same calls as `curl` or the Python client make;
+//! docs/http.md in the repository has the API itself.
+//!
+//! A session outlives the connection: a client that reconnects (to the
+//! same node: sessions are per node) within the TTL keeps its locks. Keep
+//! it alive more often than its TTL (a third of it is usual), or lose them.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), coterie_client::HttpError> {
+//! use coterie_client::{HttpClient, Wait};
+//! use std::time::Duration;
+//! let mut api = HttpClient::connect("127.0.0.1:7401", None).await?;
+//! let session = api.create_session(Duration::from_secs(10)).await?;
+//! let grant = api.acquire("jobs/nightly", &session, Wait::Block(Some(Duration::from_secs(5)))).await?;
+//! println!("held with fence {}", grant.fence);
+//! api.release("jobs/nightly", &session, grant.fence).await?;
+//! api.close_session(&session).await?;
+//! # Ok(()) }
+//! ```
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::{header, Method, Request};
+use hyper_util::rt::TokioIo;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// What went wrong calling the API.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// The node could not be reached.
+    #[error("cannot reach {addr}: {source}")]
+    Connect {
+        /// The address dialled.
+        addr: String,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// The connection failed, or the node closed it.
+    #[error("HTTP: {0}")]
+    Http(#[from] hyper::Error),
+    /// The API answered with an error: its status and JSON.
+    #[error("{status} {error}: {detail}")]
+    Api {
+        /// The HTTP status: 404 an unknown session, 409 busy or not held,
+        /// 408 not granted in time, and so on.
+        status: u16,
+        /// What kind, as the API names it (`"busy"`, `"unknown session"` …).
+        error: String,
+        /// One line on what to do.
+        detail: String,
+    },
+    /// An answer that is not the API's JSON.
+    #[error("an answer that is not the API's JSON ({status}): {text}")]
+    Answer {
+        /// Its status.
+        status: u16,
+        /// Its start.
+        text: String,
+    },
+}
+
+/// How long an acquire waits.
+#[derive(Clone, Copy, Debug)]
+pub enum Wait {
+    /// Until granted, or for at most this long (`408` after it).
+    Block(Option<Duration>),
+    /// Not at all: granted now or `409 busy`.
+    Try,
+}
+
+/// A lock granted through the API.
+#[derive(Clone, Debug, Deserialize)]
+pub struct HttpGrant {
+    /// The lock.
+    pub name: String,
+    /// Its fence, higher than every earlier grant of the name.
+    pub fence: u64,
+    /// The node that granted it.
+    pub node: u32,
+}
+
+/// What a name's path segment escapes: everything but letters, digits and
+/// `-._~` (a `/` in a name becomes `%2F`).
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// One keep-alive connection to a node's HTTP API; see the module
+/// documentation.
+pub struct HttpClient {
+    sender: SendRequest<Full<Bytes>>,
+    /// `host:port`, for the Host header.
+    authority: String,
+    /// `Bearer TOKEN`, when the node asks for one.
+    authorization: Option<String>,
+}
+
+impl HttpClient {
+    /// Connects to the API at `addr` (`host:port`), presenting `token`
+    /// with every request if given (a node with a secret asks for one).
+    pub async fn connect(addr: &str, token: Option<&str>) -> Result<HttpClient, HttpError> {
+        let error = |source| HttpError::Connect { addr: addr.to_string(), source };
+        let stream = TcpStream::connect(addr).await.map_err(error)?;
+        stream.set_nodelay(true).map_err(error)?;
+        let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+        // The connection's own task; it ends when the client is dropped.
+        tokio::spawn(connection);
+        Ok(HttpClient {
+            sender,
+            authority: addr.to_string(),
+            authorization: token.map(|t| format!("Bearer {t}")),
+        })
+    }
+
+    /// Creates a session with `ttl`: its id.
+    pub async fn create_session(&mut self, ttl: Duration) -> Result<String, HttpError> {
+        let body = json!({ "ttl": humantime::format_duration(ttl).to_string() });
+        let answer = self.call(Method::POST, "/v1/sessions", Some(body)).await?;
+        Ok(answer["id"].as_str().unwrap_or_default().to_string())
+    }
+
+    /// Keeps session `id` alive for another TTL.
+    pub async fn keepalive(&mut self, id: &str) -> Result<(), HttpError> {
+        self.call(Method::POST, &format!("/v1/sessions/{}/keepalive", segment(id)), None).await?;
+        Ok(())
+    }
+
+    /// Closes session `id`: what it held is released, what it waited for
+    /// withdrawn.
+    pub async fn close_session(&mut self, id: &str) -> Result<(), HttpError> {
+        self.call(Method::DELETE, &format!("/v1/sessions/{}", segment(id)), None).await?;
+        Ok(())
+    }
+
+    /// Takes lock `name` for `session`, waiting as `wait` says.
+    pub async fn acquire(
+        &mut self,
+        name: &str,
+        session: &str,
+        wait: Wait,
+    ) -> Result<HttpGrant, HttpError> {
+        let mut body = json!({ "session": session });
+        match wait {
+            Wait::Try => body["try"] = json!(true),
+            Wait::Block(Some(limit)) => {
+                body["timeout"] = json!(humantime::format_duration(limit).to_string())
+            }
+            Wait::Block(None) => {}
+        }
+        let path = format!("/v1/locks/{}/acquire", segment(name));
+        let answer = self.call(Method::POST, &path, Some(body)).await?;
+        serde_json::from_value(answer.clone())
+            .map_err(|_| HttpError::Answer { status: 200, text: answer.to_string() })
+    }
+
+    /// Releases lock `name`, held by `session` with `fence`.
+    pub async fn release(
+        &mut self,
+        name: &str,
+        session: &str,
+        fence: u64,
+    ) -> Result<(), HttpError> {
+        let path = format!("/v1/locks/{}/release", segment(name));
+        self.call(Method::POST, &path, Some(json!({ "session": session, "fence": fence }))).await?;
+        Ok(())
+    }
+
+    /// Any call: `method` on `path` with a JSON `body`, the JSON answer, or
+    /// the API's error.
+    pub async fn call(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, HttpError> {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::HOST, &self.authority)
+            .header(header::ACCEPT, "application/json");
+        if let Some(authorization) = &self.authorization {
+            request = request.header(header::AUTHORIZATION, authorization);
+        }
+        let bytes = match body {
+            Some(body) => {
+                request = request.header(header::CONTENT_TYPE, "application/json");
+                Bytes::from(body.to_string())
+            }
+            None => Bytes::new(),
+        };
+        let request = request.body(Full::new(bytes)).map_err(|e| HttpError::Answer {
+            status: 0,
+            text: format!("a request that cannot be made: {e}"),
+        })?;
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
+        let status = response.status().as_u16();
+        let bytes = response.into_body().collect().await?.to_bytes();
+        let answer = |text: &[u8]| HttpError::Answer {
+            status,
+            text: String::from_utf8_lossy(&text[..text.len().min(200)]).into_owned(),
+        };
+        let value: Value = serde_json::from_slice(&bytes).map_err(|_| answer(&bytes))?;
+        if status / 100 == 2 {
+            return Ok(value);
+        }
+        match (value["error"].as_str(), value["detail"].as_str()) {
+            (Some(error), Some(detail)) => {
+                Err(HttpError::Api { status, error: error.into(), detail: detail.into() })
+            }
+            _ => Err(answer(&bytes)),
+        }
+    }
+}
+
+/// `text` as one path segment.
+fn segment(text: &str) -> String {
+    utf8_percent_encode(text, SEGMENT).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_is_one_path_segment() {
+        assert_eq!(segment("jobs/nightly"), "jobs%2Fnightly");
+        assert_eq!(segment("a b~c.d-e_f"), "a%20b~c.d-e_f");
+        assert_eq!(segment("é"), "%C3%A9");
+    }
+}

@@ -1,0 +1,40 @@
+//! # coterie-client
+//!
+//! Async clients for a coterie cluster, for Rust programs and for the
+//! `coterie` CLI itself.
+//!
+//! - [`Client`]: a session on a node's client port, in the binary protocol
+//!   the CLI speaks. A lock lives as long as the connection (or, with a
+//!   ping, as long as its lease): `lock`, `release`, `lost` to learn that
+//!   a held lock is gone, `locks`, elections, `status`, `watch`.
+//! - [`HttpClient`]: the HTTP/JSON API's sessions and named locks, over a
+//!   keep-alive connection ([`http`]).
+//! - [`WitnessClient`]: the witness a test cluster checks its entries at.
+//! - The wire underneath, shared with the node: [`protocol`] (what is
+//!   said), [`codec`] (frames on tokio streams), [`auth`] (the
+//!   challenge–response handshake when the cluster has a secret).
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), coterie_client::ClientError> {
+//! use coterie_client::{Client, LockRequest, Outcome};
+//! let mut client = Client::connect("127.0.0.1:7101").await?;
+//! let req = LockRequest::new(["jobs/nightly"]).timeout(Some(std::time::Duration::from_secs(5)));
+//! if let Outcome::Granted(grant) = client.request(&req).await? {
+//!     println!("held with fence {}", grant.fence());
+//!     client.release().await?;
+//! }
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+pub mod auth;
+mod client;
+pub mod codec;
+pub mod http;
+pub mod protocol;
+
+pub use client::{
+    client_label, Acquired, Client, ClientError, Credentials, Entry, Grant, Lock, LockRequest,
+    Loss, Observer, Outcome, Watch, WitnessClient,
+};
+pub use http::{HttpClient, HttpError, HttpGrant, Wait};
