@@ -13,9 +13,12 @@
 //! ports (where the cluster allows faults); kill, stop, resume and restart
 //! go to `coterie up --dashboard`, which owns the processes. A workload
 //! starts and stops at `/api/workload`; `/api/diagram.svg` is the run so
-//! far as a diagram; `/api/locks` is every live lock with its holders and
-//! waiters, as `coterie locks --json` lists them, which the page asks for
-//! twice a second.
+//! far as a diagram; `/api/locks/watch` streams every live lock with its
+//! holders and waiters, as `coterie locks --json` lists them, at each
+//! change: fed by the same watch streams, the listing is asked of the
+//! cluster again when a node reports something (at most four times a
+//! second) and at least once a second, and sent on only when who holds or
+//! waits has changed (`/api/locks` is the listing once).
 
 use super::common::{self, NodeAddr, Target};
 use super::harness::{self, step::StepText, Target as StepTarget};
@@ -95,7 +98,15 @@ struct Shared {
     recording: Mutex<Recording>,
     control: Option<Control>,
     workload: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Poked at each event from the nodes: the lock table may have changed.
+    stirred: tokio::sync::Notify,
+    /// The latest lock listing (JSON), for `/api/locks/watch`.
+    locks: tokio::sync::watch::Sender<String>,
 }
+
+/// How often the lock table is asked for at most, and at least.
+const LOCKS_AT_MOST: Duration = Duration::from_millis(250);
+const LOCKS_AT_LEAST: Duration = Duration::from_secs(1);
 
 /// Serves the dashboard of `nodes` on `listener` until `shutdown`; with
 /// `control`, the page can kill, stop, resume and restart node processes.
@@ -115,6 +126,8 @@ pub async fn serve(
         live: broadcast::channel(4096).0,
         control,
         workload: Mutex::new(None),
+        stirred: tokio::sync::Notify::new(),
+        locks: tokio::sync::watch::channel(String::new()).0,
     });
     let (tx, mut rx) = mpsc::unbounded_channel();
     watchers::spawn(&shared.nodes, tx, Some(false));
@@ -124,6 +137,7 @@ pub async fn serve(
             feed.take_in(watched);
         }
     });
+    tokio::spawn(follow_locks(shared.clone()));
     let app = Router::new()
         .route("/", get(|| async { Html(PAGE) }))
         .route("/api/cluster", get(cluster))
@@ -132,6 +146,7 @@ pub async fn serve(
         .route("/api/workload", post(work))
         .route("/api/diagram.svg", get(diagram))
         .route("/api/locks", get(locks))
+        .route("/api/locks/watch", get(watch_locks))
         .with_state(shared);
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
     Ok(())
@@ -153,6 +168,7 @@ impl Shared {
         }
         history.push_back(json.clone());
         let _ = self.live.send(json);
+        self.stirred.notify_one();
     }
 }
 
@@ -273,16 +289,66 @@ async fn work(State(s): State<Arc<Shared>>, Json(r): Json<WorkRequest>) -> Respo
 
 /// Every live lock, from the first node that answers (it asks the
 /// others), and the nodes that did not answer.
-async fn locks(State(s): State<Arc<Shared>>) -> Response {
-    let asked = common::first_answer(&s.nodes, Some(Duration::from_secs(2)), |mut c| async move {
+async fn list_locks(nodes: &[NodeAddr]) -> Result<serde_json::Value, String> {
+    let asked = common::first_answer(nodes, Some(Duration::from_secs(2)), |mut c| async move {
         c.locks("").await
     });
-    match asked.await {
-        Ok((locks, unreachable)) => {
-            Json(serde_json::json!({"locks": locks, "unreachable": unreachable})).into_response()
-        }
-        Err(why) => bad(format!("no node answered ({why})")),
+    let (locks, unreachable) = asked.await.map_err(|why| format!("no node answered ({why})"))?;
+    Ok(serde_json::json!({"locks": locks, "unreachable": unreachable}))
+}
+
+async fn locks(State(s): State<Arc<Shared>>) -> Response {
+    match list_locks(&s.nodes).await {
+        Ok(listing) => Json(listing).into_response(),
+        Err(why) => bad(why),
     }
+}
+
+/// Keeps [`Shared::locks`] current; see the module documentation.
+async fn follow_locks(s: Arc<Shared>) {
+    let mut last = None;
+    loop {
+        let listing = list_locks(&s.nodes).await.unwrap_or_else(
+            |why| serde_json::json!({"locks": [], "unreachable": [], "error": why}),
+        );
+        // Times held and waited grow by themselves (the page counts them
+        // on): a change is in who holds and who waits.
+        let mut shape = listing.clone();
+        for lock in shape["locks"].as_array_mut().into_iter().flatten() {
+            for key in ["holders", "waiters"] {
+                for who in lock[key].as_array_mut().into_iter().flatten() {
+                    if let Some(who) = who.as_object_mut() {
+                        who.retain(|k, _| !k.ends_with("_ms"));
+                    }
+                }
+            }
+        }
+        if last.as_ref() != Some(&shape) {
+            last = Some(shape);
+            s.locks.send_replace(listing.to_string());
+        }
+        tokio::time::sleep(LOCKS_AT_MOST).await;
+        let _ = tokio::time::timeout(LOCKS_AT_LEAST - LOCKS_AT_MOST, s.stirred.notified()).await;
+    }
+}
+
+/// The lock table now, then at each change, one SSE event each.
+async fn watch_locks(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    let mut changes = s.locks.subscribe();
+    changes.mark_changed();
+    let next = futures_util::stream::unfold(changes, |mut changes| async move {
+        loop {
+            changes.changed().await.ok()?;
+            let listing = changes.borrow_and_update().clone();
+            if !listing.is_empty() {
+                return Some((
+                    Ok::<_, std::convert::Infallible>(Event::default().data(listing)),
+                    changes,
+                ));
+            }
+        }
+    });
+    Sse::new(next).keep_alive(KeepAlive::default())
 }
 
 async fn diagram(State(s): State<Arc<Shared>>) -> Response {
