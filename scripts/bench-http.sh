@@ -31,27 +31,13 @@
 # etcd-server etcd-client (skipped, with a note, when not installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-json=false
-case "${1:-}" in
-    --json) json=true ;;
-    "") ;;
-    *) echo "usage: $0 [--json]" >&2; exit 2 ;;
-esac
-seconds="${DURATION:-5}"
-if [ -n "${COTERIE_BIN:-}" ]; then
-    bin="$COTERIE_BIN"
-else
-    cargo build --release -q
-    bin=target/release/coterie
-fi
-work="$(mktemp -d "${TMPDIR:-/tmp}/coterie-bench-http.XXXXXX")"
-trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+# shellcheck source=scripts/bench/cluster.sh
+source scripts/bench/cluster.sh
+bench_start bench-http "$@"
 rows="$work/rows.jsonl"
 : >"$rows"
 notes=()
 
-# shellcheck source=scripts/bench/cluster.sh
-source scripts/bench/cluster.sh
 
 say() { echo "bench-http: $*" >&2; }
 

@@ -1,6 +1,29 @@
 # Shared by the bench scripts (sourced, not run): free loopback ports, a
 # cluster file on them, a cluster started from it, and etcd beside it.
 
+# bench_start NAME [--json]: how a bench script begins. Sets json (true
+# with --json), seconds (DURATION, default 5), bin (COTERIE_BIN, or a
+# fresh release build) and work (a temporary directory, removed at exit
+# with the script's background jobs stopped).
+bench_start() {
+    local name="$1"
+    json=false
+    case "${2:-}" in
+        --json) json=true ;;
+        "") ;;
+        *) echo "usage: $0 [--json]" >&2; exit 2 ;;
+    esac
+    seconds="${DURATION:-5}"
+    if [ -n "${COTERIE_BIN:-}" ]; then
+        bin="$COTERIE_BIN"
+    else
+        cargo build --release -q
+        bin=target/release/coterie
+    fi
+    work="$(mktemp -d "${TMPDIR:-/tmp}/coterie-$name.XXXXXX")"
+    trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+}
+
 # free_ports N: N free loopback ports, space-separated.
 free_ports() {
     python3 -c 'import socket, sys

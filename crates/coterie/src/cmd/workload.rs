@@ -411,7 +411,8 @@ pub async fn drive(spec: Spec) -> Result<Report> {
             let clients = (spec.nodes.len() * spec.clients) as u64;
             let picker = spec.choice.picker(number, clients);
             number += 1;
-            tasks.spawn(async move { client_loop(node, spec, picker, tally, histogram).await });
+            let run = Run { node, spec, picker, done: 0, tally, histogram };
+            tasks.spawn(client_loop(run));
         }
     }
     let total = spec.requests.saturating_mul((spec.nodes.len() * spec.clients) as u64);
@@ -463,62 +464,107 @@ pub async fn drive(spec: Spec) -> Result<Report> {
     })
 }
 
-async fn client_loop(
+/// One client's part of a run, carried from session to session.
+struct Run {
     node: NodeAddr,
     spec: Spec,
-    mut picker: Picker,
+    picker: Picker,
+    /// Entries made so far.
+    done: u64,
     tally: Arc<Tally>,
     histogram: Arc<Mutex<Histogram<u64>>>,
-) {
-    let mut done = 0;
-    let past_deadline = || spec.deadline.is_some_and(|d| Instant::now() >= d);
-    while done < spec.requests && !past_deadline() {
-        let session = match &spec.http {
-            Some(api) => {
-                http_session(api, &node, &spec, &mut picker, &mut done, &tally, &histogram).await
+}
+
+impl Run {
+    /// Whether the client has entries left to make, and time to make them.
+    fn more(&self) -> bool {
+        self.done < self.spec.requests && self.spec.deadline.is_none_or(|d| Instant::now() < d)
+    }
+
+    /// The node's id, as the witness knows it.
+    fn id(&self) -> u32 {
+        self.node.id.unwrap_or_default()
+    }
+
+    /// A grant came, `asked` ago.
+    fn granted(&self, asked: Instant) {
+        let waited = asked.elapsed().as_micros() as u64;
+        self.histogram.lock().expect("histogram lock").saturating_record(waited.max(1));
+    }
+
+    /// A request was not granted within the limit.
+    fn unanswered(&self) -> anyhow::Error {
+        self.tally.unanswered.fetch_add(1, Ordering::Relaxed);
+        self.tell(Seen::Unanswered { node: self.id() });
+        anyhow::anyhow!("not granted within {:?}", self.spec.answer_within)
+    }
+
+    /// An entry was made and left.
+    fn entered(&mut self) {
+        self.done += 1;
+        self.tally.entries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn tell(&self, seen: Seen) {
+        if let Some(events) = &self.spec.events {
+            let _ = events.send(seen);
+        }
+    }
+
+    /// The witness, if the run checks entries at one.
+    async fn witness(&self) -> Result<Option<WitnessClient>> {
+        Ok(match &self.spec.witness {
+            Some(addr) => Some(WitnessClient::connect(addr).await?),
+            None => None,
+        })
+    }
+
+    /// Enters the witness with `fences`, counting and telling what it
+    /// refuses or catches.
+    async fn enter(&self, witness: &mut WitnessClient, fences: &[(String, u64)]) -> Result<()> {
+        let id = self.id();
+        for (name, fence) in fences {
+            match witness.enter(name, *fence, id).await? {
+                Entry::Stale { last } => {
+                    self.tally.stale.fetch_add(1, Ordering::Relaxed);
+                    self.tell(Seen::Stale { node: id, fence: *fence, last });
+                }
+                Entry::Accepted { holders, violation: true } => {
+                    self.tell(Seen::Overlap { node: id, fence: *fence, holders })
+                }
+                Entry::Accepted { .. } => {}
             }
-            None => one_session(&node, &spec, &mut picker, &mut done, &tally, &histogram).await,
+        }
+        Ok(())
+    }
+}
+
+async fn client_loop(mut run: Run) {
+    while run.more() {
+        let session = match run.spec.http.clone() {
+            Some(api) => http_session(&api, &mut run).await,
+            None => one_session(&mut run).await,
         };
-        match session {
-            Ok(()) => {}
-            Err(_) => {
-                // The node or the witness went away: count it, wait, retry.
-                tally.errors.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+        if session.is_err() {
+            // The node or the witness went away: count it, wait, retry.
+            run.tally.errors.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 }
 
-async fn one_session(
-    node: &NodeAddr,
-    spec: &Spec,
-    picker: &mut Picker,
-    done: &mut u64,
-    tally: &Tally,
-    histogram: &Mutex<Histogram<u64>>,
-) -> Result<()> {
-    let past_deadline = || spec.deadline.is_some_and(|d| Instant::now() >= d);
-    let mut client = node.connect().await?;
-    let mut witness = match &spec.witness {
-        Some(addr) => Some(WitnessClient::connect(addr).await?),
-        None => None,
-    };
-    let id = node.id.unwrap_or_default();
-    let tell = |seen: Seen| {
-        if let Some(events) = &spec.events {
-            let _ = events.send(seen);
-        }
-    };
-    let mut next = picker.next();
+async fn one_session(run: &mut Run) -> Result<()> {
+    let mut client = run.node.connect().await?;
+    let mut witness = run.witness().await?;
+    let mut next = run.picker.next();
     // Whether the session still holds the previous entry's locks: a client
     // that does not think releases them and asks again in one write.
     let mut held = false;
-    while *done < spec.requests && !past_deadline() {
+    while run.more() {
         let asked = Instant::now();
         let req = LockRequest::new(next.clone())
-            .permits(spec.choice.permits)
-            .timeout(Some(spec.answer_within));
+            .permits(run.spec.choice.permits)
+            .timeout(Some(run.spec.answer_within));
         let outcome = if std::mem::take(&mut held) {
             client.release_and_request(&req).await?
         } else {
@@ -526,33 +572,17 @@ async fn one_session(
         };
         let fences = match outcome {
             Outcome::Granted(grant) => grant.fences,
-            Outcome::TimedOut | Outcome::Busy => {
-                tally.unanswered.fetch_add(1, Ordering::Relaxed);
-                tell(Seen::Unanswered { node: id });
-                bail!("not granted within {:?}", spec.answer_within)
-            }
+            Outcome::TimedOut | Outcome::Busy => return Err(run.unanswered()),
         };
-        let waited = asked.elapsed().as_micros() as u64;
-        histogram.lock().expect("histogram lock").saturating_record(waited.max(1));
+        run.granted(asked);
         if let Some(w) = witness.as_mut() {
-            for (name, fence) in &fences {
-                match w.enter(name, *fence, id).await? {
-                    Entry::Stale { last } => {
-                        tally.stale.fetch_add(1, Ordering::Relaxed);
-                        tell(Seen::Stale { node: id, fence: *fence, last });
-                    }
-                    Entry::Accepted { holders, violation: true } => {
-                        tell(Seen::Overlap { node: id, fence: *fence, holders })
-                    }
-                    Entry::Accepted { .. } => {}
-                }
-            }
+            run.enter(w, &fences).await?;
         }
-        if !spec.hold.is_zero() {
+        if !run.spec.hold.is_zero() {
             // A careful holder stops using the resource the moment its
             // session ends: its node died, and the lock is no longer its.
             tokio::select! {
-                _ = tokio::time::sleep(spec.hold) => {}
+                _ = tokio::time::sleep(run.spec.hold) => {}
                 loss = client.lost() => {
                     if let Some(w) = witness.as_mut() {
                         for (name, fence) in &fences {
@@ -568,16 +598,15 @@ async fn one_session(
                 w.leave(name, *fence).await?;
             }
         }
-        *done += 1;
-        next = picker.next();
-        tally.entries.fetch_add(1, Ordering::Relaxed);
-        if spec.think.is_zero() && !spec.no_chain && *done < spec.requests && !past_deadline() {
+        run.entered();
+        next = run.picker.next();
+        if run.spec.think.is_zero() && !run.spec.no_chain && run.more() {
             held = true;
             continue;
         }
         client.release().await?;
-        if !spec.think.is_zero() {
-            tokio::time::sleep(spec.think).await;
+        if !run.spec.think.is_zero() {
+            tokio::time::sleep(run.spec.think).await;
         }
     }
     if held {
@@ -589,60 +618,40 @@ async fn one_session(
 /// [`one_session`] over the HTTP API: an API session with a TTL, then
 /// acquire (waiting up to `answer_within`), witness, hold, release — two
 /// requests an entry on one keep-alive connection.
-async fn http_session(
-    api: &HttpTarget,
-    node: &NodeAddr,
-    spec: &Spec,
-    picker: &mut Picker,
-    done: &mut u64,
-    tally: &Tally,
-    histogram: &Mutex<Histogram<u64>>,
-) -> Result<()> {
-    let past_deadline = || spec.deadline.is_some_and(|d| Instant::now() >= d);
-    let id = node.id.unwrap_or_default();
+async fn http_session(api: &HttpTarget, run: &mut Run) -> Result<()> {
+    let id = run.id();
     let Some(addr) = api.addrs.get(&id) else { bail!("node {id} does not serve the HTTP API") };
     let mut client = HttpClient::connect(addr, api.token.as_deref()).await?;
     // Long enough to outlast any wait; keepalives are not needed between
     // entries that follow one another at once.
+    let spec = &run.spec;
     let ttl = spec.answer_within + spec.hold + spec.think + Duration::from_secs(30);
-    let session = client.create_session(ttl).await?;
-    let mut witness = match &spec.witness {
-        Some(addr) => Some(WitnessClient::connect(addr).await?),
-        None => None,
-    };
     let wait = Wait::Block(Some(spec.answer_within));
-    while *done < spec.requests && !past_deadline() {
-        let [name] = &picker.next()[..] else { bail!("--http takes one name a request") };
+    let session = client.create_session(ttl).await?;
+    let mut witness = run.witness().await?;
+    while run.more() {
+        let [name] = &run.picker.next()[..] else { bail!("--http takes one name a request") };
         let asked = Instant::now();
         let grant = match client.acquire(name, &session, wait).await {
             Ok(grant) => grant,
-            Err(HttpError::Api { status: 408, .. }) => {
-                tally.unanswered.fetch_add(1, Ordering::Relaxed);
-                if let Some(events) = &spec.events {
-                    let _ = events.send(Seen::Unanswered { node: id });
-                }
-                bail!("not granted within {:?}", spec.answer_within)
-            }
+            Err(HttpError::Api { status: 408, .. }) => return Err(run.unanswered()),
             Err(e) => return Err(e.into()),
         };
-        let waited = asked.elapsed().as_micros() as u64;
-        histogram.lock().expect("histogram lock").saturating_record(waited.max(1));
+        run.granted(asked);
+        let fences = [(grant.name.clone(), grant.fence)];
         if let Some(w) = witness.as_mut() {
-            if let Entry::Stale { .. } = w.enter(name, grant.fence, id).await? {
-                tally.stale.fetch_add(1, Ordering::Relaxed);
-            }
+            run.enter(w, &fences).await?;
         }
-        if !spec.hold.is_zero() {
-            tokio::time::sleep(spec.hold).await;
+        if !run.spec.hold.is_zero() {
+            tokio::time::sleep(run.spec.hold).await;
         }
         if let Some(w) = witness.as_mut() {
             w.leave(name, grant.fence).await?;
         }
         client.release(name, &session, grant.fence).await?;
-        *done += 1;
-        tally.entries.fetch_add(1, Ordering::Relaxed);
-        if !spec.think.is_zero() {
-            tokio::time::sleep(spec.think).await;
+        run.entered();
+        if !run.spec.think.is_zero() {
+            tokio::time::sleep(run.spec.think).await;
         }
     }
     client.close_session(&session).await?;
