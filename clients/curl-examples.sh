@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The API from a shell, with curl and jq: the examples of docs/http.md,
+# The API from a shell, with curl and jq: the examples of docs/src/http.md,
 # run by the Python client's tests against a real cluster.
 #   clients/curl-examples.sh [http://127.0.0.1:7401]
 # With a secret, set COTERIE_TOKEN (one of [security] api_token_file's).

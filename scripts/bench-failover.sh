@@ -9,7 +9,7 @@
 # can tell).
 #
 # It also draws the distributions, a dot per run and a bar at the median,
-# per election and fault, to an SVG (default docs/failover.svg; SVG=FILE
+# per election and fault, to an SVG (default docs/src/failover.svg; SVG=FILE
 # to choose).
 #
 # Usage: scripts/bench-failover.sh [RUNS] [ELECTIONS]   (default: 20 "bully ring garcia-molina")
@@ -32,7 +32,7 @@ for election in $elections; do
 done
 printf '\r%40s\r' '' >&2
 
-python3 - "$out" "$runs" "${SVG:-docs/failover.svg}" $elections <<'PY'
+python3 - "$out" "$runs" "${SVG:-docs/src/failover.svg}" $elections <<'PY'
 import json, statistics, sys, glob, os
 out, runs, svg_path, elections = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 def pct(xs, q):

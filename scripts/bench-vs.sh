@@ -69,31 +69,30 @@ note() { echo "$*" >>"$notes"; say "$*"; }
 # workload: throughput_per_s, latency_ms.p50), with MESSAGES, the mutex
 # messages the whole cluster sent meanwhile, per entry.
 row() {
-    python3 -c 'import json,sys
-r=json.loads(sys.argv[3])
-row={"system":sys.argv[1],"where":sys.argv[2],"clients":int(sys.argv[4])}
-if "latency_ms" in r:
-    row.update(cycles_per_s=r["throughput_per_s"],p50_acquire_us=r["latency_ms"]["p50"]*1000,
-               p99_acquire_us=r["latency_ms"]["p99"]*1000,
-               messages_per_entry=int(sys.argv[5])/max(r["entries"],1))
-else:
-    row.update(cycles_per_s=r["cycles_per_s"],p50_acquire_us=r["acquire_p50_us"],p99_acquire_us=r["acquire_p99_us"])
-print(json.dumps({k:round(v,2) if isinstance(v,float) else v for k,v in row.items()}))' \
-        "$1" "$2" "$3" "$4" "${5:-0}" >>"$rows"
+    jq -c --arg system "$1" --arg where "$2" --argjson clients "$4" --argjson messages "${5:-0}" '
+        def r: . * 100 | round / 100;
+        {system: $system, where: $where, clients: $clients}
+        + if .latency_ms then
+              {cycles_per_s: (.throughput_per_s | r), p50_acquire_us: (.latency_ms.p50 * 1000 | r),
+               p99_acquire_us: (.latency_ms.p99 * 1000 | r),
+               messages_per_entry: ($messages / ([.entries, 1] | max) | r)}
+          else
+              {cycles_per_s: (.cycles_per_s | r), p50_acquire_us: (.acquire_p50_us | r),
+               p99_acquire_us: (.acquire_p99_us | r)}
+          end' <<<"$3" >>"$rows"
 }
 
 # mutex_sent FILE: mutex messages sent so far by every node of FILE.
 # (workload's own messages_per_entry counts only the nodes it drives.)
 mutex_sent() {
     "$bin" status --config "$1" --json |
-        python3 -c 'import json,sys; print(sum(x.get("mutex_messages_sent") or 0 for x in json.load(sys.stdin)))'
+        jq 'map(.mutex_messages_sent // 0) | add'
 }
 
 # wait_tcp PORT: until something listens on 127.0.0.1:PORT (10 s at most).
 wait_tcp() {
     for _ in $(seq 100); do
-        python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 1).close()" "$1" \
-            2>/dev/null && return 0
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
         sleep 0.1
     done
     echo "nothing listens on 127.0.0.1:$1" >&2
@@ -105,11 +104,11 @@ floor_run() {
     cc -O2 -o "$work/pingpong" scripts/bench/pingpong.c
     local rtt_per_s rtt_us
     read -r rtt_per_s rtt_us < <("$work/pingpong" 50000)
-    echo "{\"system\":\"loopback floor\",\"where\":\"2 bare round trips\",\"clients\":1,\"cycles_per_s\":$(python3 -c "print($rtt_per_s/2)"),\"p50_acquire_us\":$rtt_us,\"round_trip_us\":$rtt_us,\"round_trips_per_s\":$rtt_per_s}" >>"$rows"
+    echo "{\"system\":\"loopback floor\",\"where\":\"2 bare round trips\",\"clients\":1,\"cycles_per_s\":$(jq -n "$rtt_per_s / 2"),\"p50_acquire_us\":$rtt_us,\"round_trip_us\":$rtt_us,\"round_trips_per_s\":$rtt_per_s}" >>"$rows"
     say "loopback: a ring of 3 processes, 20000 laps"
     local hops_per_s hop_us
     read -r hops_per_s hop_us < <("$work/pingpong" 20000 3)
-    echo "{\"system\":\"loopback floor\",\"where\":\"3-message hand-over chain\",\"clients\":5,\"cycles_per_s\":$(python3 -c "print($hops_per_s/3)"),\"p50_acquire_us\":$(python3 -c "print($hop_us*3)"),\"hop_us\":$hop_us,\"hops_per_s\":$hops_per_s}" >>"$rows"
+    echo "{\"system\":\"loopback floor\",\"where\":\"3-message hand-over chain\",\"clients\":5,\"cycles_per_s\":$(jq -n "$hops_per_s / 3"),\"p50_acquire_us\":$(jq -n "$hop_us * 3"),\"hop_us\":$hop_us,\"hops_per_s\":$hops_per_s}" >>"$rows"
 }
 
 redis_run() {

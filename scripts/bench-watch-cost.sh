@@ -58,7 +58,7 @@ measure() {
         sleep 0.5
     fi
     "$bin" workload --config "$work/cluster.toml" --node 1 --clients 1 --requests "$requests" \
-        --no-witness --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["throughput_per_s"]))'
+        --no-witness --json | jq '.throughput_per_s | round'
     [ -n "$watcher" ] && kill -INT "$watcher" 2>/dev/null && wait "$watcher" 2>/dev/null || true
     kill "$CLUSTER_PID" 2>/dev/null
     wait "$CLUSTER_PID" 2>/dev/null || true

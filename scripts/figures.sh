@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The diagrams the README shows, drawn from runs: every one is a command a
-# reader can run. Writes docs/figures/*.svg.
+# The diagrams the guide shows, drawn from runs: every one is a command a
+# reader can run. Writes docs/src/figures/*.svg.
 #
 # Usage: scripts/figures.sh        (uses target/release/coterie; builds it
 #                                   first unless COTERIE_BIN names one)
@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${COTERIE_BIN:-target/release/coterie}"
 [ -n "${COTERIE_BIN:-}" ] || cargo build --release -q -p coterie
-OUT=docs/figures
+OUT=docs/src/figures
 mkdir -p "$OUT"
 
 say() { printf '[figures] %s\n' "$*"; }
@@ -50,7 +50,7 @@ figure() {   # figure NAME SCENARIO KIND FROM SPAN
     rm -f "$OUT/.err"
     return 1
 }
-figure real-bully-election bully-election election 900ms 30ms
+figure real-bully-election bully-election coordinator 900ms 30ms
 figure real-ring-election ring-election election 900ms 60ms
 figure real-maekawa-inquire maekawa-inquire inquire 500ms 12ms
 figure real-lk-flush lk-flush flush 500ms 4ms

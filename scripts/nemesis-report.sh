@@ -6,7 +6,7 @@
 # pause nemesis (one node SIGSTOPped for 1.2 s every 2 s) without and with
 # a lock delay, then under lost, rolled-back and truncated state files and
 # stepped clocks alone. Every client operation is recorded and the history
-# checked; the tables are Markdown, ready for docs/nemesis.md.
+# checked; the tables are Markdown, ready for docs/src/nemesis.md.
 # `coterie nemesis --report-from OUT/NAME` checks a kept run's histories
 # again with the checker of today.
 #

@@ -22,6 +22,8 @@ install_deb() {
 # without them); Prometheus, which scrapes a cluster's /metrics in a test.
 install_deb faketime /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 "the nemesis's clock faults"
 install_deb prometheus /usr/bin/prometheus "the metrics test"
+# jq, which the guide's examples use (crates/coterie/tests/docs.rs runs them).
+install_deb jq /usr/bin/jq "the guide's examples"
 # Python packages (schemathesis, for the OpenAPI test) in a virtual
 # environment of the project's own, made again when the list changes.
 venv=target/py
@@ -38,17 +40,15 @@ count() { grep -oE "test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed" "$log
 passed="$(count 4)"
 failed="$(count 6)"
 
-# The dashboard in a real browser: headless Chromium, installed here when
-# it is missing (Debian's package).
+# The dashboard in a real browser: headless Chromium driven by selenium
+# through chromedriver, both Debian's, installed here when missing.
 browser() { command -v chromium || command -v chromium-browser || command -v google-chrome; }
-if ! browser >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    echo "installing chromium for the dashboard's browser test"
-    sudo_ apt-get install -y -q chromium >/dev/null 2>&1 \
-        || { sudo_ apt-get update -q >/dev/null 2>&1 && sudo_ apt-get install -y -q chromium >/dev/null 2>&1; } \
-        || echo "could not install chromium"
+if ! browser >/dev/null 2>&1; then
+    install_deb chromium /usr/bin/chromium "the dashboard's browser test"
 fi
+install_deb chromium-driver /usr/bin/chromedriver "the dashboard's browser test"
 if browser >/dev/null 2>&1; then
-    if python3 scripts/browser-test.py --bin target/release/coterie; then
+    if "$venv/bin/python" scripts/browser-test.py --bin target/release/coterie; then
         passed=$((passed + 1))
     else
         failed=$((failed + 1))

@@ -7,7 +7,7 @@ from Python, with the standard library only.
         run_the_job(fence=held.fence)   # pass the fence to what you write to
         held.check()                    # raises coterie.LockLost once lost
 
-The lock is held by a *session* with a TTL (docs/http.md). While the
+The lock is held by a *session* with a TTL (docs/src/http.md). While the
 ``with`` block runs, a thread keeps the session alive (three keepalives a
 TTL) and another watches it (``GET /v1/sessions/{id}/watch``). The lock is
 taken for lost at the first of:

@@ -55,7 +55,7 @@ start_cluster() {
     CLUSTER_PID=$!
     for _ in $(seq 100); do
         "$1" status --config "$2" --json 2>/dev/null |
-            python3 -c 'import json,sys; r=json.load(sys.stdin); sys.exit(0 if all(x.get("coordinator")==5 for x in r) else 1)' \
+            jq -e 'all(.coordinator == 5)' >/dev/null \
             && return 0
         sleep 0.1
     done

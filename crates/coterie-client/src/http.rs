@@ -1,7 +1,7 @@
 //! The HTTP/JSON API from Rust: sessions with a TTL, and named locks taken
 //! and released through them, over one keep-alive HTTP/1.1 connection
 //! (hyper's client). The same calls as `curl` or the Python client make;
-//! docs/http.md in the repository has the API itself.
+//! docs/src/http.md in the repository has the API itself.
 //!
 //! A session outlives the connection: a client that reconnects (to the
 //! same node: sessions are per node) within the TTL keeps its locks. Keep

@@ -5,7 +5,7 @@
 
 mod cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Distributed mutual exclusion and leader election over real TCP.
 ///
@@ -64,10 +64,19 @@ enum Command {
     History(cmd::history::Args),
     // The help text is cmd::nemesis::Args's: it lists the faults.
     Nemesis(cmd::nemesis::Args),
+    /// Print shell completions: `coterie completions bash`.
+    Completions(cmd::help::CompletionsArgs),
+    /// Print the manual page (`coterie man | man -l -`), or write them all.
+    Man(cmd::help::ManArgs),
+}
+
+/// The command line's definition, its top-level help grouped.
+fn definition() -> clap::Command {
+    cmd::help::grouped(Cli::command())
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::from_arg_matches(&definition().get_matches()).unwrap_or_else(|e| e.exit());
     let log = cli.log_format.as_str();
     let result = match cli.command {
         Command::Demo(args) => cmd::demo::run(args, log),
@@ -89,6 +98,8 @@ fn main() -> std::process::ExitCode {
         Command::Dashboard(args) => cmd::dashboard::run(args),
         Command::History(args) => cmd::history::run(args),
         Command::Nemesis(args) => cmd::nemesis::run(args),
+        Command::Completions(args) => cmd::help::completions(args, definition()),
+        Command::Man(args) => cmd::help::man(args, definition()),
     };
     match result {
         Ok(code) => code,

@@ -474,23 +474,21 @@ fn fault_partitions_a_node_and_heal_rejoins_it() {
     // Nonsense is refused, and changes nothing.
     let out = coterie(&["fault", "--config", up.config(), "--node", "2", "partition", "9"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("not a peer"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a peer"));
 }
 
 /// A node whose configuration does not allow faults refuses them, naming
-/// the key, and keeps serving; `show` still answers.
+/// the key on stderr, and keeps serving; `show` still answers.
 #[test]
 fn fault_is_refused_unless_the_configuration_allows_it() {
     let up = Up::start_secured(3, "no-faults", "", "");
     for command in ["partition", "pause", "reset", "heal"] {
         let out = coterie(&["fault", "--config", up.config(), "--node", "2", command]);
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        // The refusal is an error: on stderr, and nothing on stdout.
+        let said = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{command} was taken: {said}");
         assert!(said.contains("allow_faults = true"), "{command}: {said}");
+        assert!(out.stdout.is_empty(), "{command}: {}", String::from_utf8_lossy(&out.stdout));
     }
     let shown = coterie(&["fault", "--config", up.config(), "--node", "2", "show"]);
     assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));

@@ -84,9 +84,36 @@ struct Row {
     throughput_per_s: f64,
     out_of_order: u64,
     violations: u64,
+    /// What theory allows, as the registry claims it (and the conformance
+    /// suite holds the algorithm to).
+    theory: Theory,
     /// With `--real`: the same algorithm on real processes.
     #[serde(skip_serializing_if = "Option::is_none")]
     real: Option<Real>,
+}
+
+/// The inclusive ranges of messages per entry theory allows in a cluster
+/// of `nodes`: one request at a time from a node that is not the
+/// coordinator (from the coordinator itself, where the algorithm has one,
+/// `light_at_coordinator`), every node always wanting, and a burst.
+#[derive(Serialize)]
+struct Theory {
+    light: (u64, u64),
+    light_at_coordinator: (u64, u64),
+    heavy: (f64, f64),
+    burst: (f64, f64),
+}
+
+impl Theory {
+    fn of(mutex: &MutexInfo, nodes: u32) -> Theory {
+        let n = u64::from(nodes);
+        Theory {
+            light: (mutex.light_load)(n, false),
+            light_at_coordinator: (mutex.light_load)(n, true),
+            heavy: (mutex.heavy_load)(n),
+            burst: (mutex.burst_load)(n),
+        }
+    }
 }
 
 /// A run on a local cluster of real processes.
@@ -204,6 +231,7 @@ fn measure(
         throughput_per_s: per(heavy_entries * 1_000_000, heavy_us),
         out_of_order,
         violations,
+        theory: Theory::of(mutex, nodes),
         real: None,
     })
 }

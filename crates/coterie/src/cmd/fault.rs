@@ -153,7 +153,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             } else {
                 match &result {
                     Ok(state) => println!("{name:<6} {state}"),
-                    Err(e) => println!("{name:<6} error: {e}"),
+                    Err(e) => eprintln!("coterie fault: {name}: {e}"),
                 }
             }
         }

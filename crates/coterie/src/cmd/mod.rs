@@ -9,6 +9,7 @@ pub mod demo;
 pub mod elect;
 pub mod fault;
 pub mod harness;
+pub mod help;
 pub mod history;
 pub mod lock;
 pub mod locks;

@@ -47,7 +47,7 @@ use std::time::Duration;
 /// updates are what a lock that trusts timeouts costs (a frozen holder's
 /// lease runs out while it believes it holds; a cut-off minority goes on
 /// granting); a fence granted twice, a fenced lost update, a stall or a
-/// node left wanting are failures. See docs/nemesis.md.
+/// node left wanting are failures. See docs/src/nemesis.md.
 ///
 /// Exit status: 0 when no run has a failure, 1 otherwise.
 #[derive(clap::Args)]
