@@ -34,7 +34,7 @@
 
 use coterie_core::registry::{self, ElectionInfo, MutexInfo, MutexOption};
 use coterie_core::{AlgoConfig, Detector, MutexOptions, NodeId, Priority, Timing};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -68,7 +68,7 @@ pub enum ConfigError {
 }
 
 /// `[cluster]`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
     /// The cluster's name; nodes refuse peers from another cluster.
@@ -88,7 +88,7 @@ pub struct ClusterSection {
     /// `ricart-agrawala` and `raymond-k`: the order concurrent requests are
     /// served in, `"timestamp"` (the default), `"fewest-entries"` or
     /// `"least-recent"`.
-    #[serde(default, deserialize_with = "priority_by_name")]
+    #[serde(default, deserialize_with = "priority_by_name", serialize_with = "priority_name")]
     pub priority: Priority,
     /// Where each node keeps what must outlive a crash (the highest epoch
     /// seen, a clock reserve, whom a quorum arbiter granted):
@@ -111,16 +111,37 @@ pub struct ClusterSection {
     /// Consul sessions, which gives a resource that cannot check fences
     /// time for the lost holder's last writes to land. `"0s"` (the
     /// default) turns it off. A clean release never waits for it.
-    #[serde(default, with = "humantime_serde_str")]
+    #[serde(default, with = "humantime_serde")]
     pub lock_delay: Duration,
     /// A lock nobody at a node holds or wants is forgotten there after
     /// this long (its next use starts it again), so that idle locks cost
     /// no memory. `"0s"` keeps every lock for good.
-    #[serde(default = "ClusterSection::default_forget_after", with = "humantime_serde_str")]
+    #[serde(default = "ClusterSection::default_forget_after", with = "humantime_serde")]
     pub forget_after: Duration,
 }
 
 impl ClusterSection {
+    /// Cluster `name` running `mutex` under `election`, every other key
+    /// at its default.
+    pub fn new(
+        name: &str,
+        mutex: &'static MutexInfo,
+        election: &'static ElectionInfo,
+    ) -> ClusterSection {
+        ClusterSection {
+            name: name.to_string(),
+            mutex,
+            election,
+            count: one(),
+            ra_fault_tolerant: false,
+            priority: Priority::default(),
+            state_dir: None,
+            state_sync: yes(),
+            lock_delay: Duration::ZERO,
+            forget_after: Self::default_forget_after(),
+        }
+    }
+
     fn default_forget_after() -> Duration {
         coterie_core::Forgetting::default().after
     }
@@ -133,6 +154,10 @@ fn yes() -> bool {
 fn priority_by_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Priority, D::Error> {
     let name = String::deserialize(d)?;
     name.parse().map_err(serde::de::Error::custom)
+}
+
+fn priority_name<S: serde::Serializer>(priority: &Priority, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(priority.name())
 }
 
 /// The environment variables that override `[cluster]` keys, over the
@@ -172,14 +197,14 @@ fn one() -> usize {
 }
 
 /// `[timing]`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TimingSection {
     /// How often heartbeats go out, e.g. `"50ms"`.
-    #[serde(default = "default_heartbeat", with = "humantime_serde_str")]
+    #[serde(default = "default_heartbeat", with = "humantime_serde")]
     pub heartbeat: Duration,
     /// Silence after which a peer is suspected, e.g. `"250ms"`.
-    #[serde(default = "default_failure_timeout", with = "humantime_serde_str")]
+    #[serde(default = "default_failure_timeout", with = "humantime_serde")]
     pub failure_timeout: Duration,
     /// Who watches whom ([`Detector`]).
     #[serde(default)]
@@ -192,7 +217,7 @@ pub struct TimingSection {
 
 /// `detector`: a [`Detector`], or `auto` to pick by the cluster's size
 /// ([`Detector::auto`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DetectorChoice {
     /// [`Detector::auto`].
@@ -227,34 +252,6 @@ impl Default for TimingSection {
     }
 }
 
-/// Durations written the way people write them: "50ms", "1s", "2m", for
-/// `#[serde(with = "humantime_serde_str")]` in any TOML file coterie reads.
-pub mod humantime_serde_str {
-    use serde::{Deserialize, Deserializer};
-    use std::time::Duration;
-
-    fn parse<E: serde::de::Error>(text: &str) -> Result<Duration, E> {
-        humantime::parse_duration(text)
-            .map_err(|e| E::custom(format!("{text:?} is not a duration like \"250ms\": {e}")))
-    }
-
-    /// A required duration.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        parse(&String::deserialize(d)?)
-    }
-
-    /// An optional duration: `#[serde(default, with = "humantime_serde_str::option")]`.
-    pub mod option {
-        use serde::{Deserialize, Deserializer};
-        use std::time::Duration;
-
-        /// Parses the duration when the key is present.
-        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-            Option::<String>::deserialize(d)?.map(|t| super::parse(&t)).transpose()
-        }
-    }
-}
-
 /// Reads a secret file.
 pub fn read_secret(path: &Path) -> Result<crate::auth::Secret, ConfigError> {
     let bytes = std::fs::read(path)
@@ -266,7 +263,7 @@ pub fn read_secret(path: &Path) -> Result<crate::auth::Secret, ConfigError> {
 }
 
 /// `[security]`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecuritySection {
     /// A file holding the cluster's shared secret, relative to the
@@ -295,7 +292,7 @@ pub struct SecuritySection {
 
 /// `[limits]`: what one node takes on from its clients, so that none of
 /// them (or anyone who reaches the client port) can exhaust it.
-#[derive(Clone, Copy, Debug, Deserialize)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsSection {
     /// Client connections served at once; one more is refused with a
@@ -326,7 +323,7 @@ pub struct LimitsSection {
     /// sends its header too slowly, and a keep-alive connection idle
     /// between requests. A request being answered (a blocking acquire, a
     /// stream) is not cut short.
-    #[serde(default = "LimitsSection::default_http_idle", with = "humantime_serde_str")]
+    #[serde(default = "LimitsSection::default_http_idle", with = "humantime_serde")]
     pub http_idle: Duration,
 }
 
@@ -370,7 +367,7 @@ impl Default for LimitsSection {
 }
 
 /// `[witness]`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WitnessSection {
     /// The witness's address.
@@ -378,7 +375,7 @@ pub struct WitnessSection {
 }
 
 /// One `[[node]]`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSection {
     /// The node's id, 1 to 65535; a higher id wins elections.
@@ -393,7 +390,7 @@ pub struct NodeSection {
 }
 
 /// A whole configuration file.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// `[cluster]`.
@@ -415,6 +412,46 @@ pub struct Config {
 }
 
 impl Config {
+    /// Cluster `cluster` of `nodes`, every other key at its default: what
+    /// the harness, the tests and the benches start. Change any field, then
+    /// write it with [`to_toml`](Config::to_toml).
+    pub fn new(cluster: ClusterSection, nodes: Vec<NodeSection>) -> Config {
+        Config {
+            cluster,
+            timing: TimingSection::default(),
+            security: SecuritySection::default(),
+            limits: LimitsSection::default(),
+            witness: None,
+            nodes,
+        }
+    }
+
+    /// [`new`](Config::new) with `ports.len() / 2` nodes on 127.0.0.1 (a
+    /// third of `ports.len()` with `http`): node `i` (from 1) listens on
+    /// `ports[2(i-1)]` for peers and the next for clients (with `http`,
+    /// three ports a node: peer, client, HTTP API).
+    pub fn loopback(cluster: ClusterSection, ports: &[u16], http: bool) -> Config {
+        let per = if http { 3 } else { 2 };
+        let addr = |port: u16| format!("127.0.0.1:{port}");
+        let nodes = ports
+            .chunks_exact(per)
+            .zip(1..)
+            .map(|(p, id)| NodeSection {
+                id,
+                peer: addr(p[0]),
+                client: addr(p[1]),
+                http: http.then(|| addr(p[2])),
+            })
+            .collect();
+        Config::new(cluster, nodes)
+    }
+
+    /// The configuration as a file [`load`](Config::load) reads back the
+    /// same.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("every configuration has a TOML form")
+    }
+
     /// Reads and checks a file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
@@ -605,6 +642,32 @@ impl Config {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_built_configuration_reads_back_the_same() {
+        let mutex = registry::mutex("ricart-agrawala").unwrap();
+        let election = registry::election("ring").unwrap();
+        let mut cfg = Config::loopback(
+            ClusterSection::new("built", mutex, election),
+            &[1, 2, 3, 4, 5, 6],
+            true,
+        );
+        cfg.cluster.lock_delay = Duration::from_millis(1500);
+        cfg.cluster.priority = Priority::FewestEntries;
+        cfg.timing.detector = DetectorChoice::Ring;
+        cfg.limits.max_http = 7;
+        cfg.security.allow_faults = true;
+        cfg.witness = Some(WitnessSection { addr: "127.0.0.1:9".into() });
+        let text = cfg.to_toml();
+        let back =
+            Config::parse(&text, Path::new("built.toml")).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(back.to_toml(), text);
+        assert_eq!(back.nodes.len(), 2);
+        assert_eq!(back.nodes[1].http.as_deref(), Some("127.0.0.1:6"));
+        assert_eq!(back.cluster.lock_delay, Duration::from_millis(1500));
+        assert_eq!(back.cluster.priority, Priority::FewestEntries);
+        assert_eq!(back.limits.max_http, 7);
+    }
+
     const GOOD: &str = r#"
         [cluster]
         name = "t"
@@ -692,7 +755,7 @@ mod tests {
             (GOOD.replace("centralized", "paxos"), "unknown mutex algorithm \"paxos\""),
             (GOOD.replace("id = 2", "id = 1"), "node id 1 appears twice"),
             (GOOD.replace("\"100ms\"", "\"10ms\""), "must exceed heartbeat"),
-            (GOOD.replace("\"20ms\"", "\"soon\""), "not a duration"),
+            (GOOD.replace("\"20ms\"", "\"soon\""), "expected a duration"),
             (GOOD.replace("name = \"t\"", "name = \"t\"\nnmae = 1"), "unknown field"),
             (GOOD.replace("[cluster]", "[cluster"), "test.toml"),
             (

@@ -4,9 +4,11 @@
 //! Deadlines here bound liveness (a test that would hang fails instead);
 //! they are generous and assert nothing about speed.
 
+use coterie_core::registry;
 use coterie_core::wire::{Hello, PeerFrame, PROTOCOL_VERSION};
 use coterie_core::NodeId;
 use coterie_node::codec::{read_frame, write_frame};
+use coterie_node::config::{ClusterSection, DetectorChoice, NodeSection};
 use coterie_node::node::{self, Listeners};
 use coterie_node::protocol::FaultCommand;
 use coterie_node::{witness, Acquired, Client, Config, Entry, WitnessClient};
@@ -27,29 +29,13 @@ struct TestCluster {
 
 impl TestCluster {
     async fn start(n: u32, mutex: &str) -> TestCluster {
-        TestCluster::start_with(n, mutex, "").await
+        TestCluster::start_with(n, mutex, |_| {}).await
     }
 
-    /// A cluster whose `[cluster]` section has `extra` lines too.
-    async fn start_with(n: u32, mutex: &str, extra: &str) -> TestCluster {
-        TestCluster::start_timed(n, mutex, extra, "20ms", "150ms").await
-    }
-
-    /// A cluster with this heartbeat period and failure timeout.
-    async fn start_timed(
-        n: u32,
-        mutex: &str,
-        extra: &str,
-        heartbeat: &str,
-        failure_timeout: &str,
-    ) -> TestCluster {
-        let timing = timing(heartbeat, failure_timeout);
-        TestCluster::start_timing(n, mutex, extra, &timing).await
-    }
-
-    /// A cluster whose `[timing]` section is `timing`.
-    async fn start_timing(n: u32, mutex: &str, extra: &str, timing: &str) -> TestCluster {
-        let (cfg, listeners) = bound_config(n, mutex, extra, timing).await;
+    /// A cluster of [`bound_config`] as `configure` changes it.
+    async fn start_with(n: u32, mutex: &str, configure: impl Fn(&mut Config)) -> TestCluster {
+        let (mut cfg, listeners) = bound_config(n, mutex).await;
+        configure(&mut cfg);
         let mut cluster = TestCluster { cfg, stops: Vec::new() };
         for (i, l) in listeners.into_iter().enumerate() {
             let tx = cluster.spawn(i as u32 + 1, l);
@@ -132,30 +118,32 @@ impl TestCluster {
     }
 }
 
-/// The configuration of an `n`-node cluster on free loopback ports (its
-/// `[cluster]` section with `extra` lines too), and its bound sockets.
-async fn bound_config(n: u32, mutex: &str, extra: &str, timing: &str) -> (Config, Vec<Listeners>) {
+/// The configuration of an `n`-node cluster of `mutex` under bully on
+/// free loopback ports, heartbeats every 20 ms, a failure timeout of
+/// 150 ms, faults allowed; and its bound sockets.
+async fn bound_config(n: u32, mutex: &str) -> (Config, Vec<Listeners>) {
     let mut listeners = Vec::new();
-    let mut toml = format!(
-        "[cluster]\nname = \"test\"\nmutex = \"{mutex}\"\nelection = \"bully\"\n{extra}\
-         [security]\nallow_faults = true\n[timing]\n{timing}"
-    );
+    let mut nodes = Vec::new();
     for id in 1..=n {
         let peer = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        toml += &format!(
-            "[[node]]\nid = {id}\npeer = \"{}\"\nclient = \"{}\"\n",
-            peer.local_addr().unwrap(),
-            client.local_addr().unwrap()
-        );
+        let (peer_addr, client_addr) = (peer.local_addr().unwrap(), client.local_addr().unwrap());
+        nodes.push(NodeSection {
+            id,
+            peer: peer_addr.to_string(),
+            client: client_addr.to_string(),
+            http: None,
+        });
         listeners.push(Listeners { peer, client, http: None });
     }
-    (Config::parse(&toml, Path::new("test.toml")).unwrap(), listeners)
-}
-
-/// The lines of a `[timing]` section.
-fn timing(heartbeat: &str, failure_timeout: &str) -> String {
-    format!("heartbeat = \"{heartbeat}\"\nfailure_timeout = \"{failure_timeout}\"\n")
+    let mutex = registry::mutex(mutex).unwrap();
+    let election = registry::election("bully").unwrap();
+    let mut cfg = Config::new(ClusterSection::new("test", mutex, election), nodes);
+    cfg.timing.heartbeat = Duration::from_millis(20);
+    cfg.timing.failure_timeout = Duration::from_millis(150);
+    cfg.security.allow_faults = true;
+    // Through its file, as a node reads it.
+    (Config::parse(&cfg.to_toml(), Path::new("test.toml")).unwrap(), listeners)
 }
 
 /// Several clients on every node: never two inside at once, fences rising.
@@ -251,8 +239,11 @@ async fn all_count(cluster: &TestCluster, hung: u32, up: bool) {
 /// watches it, and they agree on the next.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_ring_every_node_finds_a_hang_it_does_not_watch() {
-    let timing = format!("{}detector = \"ring\"\nwatch = 2\n", timing("20ms", "150ms"));
-    let mut cluster = TestCluster::start_timing(7, "ricart-agrawala", "", &timing).await;
+    let mut cluster = TestCluster::start_with(7, "ricart-agrawala", |c| {
+        c.timing.detector = DetectorChoice::Ring;
+        c.timing.watch = 2;
+    })
+    .await;
     let mut control = cluster.client(2).await;
     control.fault(FaultCommand::Pause).await.unwrap();
     all_count(&cluster, 2, false).await;
@@ -391,8 +382,11 @@ async fn a_restarted_arbiter_remembers_whom_it_granted() {
 
 async fn a_restarted_arbiter_remembers_whom_it_granted_with(sync: bool) {
     let dir = std::env::temp_dir().join(format!("coterie-arbiter-{}-{sync}", std::process::id()));
-    let extra = format!("state_dir = \"{}\"\nstate_sync = {sync}\n", dir.display());
-    let mut cluster = TestCluster::start_with(3, "maekawa", &extra).await;
+    let mut cluster = TestCluster::start_with(3, "maekawa", |c| {
+        c.cluster.state_dir = Some(dir.clone());
+        c.cluster.state_sync = sync;
+    })
+    .await;
     let mut holder = cluster.client(2).await;
     assert!(matches!(holder.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));
     let mut control = cluster.client(2).await;
@@ -418,8 +412,11 @@ async fn fences_keep_rising_across_a_restart_of_the_whole_cluster() {
     for mutex in ["centralized", "ricart-agrawala", "maekawa", "token-ring"] {
         let dir = std::env::temp_dir()
             .join(format!("coterie-restart-all-{mutex}-{}", std::process::id()));
-        let extra = format!("state_dir = \"{}\"\nstate_sync = false\n", dir.display());
-        let mut cluster = TestCluster::start_with(3, mutex, &extra).await;
+        let mut cluster = TestCluster::start_with(3, mutex, |c| {
+            c.cluster.state_dir = Some(dir.clone());
+            c.cluster.state_sync = false;
+        })
+        .await;
         let mut before = 0;
         for id in 1..=3 {
             let mut client = cluster.client(id).await;
@@ -461,7 +458,11 @@ async fn fences_keep_rising_across_a_restart_of_the_whole_cluster() {
 /// generous (a reset is not a failure, and a busy test machine must not
 /// make it look like one).
 async fn resets_lose_nothing(mutex: &str) {
-    let cluster = TestCluster::start_timed(5, mutex, "", "50ms", "1s").await;
+    let cluster = TestCluster::start_with(5, mutex, |c| {
+        c.timing.heartbeat = Duration::from_millis(50);
+        c.timing.failure_timeout = Duration::from_secs(1);
+    })
+    .await;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let witness_addr = listener.local_addr().unwrap().to_string();
     tokio::spawn(witness::serve(listener, 1, std::future::pending()));
@@ -563,8 +564,9 @@ async fn a_node_whose_state_cannot_be_written_stops_and_the_rest_serve() {
     let dir = std::env::temp_dir().join(format!("coterie-full-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::os::unix::fs::symlink(full, dir.join("test-node1.state")).unwrap();
-    let extra = format!("state_dir = \"{}\"\nstate_sync = true\n", dir.display());
-    let (cfg, listeners) = bound_config(3, "centralized", &extra, &timing("20ms", "150ms")).await;
+    let (mut cfg, listeners) = bound_config(3, "centralized").await;
+    cfg.cluster.state_dir = Some(dir.clone());
+    cfg.cluster.state_sync = true;
     let mut outcomes = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
         let (cfg, (tx, rx)) = (cfg.clone(), oneshot::channel());

@@ -172,7 +172,7 @@ fn lock_passes_signals_on_to_the_command() {
 /// grant, at another node, comes no sooner than the delay after the loss.
 #[test]
 fn the_lock_delay_holds_grants_back_after_a_holder_dies_with_its_node() {
-    let up = Up::start_with(3, "delay-node", "lock_delay = \"1s\"\n");
+    let up = Up::start_with(3, "delay-node", |c| c.cluster.lock_delay = Duration::from_secs(1));
     let dir = scratch("delay-node");
     let lock = lock_running(up.config(), 1, &[], SLEEPER, &dir.0);
     appears(&dir.0.join("pid"));
@@ -189,7 +189,7 @@ fn the_lock_delay_holds_grants_back_after_a_holder_dies_with_its_node() {
 /// delay configured, only once the delay has passed.
 #[test]
 fn a_hung_holder_loses_the_lock_after_the_lock_delay() {
-    let up = Up::start_with(2, "hung-holder", "lock_delay = \"1s\"\n");
+    let up = Up::start_with(2, "hung-holder", |c| c.cluster.lock_delay = Duration::from_secs(1));
     let dir = scratch("hung-holder");
     let lock = lock_running(up.config(), 1, &[], SLEEPER, &dir.0);
     appears(&dir.0.join("pid"));
@@ -217,8 +217,7 @@ fn a_hung_holder_loses_the_lock_after_the_lock_delay() {
 fn a_client_frozen_while_waiting_is_never_granted_the_lock_for_good() {
     for mutex in mutexes() {
         let env = [("COTERIE_MUTEX", mutex)];
-        let up =
-            Up::start_in(3, &format!("frozen-waiter-{mutex}"), "", "allow_faults = true\n", &env);
+        let up = Up::start_in(3, &format!("frozen-waiter-{mutex}"), |_| {}, &env);
         let dir = scratch(&format!("frozen-waiter-{mutex}"));
         let holder = "touch $D/a-holds; while [ ! -e $D/a-may-go ]; do sleep 0.01; done";
         let a = lock_running(up.config(), 1, &[], holder, &dir.0);
@@ -481,7 +480,7 @@ fn fault_partitions_a_node_and_heal_rejoins_it() {
 /// the key on stderr, and keeps serving; `show` still answers.
 #[test]
 fn fault_is_refused_unless_the_configuration_allows_it() {
-    let up = Up::start_secured(3, "no-faults", "", "");
+    let up = Up::start_with(3, "no-faults", |c| c.security.allow_faults = false);
     for command in ["partition", "pause", "reset", "heal"] {
         let out = coterie(&["fault", "--config", up.config(), "--node", "2", command]);
         // The refusal is an error: on stderr, and nothing on stdout.
@@ -519,22 +518,13 @@ fn with_a_secret_only_those_who_know_it_get_in() {
     let dir = scratch("secret");
     std::fs::write(dir.0.join("secret"), "right secret\n").unwrap();
     std::fs::write(dir.0.join("wrong"), "wrong secret\n").unwrap();
-    let ports = free_ports(6);
-    let mut toml = String::from(
-        "[cluster]\nname = \"sec\"\nmutex = \"centralized\"\nelection = \"bully\"\n\
-         [security]\nsecret_file = \"secret\"\n\
-         [timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n",
-    );
-    for i in 0..3 {
-        toml += &format!(
-            "[[node]]\nid = {}\npeer = \"127.0.0.1:{}\"\nclient = \"127.0.0.1:{}\"\n",
-            i + 1,
-            ports[2 * i],
-            ports[2 * i + 1]
-        );
-    }
+    let mut cfg = test_config(3);
+    cfg.cluster.name = "sec".into();
+    cfg.security = Default::default();
+    cfg.security.secret_file = Some("secret".into());
+    cfg.nodes.iter_mut().for_each(|node| node.http = None);
     let config = dir.0.join("cluster.toml");
-    std::fs::write(&config, toml).unwrap();
+    std::fs::write(&config, cfg.to_toml()).unwrap();
     let config = config.to_str().unwrap();
     let wrong = dir.0.join("wrong");
     let nodes = Nodes(
@@ -601,7 +591,7 @@ fn with_a_secret_only_those_who_know_it_get_in() {
     assert_eq!(refused.status.code(), Some(69));
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("authentication") && said.contains("secrets differ"), "{said}");
-    let n1 = format!("127.0.0.1:{}", ports[1]);
+    let n1 = cfg.nodes[0].client.clone();
     let none = lock("1", None, Some(&n1));
     assert_eq!(none.status.code(), Some(69));
     let said = String::from_utf8_lossy(&none.stderr);
@@ -620,7 +610,7 @@ fn with_a_secret_only_those_who_know_it_get_in() {
 fn the_environment_names_the_configuration_and_overrides_its_algorithm() {
     // `up` and its nodes inherit the override.
     let env = [("COTERIE_MUTEX", "ricart-agrawala")];
-    let up = Up::start_in(3, "env", "", "allow_faults = true\n", &env);
+    let up = Up::start_in(3, "env", |_| {}, &env);
     let out = Command::new(BIN)
         .args(["status", "--json"])
         .env("COTERIE_CONFIG", up.config())
@@ -647,18 +637,11 @@ fn up_kills_and_restarts_its_nodes_on_command() {
 /// first-request timeout, giving their slots back.
 #[test]
 fn a_node_refuses_clients_beyond_its_limits_and_drops_silent_ones() {
-    let up = Up::start_secured(
-        2,
-        "limits",
-        "",
-        "allow_faults = true\n[limits]\nmax_clients = 3\nmax_pending = 1\n",
-    );
-    let toml = std::fs::read_to_string(up.config()).unwrap();
-    let addr = toml
-        .lines()
-        .find_map(|l| l.strip_prefix("client = \""))
-        .map(|rest| rest.trim_end_matches('"').to_string())
-        .expect("node 1's client address");
+    let up = Up::start_with(2, "limits", |c| {
+        c.limits.max_clients = 3;
+        c.limits.max_pending = 1;
+    });
+    let addr = up.configuration().nodes[0].client.clone();
 
     // Three connections that say nothing take every client slot of node 1.
     let idle: Vec<std::net::TcpStream> =

@@ -69,7 +69,7 @@ fn the_server_keeps_to_its_openapi_document_and_schemathesis_would_say_if_not() 
     // As an operator runs it: a secret, and tokens for the API.
     let dir = scratch("openapi");
     let security = api_security(&dir.0, "api-token\n");
-    let up = Up::start_secured(3, "openapi", "", &security);
+    let up = Up::start_with(3, "openapi", &security);
     let base = up.http(1);
     // The document the server serves is the one in the tree.
     let served = curl(&[&format!("{base}/v1/openapi.json")]);

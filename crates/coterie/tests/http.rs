@@ -241,7 +241,7 @@ fn bad_input_gets_a_json_error_and_changes_nothing() {
 fn with_a_secret_the_api_asks_for_a_bearer_token() {
     let dir = scratch("http-token");
     let security = api_security(&dir.0, "# one per line\ns3cret-token\n");
-    let up = Up::start_secured(3, "http-token", "", &security);
+    let up = Up::start_with(3, "http-token", &security);
     let url = format!("{}/v1/sessions", up.http(1));
     let body = json!({ "ttl": "5s" }).to_string();
     let (status, none) = call("POST", &url, Some(&body), None);
@@ -506,8 +506,10 @@ fn ten_thousand_idle_connections_are_capped_then_closed_and_change_nothing() {
     use std::io::Read;
     use std::net::TcpStream;
     let (cap, idle) = (2000, Duration::from_secs(15));
-    let limits = format!("[limits]\nmax_http = {cap}\nhttp_idle = \"{}s\"\n", idle.as_secs());
-    let up = Up::start_with(3, "http-idle", &limits);
+    let up = Up::start_with(3, "http-idle", |c| {
+        c.limits.max_http = cap;
+        c.limits.http_idle = idle;
+    });
     let (n1, n2) = (up.http(1), up.http(2));
     // A lock held through node 2's API, kept alive throughout.
     let id = session(&n2, "3s");

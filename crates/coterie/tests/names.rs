@@ -16,7 +16,7 @@ use support::*;
 /// A cluster of `n` nodes running `mutex`.
 fn cluster(n: u32, mutex: &str, test: &str) -> Up {
     let env = [("COTERIE_MUTEX", mutex)];
-    Up::start_in(n, &format!("{test}-{mutex}"), "", "allow_faults = true\n", &env)
+    Up::start_in(n, &format!("{test}-{mutex}"), |_| {}, &env)
 }
 
 /// `coterie lock` for `names` at `node`, running `script` with `$D` set.
@@ -246,7 +246,7 @@ fn several_names_are_taken_all_or_none() {
 /// `max_names`: each gets one clear line, and the node serves on.
 #[test]
 fn bad_names_and_too_many_names_get_a_clear_error() {
-    let up = Up::start_with(3, "bad-names", "[limits]\nmax_names = 2\n");
+    let up = Up::start_with(3, "bad-names", |c| c.limits.max_names = 2);
     let long = "x".repeat(257);
     for (args, why) in [
         (vec![""], "cannot be empty"),

@@ -122,7 +122,7 @@ fn prometheus_sees_grants_hold_times_losses_and_the_new_coordinator() {
     // Prometheus reads the token alone from its own file.
     let credentials = dir.0.join("credentials");
     std::fs::write(&credentials, "scrape-token").unwrap();
-    let up = Up::start_secured(3, "prometheus", "", &security);
+    let up = Up::start_with(3, "prometheus", &security);
     let targets: Vec<String> =
         (1..=3).map(|n| up.http(n).trim_start_matches("http://").to_string()).collect();
     let prom = Prometheus::start(&dir.0, &targets, &credentials);

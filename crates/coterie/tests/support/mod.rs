@@ -3,6 +3,7 @@
 //! lock` commands run in the background.
 #![allow(dead_code)] // each test file uses its own part
 
+use coterie_node::config::{ClusterSection, Config};
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -55,30 +56,47 @@ impl Drop for TempDir {
     }
 }
 
+/// The configuration every test cluster starts from: `n` nodes on free
+/// loopback ports (each with the HTTP API), centralized under bully,
+/// heartbeats every 50 ms, a failure timeout of 250 ms, faults allowed.
+pub fn test_config(n: u32) -> Config {
+    let mutex = coterie_core::registry::mutex("centralized").unwrap();
+    let election = coterie_core::registry::election("bully").unwrap();
+    let mut cfg = Config::loopback(
+        ClusterSection::new("cli", mutex, election),
+        &free_ports(3 * n as usize),
+        true,
+    );
+    cfg.timing.heartbeat = Duration::from_millis(50);
+    cfg.timing.failure_timeout = Duration::from_millis(250);
+    cfg.security.allow_faults = true;
+    cfg
+}
+
 impl Up {
-    /// Starts a cluster. Ports are found by binding and releasing them, so a
-    /// test running alongside may take one first; then a node cannot start,
-    /// the cluster never settles, and it is started again on fresh ports.
+    /// Starts a cluster of [`test_config`]. Ports are found by binding and
+    /// releasing them, so a test running alongside may take one first;
+    /// then a node cannot start, the cluster never settles, and it is
+    /// started again on fresh ports.
     pub fn start(n: u32, name: &str) -> Up {
-        Up::start_with(n, name, "")
+        Up::start_with(n, name, |_| {})
     }
 
-    /// Starts a cluster whose `[cluster]` section also says `extra`.
-    pub fn start_with(n: u32, name: &str, extra: &str) -> Up {
-        Up::start_secured(n, name, extra, "allow_faults = true\n")
+    /// Starts a cluster of [`test_config`] as `configure` changes it.
+    pub fn start_with(n: u32, name: &str, configure: impl Fn(&mut Config)) -> Up {
+        Up::start_in(n, name, configure, &[])
     }
 
-    /// Starts a cluster whose `[cluster]` section also says `extra`, and
-    /// whose `[security]` section says `security`.
-    pub fn start_secured(n: u32, name: &str, extra: &str, security: &str) -> Up {
-        Up::start_in(n, name, extra, security, &[])
-    }
-
-    /// Starts a cluster as [`start_secured`](Up::start_secured) does, with
-    /// `env` set for `coterie up` and its nodes.
-    pub fn start_in(n: u32, name: &str, extra: &str, security: &str, env: &[(&str, &str)]) -> Up {
+    /// Starts a cluster as [`start_with`](Up::start_with) does, with `env`
+    /// set for `coterie up` and its nodes.
+    pub fn start_in(
+        n: u32,
+        name: &str,
+        configure: impl Fn(&mut Config),
+        env: &[(&str, &str)],
+    ) -> Up {
         for attempt in 0..3 {
-            let mut up = Up::launch(n, &format!("{name}-{attempt}"), extra, security, env);
+            let mut up = Up::launch(n, &format!("{name}-{attempt}"), &configure, env);
             let settled = up.try_wait_for(Duration::from_secs(10), |rows| {
                 agreed(rows).is_some_and(|(c, n_up)| c == n && n_up == n as usize)
             });
@@ -90,30 +108,18 @@ impl Up {
         panic!("a {n}-node cluster never settled in three attempts");
     }
 
-    pub fn launch(n: u32, name: &str, extra: &str, security: &str, env: &[(&str, &str)]) -> Up {
+    pub fn launch(n: u32, name: &str, configure: impl Fn(&mut Config), env: &[(&str, &str)]) -> Up {
         let dir = std::env::temp_dir().join(format!("coterie-cli-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let ports = free_ports(3 * n as usize);
-        let mut toml = format!(
-            "[cluster]\nname = \"cli\"\nmutex = \"centralized\"\nelection = \"bully\"\n{extra}\
-             [security]\n{security}\
-             [timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n",
-        );
+        let mut cfg = test_config(n);
+        configure(&mut cfg);
         // The HTTP API too, unless a secret without tokens forbids it.
-        let api = !security.contains("secret_file") || security.contains("api_token_file");
-        for i in 0..n as usize {
-            toml += &format!(
-                "[[node]]\nid = {}\npeer = \"127.0.0.1:{}\"\nclient = \"127.0.0.1:{}\"\n",
-                i + 1,
-                ports[3 * i],
-                ports[3 * i + 1],
-            );
-            if api {
-                toml += &format!("http = \"127.0.0.1:{}\"\n", ports[3 * i + 2]);
-            }
+        let http: Vec<String> = cfg.nodes.iter().filter_map(|node| node.http.clone()).collect();
+        if cfg.security.secret_file.is_some() && cfg.security.api_token_file.is_none() {
+            cfg.nodes.iter_mut().for_each(|node| node.http = None);
         }
         let config = dir.join("cluster.toml");
-        std::fs::File::create(&config).unwrap().write_all(toml.as_bytes()).unwrap();
+        std::fs::write(&config, cfg.to_toml()).unwrap();
         let log = std::fs::File::create(dir.join("up.log")).unwrap();
         let mut child = Command::new(BIN)
             .args(["up", "--config"])
@@ -125,8 +131,12 @@ impl Up {
             .spawn()
             .unwrap();
         let control = child.stdin.take();
-        let http = (0..n as usize).map(|i| format!("127.0.0.1:{}", ports[3 * i + 2])).collect();
         Up { child, control, config, http, _dir: TempDir(dir) }
+    }
+
+    /// The configuration the cluster runs, as written.
+    pub fn configuration(&self) -> Config {
+        Config::load(&self.config).unwrap()
     }
 
     /// Types a control command into `up`.
@@ -270,15 +280,17 @@ pub fn scratch(name: &str) -> TempDir {
     TempDir(dir)
 }
 
-/// The `[security]` section of a cluster with a secret and bearer tokens
-/// for its HTTP API (`tokens`: the token file's text), its files written
-/// in `dir`.
-pub fn api_security(dir: &Path, tokens: &str) -> String {
+/// What makes a cluster's configuration secured: a secret, and bearer
+/// tokens for its HTTP API (`tokens`: the token file's text), their files
+/// written in `dir`.
+pub fn api_security(dir: &Path, tokens: &str) -> impl Fn(&mut Config) {
     let (secret, file) = (dir.join("secret"), dir.join("tokens"));
     std::fs::write(&secret, "a shared secret for the tests\n").unwrap();
     std::fs::write(&file, tokens).unwrap();
-    let (secret, file) = (secret.display().to_string(), file.display().to_string());
-    format!("secret_file = {secret:?}\napi_token_file = {file:?}\n")
+    move |cfg: &mut Config| {
+        cfg.security.secret_file = Some(secret.clone());
+        cfg.security.api_token_file = Some(file.clone());
+    }
 }
 
 /// `curl -sS ARGS`: what it printed.

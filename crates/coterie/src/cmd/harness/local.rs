@@ -7,8 +7,8 @@ use crate::cmd::common::NodeAddr;
 use anyhow::{bail, Context, Result};
 use coterie_core::registry::{ElectionInfo, MutexInfo};
 use coterie_core::Status;
+use coterie_node::config::{ClusterSection, Config, NodeSection, WitnessSection};
 use coterie_node::witness;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -155,13 +155,27 @@ impl LocalCluster {
         witness_addr: &str,
         dir: &Path,
     ) -> Result<LocalCluster> {
-        let mut toml = format!(
-            "[cluster]\nname = \"demo\"\nmutex = \"{}\"\nelection = \"{}\"\ncount = {}\nlock_delay = \"{}ms\"\nstate_dir = \"state\"\nstate_sync = false\n\n[security]\nsecret_file = \"secret\"\nallow_faults = true\n\n[timing]\nheartbeat = \"50ms\"\nfailure_timeout = \"250ms\"\n\n[witness]\naddr = \"{witness_addr}\"\n",
-            shape.mutex,
-            shape.election,
-            shape.count,
-            shape.lock_delay.as_millis()
-        );
+        let mut cluster = ClusterSection::new("demo", shape.mutex, shape.election);
+        cluster.count = shape.count;
+        cluster.lock_delay = shape.lock_delay;
+        cluster.state_dir = Some("state".into());
+        cluster.state_sync = false;
+        let nodes = addrs
+            .iter()
+            .zip(1..)
+            .map(|((peer, client), id)| NodeSection {
+                id,
+                peer: peer.clone(),
+                client: client.clone(),
+                http: None,
+            })
+            .collect();
+        let mut cfg = Config::new(cluster, nodes);
+        cfg.security.secret_file = Some("secret".into());
+        cfg.security.allow_faults = true;
+        cfg.timing.heartbeat = Duration::from_millis(50);
+        cfg.timing.failure_timeout = Duration::from_millis(250);
+        cfg.witness = Some(WitnessSection { addr: witness_addr.to_string() });
         // A fresh secret for every cluster launched: its nodes and this
         // driver authenticate each other, as a production cluster should.
         let secret = coterie_node::auth::Secret::generate_hex()?;
@@ -171,14 +185,12 @@ impl LocalCluster {
         let credentials =
             std::sync::Arc::new(coterie_node::Credentials { secret, cluster: "demo".into() });
         let mut nodes = Vec::new();
-        for (i, (peer, client)) in addrs.iter().enumerate() {
-            let client = client.clone();
-            write!(toml, "\n[[node]]\nid = {}\npeer = \"{peer}\"\nclient = \"{client}\"\n", i + 1)?;
+        for node in &cfg.nodes {
             let credentials = Some(credentials.clone());
-            nodes.push(NodeAddr { id: Some(i as u32 + 1), addr: client, credentials });
+            nodes.push(NodeAddr { id: Some(node.id), addr: node.client.clone(), credentials });
         }
         let config = dir.join("cluster.toml");
-        std::fs::write(&config, &toml)?;
+        std::fs::write(&config, cfg.to_toml())?;
         Ok(LocalCluster {
             config,
             processes: nodes.iter().map(|_| None).collect(),

@@ -6,7 +6,6 @@ use super::step::{Action, Step, StepText, Target};
 use crate::cmd::workload;
 use anyhow::{bail, Context, Result};
 use coterie_core::registry::{self, ElectionInfo, MutexInfo};
-use coterie_node::config::humantime_serde_str;
 use serde::Deserialize;
 use std::path::Path;
 use std::time::Duration;
@@ -63,7 +62,7 @@ pub struct ClusterSpec {
     pub count: usize,
     /// `[cluster] lock_delay` of the nodes: after a holder is lost, nobody
     /// is granted the lock for this long.
-    #[serde(default, with = "humantime_serde_str::option")]
+    #[serde(default, with = "humantime_serde::option")]
     pub lock_delay: Option<Duration>,
 }
 
@@ -87,17 +86,17 @@ pub struct WorkloadSpec {
     /// Clients per node.
     #[serde(default = "default_clients")]
     pub clients: usize,
-    #[serde(default = "default_hold", with = "humantime_serde_str")]
+    #[serde(default = "default_hold", with = "humantime_serde")]
     pub hold: Duration,
-    #[serde(default = "default_think", with = "humantime_serde_str")]
+    #[serde(default = "default_think", with = "humantime_serde")]
     pub think: Duration,
-    #[serde(default = "default_duration", with = "humantime_serde_str")]
+    #[serde(default = "default_duration", with = "humantime_serde")]
     pub duration: Duration,
     /// Only the clients of these nodes ask (default: every node's).
     #[serde(default)]
     pub on: Vec<u32>,
     /// A request not granted within this long counts as unanswered.
-    #[serde(default = "default_answer_within", with = "humantime_serde_str")]
+    #[serde(default = "default_answer_within", with = "humantime_serde")]
     pub answer_within: Duration,
 }
 
@@ -147,7 +146,7 @@ pub struct Expect {
     pub stale_fences_at_least: u64,
     /// After each step that takes the coordinator away, the nodes still in
     /// reach agree on a new one within this long.
-    #[serde(default, with = "humantime_serde_str::option")]
+    #[serde(default, with = "humantime_serde::option")]
     pub election_within: Option<Duration>,
     /// At the end, every running node follows this node.
     #[serde(default)]
@@ -162,7 +161,7 @@ pub struct Expect {
     /// After each kill or stop, no entry is granted anywhere for this long
     /// (the lock delay at work). The time to the first entry after each
     /// such step is measured and reported whenever this is set.
-    #[serde(default, with = "humantime_serde_str::option")]
+    #[serde(default, with = "humantime_serde::option")]
     pub no_entry_within: Option<Duration>,
 }
 

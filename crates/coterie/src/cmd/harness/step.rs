@@ -9,7 +9,6 @@
 //! `stop coordinator`, `delay 2 100ms`, `drop 2 10%`, `partition 3
 //! peers=1,2`, `heal`.
 
-use coterie_node::config::humantime_serde_str;
 use coterie_node::protocol::{FaultCommand, Way};
 use serde::Deserialize;
 use std::fmt;
@@ -215,7 +214,7 @@ pub struct Step {
 #[serde(deny_unknown_fields)]
 pub struct StepText {
     /// When, from the start of the workload (scenarios only).
-    #[serde(default, with = "humantime_serde_str::option")]
+    #[serde(default, with = "humantime_serde::option")]
     pub at: Option<Duration>,
     /// kill | restart | stop | resume | pause | unpause | partition |
     /// delay | drop | reset | heal
@@ -232,16 +231,16 @@ pub struct StepText {
     #[serde(default)]
     pub way: Option<Way>,
     /// delay: how long (default 50ms).
-    #[serde(default, with = "humantime_serde_str::option")]
+    #[serde(default, with = "humantime_serde::option")]
     pub delay: Option<Duration>,
     /// drop: percent of messages lost (default 10).
     #[serde(default)]
     pub percent: Option<u8>,
     /// reset: again this often (with `for`).
-    #[serde(default, with = "humantime_serde_str::option")]
+    #[serde(default, with = "humantime_serde::option")]
     pub every: Option<Duration>,
     /// reset: for this long (with `every`).
-    #[serde(default, rename = "for", with = "humantime_serde_str::option")]
+    #[serde(default, rename = "for", with = "humantime_serde::option")]
     pub lasting: Option<Duration>,
     /// Wait, after it, until the nodes in reach agree on a coordinator at
     /// a newer epoch, and time that (it is done anyway after a step that
