@@ -23,8 +23,7 @@ one_run() { # mutex, resets: yes|no
     mkdir -p "$dir"
     local witness_port
     witness_port="$(free_ports 1)"
-    write_cluster "$dir/cluster.toml" "$mutex"
-    printf '[witness]\naddr = "127.0.0.1:%s"\n' "$witness_port" >>"$dir/cluster.toml"
+    write_cluster "$dir/cluster.toml" "$mutex" --witness "127.0.0.1:$witness_port"
     "$bin" witness --listen "127.0.0.1:$witness_port" 2>"$dir/witness.log" &
     local witness=$!
     start_cluster "$bin" "$dir/cluster.toml" "$dir/up.log"

@@ -37,7 +37,9 @@ coterie_run() { # sync: true|false, clients: all (one per node) | one (at n1)
     local sync="$1" clients="$2" dir="$work/coterie-$1-$2" scope=()
     [ "$clients" = all ] || scope=(--node 1)
     mkdir -p "$dir"
-    write_cluster "$dir/cluster.toml" maekawa "$(printf 'state_dir = "%s"\nstate_sync = %s\n' "$dir/state" "$sync")"
+    local sync_flag=()
+    [ "$sync" = true ] || sync_flag=(--no-state-sync)
+    write_cluster "$dir/cluster.toml" maekawa --state-dir "$dir/state" "${sync_flag[@]}"
     start_cluster "$bin" "$dir/cluster.toml" "$dir/up.log"
     local up=$CLUSTER_PID
     "$bin" workload --config "$dir/cluster.toml" "${scope[@]}" --clients 1 --requests 100000000 \

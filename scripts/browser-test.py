@@ -21,7 +21,7 @@ import argparse, os, shutil, socket, subprocess, sys, tempfile, time
 import urllib.request
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import TimeoutException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -84,16 +84,10 @@ def main():
     tmp = tempfile.mkdtemp(prefix="coterie-browser-")
     procs, drivers = [], []
     try:
-        ports = [free_port() for _ in range(11)]
         config = os.path.join(tmp, "cluster.toml")
-        with open(config, "w") as f:
-            f.write('[cluster]\nname = "browser"\nmutex = "centralized"\nelection = "bully"\n'
-                    '[security]\nallow_faults = true\n'
-                    '[timing]\nheartbeat = "50ms"\nfailure_timeout = "250ms"\n')
-            for i in range(5):
-                f.write(f'[[node]]\nid = {i + 1}\npeer = "127.0.0.1:{ports[2 * i]}"\n'
-                        f'client = "127.0.0.1:{ports[2 * i + 1]}"\n')
-        dashboard = f"127.0.0.1:{ports[10]}"
+        subprocess.run([args.bin, "init", "--name", "browser", "--nodes", "5", "--free-ports",
+                        "--allow-faults", "--out", config], check=True)
+        dashboard = f"127.0.0.1:{free_port()}"
         up_log = open(os.path.join(tmp, "up.log"), "w")
         up = subprocess.Popen([args.bin, "up", "--config", config, "--dashboard", dashboard],
                               stdin=subprocess.PIPE, stdout=up_log, stderr=up_log)
@@ -111,12 +105,22 @@ def main():
         driver_path = shutil.which("chromedriver")
         if not driver_path:
             fail("no chromedriver: apt-get install chromium-driver (scripts/test.sh does)")
-        options = webdriver.ChromeOptions()
-        options.binary_location = chromium()
-        for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                     "--window-size=1280,900", f"--user-data-dir={os.path.join(tmp, 'profile')}"):
-            options.add_argument(flag)
-        driver = webdriver.Chrome(service=Service(driver_path), options=options)
+        # Chromium sometimes fails to come up under load ("session not
+        # created"): that is the machine, not the page; try again, afresh.
+        for attempt in range(3):
+            options = webdriver.ChromeOptions()
+            options.binary_location = chromium()
+            for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                         "--window-size=1280,900", f"--user-data-dir={os.path.join(tmp, f'profile{attempt}')}"):
+                options.add_argument(flag)
+            try:
+                driver = webdriver.Chrome(service=Service(driver_path), options=options)
+                break
+            except WebDriverException as e:
+                if attempt == 2:
+                    fail(f"Chromium did not start: {e.msg}")
+                print(f"browser test: Chromium did not start ({e.msg}); again", file=sys.stderr)
+                time.sleep(1)
         drivers.append(driver)
         page = Page(driver)
         driver.get(f"http://{dashboard}/")

@@ -32,20 +32,16 @@ s = [socket.socket() for _ in range(int(sys.argv[1]))]
 print(" ".join(str(x.getsockname()[1]) for x in s))' "$1"
 }
 
-# write_cluster FILE MUTEX [EXTRA]: a 5-node bully cluster of MUTEX on free
-# ports (peer, client and HTTP API each), with EXTRA lines in its [cluster]
-# section, faults allowed.
+# write_cluster FILE MUTEX [FLAG...]: a 5-node bully cluster of MUTEX on
+# free loopback ports (peer, client and HTTP API each), faults allowed,
+# written by `coterie init` (with FLAGs too, e.g. --state-dir DIR) of this
+# tree's build, whichever build a script measures.
 write_cluster() {
-    local file="$1" mutex="$2" extra="${3:-}" ports
-    read -r -a ports <<<"$(free_ports 15)"
-    {
-        printf '[cluster]\nname = "bench"\nmutex = "%s"\nelection = "bully"\n%s\n' "$mutex" "$extra"
-        printf '[security]\nallow_faults = true\n\n'
-        for i in 0 1 2 3 4; do
-            printf '[[node]]\nid = %d\npeer = "127.0.0.1:%s"\nclient = "127.0.0.1:%s"\nhttp = "127.0.0.1:%s"\n' \
-                $((i + 1)) "${ports[3*i]}" "${ports[3*i+1]}" "${ports[3*i+2]}"
-        done
-    } >"$file"
+    local file="$1" mutex="$2"
+    shift 2
+    [ -x target/release/coterie ] || cargo build --release -q
+    target/release/coterie init --name bench --nodes 5 --mutex "$mutex" --election bully \
+        --free-ports --http --allow-faults "$@" --out "$file"
 }
 
 # start_cluster BIN FILE LOG: `coterie up` on FILE in the background (its

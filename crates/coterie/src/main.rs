@@ -27,6 +27,8 @@ struct Cli {
 enum Command {
     /// Start a local cluster, kill its coordinator part-way, show the election.
     Demo(cmd::demo::Args),
+    /// Write a cluster's configuration file.
+    Init(cmd::init::Args),
     /// Run one node of a cluster.
     Node(cmd::node::Args),
     /// Run every node of a configuration as local processes.
@@ -80,6 +82,7 @@ fn main() -> std::process::ExitCode {
     let log = cli.log_format.as_str();
     let result = match cli.command {
         Command::Demo(args) => cmd::demo::run(args, log),
+        Command::Init(args) => cmd::init::run(args),
         Command::Node(args) => cmd::node::run(args, log),
         Command::Up(args) => cmd::up::run(args, log),
         Command::Status(args) => cmd::status::run(args),

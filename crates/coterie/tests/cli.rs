@@ -326,6 +326,60 @@ fn broken_config_gets_a_clear_error() {
     );
 }
 
+/// `coterie init` writes a file `coterie up` runs (here three nodes of
+/// ricart-agrawala on free ports, with the API), and refuses what the
+/// configuration would refuse, saying why.
+#[test]
+fn init_writes_a_cluster_file_that_up_runs() {
+    let dir = scratch("init");
+    let file = dir.0.join("three.toml");
+    let out = coterie(&[
+        "init",
+        "--nodes",
+        "3",
+        "--mutex",
+        "ricart-agrawala",
+        "--free-ports",
+        "--http",
+        "--heartbeat",
+        "50ms",
+        "--failure-timeout",
+        "250ms",
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cfg = coterie_node::Config::load(&file).unwrap();
+    assert_eq!((cfg.nodes.len(), cfg.cluster.mutex.name), (3, "ricart-agrawala"));
+    let mut up = Command::new(BIN)
+        .args(["up", "--config", file.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let began = Instant::now();
+    let lock = loop {
+        let lock = coterie(&["lock", "--config", file.to_str().unwrap(), "--", "echo", "in"]);
+        if lock.status.success() || began.elapsed() > Duration::from_secs(10) {
+            break lock;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    unsafe_kill(up.id(), 15);
+    let _ = up.wait();
+    assert_eq!(
+        String::from_utf8_lossy(&lock.stdout),
+        "in\n",
+        "{}",
+        String::from_utf8_lossy(&lock.stderr)
+    );
+    let refused = coterie(&["init", "--nodes", "3", "--mutex", "maekawa", "--count", "2"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("maekawa admits one holder at a time"), "{said}");
+}
+
 #[test]
 fn demo_runs_kills_the_coordinator_and_reports_no_violation() {
     let out = coterie(&["demo", "--duration", "3s", "--json"]);

@@ -11,6 +11,7 @@ pub mod fault;
 pub mod harness;
 pub mod help;
 pub mod history;
+pub mod init;
 pub mod lock;
 pub mod locks;
 pub mod nemesis;

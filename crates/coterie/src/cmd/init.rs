@@ -1,0 +1,156 @@
+//! `coterie init`: a cluster file, written by the same builder the tests,
+//! the harness and the bench scripts use (`Config::new`, `to_toml`), and
+//! checked as `coterie up` will read it.
+
+use super::common;
+use anyhow::{bail, Context, Result};
+use coterie_core::registry::{self, ElectionInfo, MutexInfo};
+use coterie_node::config::{ClusterSection, Config, NodeSection, WitnessSection};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Write a cluster's configuration file: `coterie init --nodes 3 >
+/// cluster.toml`, then `coterie up --config cluster.toml`.
+///
+/// The nodes listen on 127.0.0.1 (or --host): node i's peer port is
+/// --base-port + i, its client port 100 above, its HTTP API's 300 above
+/// (with --http), as in config/local.toml; or, with --free-ports, ports
+/// the system has free now. Every other key is at its default (see the
+/// guide's configuration reference).
+#[derive(clap::Args)]
+pub struct Args {
+    /// Nodes in the cluster.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=65535))]
+    nodes: u32,
+    /// The cluster's name; nodes refuse peers from another cluster.
+    #[arg(long, default_value = "local")]
+    name: String,
+    /// Mutual-exclusion algorithm.
+    #[arg(long, default_value = "centralized", value_parser = registry::mutex)]
+    mutex: &'static MutexInfo,
+    /// Election algorithm.
+    #[arg(long, default_value = "bully", value_parser = registry::election)]
+    election: &'static ElectionInfo,
+    /// Holders at once (a counting semaphore, where the algorithm counts).
+    #[arg(long, default_value_t = 1)]
+    count: usize,
+    /// The address the nodes listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Node i's peer port is this plus i (client +100, HTTP +300).
+    #[arg(long, default_value_t = 7100, conflicts_with = "free_ports")]
+    base_port: u16,
+    /// Ports free on this machine now, instead of --base-port's.
+    #[arg(long)]
+    free_ports: bool,
+    /// Serve the HTTP/JSON API on every node.
+    #[arg(long)]
+    http: bool,
+    /// Take `coterie fault` commands: labs and tests only.
+    #[arg(long)]
+    allow_faults: bool,
+    /// Keep what must outlive a crash in this directory (relative to the file).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// With --state-dir: do not sync the state file on every change.
+    #[arg(long, requires = "state_dir")]
+    no_state_sync: bool,
+    /// After a holder is lost, hand the lock to nobody for this long.
+    #[arg(long, value_parser = common::parse_duration)]
+    lock_delay: Option<Duration>,
+    /// How often heartbeats go out.
+    #[arg(long, value_parser = common::parse_duration)]
+    heartbeat: Option<Duration>,
+    /// Silence after which a peer is suspected.
+    #[arg(long, value_parser = common::parse_duration)]
+    failure_timeout: Option<Duration>,
+    /// The witness workloads check their entries at.
+    #[arg(long, value_name = "ADDR")]
+    witness: Option<String>,
+    /// Write the file here instead of on stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let config = build(&args)?;
+    let text = config.to_toml();
+    // As `up` will read it: what the builder cannot refuse, this does.
+    Config::parse(&text, args.out.as_deref().unwrap_or(Path::new("cluster.toml")))?;
+    match &args.out {
+        Some(path) => {
+            std::fs::write(path, &text).with_context(|| format!("writing {}", path.display()))?
+        }
+        None => print!("{text}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn build(args: &Args) -> Result<Config> {
+    let per_node = if args.http { 3 } else { 2 };
+    let ports: Vec<u16> = if args.free_ports {
+        free_ports(&args.host, per_node * args.nodes as usize)?
+    } else {
+        let mut ports = Vec::new();
+        for i in 1..=args.nodes {
+            let port = |offset: u32| {
+                u16::try_from(u32::from(args.base_port) + offset + i)
+                    .map_err(|_| anyhow::anyhow!("--base-port {} leaves no room", args.base_port))
+            };
+            ports.extend([port(0)?, port(100)?]);
+            if args.http {
+                ports.push(port(300)?);
+            }
+        }
+        ports
+    };
+    let addr = |port: u16| format!("{}:{port}", args.host);
+    let nodes = ports
+        .chunks_exact(per_node)
+        .zip(1..)
+        .map(|(p, id)| NodeSection {
+            id,
+            peer: addr(p[0]),
+            client: addr(p[1]),
+            http: args.http.then(|| addr(p[2])),
+        })
+        .collect();
+    let mut cluster = ClusterSection::new(&args.name, args.mutex, args.election);
+    cluster.count = args.count;
+    cluster.state_dir = args.state_dir.clone();
+    cluster.state_sync = !args.no_state_sync;
+    if let Some(delay) = args.lock_delay {
+        cluster.lock_delay = delay;
+    }
+    let mut config = Config::new(cluster, nodes);
+    config.security.allow_faults = args.allow_faults;
+    if let Some(heartbeat) = args.heartbeat {
+        config.timing.heartbeat = heartbeat;
+    }
+    if let Some(timeout) = args.failure_timeout {
+        config.timing.failure_timeout = timeout;
+    }
+    config.witness = args.witness.clone().map(|addr| WitnessSection { addr });
+    if args.http && !is_loopback(&args.host) {
+        bail!(
+            "--http on {}: without a secret the API is served on loopback only; write the \
+             file for 127.0.0.1, or add [security] secret_file and api_token_file to it",
+            args.host
+        );
+    }
+    Ok(config)
+}
+
+fn is_loopback(host: &str) -> bool {
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `n` ports free on `host` now (bound together, then let go).
+fn free_ports(host: &str, n: usize) -> Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind((host, 0)))
+        .collect::<std::io::Result<Vec<_>>>()
+        .with_context(|| format!("finding free ports on {host}"))?;
+    listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+}
