@@ -65,23 +65,14 @@ stop() {
 }
 trap 'stop; rm -rf "$work"' EXIT
 
-# A free loopback port.
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
 # Starts a 5-node cluster of `mutex` (its configuration in $cfg) and
 # waits until it agrees.
 start() {
     local mutex="$1"
     cfg="$work/$1.toml"
-    {
-        printf '[cluster]\nname = "names"\nmutex = "%s"\nelection = "bully"\n' "$mutex"
-        printf '[timing]\nheartbeat = "50ms"\nfailure_timeout = "250ms"\n'
-        printf '[limits]\nmax_names = %d\n' "$((names + 1000))"
-        for id in 1 2 3 4 5; do
-            printf '[[node]]\nid = %d\npeer = "127.0.0.1:%d"\nclient = "127.0.0.1:%d"\n' \
-                "$id" "$(port)" "$(port)"
-        done
-    } >"$cfg"
+    "$bin" init --name names --nodes 5 --mutex "$mutex" --free-ports \
+        --heartbeat 50ms --failure-timeout 250ms --set "limits.max_names=$((names + 1000))" \
+        --out "$cfg"
     "$bin" up --config "$cfg" >"$out/$mutex.up.log" 2>&1 &
     up_pid=$!
     for _ in $(seq 100); do

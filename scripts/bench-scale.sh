@@ -56,18 +56,8 @@ tick="$(getconf CLK_TCK)"
 write_config() {
     local n="$1" dir="$2"
     head -c 32 /dev/urandom | base64 >"$dir/secret"
-    python3 - "$n" "$dir" "$mutex" "$election" "$detector" <<'EOF'
-import socket, sys
-n, d, mutex, election, detector = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
-def free():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
-text = f'[cluster]\nname = "scale{n}"\nmutex = "{mutex}"\nelection = "{election}"\n'
-text += '[security]\nsecret_file = "secret"\n'
-text += f'[timing]\ndetector = "{detector}"\n'
-for i in range(1, n + 1):
-    text += f'[[node]]\nid = {i}\npeer = "127.0.0.1:{free()}"\nclient = "127.0.0.1:{free()}"\n'
-open(f"{d}/cluster.toml", "w").write(text)
-EOF
+    "$bin" init --name "scale$n" --nodes "$n" --mutex "$mutex" --election "$election" --free-ports \
+        --set security.secret_file=secret --set "timing.detector=$detector" --out "$dir/cluster.toml"
 }
 
 # utime + stime of every pid given, in clock ticks, read by one process

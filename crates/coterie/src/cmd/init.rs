@@ -68,6 +68,11 @@ pub struct Args {
     /// The witness workloads check their entries at.
     #[arg(long, value_name = "ADDR")]
     witness: Option<String>,
+    /// Any other key: `--set limits.max_names=6000`, `--set
+    /// timing.detector=ring`, `--set security.secret_file=secret` (a value
+    /// that is not TOML is taken as a string). Checked as `up` reads it.
+    #[arg(long, value_name = "SECTION.KEY=VALUE")]
+    set: Vec<String>,
     /// Write the file here instead of on stdout.
     #[arg(long, short = 'o', value_name = "FILE")]
     out: Option<PathBuf>,
@@ -75,7 +80,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let config = build(&args)?;
-    let text = config.to_toml();
+    let text = set(config.to_toml(), &args.set)?;
     // As `up` will read it: what the builder cannot refuse, this does.
     Config::parse(&text, args.out.as_deref().unwrap_or(Path::new("cluster.toml")))?;
     match &args.out {
@@ -140,6 +145,33 @@ fn build(args: &Args) -> Result<Config> {
         );
     }
     Ok(config)
+}
+
+/// `text` with each `SECTION.KEY=VALUE` of `sets` set.
+fn set(text: String, sets: &[String]) -> Result<String> {
+    if sets.is_empty() {
+        return Ok(text);
+    }
+    let mut table: toml::Table = text.parse()?;
+    for assignment in sets {
+        let Some((path, value)) = assignment.split_once('=') else {
+            bail!("--set {assignment}: say SECTION.KEY=VALUE");
+        };
+        let Some((section, key)) = path.split_once('.') else {
+            bail!("--set {assignment}: name the key with its section, as in limits.max_names");
+        };
+        let value: toml::Value = format!("v = {value}")
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(value.to_string()));
+        let entry = table.entry(section).or_insert_with(|| toml::Table::new().into());
+        let Some(section_table) = entry.as_table_mut() else {
+            bail!("--set {assignment}: [{section}] is not a section of one table");
+        };
+        section_table.insert(key.to_string(), value);
+    }
+    Ok(toml::to_string(&table)?)
 }
 
 fn is_loopback(host: &str) -> bool {
