@@ -26,10 +26,9 @@ write_cluster "$work/cluster.toml" centralized
 start_cluster "$bin" "$work/cluster.toml" "$work/up.log"
 
 run() { # node, round trips per entry
-    "$bin" workload --config "$work/cluster.toml" --node "$1" --clients 1 --requests "$requests" --no-witness --json |
-        python3 -c "import json,sys
-r=json.load(sys.stdin); floor=$rtt_per_s/$2
-print(f'{\"coordinator\" if $1==5 else \"other node\":<12} {r[\"throughput_per_s\"]:>9.0f}/s  p50 {r[\"latency_ms\"][\"p50\"]*1000:>6.0f} us  floor {floor:>7.0f}/s  {r[\"throughput_per_s\"]/floor:>5.0%} of floor')"
+    "$bin" workload --config "$work/cluster.toml" --node "$1" --clients 1 --requests "$requests" --no-chain --no-witness --json |
+        jq -r --argjson floor "$(jq -n "$rtt_per_s / $2")" --arg where "$([ "$1" = 5 ] && echo coordinator || echo "other node")" \
+            '"\($where)\t\(.throughput_per_s | round)/s\tp50 \(.latency_ms.p50 * 1000 | round) us\tfloor \($floor | round)/s\t\(.throughput_per_s / $floor * 100 | round)% of floor"'
 }
 echo "loopback round trip between two processes: ${rtt_us} us (${rtt_per_s}/s)"
 echo "one client, acquire + release, centralized, 5 nodes, $requests entries:"

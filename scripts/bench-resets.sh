@@ -35,10 +35,8 @@ one_run() { # mutex, resets: yes|no
         fault=$!
     fi
     "$bin" workload --config "$dir/cluster.toml" --clients 2 --requests 100000000 --duration 8s --json |
-        python3 -c "import json,sys
-r=json.load(sys.stdin); l=r['latency_ms']
-label='$mutex, ' + ('node 5 reset every 300 ms for 6 s' if '$resets'=='yes' else 'no fault')
-print(f'{label:<52} {r[\"throughput_per_s\"]:>7.0f}/s  p50 {l[\"p50\"]:.3f} ms  p99 {l[\"p99\"]:.3f} ms  max {l[\"max\"]:.3f} ms  unanswered {r.get(\"unanswered\", 0)}  violations {r[\"violations\"]}  stale {r[\"stale_fences\"]}')"
+        jq -r --arg label "$mutex, $([ "$resets" = yes ] && echo 'node 5 reset every 300 ms for 6 s' || echo 'no fault')" \
+            '"\($label)\t\(.throughput_per_s | round)/s\tp50 \(.latency_ms.p50) ms\tp99 \(.latency_ms.p99) ms\tmax \(.latency_ms.max) ms\tunanswered \(.unanswered // 0)\tviolations \(.violations)\tstale \(.stale_fences)"'
     [ -z "$fault" ] || wait "$fault" || echo "  (coterie fault reset failed: $(tail -n 1 "$dir/fault.log"))"
     [ -z "$fault" ] || echo "  $(grep -h 'reset' "$dir/fault.log" | head -n 1)"
     kill "$up" "$witness" 2>/dev/null || true

@@ -124,11 +124,9 @@ EOF
     # Wait (up to 60 s) until every node answers and all follow one
     # coordinator, then a few seconds more for the start-up to settle.
     for _ in $(seq 120); do
-        if "$bin" status --config "$dir/cluster.toml" --json 2>/dev/null | python3 -c '
-import json, sys
-s = json.load(sys.stdin)
-ok = len(s) == int(sys.argv[1]) and len({x.get("coordinator") for x in s}) == 1 and s[0].get("coordinator")
-sys.exit(0 if ok else 1)' "$n"; then
+        if "$bin" status --config "$dir/cluster.toml" --json 2>/dev/null |
+            jq -e --argjson n "$n" 'length == $n and ([.[].coordinator] | unique | length == 1) and .[0].coordinator != null' \
+                >/dev/null; then
             break
         fi
         sleep 0.5

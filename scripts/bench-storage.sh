@@ -44,10 +44,8 @@ coterie_run() { # sync: true|false, clients: all (one per node) | one (at n1)
     local up=$CLUSTER_PID
     "$bin" workload --config "$dir/cluster.toml" "${scope[@]}" --clients 1 --requests 100000000 \
         --duration "${seconds}s" --no-witness --json |
-        python3 -c "import json,sys
-r=json.load(sys.stdin)
-who = '5 clients' if '$clients' == 'all' else '1 client '
-print(f'coterie maekawa, 5 nodes, {who}, state_sync = $sync: {r[\"throughput_per_s\"]:>8.0f} entries/s  p50 {r[\"latency_ms\"][\"p50\"]:.3f} ms  ({r[\"entries\"]} entries)')"
+        jq -r --arg who "$([ "$clients" = all ] && echo '5 clients' || echo '1 client')" \
+            '"coterie maekawa, 5 nodes, \($who), state_sync = '"$sync"': \(.throughput_per_s | round) entries/s  p50 \(.latency_ms.p50) ms  (\(.entries) entries)"'
     kill "$up" 2>/dev/null || true
     wait "$up" 2>/dev/null || true
 }
@@ -64,7 +62,7 @@ redis_run() {
         --appendonly yes --appendfsync always --daemonize no >"$dir/log" 2>&1 &
     local pid=$!
     for _ in $(seq 50); do
-        python3 -c "import socket; socket.create_connection(('127.0.0.1', $port)).close()" 2>/dev/null && break
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
         sleep 0.1
     done
     python3 - "$port" "$seconds" <<'EOF'
