@@ -427,12 +427,18 @@ impl Config {
     }
 
     /// [`new`](Config::new) with `ports.len() / 2` nodes on 127.0.0.1 (a
-    /// third of `ports.len()` with `http`): node `i` (from 1) listens on
+    /// third of `ports.len()` with `http`): see [`on`](Config::on).
+    pub fn loopback(cluster: ClusterSection, ports: &[u16], http: bool) -> Config {
+        Config::on(cluster, "127.0.0.1", ports, http)
+    }
+
+    /// [`new`](Config::new) with `ports.len() / 2` nodes on `host` (a third
+    /// of `ports.len()` with `http`): node `i` (from 1) listens on
     /// `ports[2(i-1)]` for peers and the next for clients (with `http`,
     /// three ports a node: peer, client, HTTP API).
-    pub fn loopback(cluster: ClusterSection, ports: &[u16], http: bool) -> Config {
+    pub fn on(cluster: ClusterSection, host: &str, ports: &[u16], http: bool) -> Config {
         let per = if http { 3 } else { 2 };
-        let addr = |port: u16| format!("127.0.0.1:{port}");
+        let addr = |port: u16| format!("{host}:{port}");
         let nodes = ports
             .chunks_exact(per)
             .zip(1..)

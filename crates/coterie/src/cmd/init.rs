@@ -5,7 +5,7 @@
 use super::common;
 use anyhow::{bail, Context, Result};
 use coterie_core::registry::{self, ElectionInfo, MutexInfo};
-use coterie_node::config::{ClusterSection, Config, NodeSection, WitnessSection};
+use coterie_node::config::{ClusterSection, Config, WitnessSection};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -110,17 +110,6 @@ fn build(args: &Args) -> Result<Config> {
         }
         ports
     };
-    let addr = |port: u16| format!("{}:{port}", args.host);
-    let nodes = ports
-        .chunks_exact(per_node)
-        .zip(1..)
-        .map(|(p, id)| NodeSection {
-            id,
-            peer: addr(p[0]),
-            client: addr(p[1]),
-            http: args.http.then(|| addr(p[2])),
-        })
-        .collect();
     let mut cluster = ClusterSection::new(&args.name, args.mutex, args.election);
     cluster.count = args.count;
     cluster.state_dir = args.state_dir.clone();
@@ -128,7 +117,7 @@ fn build(args: &Args) -> Result<Config> {
     if let Some(delay) = args.lock_delay {
         cluster.lock_delay = delay;
     }
-    let mut config = Config::new(cluster, nodes);
+    let mut config = Config::on(cluster, &args.host, &ports, args.http);
     config.security.allow_faults = args.allow_faults;
     if let Some(heartbeat) = args.heartbeat {
         config.timing.heartbeat = heartbeat;
