@@ -42,13 +42,11 @@ for mutex in "${mutexes[@]}"; do
                 --requests 1 --crashes "$crashes" --delay-ticks "$ticks" \
                 --names "${NAMES:-1}" --per-request "${PER_REQUEST:-1}" \
                 --max-states "$max_states" --json 2>/dev/null || true)"
-            line="$(printf '%s' "$json" | python3 -c '
-import json, sys
-r = json.load(sys.stdin)
-verdict = "exhausted" if r["exhausted"] else "bound hit"
-if r["violations"]:
-    verdict += ", " + ", ".join(c["invariant"] for c in r["counterexamples"])
-print("%d\t%d\t%.1f\t%s" % (r["distinct_states"], r["max_depth"], r["seconds"], verdict))')"
+            line="$(printf '%s' "$json" | jq -r '
+                [.distinct_states, .max_depth, (.seconds * 10 | round / 10),
+                 ((if .exhausted then "exhausted" else "bound hit" end)
+                  + (if .violations > 0 then ", " + ([.counterexamples[].invariant] | join(", ")) else "" end))]
+                | @tsv')"
             printf '%s\t%s\t%s\t%s\t%s\n' "$mutex" "$election" "$crashes" "$ticks" "$line" | tee -a "$out" >&2
         done
     done

@@ -195,10 +195,7 @@ wait_for_coordinator() {
         fi
         if [ "$(date +%s)" -ge "$deadline" ]; then
             log "  last status output, one node a line:"
-            printf '%s' "$out" | python3 -c '
-import json, sys
-for row in json.load(sys.stdin):
-    print("    " + json.dumps(row, sort_keys=True))' 2>/dev/null || printf '    %s\n' "$out"
+            printf '%s' "$out" | jq -c -S '.[]' 2>/dev/null | sed 's/^/    /' || printf '    %s\n' "$out"
             [ -s "$TMP/stderr" ] && log "  last status stderr: $(tail -n 5 "$TMP/stderr")"
             return 1
         fi
