@@ -160,11 +160,13 @@ election_page() {
         echo "## Messages, measured"
         echo
         echo "In the simulator under \`centralized\`, $seeds seeded runs each: the"
-        echo "election messages of a whole run (its start, and with a crash the"
-        echo "election that follows it), per run"
+        echo "election layer's messages in a whole run of the default workload"
+        echo "(the start-up election, a coordinator's periodic"
+        echo "checks where the algorithm has them, and with a crash what follows"
+        echo "it), per run"
         echo "(\`coterie sim --mutex centralized --election $name --nodes N [--crashes 1] --seeds $seeds\`)."
         echo
-        echo "| N | start only | with 1 crash |"
+        echo "| N | no fault | with 1 crash |"
         echo "|---|---|---|"
         local n quiet crashed per='[.messages_by_kind | to_entries[] | select(.key | test("^(election|ok|coordinator|status_poll|status|new_state|ack|refuse)$")) | .value] | add // 0'
         for n in 3 5 7 9; do
