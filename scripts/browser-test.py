@@ -21,7 +21,11 @@ import argparse, os, shutil, socket, subprocess, sys, tempfile, time
 import urllib.request
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException, WebDriverException
+from selenium.common.exceptions import (
+    StaleElementReferenceException,
+    TimeoutException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -60,8 +64,16 @@ class Page:
             fail(f"the page never showed {what}; it shows {state} and the locks {locks!r}")
 
     def click(self, selector):
-        """A real click: WebDriver moves the mouse to the element, presses and releases."""
-        self.driver.find_element(By.CSS_SELECTOR, selector).click()
+        """A real click: WebDriver moves the mouse to the element, presses and
+        releases. The page draws its node cards anew at every event, so the
+        element found may be replaced before the click lands: find it again."""
+        for attempt in range(10):
+            try:
+                self.driver.find_element(By.CSS_SELECTOR, selector).click()
+                return
+            except StaleElementReferenceException:
+                time.sleep(0.05)
+        fail(f"{selector} was redrawn under every click")
 
     def screenshot(self, path):
         self.driver.save_screenshot(path)
