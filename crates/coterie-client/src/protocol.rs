@@ -114,6 +114,24 @@ pub struct LockInfo {
     pub order: WaitOrder,
 }
 
+impl LockInfo {
+    /// Whether `other` shows this lock with the same holders and waiters,
+    /// the times they have held and waited aside: whether a watcher has
+    /// news.
+    pub fn same_as(&self, other: &LockInfo) -> bool {
+        fn holders(l: &LockInfo) -> Vec<(u32, Option<&str>, u64, Option<&str>)> {
+            let h = l.holders.iter();
+            h.map(|h| (h.node, h.client.as_deref(), h.fence, h.value.as_deref())).collect()
+        }
+        fn waiters(l: &LockInfo) -> Vec<(u32, &str)> {
+            l.waiters.iter().map(|w| (w.node, w.client.as_str())).collect()
+        }
+        (&self.name, self.permits, self.order) == (&other.name, other.permits, other.order)
+            && holders(self) == holders(other)
+            && waiters(self) == waiters(other)
+    }
+}
+
 /// The order [`LockInfo::waiters`] are listed in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

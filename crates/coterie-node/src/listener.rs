@@ -8,8 +8,9 @@
 //! A client connection beyond `[limits] max_clients` (an HTTP one beyond
 //! `max_http`) is told why it is refused, in the first frame its client
 //! reads (an HTTP `503`), and closed; one that fails the handshake (with
-//! a secret) is dropped and logged, a line a second. Peer connections hand-shake in [`transport`](crate::transport),
-//! where the Hello that follows is checked too.
+//! a secret) is dropped and logged, a line a second. Peer connections
+//! hand-shake in [`transport`](crate::transport), where the Hello that
+//! follows is checked too.
 
 use crate::admission::{Admission, Port};
 use crate::shutdown::Shutdown;

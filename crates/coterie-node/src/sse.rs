@@ -113,7 +113,7 @@ pub(crate) fn lock(shared: &Arc<Shared>, stop: Shutdown, name: Name) -> Events {
         let mut last: Option<LockInfo> = None;
         loop {
             let now = shared.cluster.lock(&name, patience, shared.default_permits).await;
-            if last.as_ref().is_none_or(|l| !same(l, &now)) {
+            if last.as_ref().is_none_or(|l| !l.same_as(&now)) {
                 feed.send("lock", &now).await?;
                 last = Some(now);
             }
@@ -134,21 +134,6 @@ pub(crate) fn lock(shared: &Arc<Shared>, stop: Shutdown, name: Name) -> Events {
             }
         }
     })
-}
-
-/// Whether two views of a lock show the same holders and waiters (the
-/// times they held and waited aside).
-fn same(a: &LockInfo, b: &LockInfo) -> bool {
-    fn holders(l: &LockInfo) -> Vec<(u32, Option<&str>, u64, Option<&str>)> {
-        let h = l.holders.iter();
-        h.map(|h| (h.node, h.client.as_deref(), h.fence, h.value.as_deref())).collect()
-    }
-    fn waiters(l: &LockInfo) -> Vec<(u32, &str)> {
-        l.waiters.iter().map(|w| (w.node, w.client.as_str())).collect()
-    }
-    (a.permits, a.order) == (b.permits, b.order)
-        && holders(a) == holders(b)
-        && waiters(a) == waiters(b)
 }
 
 /// `GET /v1/sessions/{id}/watch`: the session now, and its end.

@@ -22,6 +22,11 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
+/// README.md and every page of the guide, each with its text.
+fn read_pages() -> Vec<(PathBuf, String)> {
+    pages().into_iter().map(|p| (p.clone(), std::fs::read_to_string(&p).unwrap())).collect()
+}
+
 /// README.md and every page of the guide.
 fn pages() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -40,23 +45,34 @@ fn pages() -> Vec<PathBuf> {
     out
 }
 
+/// A page's lines, numbered from 1, each with the info string of the
+/// fenced code block it is in (`None` outside any); the fences themselves
+/// left out.
+fn blocks(text: &str) -> Vec<(usize, Option<&str>, &str)> {
+    let mut block: Option<&str> = None;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("```") {
+            block = match block {
+                Some(_) => None,
+                None => Some(trimmed.trim_start_matches('`').trim()),
+            };
+            continue;
+        }
+        out.push((i + 1, block, line));
+    }
+    out
+}
+
 /// A page's lines outside fenced code blocks, with inline code taken out,
 /// numbered from 1.
 fn prose(text: &str) -> Vec<(usize, String)> {
-    let mut fenced = false;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if !fenced {
-            let outside: String =
-                line.split('`').enumerate().filter(|(j, _)| j % 2 == 0).map(|(_, s)| s).collect();
-            out.push((i + 1, outside));
-        }
-    }
-    out
+    let outside = blocks(text).into_iter().filter(|(_, block, _)| block.is_none());
+    let strip = |line: &str| -> String {
+        line.split('`').enumerate().filter(|(j, _)| j % 2 == 0).map(|(_, s)| s).collect()
+    };
+    outside.map(|(i, _, line)| (i, strip(line))).collect()
 }
 
 /// Every `](target)` of a page: line and target.
@@ -76,25 +92,20 @@ fn links(text: &str) -> Vec<(usize, String)> {
 
 /// The anchors GitHub (and mdBook) give a page's headings.
 fn anchors(text: &str) -> BTreeSet<String> {
-    let mut fenced = false;
-    let mut out = BTreeSet::new();
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-        }
-        if fenced || !line.starts_with('#') {
-            continue;
-        }
-        let heading = line.trim_start_matches('#').trim();
-        let slug: String = heading
-            .to_lowercase()
-            .chars()
-            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
-            .map(|c| if c == ' ' { '-' } else { c })
-            .collect();
-        out.insert(slug);
-    }
-    out
+    let headings = blocks(text)
+        .into_iter()
+        .filter(|(_, block, line)| block.is_none() && line.starts_with('#'));
+    headings
+        .map(|(_, _, line)| {
+            let heading = line.trim_start_matches('#').trim();
+            heading
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect()
 }
 
 /// What is wrong with the links of `page` (text `text`): one line each.
@@ -127,10 +138,8 @@ fn broken_links(page: &Path, text: &str) -> Vec<String> {
 
 #[test]
 fn every_link_and_image_resolves() {
-    let broken: Vec<String> = pages()
-        .iter()
-        .flat_map(|page| broken_links(page, &std::fs::read_to_string(page).unwrap()))
-        .collect();
+    let broken: Vec<String> =
+        read_pages().iter().flat_map(|(page, text)| broken_links(page, text)).collect();
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
 
@@ -170,18 +179,9 @@ struct Example {
 /// Every console block's commands, in page order.
 fn examples(page: &Path, text: &str) -> Vec<Example> {
     let mut out: Vec<Example> = Vec::new();
-    let mut inside = false;
-    for (i, line) in text.lines().enumerate() {
-        let trimmed = line.trim_start();
-        if trimmed.starts_with("```") {
-            inside = !inside && trimmed.trim_start_matches('`').trim() == "console";
-            continue;
-        }
-        if !inside {
-            continue;
-        }
+    for (i, _, line) in blocks(text).into_iter().filter(|(_, block, _)| *block == Some("console")) {
         if let Some(command) = line.strip_prefix("$ ") {
-            let at = format!("{}:{}", page.display(), i + 1);
+            let at = format!("{}:{i}", page.display());
             out.push(Example { at, command: command.to_string(), expected: Vec::new() });
         } else if let Some(example) = out.last_mut() {
             example.expected.push(line.to_string());
@@ -287,10 +287,8 @@ impl Drop for LocalCluster {
 
 #[test]
 fn every_console_example_prints_what_the_guide_shows() {
-    let all: Vec<Example> = pages()
-        .iter()
-        .flat_map(|page| examples(page, &std::fs::read_to_string(page).unwrap()))
-        .collect();
+    let all: Vec<Example> =
+        read_pages().iter().flat_map(|(page, text)| examples(page, text)).collect();
     assert!(all.len() >= 5, "the guide has {} console examples", all.len());
     let _cluster = LocalCluster::start();
     let bin_dir = Path::new(BIN).parent().unwrap();

@@ -32,7 +32,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use coterie_node::protocol::unix_us;
+use coterie_node::protocol::{unix_us, LockInfo};
 use serde::Deserialize;
 use std::collections::VecDeque;
 use std::process::ExitCode;
@@ -287,46 +287,53 @@ async fn work(State(s): State<Arc<Shared>>, Json(r): Json<WorkRequest>) -> Respo
     Json(serde_json::json!({"workload": running.is_some()})).into_response()
 }
 
+/// Every live lock, and the nodes that did not answer.
+type Listed = (Vec<LockInfo>, Vec<u32>);
+
 /// Every live lock, from the first node that answers (it asks the
 /// others), and the nodes that did not answer.
-async fn list_locks(nodes: &[NodeAddr]) -> Result<serde_json::Value, String> {
+async fn list_locks(nodes: &[NodeAddr]) -> Result<Listed, String> {
     let asked = common::first_answer(nodes, Some(Duration::from_secs(2)), |mut c| async move {
         c.locks("").await
     });
-    let (locks, unreachable) = asked.await.map_err(|why| format!("no node answered ({why})"))?;
-    Ok(serde_json::json!({"locks": locks, "unreachable": unreachable}))
+    asked.await.map_err(|why| format!("no node answered ({why})"))
+}
+
+fn listing((locks, unreachable): &Listed) -> serde_json::Value {
+    serde_json::json!({"locks": locks, "unreachable": unreachable})
 }
 
 async fn locks(State(s): State<Arc<Shared>>) -> Response {
     match list_locks(&s.nodes).await {
-        Ok(listing) => Json(listing).into_response(),
+        Ok(listed) => Json(listing(&listed)).into_response(),
         Err(why) => bad(why),
     }
 }
 
 /// Keeps [`Shared::locks`] current; see the module documentation.
 async fn follow_locks(s: Arc<Shared>) {
-    let mut last = None;
+    let mut last: Option<Result<Listed, String>> = None;
     loop {
-        let listing = list_locks(&s.nodes).await.unwrap_or_else(
-            |why| serde_json::json!({"locks": [], "unreachable": [], "error": why}),
-        );
+        let now = list_locks(&s.nodes).await;
         // Times held and waited grow by themselves (the page counts them
         // on): a change is in who holds and who waits.
-        let mut shape = listing.clone();
-        for lock in shape["locks"].as_array_mut().into_iter().flatten() {
-            for key in ["holders", "waiters"] {
-                for who in lock[key].as_array_mut().into_iter().flatten() {
-                    if let Some(who) = who.as_object_mut() {
-                        who.retain(|k, _| !k.ends_with("_ms"));
-                    }
-                }
+        let news = match (&last, &now) {
+            (Some(Ok((was, was_out))), Ok((is, is_out))) => {
+                was_out != is_out
+                    || was.len() != is.len()
+                    || was.iter().zip(is).any(|(a, b)| !a.same_as(b))
             }
+            (Some(Err(was)), Err(is)) => was != is,
+            _ => true,
+        };
+        if news {
+            let json = match &now {
+                Ok(listed) => listing(listed),
+                Err(why) => serde_json::json!({"locks": [], "unreachable": [], "error": why}),
+            };
+            s.locks.send_replace(json.to_string());
         }
-        if last.as_ref() != Some(&shape) {
-            last = Some(shape);
-            s.locks.send_replace(listing.to_string());
-        }
+        last = Some(now);
         tokio::time::sleep(LOCKS_AT_MOST).await;
         let _ = tokio::time::timeout(LOCKS_AT_LEAST - LOCKS_AT_MOST, s.stirred.notified()).await;
     }

@@ -537,6 +537,14 @@ impl Run {
         }
         Ok(())
     }
+
+    /// Leaves the witness with `fences`.
+    async fn leave(witness: &mut WitnessClient, fences: &[(String, u64)]) -> Result<()> {
+        for (name, fence) in fences {
+            witness.leave(name, *fence).await?;
+        }
+        Ok(())
+    }
 }
 
 async fn client_loop(mut run: Run) {
@@ -585,18 +593,14 @@ async fn one_session(run: &mut Run) -> Result<()> {
                 _ = tokio::time::sleep(run.spec.hold) => {}
                 loss = client.lost() => {
                     if let Some(w) = witness.as_mut() {
-                        for (name, fence) in &fences {
-                            w.leave(name, *fence).await?;
-                        }
+                        Run::leave(w, &fences).await?;
                     }
                     bail!("lost the lock while holding it: {loss}");
                 }
             }
         }
         if let Some(w) = witness.as_mut() {
-            for (name, fence) in &fences {
-                w.leave(name, *fence).await?;
-            }
+            Run::leave(w, &fences).await?;
         }
         run.entered();
         next = run.picker.next();
@@ -646,7 +650,7 @@ async fn http_session(api: &HttpTarget, run: &mut Run) -> Result<()> {
             tokio::time::sleep(run.spec.hold).await;
         }
         if let Some(w) = witness.as_mut() {
-            w.leave(name, grant.fence).await?;
+            Run::leave(w, &fences).await?;
         }
         client.release(name, &session, grant.fence).await?;
         run.entered();
