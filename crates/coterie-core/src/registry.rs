@@ -25,6 +25,7 @@ use crate::mutex::{
     maekawa::{self, Maekawa},
     raymond_k::RaymondK,
     ricart_agrawala::RicartAgrawala,
+    roucairol_carvalho::RoucairolCarvalho,
     token_ring::TokenRing,
     tree_quorum::{self, TreeQuorum},
 };
@@ -159,6 +160,19 @@ pub const MUTEXES: &[MutexInfo] = &[
         burst_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),
         burst_kinds: &["request", "reply"],
         build: |cfg| erase_mutex(RicartAgrawala::new(cfg)),
+    },
+    MutexInfo {
+        name: "roucairol-carvalho",
+        summary: "Ricart-Agrawala keeping the replies it was given: re-entries with no other request cost no message",
+        claims: Claims::BASIC,
+        // Nothing when every permission is still here; a REQUEST and a
+        // REPLY for each one given away since. A renewal of the
+        // reservation (every RESERVE ticks) adds at most that.
+        light_load: |n, _| (0, 2 * (n - 1)),
+        heavy_load: |n| (0.0, 2.0 * (n - 1) as f64),
+        burst_load: |n| (0.0, 2.0 * (n - 1) as f64),
+        burst_kinds: &["request", "reply"],
+        build: |cfg| erase_mutex(RoucairolCarvalho::new(cfg)),
     },
     MutexInfo {
         name: "raymond-k",

@@ -349,3 +349,50 @@ fn at_the_limit_the_lock_idle_longest_makes_room() {
         assert!(fence > fence_of_a.unwrap(), "{}: {fence:?} after {fence_of_a:?}", info.name);
     }
 }
+
+/// Locality: under `roucairol-carvalho` a lock taken over and over at one
+/// node costs no message once that node holds every peer's permission,
+/// heartbeats flowing all the while (their watermarks carry the ceilings
+/// the peers owe it, which must not spend its reservation); another
+/// node's use of the lock costs the first one only that node's
+/// permission back. Each lock keeps its own permissions.
+#[test]
+fn kept_permissions_make_repeated_entries_free_per_lock() {
+    let n = 5;
+    let mut net = Net::new("roucairol-carvalho", n);
+    let mut last: Option<Fence> = None;
+    let mut rises = |net: &Net| {
+        let fence = net.grants.last().expect("a grant").2;
+        assert!(last.is_none_or(|l| fence > l), "fence {fence} after {last:?}");
+        last = Some(fence);
+    };
+    for lock in ["jobs", "shard-7"] {
+        let before = net.mutex_messages;
+        net.request(1, lock);
+        net.release(1, lock);
+        assert_eq!(net.mutex_messages - before, 2 * u64::from(n - 1), "{lock}: the first entry");
+    }
+    for _ in 0..40 {
+        let before = net.mutex_messages;
+        net.request(1, "jobs");
+        assert!(net.holds(1, "jobs"));
+        rises(&net);
+        net.release(1, "jobs");
+        assert_eq!(net.mutex_messages, before, "a re-entry sent a message");
+    }
+    let before = net.mutex_messages;
+    net.request(3, "jobs");
+    rises(&net);
+    net.release(3, "jobs");
+    assert_eq!(net.mutex_messages - before, 2 * u64::from(n - 1), "n3 asks everyone");
+    let before = net.mutex_messages;
+    net.request(1, "jobs");
+    rises(&net);
+    net.release(1, "jobs");
+    assert_eq!(net.mutex_messages - before, 2, "n1 asks n3 alone");
+    // The other lock kept its permissions throughout.
+    let before = net.mutex_messages;
+    net.request(1, "shard-7");
+    net.release(1, "shard-7");
+    assert_eq!(net.mutex_messages, before);
+}

@@ -72,6 +72,11 @@ pub struct CheckConfig {
     /// a holder cut off by a partition is still inside when the others
     /// give up on it.
     pub hold_ticks: u32,
+    /// A client thinks zero to this many ticks before each request (tried
+    /// at the ends and the middle): with more than one request per node,
+    /// a node may ask again after the others have gone quiet, which is
+    /// when an algorithm that keeps permissions re-enters on them.
+    pub think_ticks: u32,
     /// Each fault begins zero to this many ticks into the workload (tried
     /// at the ends and the middle): at the requests, while they are
     /// answered, around the first grant.
@@ -99,6 +104,7 @@ impl CheckConfig {
             delay_ticks: 2,
             max_states: 20_000_000,
             hold_ticks: 1,
+            think_ticks: 0,
             fault_window_ticks: 4,
         }
     }
@@ -110,7 +116,8 @@ impl CheckConfig {
     /// `delay_ticks` ticks, heartbeats every four ticks and one tick in flight, a
     /// failure timeout of sixteen ticks (so that no timeout fires on a
     /// live, connected peer), one to `hold_ticks` ticks inside the
-    /// critical section and no thinking.
+    /// critical section and zero to `think_ticks` thinking before each
+    /// request.
     pub fn sim_config(&self) -> SimConfig {
         let tick = Self::TICK;
         SimConfig {
@@ -126,7 +133,7 @@ impl CheckConfig {
             delay: (tick, tick * self.delay_ticks.max(1)),
             heartbeat_delay: Some(tick),
             hold: (tick, tick * self.hold_ticks.max(1)),
-            think: (Duration::ZERO, Duration::ZERO),
+            think: (Duration::ZERO, tick * self.think_ticks),
             delay_spike: (tick, tick),
             max_time: Duration::from_secs(2),
             fault_draw: FaultDraw::AtWorkload,

@@ -9,5 +9,6 @@ pub mod maekawa;
 pub(crate) mod quorum;
 pub mod raymond_k;
 pub mod ricart_agrawala;
+pub mod roucairol_carvalho;
 pub mod token_ring;
 pub mod tree_quorum;

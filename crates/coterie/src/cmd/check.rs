@@ -62,6 +62,11 @@ pub struct Args {
     /// still inside when the others give up on it.
     #[arg(long, default_value_t = 1)]
     hold_ticks: u32,
+    /// A client thinks zero to this many ticks before each request (tried
+    /// at the ends and the middle), so that a node may ask again after
+    /// the others went quiet.
+    #[arg(long, default_value_t = 0)]
+    think_ticks: u32,
     /// Each fault begins zero to this many ticks into the workload (tried
     /// at the ends and the middle).
     #[arg(long, default_value_t = 4)]
@@ -99,6 +104,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         delay_ticks: args.delay_ticks,
         max_states: args.max_states,
         hold_ticks: args.hold_ticks,
+        think_ticks: args.think_ticks,
         fault_window_ticks: args.fault_window_ticks,
         ..CheckConfig::new(args.mutex, args.election, args.nodes)
     };
