@@ -161,7 +161,7 @@ const ONE_CRASH: &[(&str, [u64; 3])] = &[
     ("bakery", [62_953, 70_789, 78_563]),
     ("lamport", [176_023, 209_123, 229_604]),
     ("ricart-agrawala", [52_636, 59_369, 68_793]),
-    ("roucairol-carvalho", [67_042, 76_091, 87_689]),
+    ("roucairol-carvalho", [69_336, 78_095, 89_967]),
     ("raymond-k", [52_636, 59_369, 68_793]),
     ("lodha-kshemkalyani", [49_711, 53_503, 62_634]),
     ("token-ring", [47_431, 69_044, 76_976]),
@@ -180,7 +180,7 @@ const ONE_CRASH: &[(&str, [u64; 3])] = &[
 #[test]
 fn kept_permissions_survive_a_crash_after_a_local_re_entry() {
     let mut changed = Vec::new();
-    let pins = [1_563_711, 1_644_461, 1_921_325];
+    let pins = [1_720_048, 1_808_109, 2_089_580];
     exhaust_pinned("roucairol-carvalho", pins, &mut changed, |cfg| CheckConfig {
         requests: 2,
         crashes: 1,

@@ -18,7 +18,7 @@
 //! permission it lacks and a REPLY from each: 0 to 2(N−1). Holding
 //! permissions has one more price, the *reservation* (see *Fences*): every
 //! [`RESERVE`] ticks of its clock a holder asks again, 2(N−1) messages per
-//! about a thousand entries. Synchronisation delay: 1 message delay, as
+//! half a million entries. Synchronisation delay: 1 message delay, as
 //! Ricart–Agrawala.
 //!
 //! **State walk.** Between every pair of nodes there is one permission,
@@ -69,12 +69,16 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// How many clock ticks above its stamp a request reserves for fences
 /// issued on the permissions it obtains: a node renews its permissions
-/// (one REQUEST and REPLY per peer) about once per this many local entries.
-pub const RESERVE: u64 = 1 << 10;
+/// (one REQUEST and REPLY per peer) once per half this many local entries
+/// (an entry ticks twice: its place and its fence). Only the ceilings owed
+/// to a crashed or restarted peer, or by a forgotten instance, move a
+/// clock up by as much: with fences' 40-bit timestamps that leaves a
+/// million such jumps.
+pub const RESERVE: u64 = 1 << 20;
 
 /// How far above the highest ceiling owed the stored one is kept: one
 /// write per this many ticks of the ceilings.
-pub const DURABLE_AHEAD: u64 = 64 * RESERVE;
+pub const DURABLE_AHEAD: u64 = 1 << 16;
 
 /// The messages of [`RoucairolCarvalho`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
