@@ -55,6 +55,15 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         &mut self.stream
     }
 
+    /// Whether a whole frame has been read already: the peer sent another
+    /// request behind the one being answered (pipelined), so an answer
+    /// can wait to go out with the next one's, in one write.
+    pub fn has_frame(&self) -> bool {
+        self.pending.first_chunk::<HEADER_LEN>().is_some_and(|header| {
+            wire::frame_len(*header).is_ok_and(|len| self.pending.len() >= HEADER_LEN + len)
+        })
+    }
+
     /// The next frame; `Ok(None)` at a clean end of stream between frames,
     /// an error at an end in the middle of one.
     pub async fn next<T: DeserializeOwned>(&mut self) -> Result<Option<T>, FrameError> {

@@ -129,6 +129,12 @@ pub(crate) trait Lease: Send {
     /// Deals with what was heard (answers a ping, say); why the client is
     /// lost, if it is. Not cancelled once started.
     fn heard(&mut self, heard: Self::Heard) -> impl Future<Output = Result<(), Loss>> + Send + '_;
+
+    /// The grant did not come at once: whatever the connection held back
+    /// to send with the answer goes out now. Not cancelled once started.
+    fn before_wait(&mut self) -> impl Future<Output = Result<(), Loss>> + Send + '_ {
+        std::future::ready(Ok(()))
+    }
 }
 
 impl Shared {
@@ -248,6 +254,12 @@ impl Shared {
                 e => Refusal::Conflict(e.to_string()),
             }));
         }
+        // Granted at once (the node held the lock's permissions, or is its
+        // coordinator): nothing to wait for.
+        if let Ok(fence) = rx.try_recv() {
+            return Ok(Some(fence));
+        }
+        lease.before_wait().await.map_err(Gone::Lost)?;
         loop {
             let timer = async {
                 match give_up {
