@@ -46,6 +46,23 @@
 #   Grants are not replicated either: a new coordinator rebuilds the queue
 #   from the nodes' requests.
 #
+# - roucairol-carvalho, one client at n1 taking the same lock again and
+#   again: n1 keeps every peer's permission, so an entry is the client's
+#   one round trip to its own node (release sent with the next acquire)
+#   and 0 peer messages (2(N-1) per half a million entries renew the fence
+#   reservation). No lock server can do this: its lock lives at the server.
+#
+# Each row has its own floor: the one-way messages on its critical path
+# per cycle ("hops": 2 for one round trip), at pingpong's speed per hop;
+# "of floor" is the row's rate over that.
+#
+# With latency (DELAY_US, default 250, one way; 0 skips): Redis and one
+# etcd member are measured again behind scripts/bench/delay-proxy.c, which
+# holds each chunk DELAY_US each way; coterie's peer links get the agents'
+# delay fault (`coterie fault delay`), whose smallest step is 1 ms (tokio's
+# timer), so coterie's links are the slower ones. A client sits at its own
+# node, as a locality-minded deployment runs it.
+#
 # Usage: scripts/bench-vs.sh [--json]   (--json: the rows as a JSON array)
 # DURATION=SECONDS per run (default 5). COTERIE_BIN=PATH measures that
 # build instead of building target/release/coterie.
@@ -64,14 +81,16 @@ notes="$work/notes"
 say() { echo "bench-vs: $*" >&2; }
 note() { echo "$*" >>"$notes"; say "$*"; }
 
-# row SYSTEM WHERE REPORT CLIENTS [MESSAGES]: a row from a client's JSON
-# report (redis-lock, etcd-lock: cycles_per_s, acquire_p50_us; coterie
-# workload: throughput_per_s, latency_ms.p50), with MESSAGES, the mutex
-# messages the whole cluster sent meanwhile, per entry.
+# row SYSTEM WHERE REPORT CLIENTS HOPS [MESSAGES]: a row from a client's
+# JSON report (redis-lock, etcd-lock: cycles_per_s, acquire_p50_us;
+# coterie workload: throughput_per_s, latency_ms.p50), with HOPS, the
+# one-way messages on its critical path per cycle (its floor), and
+# MESSAGES, the mutex messages the whole cluster sent meanwhile, per entry.
 row() {
-    jq -c --arg system "$1" --arg where "$2" --argjson clients "$4" --argjson messages "${5:-0}" '
+    jq -c --arg system "$1" --arg where "$2" --argjson clients "$4" --argjson hops "$5" \
+        --argjson messages "${6:-0}" --argjson delay "${ROW_DELAY_US:-0}" '
         def r: . * 100 | round / 100;
-        {system: $system, where: $where, clients: $clients}
+        {system: $system, where: $where, clients: $clients, floor_hops: $hops, delay_us: $delay}
         + if .latency_ms then
               {cycles_per_s: (.throughput_per_s | r), p50_acquire_us: (.latency_ms.p50 * 1000 | r),
                p99_acquire_us: (.latency_ms.p99 * 1000 | r),
@@ -104,11 +123,19 @@ floor_run() {
     cc -O2 -o "$work/pingpong" scripts/bench/pingpong.c
     local rtt_per_s rtt_us
     read -r rtt_per_s rtt_us < <("$work/pingpong" 50000)
-    echo "{\"system\":\"loopback floor\",\"where\":\"2 bare round trips\",\"clients\":1,\"cycles_per_s\":$(jq -n "$rtt_per_s / 2"),\"p50_acquire_us\":$rtt_us,\"round_trip_us\":$rtt_us,\"round_trips_per_s\":$rtt_per_s}" >>"$rows"
+    echo "{\"system\":\"loopback floor\",\"where\":\"2 bare round trips\",\"clients\":1,\"floor_hops\":4,\"delay_us\":0,\"cycles_per_s\":$(jq -n "$rtt_per_s / 2"),\"p50_acquire_us\":$rtt_us,\"round_trip_us\":$rtt_us,\"round_trips_per_s\":$rtt_per_s}" >>"$rows"
     say "loopback: a ring of 3 processes, 20000 laps"
     local hops_per_s hop_us
     read -r hops_per_s hop_us < <("$work/pingpong" 20000 3)
-    echo "{\"system\":\"loopback floor\",\"where\":\"3-message hand-over chain\",\"clients\":5,\"cycles_per_s\":$(jq -n "$hops_per_s / 3"),\"p50_acquire_us\":$(jq -n "$hop_us * 3"),\"hop_us\":$hop_us,\"hops_per_s\":$hops_per_s}" >>"$rows"
+    echo "{\"system\":\"loopback floor\",\"where\":\"3-message hand-over chain\",\"clients\":5,\"floor_hops\":3,\"delay_us\":0,\"cycles_per_s\":$(jq -n "$hops_per_s / 3"),\"p50_acquire_us\":$(jq -n "$hop_us * 3"),\"hop_us\":$hop_us,\"hops_per_s\":$hops_per_s}" >>"$rows"
+}
+
+# delay_proxy LISTEN UPSTREAM: a delay-proxy from LISTEN to UPSTREAM
+# (DELAY_US each way) in the background; its pid in PROXY_PID.
+delay_proxy() {
+    "$work/delay-proxy" "$1" "$2" "$delay_us" >"$work/proxy-$1.log" 2>&1 &
+    PROXY_PID=$!
+    wait_tcp "$1"
 }
 
 redis_run() {
@@ -117,9 +144,9 @@ redis_run() {
         return 0
     fi
     cc -O2 -o "$work/redis-lock" scripts/bench/redis-lock.c
-    local port dir="$work/redis" pid clients report
+    local port proxy dir="$work/redis" pid clients report
     mkdir -p "$dir"
-    port="$(free_ports 1)"
+    read -r port proxy < <(free_ports 2)
     redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' --appendonly no \
         --daemonize no >"$dir/log" 2>&1 &
     pid=$!
@@ -127,8 +154,18 @@ redis_run() {
     for clients in 1 5; do
         say "redis: $clients client(s), ${seconds}s"
         report="$("$work/redis-lock" "$port" "$clients" "$seconds")"
-        row redis "SET NX + EVALSHA" "$report" "$clients"
+        row redis "SET NX + EVALSHA" "$report" "$clients" "$((clients == 1 ? 4 : 2))"
     done
+    if [ "$delay_us" -gt 0 ]; then
+        delay_proxy "$proxy" "$port"
+        for clients in 1 5; do
+            say "redis behind ${delay_us} us: $clients client(s), ${seconds}s"
+            report="$("$work/redis-lock" "$proxy" "$clients" "$seconds")"
+            ROW_DELAY_US=$delay_us row redis "behind the delay proxy" "$report" "$clients" \
+                "$((clients == 1 ? 4 : 2))"
+        done
+        stop "$PROXY_PID"
+    fi
     stop "$pid"
 }
 
@@ -137,43 +174,76 @@ etcd_run() {
         note "etcd: skipped, no etcd/etcdctl (apt-get install etcd-server etcd-client)"
         return 0
     fi
-    local i clients report
+    local i clients report proxy first
     mkdir -p "$work/etcd"
     start_etcd "$work/etcd"
     for clients in 1 5; do
         say "etcd: $clients client(s), ${seconds}s"
         report="$(python3 scripts/bench/etcd-lock.py "$ETCD_ENDPOINTS" "$clients" "$seconds")"
-        row etcd "3 members, v3 lock API" "$report" "$clients"
+        row etcd "3 members, v3 lock API" "$report" "$clients" 4
     done
+    if [ "$delay_us" -gt 0 ]; then
+        # One member behind the proxy: the client's two round trips are
+        # delayed, the members' raft traffic is not.
+        first="${ETCD_ENDPOINTS%%,*}"
+        proxy="$(free_ports 1)"
+        delay_proxy "$proxy" "${first##*:}"
+        say "etcd behind ${delay_us} us: 1 client, ${seconds}s"
+        report="$(python3 scripts/bench/etcd-lock.py "http://127.0.0.1:$proxy" 1 "$seconds")"
+        ROW_DELAY_US=$delay_us row etcd "behind the delay proxy" "$report" 1 4
+        stop "$PROXY_PID"
+    fi
     for i in "${ETCD_PIDS[@]}"; do stop "$i"; done
 }
 
+# hops MUTEX SCOPE: the one-way messages on the critical path of a cycle
+# (chained: the release goes with the next acquire).
+hops() {
+    case "$1/$2" in
+        centralized/5 | roucairol-carvalho/1) echo 2 ;; # the client's round trip to its node
+        centralized/1 | ricart-agrawala/1) echo 4 ;;    # and the node's to its peers
+        centralized/all) echo 4 ;;                      # release to the coordinator, grant to the next
+        */all) echo 3 ;;                                # the next holder's node hears of the release
+    esac
+}
+
 # coterie_run MUTEX SCOPE...: one cluster of MUTEX, one workload per SCOPE
-# (a node id: 1 client there; all: one client at every node).
+# (a node id: 1 client there; all: one client at every node). With
+# COTERIE_DELAY set (e.g. 1ms), every node's peer links are delayed by it.
 coterie_run() {
-    local mutex="$1" dir="$work/coterie-$1" up scope clients where args report before after
+    local mutex="$1" dir="$work/coterie-$1${COTERIE_DELAY:+-delayed}" up scope clients where args
+    local report before after label="coterie $1"
     shift
     mkdir -p "$dir"
     write_cluster "$dir/cluster.toml" "$mutex"
     start_cluster "$bin" "$dir/cluster.toml" "$dir/up.log"
     up=$CLUSTER_PID
+    if [ -n "${COTERIE_DELAY:-}" ]; then
+        "$bin" fault --config "$dir/cluster.toml" delay "$COTERIE_DELAY" >/dev/null
+        label="$label, peers ${COTERIE_DELAY} apart"
+    fi
     for scope in "$@"; do
         if [ "$scope" = all ]; then
             args=() clients=5 where="one client per node"
         else
             args=(--node "$scope") clients=1 where="at n$scope"
             [ "$scope" = 5 ] && where="at n5, the coordinator"
+            [ "$mutex" = roucairol-carvalho ] && where="at n$scope, the same lock again"
         fi
-        say "coterie $mutex: $clients client(s) $where, ${seconds}s"
+        say "$label: $clients client(s) $where, ${seconds}s"
         before="$(mutex_sent "$dir/cluster.toml")"
         report="$("$bin" workload --config "$dir/cluster.toml" "${args[@]}" --clients 1 \
             --requests 100000000 --duration "${seconds}s" --no-witness --json)"
         after="$(mutex_sent "$dir/cluster.toml")"
-        row "coterie $mutex" "$where" "$report" "$clients" "$((after - before))"
+        ROW_DELAY_US=$coterie_delay_us row "$label" "$where" "$report" "$clients" \
+            "$(hops "$mutex" "$scope")" "$((after - before))"
     done
     stop "$up"
 }
 
+delay_us="${DELAY_US:-250}"
+coterie_delay_us=0
+cc -O2 -pthread -o "$work/delay-proxy" scripts/bench/delay-proxy.c
 note "temporary files (etcd's data) under $work: $(df -T "$work" | awk 'NR==2 {print $2 " on " $1}')"
 floor_run
 redis_run
@@ -181,32 +251,45 @@ etcd_run
 coterie_run centralized 5 1 all
 coterie_run token-ring all
 coterie_run ricart-agrawala 1 all
+coterie_run roucairol-carvalho 1 all
+if [ "$delay_us" -gt 0 ]; then
+    coterie_delay_us=1000
+    COTERIE_DELAY=1ms coterie_run roucairol-carvalho 1 all
+    COTERIE_DELAY=1ms coterie_run centralized 1
+fi
 
 python3 - "$rows" "$json" "$notes" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-floor = next(r["cycles_per_s"] for r in rows if r["system"] == "loopback floor")
-redis = {r["clients"]: r["cycles_per_s"] for r in rows if r["system"] == "redis"}
+f = rows[0]
+per_hop = f["round_trips_per_s"] * 2  # one-way messages per second, back to back
+redis = {(r["clients"], r["delay_us"] > 0): r["cycles_per_s"] for r in rows if r["system"] == "redis"}
 for r in rows:
-    base = redis.get(r["clients"])
+    base = redis.get((r["clients"], r["delay_us"] > 0))
     r["ratio_to_redis"] = round(r["cycles_per_s"] / base, 3) if base else None
-    r["share_of_floor"] = round(r["cycles_per_s"] / floor, 3)
+    if r["delay_us"] == 0:
+        r["floor_cycles_per_s"] = round(per_hop / r["floor_hops"], 1)
+        r["share_of_floor"] = round(r["cycles_per_s"] / r["floor_cycles_per_s"], 3)
+    else:
+        r["floor_cycles_per_s"] = r["share_of_floor"] = None
 if sys.argv[2] == "true":
     print(json.dumps(rows, indent=2))
     sys.exit()
-f = rows[0]
 print(f"loopback round trip between two processes: {f['round_trip_us']} us ({f['round_trips_per_s']}/s);"
-      f" floor = 2 round trips per cycle = {floor:.0f} cycles/s")
-head = ("system", "clients", "cycles/s", "p50 acquire", "vs Redis", "of floor")
+      f" a row's floor = {per_hop:.0f} one-way messages/s over its hops per cycle")
+head = ("system", "clients", "hops", "cycles/s", "floor", "of floor", "p50 acquire", "msgs/entry", "vs Redis")
 w = max(len(f"{r['system']}, {r['where']}") for r in rows)
-print(f"{head[0]:<{w}}  {head[1]:>7}  {head[2]:>9}  {head[3]:>11}  {head[4]:>8}  {head[5]:>8}")
-print("-" * (w + 54))
+print(f"{head[0]:<{w}}  {head[1]:>7}  {head[2]:>4}  {head[3]:>9}  {head[4]:>9}  {head[5]:>8}  {head[6]:>11}  {head[7]:>10}  {head[8]:>8}")
+print("-" * (w + 90))
 for r in rows:
     x, share = r["ratio_to_redis"], r["share_of_floor"]
     ratio = "-" if x is None else f"{x:.2f}x" if x >= 0.1 else f"{x:.3f}x"
-    share = f"{share:.0%}" if share >= 0.1 else f"{share:.1%}"
-    print(f"{r['system'] + ', ' + r['where']:<{w}}  {r['clients']:>7}  {r['cycles_per_s']:>9.0f}"
-          f"  {r['p50_acquire_us']:>8.0f} us  {ratio:>8}  {share:>8}")
+    share = "-" if share is None else f"{share:.0%}"
+    floor = "-" if r["floor_cycles_per_s"] is None else f"{r['floor_cycles_per_s']:.0f}"
+    msgs = r.get("messages_per_entry")
+    msgs = "-" if msgs is None else f"{msgs:.3g}"
+    print(f"{r['system'] + ', ' + r['where']:<{w}}  {r['clients']:>7}  {r['floor_hops']:>4}  {r['cycles_per_s']:>9.0f}"
+          f"  {floor:>9}  {share:>8}  {r['p50_acquire_us']:>8.0f} us  {msgs:>10}  {ratio:>8}")
 for line in open(sys.argv[3]):
     print(line.rstrip())
 EOF
