@@ -378,6 +378,15 @@ fn init_writes_a_cluster_file_that_up_runs() {
     assert_eq!(refused.status.code(), Some(2));
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("maekawa admits one holder at a time"), "{said}");
+    // An API beyond loopback needs a secret and tokens, or api_open: the
+    // rule is checked on the file as written, after --set.
+    let exposed = ["init", "--nodes", "2", "--http", "--host", "0.0.0.0", "--base-port", "7600"];
+    let refused = coterie(&exposed);
+    assert_eq!(refused.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("served on loopback only"), "{said}");
+    let open = coterie(&[&exposed[..], &["--set", "security.api_open=true"]].concat());
+    assert!(open.status.success(), "{}", String::from_utf8_lossy(&open.stderr));
 }
 
 #[test]

@@ -17,8 +17,9 @@
 //! holders and waiters, as `coterie locks --json` lists them, at each
 //! change: fed by the same watch streams, the listing is asked of the
 //! cluster again when a node reports something (at most four times a
-//! second) and at least once a second, and sent on only when who holds or
-//! waits has changed (`/api/locks` is the listing once).
+//! second) and at least once a second while a page watches (never while
+//! none does: a listing costs every node messages), and sent on only when
+//! who holds or waits has changed (`/api/locks` is the listing once).
 
 use super::common::{self, NodeAddr, Target};
 use super::harness::{self, step::StepText, Target as StepTarget};
@@ -314,6 +315,15 @@ async fn locks(State(s): State<Arc<Shared>>) -> Response {
 async fn follow_locks(s: Arc<Shared>) {
     let mut last: Option<Result<Listed, String>> = None;
     loop {
+        // A listing costs every node two messages per peer: none while no
+        // page watches. The first page to come gets a fresh one.
+        if s.locks.receiver_count() == 0 {
+            s.locks.send_replace(String::new());
+            last = None;
+            while s.locks.receiver_count() == 0 {
+                tokio::time::sleep(LOCKS_AT_MOST).await;
+            }
+        }
         let now = list_locks(&s.nodes).await;
         // Times held and waited grow by themselves (the page counts them
         // on): a change is in who holds and who waits.

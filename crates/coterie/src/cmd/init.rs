@@ -82,7 +82,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let config = build(&args)?;
     let text = set(config.to_toml(), &args.set)?;
     // As `up` will read it: what the builder cannot refuse, this does.
-    Config::parse(&text, args.out.as_deref().unwrap_or(Path::new("cluster.toml")))?;
+    let written = Config::parse(&text, args.out.as_deref().unwrap_or(Path::new("cluster.toml")))?;
+    refuse_an_open_api(&written)?;
     match &args.out {
         Some(path) => {
             std::fs::write(path, &text).with_context(|| format!("writing {}", path.display()))?
@@ -126,14 +127,29 @@ fn build(args: &Args) -> Result<Config> {
         config.timing.failure_timeout = timeout;
     }
     config.witness = args.witness.clone().map(|addr| WitnessSection { addr });
-    if args.http && !is_loopback(&args.host) {
+    Ok(config)
+}
+
+/// The node's own rule, on the file as written (after `--set`): an API
+/// served beyond loopback needs a secret and tokens, or `api_open`.
+fn refuse_an_open_api(config: &Config) -> Result<()> {
+    let security = &config.security;
+    if security.secret_file.is_some() || security.api_token_file.is_some() || security.api_open {
+        return Ok(());
+    }
+    let exposed = config.nodes.iter().filter_map(|n| n.http.as_deref()).find(|addr| {
+        let host = addr.rsplit_once(':').map_or(*addr, |(host, _)| host);
+        !is_loopback(host.trim_start_matches('[').trim_end_matches(']'))
+    });
+    if let Some(addr) = exposed {
         bail!(
-            "--http on {}: without a secret the API is served on loopback only; write the \
-             file for 127.0.0.1, or add [security] secret_file and api_token_file to it",
-            args.host
+            "the API on {addr}: without a secret the API is served on loopback only; write the \
+             file for 127.0.0.1, add [security] secret_file and api_token_file (--set \
+             security.secret_file=... --set security.api_token_file=...), or --set \
+             security.api_open=true"
         );
     }
-    Ok(config)
+    Ok(())
 }
 
 /// `text` with each `SECTION.KEY=VALUE` of `sets` set.

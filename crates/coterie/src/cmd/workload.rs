@@ -626,14 +626,20 @@ async fn http_session(api: &HttpTarget, run: &mut Run) -> Result<()> {
     let id = run.id();
     let Some(addr) = api.addrs.get(&id) else { bail!("node {id} does not serve the HTTP API") };
     let mut client = HttpClient::connect(addr, api.token.as_deref()).await?;
-    // Long enough to outlast any wait; keepalives are not needed between
-    // entries that follow one another at once.
+    // Long enough to outlast any one entry (a wait, a hold, a think); a
+    // longer run keeps the session alive between entries, as a client of
+    // etcd's or Consul's sessions does, at a third of its TTL.
     let spec = &run.spec;
     let ttl = spec.answer_within + spec.hold + spec.think + Duration::from_secs(30);
     let wait = Wait::Block(Some(spec.answer_within));
     let session = client.create_session(ttl).await?;
+    let mut renewed = Instant::now();
     let mut witness = run.witness().await?;
     while run.more() {
+        if renewed.elapsed() >= ttl / 3 {
+            client.keepalive(&session).await?;
+            renewed = Instant::now();
+        }
         let [name] = &run.picker.next()[..] else { bail!("--http takes one name a request") };
         let asked = Instant::now();
         let grant = match client.acquire(name, &session, wait).await {
