@@ -264,6 +264,10 @@ pub struct Status {
     pub sessions: Vec<crate::session::SessionStatus>,
 }
 
+/// How many failure timeouts more a joining node that has heard from no
+/// peer waits before it joins alone.
+pub const JOIN_PATIENCE: u32 = 4;
+
 /// One node's protocol stack; see the module documentation.
 pub struct Engine {
     cfg: AlgoConfig,
@@ -285,6 +289,9 @@ pub struct Engine {
     last_tick: Time,
     /// While joining: when to stop waiting for silent peers.
     join_deadline: Option<Time>,
+    /// While joining: how many times the deadline passed with no peer
+    /// heard at all (see [`JOIN_PATIENCE`]).
+    join_extended: u32,
     /// While joining: peers whose heartbeat (epoch, watermark) has arrived
     /// saying they count this incarnation as up.
     synced: BTreeSet<NodeId>,
@@ -320,6 +327,7 @@ impl Clone for Engine {
             next_sweep: self.next_sweep,
             last_tick: self.last_tick,
             join_deadline: self.join_deadline,
+            join_extended: self.join_extended,
             synced: self.synced.clone(),
             coordinator_pending: self.coordinator_pending,
             cs_entries: self.cs_entries,
@@ -355,6 +363,7 @@ impl Engine {
         at(self.next_sweep).hash(h);
         at(self.last_tick).hash(h);
         self.join_deadline.map(at).hash(h);
+        self.join_extended.hash(h);
         self.synced.hash(h);
         self.coordinator_pending.hash(h);
     }
@@ -414,6 +423,7 @@ impl Engine {
             next_sweep: now,
             last_tick: now,
             join_deadline: Some(now + cfg.timing.failure_timeout),
+            join_extended: 0,
             synced: BTreeSet::new(),
             coordinator_pending: None,
             cs_entries: 0,
@@ -960,7 +970,7 @@ impl Engine {
             }
         }
         if self.join_deadline.is_some_and(|d| d <= now) {
-            self.join(now);
+            self.join_or_wait(now);
         }
         if self.next_heartbeat <= now {
             self.send_heartbeats(now);
@@ -1104,6 +1114,22 @@ impl Engine {
             readmitted,
         };
         self.push_send(to, Envelope::Heartbeat(hb), "heartbeat");
+    }
+
+    /// The join deadline passed. A node of a cluster that has heard from
+    /// no peer at all is most likely the one in trouble (starved at a mass
+    /// start, its own links slow), not the only one alive: it waits up to
+    /// [`JOIN_PATIENCE`] more failure timeouts before it joins alone, for
+    /// a lone node elects itself, and the epoch it takes makes every
+    /// other node elect again once they hear of it.
+    fn join_or_wait(&mut self, now: Time) {
+        let heard_none = self.detector.up_peers().next().is_none();
+        if heard_none && self.cfg.peers().next().is_some() && self.join_extended < JOIN_PATIENCE {
+            self.join_extended += 1;
+            self.join_deadline = Some(now + self.cfg.timing.failure_timeout);
+            return;
+        }
+        self.join(now);
     }
 
     fn join(&mut self, now: Time) {
@@ -1484,10 +1510,21 @@ mod tests {
 
     #[test]
     fn silent_peers_are_given_up_on_after_the_failure_timeout() {
+        // Heard from one peer: the other is given up on at the deadline.
         let mut e = engine(1, 3);
+        e.handle_message(ms(5), NodeId(2), heartbeat_not_seeing_me()).unwrap();
         e.handle_timeout(ms(249));
         assert!(!e.joined());
         e.handle_timeout(ms(250));
+        assert!(e.joined());
+        // Heard from nobody: it waits JOIN_PATIENCE timeouts more, then
+        // joins alone and elects itself.
+        let mut e = engine(1, 3);
+        for k in 1..=u64::from(JOIN_PATIENCE) {
+            e.handle_timeout(ms(250 * k));
+            assert!(!e.joined(), "still waiting after {k} timeouts");
+        }
+        e.handle_timeout(ms(250 * (u64::from(JOIN_PATIENCE) + 1)));
         assert!(e.joined());
         assert_eq!(e.coordinator(), Some(NodeId(1)));
     }
@@ -1574,8 +1611,10 @@ mod tests {
         let cfg = AlgoConfig { restored: Some(restored), ..AlgoConfig::for_test(3, 3) };
         let mut e = Engine::new(cfg, registry::mutex("ricart-agrawala").unwrap(), BULLY, ms(0));
         assert_eq!(e.epoch(), Epoch::new(7, NodeId(3)), "the highest epoch seen before");
-        // Alone after the join timeout, it elects itself above round 7.
-        e.handle_timeout(ms(250));
+        // Alone after the join timeouts, it elects itself above round 7.
+        for k in 1..=u64::from(JOIN_PATIENCE) + 1 {
+            e.handle_timeout(ms(250 * k));
+        }
         assert!(e.epoch().round() > 7);
         let out = drain(&mut e);
         // What it now stores covers its new epoch, and a clock reserve

@@ -71,7 +71,7 @@ fn check_proves_no_deadlock_after_a_one_way_partition() {
     let report = check::check(&cfg, |_| {});
     assert!(report.exhausted);
     assert!(report.counterexamples.is_empty(), "{:#?}", report.counterexamples);
-    assert_eq!((report.states, report.distinct_states), (85_647, 68_313));
+    assert_eq!((report.states, report.distinct_states), (83_369, 66_632));
 }
 
 /// The algorithms that claim safety under partitions keep it (and
@@ -157,16 +157,16 @@ fn exhaust_pinned(
 /// needed); the order of simultaneous events is still tried every way.
 const ONE_CRASH: &[(&str, [u64; 3])] = &[
     // mutex, [bully, ring, garcia-molina]
-    ("centralized", [79_220, 93_157, 102_470]),
-    ("bakery", [62_953, 70_789, 78_563]),
-    ("lamport", [176_023, 209_123, 229_604]),
-    ("ricart-agrawala", [52_636, 59_369, 68_793]),
-    ("roucairol-carvalho", [69_336, 78_095, 89_967]),
-    ("raymond-k", [52_636, 59_369, 68_793]),
-    ("lodha-kshemkalyani", [49_711, 53_503, 62_634]),
-    ("token-ring", [47_431, 69_044, 76_976]),
-    ("maekawa", [45_619, 51_656, 60_590]),
-    ("tree-quorum", [58_723, 66_284, 81_984]),
+    ("centralized", [78_860, 93_157, 102_470]),
+    ("bakery", [62_713, 70_789, 78_563]),
+    ("lamport", [175_786, 209_123, 229_604]),
+    ("ricart-agrawala", [52_417, 59_369, 68_793]),
+    ("roucairol-carvalho", [69_036, 78_095, 89_967]),
+    ("raymond-k", [52_417, 59_369, 68_793]),
+    ("lodha-kshemkalyani", [49_490, 53_503, 62_634]),
+    ("token-ring", [47_170, 69_044, 76_976]),
+    ("maekawa", [45_247, 51_656, 60_590]),
+    ("tree-quorum", [58_433, 66_284, 81_984]),
 ];
 
 /// Locality: a node that keeps the permissions it was given re-enters on
@@ -180,7 +180,7 @@ const ONE_CRASH: &[(&str, [u64; 3])] = &[
 #[test]
 fn kept_permissions_survive_a_crash_after_a_local_re_entry() {
     let mut changed = Vec::new();
-    let pins = [1_720_048, 1_808_109, 2_089_580];
+    let pins = [1_708_643, 1_808_109, 2_089_580];
     exhaust_pinned("roucairol-carvalho", pins, &mut changed, |cfg| CheckConfig {
         requests: 2,
         crashes: 1,

@@ -38,7 +38,15 @@
 //! **Joining.** A node holds no election before the engine says it has
 //! joined (heard from every peer, or waited for them): until then it does
 //! not know who is alive and would wrongly win. It answers OK meanwhile, as
-//! it will hold its own election the moment it joins.
+//! it will hold its own election the moment it joins. A node that joins a
+//! cluster whose coordinator is above it learns that coordinator instead
+//! of challenging it (the textbook's election would only confirm it): it
+//! follows the one that announced itself already, or waits, as after an
+//! OK, for the announcement of the one its peers' heartbeats name, and
+//! elects only if none comes within the timeout. A node above the
+//! coordinator still bullies. On 128 node processes started together on
+//! two cores, the challenges of joining nodes that a starved coordinator
+//! answered late had won spurious rounds: 36 to 58 at start-up.
 //!
 //! **State walk.** *Idle* (following a coordinator, or none yet) → on the
 //! coordinator's failure, *deferred* (above) unless it is the highest live
@@ -48,7 +56,9 @@
 //! An OK: *deferred*, waiting for the winner's COORDINATOR; none before the
 //! timeout: elect again. COORDINATOR from a higher node: follow it, idle.
 //! A challenge from a lower node to a sitting coordinator is answered with
-//! OK and a fresh COORDINATOR of the same epoch, not a new election.
+//! OK and a fresh COORDINATOR of the same epoch, not a new election; a node
+//! that follows a live coordinator above it answers OK and leaves the rest
+//! to that coordinator, whom the challenger asked too.
 //!
 //! **Catching up.** A coordinator announces itself to every peer that comes
 //! up after its election. A node whose peers' heartbeats name a newer epoch
@@ -127,6 +137,10 @@ pub struct Bully {
     started: bool,
     /// How long to wait for an OK or a COORDINATOR.
     timeout: Duration,
+    /// The coordinator peers' heartbeats name, with its epoch (the
+    /// newest named): what a joining node learns before it hears from
+    /// the coordinator itself.
+    hinted: Option<(NodeId, Epoch)>,
 }
 
 impl Bully {
@@ -140,6 +154,7 @@ impl Bully {
             phase: Phase::Idle,
             started: false,
             timeout: cfg.timing.failure_timeout,
+            hinted: None,
         }
     }
 
@@ -224,7 +239,16 @@ impl Algorithm for Bully {
                         return;
                     }
                 }
-                if self.phase == Phase::Idle {
+                // Following a live coordinator above this node: that
+                // coordinator answers the challenger itself (a challenge
+                // goes to every live higher node, and a coordinator tells
+                // each lower peer that comes up), so taking the election
+                // over would only elect it again, or, if it is slow to
+                // answer, elect this node for a round.
+                let leader_above = self.current.is_some_and(|(leader, epoch)| {
+                    leader > self.id && epoch == self.seen && self.alive.contains(&leader)
+                });
+                if self.phase == Phase::Idle && !leader_above {
                     self.hold_election(now, out);
                 }
             }
@@ -294,8 +318,25 @@ impl Algorithm for Bully {
 }
 
 impl ElectionAlgorithm for Bully {
+    /// Joining a cluster that has a coordinator above this node, it
+    /// learns that coordinator instead of challenging it: an election
+    /// would only confirm it, and at a mass start each one that a starved
+    /// node's timeout lets it win is a round more. It follows the
+    /// coordinator that announced itself already, or waits for the
+    /// announcement of the one its peers' heartbeats name (a coordinator
+    /// tells every lower peer that comes up), electing only if none
+    /// comes within the timeout. A node above the coordinator, or one
+    /// that has heard of none, holds the textbook election.
     fn handle_start(&mut self, now: Time, out: &mut Out<Bully>) {
         self.started = true;
+        if self.current.is_some_and(|(leader, epoch)| leader > self.id && epoch == self.seen) {
+            return;
+        }
+        if self.hinted.is_some_and(|(leader, epoch)| leader > self.id && epoch == self.seen) {
+            self.phase = Phase::Deferred;
+            out.set_timer(BullyTimer::Announce, now + self.timeout);
+            return;
+        }
         self.hold_election(now, out);
     }
 
@@ -304,9 +345,14 @@ impl ElectionAlgorithm for Bully {
         now: Time,
         _from: NodeId,
         epoch: Epoch,
-        _coordinator: Option<NodeId>,
+        coordinator: Option<NodeId>,
         out: &mut Out<Bully>,
     ) {
+        if let Some(leader) = coordinator {
+            if epoch.leader() == leader && self.hinted.is_none_or(|(_, e)| e < epoch) {
+                self.hinted = Some((leader, epoch));
+            }
+        }
         self.observe(epoch);
         // A peer follows a newer term than this node: a coordinator is out
         // of date, a follower missed an announcement. Either way an election
@@ -341,6 +387,65 @@ mod tests {
 
     fn e(round: u64, leader: u32) -> Epoch {
         Epoch::new(round, n(leader))
+    }
+
+    /// Node 1 of 3 joining: not yet started, with its peers up.
+    fn joining(id: u32) -> Bully {
+        let cfg = AlgoConfig::for_test(id, 3);
+        with_up(Bully::new(&cfg), cfg.peers())
+    }
+
+    #[test]
+    fn a_joining_node_follows_the_coordinator_above_it_that_announced_itself() {
+        let mut b = joining(1);
+        let mut out = Out::<Bully>::new();
+        b.handle_message(T, n(3), BullyMsg::Coordinator { epoch: e(1, 3) }, &mut out);
+        out.take();
+        b.handle_start(T, &mut out);
+        assert!(out.is_empty(), "no challenge: {:?}", out.take());
+        assert_eq!(b.coordinator(), Some(n(3)));
+    }
+
+    #[test]
+    fn a_joining_node_waits_for_the_coordinator_its_peers_name() {
+        let mut b = joining(1);
+        let mut out = Out::<Bully>::new();
+        b.handle_epoch_hint(T, n(2), e(4, 3), Some(n(3)), &mut out);
+        b.handle_start(T, &mut out);
+        let wait = Duration::from_millis(250);
+        assert_eq!(
+            out.take(),
+            vec![Action::SetTimer { timer: BullyTimer::Announce, at: T + wait }]
+        );
+        b.handle_message(T, n(3), BullyMsg::Coordinator { epoch: e(4, 3) }, &mut out);
+        assert_eq!(b.coordinator(), Some(n(3)));
+        // None coming in time: the textbook election.
+        let mut b = joining(1);
+        b.handle_epoch_hint(T, n(2), e(4, 3), Some(n(3)), &mut out);
+        b.handle_start(T, &mut out);
+        out.take();
+        b.handle_timer(T + wait, BullyTimer::Announce, &mut out);
+        assert!(out.take().contains(&send(3, BullyMsg::Election { epoch: e(4, 3) })));
+    }
+
+    #[test]
+    fn a_node_above_the_coordinator_still_bullies_on_joining() {
+        let mut b = joining(3);
+        let mut out = Out::<Bully>::new();
+        b.handle_message(T, n(2), BullyMsg::Coordinator { epoch: e(1, 2) }, &mut out);
+        out.take();
+        b.handle_start(T, &mut out);
+        assert!(b.coordinator() == Some(n(3)), "it took over");
+    }
+
+    #[test]
+    fn a_follower_leaves_a_challenge_to_the_live_coordinator_above_it() {
+        let mut b = node(2, 3, &[1, 3]);
+        let mut out = Out::<Bully>::new();
+        b.handle_message(T, n(3), BullyMsg::Coordinator { epoch: e(1, 3) }, &mut out);
+        out.take();
+        b.handle_message(T, n(1), BullyMsg::Election { epoch: e(1, 3) }, &mut out);
+        assert_eq!(out.take(), vec![send(1, BullyMsg::Ok { epoch: e(1, 3) })]);
     }
 
     #[test]

@@ -114,7 +114,10 @@ impl LocalCluster {
                 .collect();
             let mut cluster = LocalCluster::configure(shape, &addrs, &witness_addr, dir)?;
             log_format.clone_into(&mut cluster.log_format);
-            for id in cluster.ids() {
+            // Highest first, as an operator starts a bully cluster: each
+            // later node finds its coordinator there already and learns
+            // it, rather than taking over from a lower one.
+            for id in cluster.ids().into_iter().rev() {
                 cluster.env.insert(id, (placement.env)(id));
                 cluster.wrap.insert(id, (placement.wrap)(id));
                 cluster.start(id)?;
