@@ -183,11 +183,6 @@ impl RoucairolCarvalho {
         self
     }
 
-    /// Whether this node holds every live peer's permission.
-    pub fn holds_every_permission(&self) -> bool {
-        self.alive.iter().all(|p| self.kept.contains_key(p))
-    }
-
     fn stamp(&mut self) -> Stamp {
         Stamp { ts: self.clock.tick(), node: self.id }
     }

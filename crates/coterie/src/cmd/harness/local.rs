@@ -68,7 +68,8 @@ impl LocalCluster {
             env: Default::default(),
             wrap: Default::default(),
         };
-        for id in cluster.ids() {
+        // Highest first, as `launch_with` does.
+        for id in cluster.ids().into_iter().rev() {
             cluster.start(id)?;
         }
         Ok(cluster)
