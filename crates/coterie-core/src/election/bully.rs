@@ -56,9 +56,7 @@
 //! An OK: *deferred*, waiting for the winner's COORDINATOR; none before the
 //! timeout: elect again. COORDINATOR from a higher node: follow it, idle.
 //! A challenge from a lower node to a sitting coordinator is answered with
-//! OK and a fresh COORDINATOR of the same epoch, not a new election; a node
-//! that follows a live coordinator above it answers OK and leaves the rest
-//! to that coordinator, whom the challenger asked too.
+//! OK and a fresh COORDINATOR of the same epoch, not a new election.
 //!
 //! **Catching up.** A coordinator announces itself to every peer that comes
 //! up after its election. A node whose peers' heartbeats name a newer epoch
@@ -239,16 +237,7 @@ impl Algorithm for Bully {
                         return;
                     }
                 }
-                // Following a live coordinator above this node: that
-                // coordinator answers the challenger itself (a challenge
-                // goes to every live higher node, and a coordinator tells
-                // each lower peer that comes up), so taking the election
-                // over would only elect it again, or, if it is slow to
-                // answer, elect this node for a round.
-                let leader_above = self.current.is_some_and(|(leader, epoch)| {
-                    leader > self.id && epoch == self.seen && self.alive.contains(&leader)
-                });
-                if self.phase == Phase::Idle && !leader_above {
+                if self.phase == Phase::Idle {
                     self.hold_election(now, out);
                 }
             }
@@ -436,16 +425,6 @@ mod tests {
         out.take();
         b.handle_start(T, &mut out);
         assert!(b.coordinator() == Some(n(3)), "it took over");
-    }
-
-    #[test]
-    fn a_follower_leaves_a_challenge_to_the_live_coordinator_above_it() {
-        let mut b = node(2, 3, &[1, 3]);
-        let mut out = Out::<Bully>::new();
-        b.handle_message(T, n(3), BullyMsg::Coordinator { epoch: e(1, 3) }, &mut out);
-        out.take();
-        b.handle_message(T, n(1), BullyMsg::Election { epoch: e(1, 3) }, &mut out);
-        assert_eq!(out.take(), vec![send(1, BullyMsg::Ok { epoch: e(1, 3) })]);
     }
 
     #[test]
