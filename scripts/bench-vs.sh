@@ -5,10 +5,10 @@
 #
 # What each side does per cycle:
 # - loopback floor: scripts/bench/pingpong.c, a bare TCP round trip
-#   between two processes (TCP_NODELAY, blocking reads). The floor for a
-#   cycle is 2 round trips (acquire, release), so "floor" below is
-#   pingpong's round trips/s / 2 and every row's share is of that; the
-#   floor row's "p50 acquire" is pingpong's mean round trip. Its second
+#   between two processes (TCP_NODELAY, blocking reads). Its first row
+#   is 2 round trips a cycle (acquire, release: Redis's path); every
+#   row's own floor is its hops at pingpong's rate (below); the floor
+#   row's "p50 acquire" is pingpong's mean round trip. Its second
 #   row is the floor for 5 contending clients, one per node: the next
 #   holder enters only once news of the release has come to it, a chain
 #   of at least 3 messages between processes (client -> its node -> the

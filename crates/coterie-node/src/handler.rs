@@ -209,12 +209,7 @@ impl Handler {
 
     /// Sends the answers held back.
     async fn flush(&mut self) -> std::io::Result<()> {
-        if self.unsent.is_empty() {
-            return Ok(());
-        }
-        let written = self.writer.write_all(&self.unsent).await;
-        self.unsent.clear();
-        written
+        send_unsent(&mut self.writer, &mut self.unsent).await
     }
 
     /// Carries out a fault command and answers with the faults in force.
@@ -404,6 +399,16 @@ struct Pings<'a> {
     silent_at: Instant,
 }
 
+/// Writes the answers a session held back (see `Handler::unsent`), if any.
+async fn send_unsent(writer: &mut OwnedWriteHalf, unsent: &mut Vec<u8>) -> std::io::Result<()> {
+    if unsent.is_empty() {
+        return Ok(());
+    }
+    let written = writer.write_all(unsent).await;
+    unsent.clear();
+    written
+}
+
 /// What a waiting connection brought.
 enum Heard {
     Request(Result<Option<ClientRequest>, FrameError>),
@@ -414,12 +419,7 @@ impl Lease for Pings<'_> {
     type Heard = Heard;
 
     async fn before_wait(&mut self) -> Result<(), Loss> {
-        if self.unsent.is_empty() {
-            return Ok(());
-        }
-        let written = self.writer.write_all(self.unsent).await;
-        self.unsent.clear();
-        written.map_err(|_| Loss::Disconnected)
+        send_unsent(self.writer, self.unsent).await.map_err(|_| Loss::Disconnected)
     }
 
     async fn listen(&mut self) -> Heard {

@@ -50,7 +50,8 @@
 //!
 //! **State walk.** *Idle* (following a coordinator, or none yet) → on the
 //! coordinator's failure, *deferred* (above) unless it is the highest live
-//! node; on a restart, or an ELECTION from a lower node,
+//! node; on joining (unless a coordinator above it is known: see
+//! *Joining*), or an ELECTION from a lower node,
 //! *electing*: ELECTION sent to the live higher nodes, waiting for an OK.
 //! No OK before the timeout (or every higher node reported down): win.
 //! An OK: *deferred*, waiting for the winner's COORDINATOR; none before the
@@ -307,15 +308,8 @@ impl Algorithm for Bully {
 }
 
 impl ElectionAlgorithm for Bully {
-    /// Joining a cluster that has a coordinator above this node, it
-    /// learns that coordinator instead of challenging it: an election
-    /// would only confirm it, and at a mass start each one that a starved
-    /// node's timeout lets it win is a round more. It follows the
-    /// coordinator that announced itself already, or waits for the
-    /// announcement of the one its peers' heartbeats name (a coordinator
-    /// tells every lower peer that comes up), electing only if none
-    /// comes within the timeout. A node above the coordinator, or one
-    /// that has heard of none, holds the textbook election.
+    /// Learns a coordinator above this node, or elects: see *Joining* in
+    /// the module documentation.
     fn handle_start(&mut self, now: Time, out: &mut Out<Bully>) {
         self.started = true;
         if self.current.is_some_and(|(leader, epoch)| leader > self.id && epoch == self.seen) {
