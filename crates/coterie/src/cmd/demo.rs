@@ -28,7 +28,8 @@ enum Fault {
 ///
 /// Needs no configuration: it picks free ports on 127.0.0.1, starts
 /// --nodes node processes and a witness, and drives two clients per node
-/// through the critical section, every entry checked at the witness. A
+/// through the critical section (of one lock, or of --names locks), every
+/// entry checked at the witness. A
 /// third of the way in it kills the coordinator's process (SIGKILL; or
 /// stops it with SIGSTOP, `--fault stop`) and times the election that
 /// follows; two thirds in it restarts (or resumes) it. The
@@ -44,8 +45,8 @@ pub struct Args {
     /// Election algorithm.
     #[arg(long, default_value = "bully", value_parser = registry::election)]
     election: &'static ElectionInfo,
-    /// Holders allowed at once (a counting semaphore, for `centralized` and
-    /// `raymond-k`); the witness is told the same.
+    /// Holders allowed at once (a counting semaphore, for `centralized`,
+    /// `centralized-lending` and `raymond-k`); the witness is told the same.
     #[arg(long, default_value_t = 1)]
     count: usize,
     /// Cluster size.
@@ -57,6 +58,11 @@ pub struct Args {
     /// Clients per node.
     #[arg(long, default_value_t = 2)]
     clients: usize,
+    /// How many locks the clients' requests spread over, `r0` ..: with
+    /// 1 every client queues for the same lock, and the latency is that
+    /// queue's; with as many as nodes, two clients want each on average.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    names: u32,
     /// Time inside the critical section.
     #[arg(long, default_value = "1ms", value_parser = common::parse_duration)]
     hold: Duration,
@@ -125,6 +131,7 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         hold: args.hold,
         think: args.think,
         duration: args.duration,
+        names: args.names,
         ..WorkloadSpec::default()
     };
     let scenario = Scenario::demo(cluster, workload, args.fault == Fault::Stop);

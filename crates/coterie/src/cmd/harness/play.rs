@@ -136,7 +136,7 @@ pub async fn play(
         no_chain: false,
         nodes: clients_on,
         clients: w.clients,
-        choice: Default::default(),
+        choice: workload::Choice { names: w.names, ..Default::default() },
         requests: u64::MAX,
         hold: w.hold,
         think: w.think,

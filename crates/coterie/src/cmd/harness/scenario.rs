@@ -95,11 +95,17 @@ pub struct WorkloadSpec {
     /// Only the clients of these nodes ask (default: every node's).
     #[serde(default)]
     pub on: Vec<u32>,
+    /// The requests spread over this many locks, `r0` .. (default: 1).
+    #[serde(default = "default_names")]
+    pub names: u32,
     /// A request not granted within this long counts as unanswered.
     #[serde(default = "default_answer_within", with = "humantime_serde")]
     pub answer_within: Duration,
 }
 
+fn default_names() -> u32 {
+    1
+}
 fn default_answer_within() -> Duration {
     Duration::from_secs(10)
 }
@@ -124,6 +130,7 @@ impl Default for WorkloadSpec {
             think: default_think(),
             duration: default_duration(),
             on: Vec::new(),
+            names: default_names(),
             answer_within: default_answer_within(),
         }
     }
@@ -239,6 +246,9 @@ impl Scenario {
         }
         if steps.windows(2).any(|w| w[1].at < w[0].at) {
             bail!("{}: steps must be in time order", path.display());
+        }
+        if file.workload.names == 0 {
+            bail!("{}: [workload] names must be at least 1", path.display());
         }
         Ok(Scenario {
             name: file.name,
