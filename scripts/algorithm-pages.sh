@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The guide's page for every algorithm, made from the algorithm's own file
 # and from runs of coterie, so that none can say what the code does not:
-# docs/src/algorithms/NAME.md and NAME.svg for the 10 mutual-exclusion and
+# docs/src/algorithms/NAME.md and NAME.svg for the 11 mutual-exclusion and
 # 3 election algorithms.
 #
 # Each page has:
@@ -31,7 +31,7 @@ out=docs/src/algorithms
 mkdir -p "$out"
 say() { printf '[algorithm-pages] %s\n' "$*" >&2; }
 
-mutexes=(centralized token-ring bakery lamport ricart-agrawala roucairol-carvalho raymond-k lodha-kshemkalyani maekawa tree-quorum)
+mutexes=(centralized centralized-lending token-ring bakery lamport ricart-agrawala roucairol-carvalho raymond-k lodha-kshemkalyani maekawa tree-quorum)
 elections=(bully ring garcia-molina)
 
 # file NAME: the algorithm's source file.

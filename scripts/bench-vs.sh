@@ -51,6 +51,9 @@
 #   one round trip to its own node (release sent with the next acquire)
 #   and 0 peer messages (2(N-1) per half a million entries renew the fence
 #   reservation). No lock server can do this: its lock lives at the server.
+# - centralized-lending, the same: the coordinator lends the lock to n1,
+#   which asked twice in a row, and n1's entries issue the loan's fences
+#   with no peer message (3 per 1,024 entries to renew the loan).
 #
 # Each row has its own floor: the one-way messages on its critical path
 # per cycle ("hops": 2 for one round trip), at pingpong's speed per hop;
@@ -200,9 +203,9 @@ etcd_run() {
 # (chained: the release goes with the next acquire).
 hops() {
     case "$1/$2" in
-        centralized/5 | roucairol-carvalho/1) echo 2 ;; # the client's round trip to its node
+        centralized/5 | roucairol-carvalho/1 | centralized-lending/1) echo 2 ;; # the client's round trip to its node
         centralized/1 | ricart-agrawala/1) echo 4 ;;    # and the node's to its peers
-        centralized/all) echo 4 ;;                      # release to the coordinator, grant to the next
+        centralized*/all) echo 4 ;;                     # release to the coordinator, grant to the next
         */all) echo 3 ;;                                # the next holder's node hears of the release
     esac
 }
@@ -228,7 +231,7 @@ coterie_run() {
         else
             args=(--node "$scope") clients=1 where="at n$scope"
             [ "$scope" = 5 ] && where="at n5, the coordinator"
-            [ "$mutex" = roucairol-carvalho ] && where="at n$scope, the same lock again"
+            case "$mutex" in roucairol-carvalho | centralized-lending) where="at n$scope, the same lock again" ;; esac
         fi
         say "$label: $clients client(s) $where, ${seconds}s"
         before="$(mutex_sent "$dir/cluster.toml")"
@@ -252,9 +255,11 @@ coterie_run centralized 5 1 all
 coterie_run token-ring all
 coterie_run ricart-agrawala 1 all
 coterie_run roucairol-carvalho 1 all
+coterie_run centralized-lending 1 all
 if [ "$delay_us" -gt 0 ]; then
     coterie_delay_us=1000
     COTERIE_DELAY=1ms coterie_run roucairol-carvalho 1 all
+    COTERIE_DELAY=1ms coterie_run centralized-lending 1
     COTERIE_DELAY=1ms coterie_run centralized 1
 fi
 

@@ -652,13 +652,15 @@ impl Engine {
             return Err(RequestError::NoPermits);
         }
         if permits > 1 && !self.mutex.claims.counting {
-            let counting: Vec<&str> =
+            let mut counting: Vec<&str> =
                 registry::MUTEXES.iter().filter(|m| m.claims.counting).map(|m| m.name).collect();
-            return Err(RequestError::NotCounting {
-                mutex: self.mutex.name,
-                permits,
-                counting: counting.join(" or "),
-            });
+            let last = counting.pop().unwrap_or_default();
+            let counting = if counting.is_empty() {
+                last.into()
+            } else {
+                format!("{} or {last}", counting.join(", "))
+            };
+            return Err(RequestError::NotCounting { mutex: self.mutex.name, permits, counting });
         }
         match self.locks.get(name) {
             Some(lock) if lock.permits != permits => Err(RequestError::Permits {

@@ -170,7 +170,7 @@ fn a_new_name_costs_its_entry_and_at_most_a_coordinators_rebuild() {
         // a query and an answer from every peer, and for the token its
         // first lap.
         let rebuild = match info.name {
-            "centralized" => 2 * u64::from(n - 1),
+            "centralized" | "centralized-lending" => 2 * u64::from(n - 1),
             "token-ring" => 2 * u64::from(n - 1) + u64::from(n),
             // A quorum arbiter made for a lock starts its high-water mark
             // at its clock: a requester behind it restamps once.
@@ -209,7 +209,7 @@ fn permits_that_do_not_fit_are_refused_with_a_reason() {
     let mut net = Net::new("ricart-agrawala", 3);
     let now = net.now;
     let err = net.engine(1).request(now, &name("s"), 2).unwrap_err();
-    assert!(err.to_string().contains("centralized or raymond-k"), "{err}");
+    assert!(err.to_string().contains("centralized, centralized-lending or raymond-k"), "{err}");
     assert!(net.engine(1).request(now, &name("s"), 0).is_err());
 
     let mut net = Net::with("centralized", 3, 1);

@@ -653,6 +653,7 @@ async fn a_member_that_lies_crashes_nothing_and_grants_nothing_unasked() {
                 epoch: Epoch(u64::MAX),
                 fence: Fence(u64::MAX),
                 clock: u64::MAX,
+                lent_until: Some(Fence(u64::MAX)),
             }),
         },
         Envelope::Heartbeat(Heartbeat {

@@ -401,31 +401,16 @@ fn the_configuration_reference_names_every_key_and_no_other() {
 fn each_algorithm_page_says_what_its_file_says() {
     let src = root().join("crates/coterie-core/src");
     let mut stale = Vec::new();
-    let mut pages = 0;
-    for (dir, names) in [
-        (
-            "mutex",
-            &[
-                "centralized",
-                "token-ring",
-                "bakery",
-                "lamport",
-                "ricart-agrawala",
-                "roucairol-carvalho",
-                "raymond-k",
-                "lodha-kshemkalyani",
-                "maekawa",
-                "tree-quorum",
-            ][..],
-        ),
-        ("election", &["bully", "ring", "garcia-molina"][..]),
-    ] {
+    // Every registered algorithm has its page: a missing one panics below.
+    use coterie_core::registry::{ELECTIONS, MUTEXES};
+    let mutexes: Vec<&str> = MUTEXES.iter().map(|m| m.name).collect();
+    let elections: Vec<&str> = ELECTIONS.iter().map(|e| e.name).collect();
+    for (dir, names) in [("mutex", mutexes), ("election", elections)] {
         for name in names {
             let file = src.join(dir).join(format!("{}.rs", name.replace('-', "_")));
             let page = root().join(format!("docs/src/algorithms/{name}.md"));
             let page = std::fs::read_to_string(&page)
                 .unwrap_or_else(|e| panic!("{}: {e} (scripts/algorithm-pages.sh)", page.display()));
-            pages += 1;
             // Each paragraph of the header, its rustdoc links as plain code.
             let code = std::fs::read_to_string(&file).unwrap();
             let header: Vec<String> = code
@@ -444,8 +429,6 @@ fn each_algorithm_page_says_what_its_file_says() {
             }
         }
     }
-    let registry = coterie_core::registry::MUTEXES.len() + coterie_core::registry::ELECTIONS.len();
-    assert_eq!(pages, registry, "an algorithm has no page");
     assert!(
         stale.is_empty(),
         "algorithm pages behind their files (run scripts/algorithm-pages.sh NAME):\n{}",

@@ -186,7 +186,7 @@ fn permits_admit_k_holders_where_the_algorithm_counts() {
             let out = coterie(&["lock", "--config", up.config(), "-n", "3", "pool", "--", "true"]);
             assert_eq!(out.status.code(), Some(69), "{mutex}");
             let why = text(&out.stderr);
-            assert!(why.contains("centralized or raymond-k"), "{why}");
+            assert!(why.contains("centralized, centralized-lending or raymond-k"), "{why}");
             continue;
         }
         let holders: Vec<Child> = (1..=3)

@@ -79,6 +79,18 @@ pub enum CentralizedMsg {
         fence: Fence,
         /// The coordinator's Lamport clock.
         clock: u64,
+        /// A loan (`centralized-lending` only): the client keeps the lock
+        /// after its release and enters again on its own, with fences up
+        /// to this one, until the coordinator recalls it.
+        lent_until: Option<Fence>,
+    },
+    /// Coordinator to a client it lent the lock: another node asks; hand
+    /// the loan back (at once, or when leaving the critical section).
+    Recall {
+        /// The coordinator's epoch.
+        epoch: Epoch,
+        /// The grant the loan came with.
+        grant: Fence,
     },
     /// Client to coordinator: I left (or: I hand back a grant I did not
     /// want).
@@ -119,6 +131,7 @@ impl Message for CentralizedMsg {
         match self {
             CentralizedMsg::Request { .. } => "request",
             CentralizedMsg::Grant { .. } => "grant",
+            CentralizedMsg::Recall { .. } => "recall",
             CentralizedMsg::Release { .. } => "release",
             CentralizedMsg::StateQuery { .. } => "state_query",
             CentralizedMsg::StateReport { .. } => "state_report",
@@ -141,8 +154,12 @@ struct Manager {
     queue: VecDeque<Stamp>,
     /// Whether the rebuilt queue has been put in stamp order.
     ordered: bool,
-    /// Grants made in this epoch; the low part of the next fence.
+    /// Grants made in this epoch, and fences lent; the low part of the
+    /// next fence.
     grants: u64,
+    /// The node of this epoch's last grant: asking again right after it,
+    /// it is lent the lock.
+    last: Option<NodeId>,
 }
 
 /// One holder, as the coordinator knows it.
@@ -152,6 +169,19 @@ struct Holder {
     /// The request this coordinator granted (none for a holder it learnt of
     /// from a report).
     granted_for: Option<Stamp>,
+    /// Whether the lock is lent to it, and if so whether it was recalled.
+    loan: Lent,
+}
+
+/// A holder's loan, as the coordinator knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Lent {
+    /// A plain grant, released at the holder's exit.
+    No,
+    /// Lent: the holder keeps the lock until recalled.
+    Yes,
+    /// Recalled: on its way back.
+    Recalled,
 }
 
 impl Manager {
@@ -177,7 +207,7 @@ impl Manager {
                 self.queue.push_back(stamp);
             }
             Report::Holding(fence) => {
-                self.holders.insert(node, Holder { fence, granted_for: None });
+                self.holders.insert(node, Holder { fence, granted_for: None, loan: Lent::No });
             }
         }
     }
@@ -196,17 +226,50 @@ enum Client {
     Holding(Fence),
 }
 
+/// The lock as lent to this node (`centralized-lending`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Loan {
+    /// The term of the coordinator that lent it; it lives no longer.
+    epoch: Epoch,
+    /// The grant it came with, as the coordinator recorded it: named when
+    /// the loan goes back.
+    grant: Fence,
+    /// The last fence issued on it.
+    last: Fence,
+    /// The highest fence it may issue.
+    until: Fence,
+    /// Recalled while held: it goes back at the release.
+    recalled: bool,
+}
+
+impl Loan {
+    /// The next fence the loan may issue, if any is left.
+    fn next(&self) -> Option<Fence> {
+        (self.last < self.until).then(|| Fence(self.last.0 + 1))
+    }
+}
+
+/// How many fences a loan reserves: a client that keeps the lock hands
+/// it back and asks again (REQUEST, RELEASE, GRANT) once per this many
+/// entries. With 24-bit grant counters a term has room for 16,384 loans.
+pub const LOAN: u64 = 1 << 10;
+
 /// The centralized algorithm; see the module documentation.
 #[derive(Debug, Clone, Hash)]
 pub struct Centralized {
     id: NodeId,
     capacity: usize,
+    /// Whether the coordinator lends the lock to a node that asks again
+    /// (`centralized-lending`).
+    lending: bool,
     /// Peers counted as up.
     alive: BTreeSet<NodeId>,
     clock: LamportClock,
     /// The coordinator this node follows and its epoch.
     view: Option<(NodeId, Epoch)>,
     me: Client,
+    /// The lock as lent to this node, if it is.
+    loan: Option<Loan>,
     manager: Option<Manager>,
     /// The last fence a forgotten instance of this lock granted as
     /// coordinator (or a bound on it): a manager of the same epoch counts
@@ -225,14 +288,22 @@ impl Centralized {
         Centralized {
             id: cfg.id,
             capacity: cfg.capacity.max(1),
+            lending: false,
             alive: BTreeSet::new(),
             clock: LamportClock::default(),
             view: None,
             me: Client::Idle,
+            loan: None,
             manager: None,
             remnant: None,
             early: None,
         }
+    }
+
+    /// A node whose coordinator lends the lock to a node that asks for it
+    /// twice in a row; see [`centralized_lending`](super::centralized_lending).
+    pub fn lending(cfg: &AlgoConfig) -> Self {
+        Centralized { lending: true, ..Centralized::new(cfg) }
     }
 
     /// A peer spoke of term `epoch`: if it is newer than the one followed,
@@ -268,14 +339,47 @@ impl Centralized {
             };
             m.grants += 1;
             let fence = Fence::new(m.epoch.0, m.grants);
-            m.holders.insert(stamp.node, Holder { fence, granted_for: Some(stamp) });
+            // Lent to a peer that asks again with nobody else waiting, if
+            // the term's grant counter has room for the loan's fences.
+            let lend = self.lending
+                && stamp.node != self.id
+                && m.last == Some(stamp.node)
+                && m.queue.is_empty()
+                && Fence::new(m.epoch.0, m.grants + LOAN).minor() == m.grants + LOAN;
+            let lent_until = lend.then(|| {
+                m.grants += LOAN - 1;
+                Fence::new(m.epoch.0, m.grants)
+            });
+            m.last = Some(stamp.node);
+            let loan = if lend { Lent::Yes } else { Lent::No };
+            m.holders.insert(stamp.node, Holder { fence, granted_for: Some(stamp), loan });
             if stamp.node == self.id {
                 self.me = Client::Holding(fence);
                 out.grant(fence);
             } else {
                 let clock = self.clock.tick();
-                out.send(stamp.node, CentralizedMsg::Grant { epoch: m.epoch, fence, clock });
+                let epoch = m.epoch;
+                out.send(stamp.node, CentralizedMsg::Grant { epoch, fence, clock, lent_until });
             }
+        }
+        // Someone waits with no room: recall the lock from whoever has it
+        // on loan.
+        if !m.queue.is_empty() {
+            for (&node, holder) in &mut m.holders {
+                if holder.loan == Lent::Yes {
+                    holder.loan = Lent::Recalled;
+                    out.send(node, CentralizedMsg::Recall { epoch: m.epoch, grant: holder.fence });
+                }
+            }
+        }
+    }
+
+    /// Hands the loan back to the coordinator it came from, if that is
+    /// still the coordinator followed.
+    fn return_loan(&mut self, out: &mut Out<Centralized>) {
+        let Some(loan) = self.loan.take() else { return };
+        if let Some((leader, epoch)) = self.view.filter(|&(_, e)| e == loan.epoch) {
+            out.send(leader, CentralizedMsg::Release { epoch, fence: loan.grant });
         }
     }
 
@@ -286,6 +390,7 @@ impl Centralized {
             holders: BTreeMap::new(),
             queue: VecDeque::new(),
             ordered: false,
+            last: None,
             // Above every grant a forgotten manager of this epoch made.
             grants: self
                 .remnant
@@ -329,18 +434,46 @@ impl Algorithm for Centralized {
                     self.dispatch(out);
                 }
             }
-            CentralizedMsg::Grant { epoch, fence, clock } => {
+            CentralizedMsg::Grant { epoch, fence, clock, lent_until } => {
                 self.clock.observe(clock);
                 if self.view != Some((from, epoch)) {
                     return; // from a coordinator this node no longer follows
                 }
                 if matches!(self.me, Client::Waiting(_)) {
                     self.me = Client::Holding(fence);
+                    // A loan's fences are the grant's term's.
+                    let lent = lent_until.filter(|&u| u > fence && u.major() == fence.major());
+                    self.loan = lent.map(|until| Loan {
+                        epoch,
+                        grant: fence,
+                        last: fence,
+                        until,
+                        recalled: false,
+                    });
                     out.grant(fence);
                 } else {
                     // Not wanted (this node restarted, say): hand it back so
                     // the coordinator does not wait on a holder that isn't.
                     out.send(from, CentralizedMsg::Release { epoch, fence });
+                }
+            }
+            CentralizedMsg::Recall { epoch, grant } => {
+                if self.view != Some((from, epoch)) {
+                    return; // from a coordinator this node no longer follows
+                }
+                let held = matches!(self.me, Client::Holding(_));
+                let lent = self.loan.as_mut().filter(|l| l.epoch == epoch && l.grant == grant);
+                match lent {
+                    Some(loan) if held => loan.recalled = true,
+                    Some(_) => self.return_loan(out),
+                    // No such loan here (this node forgot the lock, or
+                    // restarted): say so, or the coordinator waits on a
+                    // holder that isn't. A node holding answers at its
+                    // release.
+                    None if !held => {
+                        out.send(from, CentralizedMsg::Release { epoch, fence: grant });
+                    }
+                    None => {}
                 }
             }
             CentralizedMsg::Release { epoch, fence } => {
@@ -359,6 +492,9 @@ impl Algorithm for Centralized {
                 if from != self.id {
                     self.manager = None;
                 }
+                // The report replaces the loan: a holder on it holds with
+                // the fence it reports, an idle one reports idle.
+                self.loan = None;
                 let state = self.report();
                 out.send(from, CentralizedMsg::StateReport { epoch, state });
             }
@@ -396,6 +532,8 @@ impl Algorithm for Centralized {
     fn handle_peer_back(&mut self, now: Time, peer: NodeId, out: &mut Out<Centralized>) {
         self.handle_peer_up(now, peer, out);
         let Some((leader, epoch)) = self.view.filter(|(l, _)| *l == peer) else { return };
+        // A coordinator that went down lent nothing that still stands.
+        self.loan = None;
         match self.me {
             Client::Idle => {}
             Client::Waiting(stamp) => out.send(leader, CentralizedMsg::Request { epoch, stamp }),
@@ -408,6 +546,10 @@ impl Algorithm for Centralized {
 
     fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Out<Centralized>) {
         self.alive.remove(&peer);
+        // A loan lives only while its coordinator is counted up.
+        if self.view.is_some_and(|(leader, _)| leader == peer) {
+            self.loan = None;
+        }
         if let Some(m) = self.manager.as_mut() {
             m.forget(peer);
             self.dispatch(out);
@@ -419,6 +561,18 @@ impl MutexAlgorithm for Centralized {
     fn handle_request(&mut self, _now: Time, out: &mut Out<Centralized>) {
         if self.me != Client::Idle {
             return;
+        }
+        // On loan: enter with its next fence, no message. A spent loan goes
+        // back, and the request goes out as any other.
+        if let Some(loan) = self.loan.as_mut() {
+            let current = self.view.is_some_and(|(_, epoch)| epoch == loan.epoch);
+            if let Some(fence) = loan.next().filter(|_| current) {
+                loan.last = fence;
+                self.me = Client::Holding(fence);
+                out.grant(fence);
+                return;
+            }
+            self.return_loan(out);
         }
         let stamp = Stamp { ts: self.clock.tick(), node: self.id };
         self.me = Client::Waiting(stamp);
@@ -438,6 +592,12 @@ impl MutexAlgorithm for Centralized {
     fn handle_release(&mut self, _now: Time, out: &mut Out<Centralized>) {
         let Client::Holding(fence) = self.me else { return };
         self.me = Client::Idle;
+        // A loan stays here until recalled.
+        match self.loan {
+            Some(loan) if loan.recalled => return self.return_loan(out),
+            Some(_) => return,
+            None => {}
+        }
         match self.view {
             Some((leader, _)) if leader == self.id => {
                 if let Some(m) = self.manager.as_mut() {
@@ -465,6 +625,7 @@ impl MutexAlgorithm for Centralized {
             return;
         }
         self.view = Some((leader, epoch));
+        self.loan = None;
         if self.early.is_some_and(|e| e <= epoch) {
             self.early = None;
         }
@@ -493,7 +654,8 @@ impl MutexAlgorithm for Centralized {
     }
 
     /// Idle, and as coordinator with nobody holding or queued and the
-    /// rebuild done.
+    /// rebuild done. An idle loan is forgotten with the rest: a recall
+    /// finds no loan and is answered by a release.
     fn forgettable(&self) -> bool {
         self.me == Client::Idle
             && self.early.is_none()
@@ -553,7 +715,12 @@ mod tests {
             vec![Action::Send { to: n(3), msg: Request { epoch: Epoch(1), stamp: stamp(1, 1) } }]
         );
         let fence = Fence::new(1, 1);
-        client.handle_message(T, n(3), Grant { epoch: Epoch(1), fence, clock: 5 }, &mut out);
+        client.handle_message(
+            T,
+            n(3),
+            Grant { epoch: Epoch(1), fence, clock: 5, lent_until: None },
+            &mut out,
+        );
         assert_eq!(out.take(), vec![Action::Grant { fence }]);
         assert_eq!(client.cs_state(), CsState::Held);
         client.handle_release(T, &mut out);
@@ -592,7 +759,10 @@ mod tests {
         let fence = Fence::new(4, 1);
         assert_eq!(
             out.take(),
-            vec![Action::Send { to: n(1), msg: Grant { epoch: Epoch(4), fence, clock: 8 } }]
+            vec![Action::Send {
+                to: n(1),
+                msg: Grant { epoch: Epoch(4), fence, clock: 8, lent_until: None }
+            }]
         );
     }
 
@@ -629,7 +799,12 @@ mod tests {
             out.take(),
             vec![Action::Send {
                 to: n(3),
-                msg: Grant { epoch: Epoch(2), fence: Fence::new(2, 1), clock: 13 }
+                msg: Grant {
+                    epoch: Epoch(2),
+                    fence: Fence::new(2, 1),
+                    clock: 13,
+                    lent_until: None
+                }
             }]
         );
         assert!(Fence::new(2, 1) > old, "the new epoch's fences exceed the old");
@@ -638,7 +813,12 @@ mod tests {
             out.take(),
             vec![Action::Send {
                 to: n(2),
-                msg: Grant { epoch: Epoch(2), fence: Fence::new(2, 2), clock: 14 }
+                msg: Grant {
+                    epoch: Epoch(2),
+                    fence: Fence::new(2, 2),
+                    clock: 14,
+                    lent_until: None
+                }
             }]
         );
     }
@@ -703,7 +883,7 @@ mod tests {
         client.handle_message(
             T,
             n(3),
-            Grant { epoch: Epoch(1), fence: Fence::new(1, 1), clock: 1 },
+            Grant { epoch: Epoch(1), fence: Fence::new(1, 1), clock: 1, lent_until: None },
             &mut out,
         );
         assert_eq!(
@@ -730,7 +910,7 @@ mod tests {
         client.handle_message(
             T,
             n(3),
-            Grant { epoch: Epoch(1), fence: Fence::new(1, 1), clock: 1 },
+            Grant { epoch: Epoch(1), fence: Fence::new(1, 1), clock: 1, lent_until: None },
             &mut out,
         );
         assert!(out.is_empty());

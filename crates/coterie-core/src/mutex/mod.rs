@@ -3,6 +3,7 @@
 mod ask;
 pub mod bakery;
 pub mod centralized;
+pub mod centralized_lending;
 pub mod lamport;
 pub mod lodha_kshemkalyani;
 pub mod maekawa;

@@ -24,7 +24,8 @@ pub const EXIT_LOST: u8 = 76;
 /// `default`. Several names are taken all or none, one after the other
 /// in name order (bytewise), so two commands asking for overlapping sets
 /// never deadlock; a timeout releases what was taken. With -n K the lock
-/// is a counting semaphore: K holders at once (centralized and raymond-k;
+/// is a counting semaphore: K holders at once (centralized,
+/// centralized-lending and raymond-k;
 /// every client of a lock must give the same K).
 ///
 /// CMD runs in a process group of its own, with COTERIE_LOCK set to the

@@ -60,6 +60,11 @@ pub struct Args {
     /// (e.g. 0ms..125ms); by default 0.2 to 3 failure timeouts.
     #[arg(long, value_name = "MIN..MAX", value_parser = duration_range)]
     delay_spike: Option<(Duration, Duration)>,
+    /// Each client's thought between a release and its next request,
+    /// drawn uniformly from MIN..MAX (default 0ms..20ms): a long one
+    /// leaves the lock quiet, as locality needs.
+    #[arg(long, value_name = "MIN..MAX", value_parser = duration_range)]
+    think: Option<(Duration, Duration)>,
     /// Lose 10% to 50% of a random node's outgoing messages (heartbeats
     /// included) this many times per run, for one to six failure timeouts
     /// each. Liveness is not promised meanwhile.
@@ -200,6 +205,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         },
         stable_storage: !args.no_stable_storage,
         delay_spike: args.delay_spike.unwrap_or(defaults.delay_spike),
+        think: args.think.unwrap_or(defaults.think),
         timing: Timing {
             detector: match args.detector {
                 DetectorArg::All => Detector::All,
@@ -369,6 +375,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             ),
             None => String::new(),
         };
+        if let Some((lo, hi)) = args.think {
+            let (lo, hi) = (humantime::format_duration(lo), humantime::format_duration(hi));
+            extra.push_str(&format!(" --think {lo}..{hi}"));
+        }
         if args.no_stable_storage {
             extra.push_str(" --no-stable-storage");
         }
