@@ -49,8 +49,7 @@
 //! new term's fences are above the old term's by the epoch in their high
 //! bits.
 //!
-//! The state machine is shared with [`Centralized`], which it is with
-//! lending off.
+//! The state machine is [`Centralized`]'s, built with lending on.
 
 use super::centralized::Centralized;
 pub use super::centralized::LOAN;
