@@ -190,6 +190,22 @@ pub fn signal(pid: i32, signal: i32) {
     }
 }
 
+/// The algorithms a new cluster runs, wherever one is made (`init`,
+/// `demo`): `--mutex`, `--election`, `--count`.
+#[derive(clap::Args)]
+pub struct Algorithms {
+    /// Mutual-exclusion algorithm.
+    #[arg(long, default_value = "centralized", value_parser = coterie_core::registry::mutex)]
+    pub mutex: &'static coterie_core::registry::MutexInfo,
+    /// Election algorithm.
+    #[arg(long, default_value = "bully", value_parser = coterie_core::registry::election)]
+    pub election: &'static coterie_core::registry::ElectionInfo,
+    /// Holders at once: a counting semaphore, for the algorithms that
+    /// count (centralized, centralized-lending, raymond-k).
+    #[arg(long, default_value_t = 1)]
+    pub count: usize,
+}
+
 /// `--diagram`, `--shiviz` and their options, wherever a run is made or
 /// replayed (`sim --seed`, `watch`, `demo`, `run`).
 #[derive(clap::Args, Clone, Debug, Default)]

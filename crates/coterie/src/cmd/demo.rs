@@ -8,7 +8,7 @@ use super::harness::{Cluster, LocalCluster, Shape};
 use super::timeline::{self, Timeline};
 use super::workload;
 use anyhow::{bail, Context, Result};
-use coterie_core::registry::{self, ElectionInfo, MutexInfo};
+use coterie_core::registry::{ElectionInfo, MutexInfo};
 use coterie_core::Epoch;
 use serde::Serialize;
 use std::process::ExitCode;
@@ -39,16 +39,9 @@ enum Fault {
 /// (after a kill, a stale fence counts as one too).
 #[derive(clap::Args)]
 pub struct Args {
-    /// Mutual-exclusion algorithm.
-    #[arg(long, default_value = "centralized", value_parser = registry::mutex)]
-    mutex: &'static MutexInfo,
-    /// Election algorithm.
-    #[arg(long, default_value = "bully", value_parser = registry::election)]
-    election: &'static ElectionInfo,
-    /// Holders allowed at once (a counting semaphore, for `centralized`,
-    /// `centralized-lending` and `raymond-k`); the witness is told the same.
-    #[arg(long, default_value_t = 1)]
-    count: usize,
+    /// --mutex, --election, --count (the witness is told the count too).
+    #[command(flatten)]
+    algorithms: common::Algorithms,
     /// Cluster size.
     #[arg(long, default_value_t = 5)]
     nodes: u32,
@@ -101,11 +94,13 @@ struct DemoReport {
 }
 
 pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
-    if args.count == 0 || (args.count > 1 && !args.mutex.claims.counting) {
+    if args.algorithms.count == 0
+        || (args.algorithms.count > 1 && !args.algorithms.mutex.claims.counting)
+    {
         bail!(
             "--count {} does not fit {}, which admits one holder at a time",
-            args.count,
-            args.mutex
+            args.algorithms.count,
+            args.algorithms.mutex
         );
     }
     if args.nodes < 2 {
@@ -121,9 +116,9 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let cluster = ClusterSpec {
         nodes: args.nodes,
-        mutex: args.mutex,
-        election: args.election,
-        count: args.count,
+        mutex: args.algorithms.mutex,
+        election: args.algorithms.election,
+        count: args.algorithms.count,
         lock_delay: None,
     };
     let workload = WorkloadSpec {
@@ -137,9 +132,9 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
     let scenario = Scenario::demo(cluster, workload, args.fault == Fault::Stop);
     let shape = Shape {
         nodes: args.nodes,
-        mutex: args.mutex,
-        election: args.election,
-        count: args.count,
+        mutex: args.algorithms.mutex,
+        election: args.algorithms.election,
+        count: args.algorithms.count,
         lock_delay: Duration::ZERO,
     };
     let (cluster, witness) = LocalCluster::launch(&shape, log_format, &dir).await?;
@@ -147,8 +142,8 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         println!(
             "coterie demo: {} nodes running {} + {} on 127.0.0.1, witness {}",
             args.nodes,
-            args.mutex,
-            args.election,
+            args.algorithms.mutex,
+            args.algorithms.election,
             witness.addr()
         );
         println!("logs: {}\n", dir.display());
@@ -162,8 +157,8 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
     let played = played?;
     let clean = played.failed.is_empty();
     let out = DemoReport {
-        mutex: args.mutex,
-        election: args.election,
+        mutex: args.algorithms.mutex,
+        election: args.algorithms.election,
         nodes: args.nodes,
         workload: played.workload,
         elections: played.measured,

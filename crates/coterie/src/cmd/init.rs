@@ -4,7 +4,6 @@
 
 use super::common;
 use anyhow::{bail, Context, Result};
-use coterie_core::registry::{self, ElectionInfo, MutexInfo};
 use coterie_node::config::{ClusterSection, Config, WitnessSection};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -26,15 +25,9 @@ pub struct Args {
     /// The cluster's name; nodes refuse peers from another cluster.
     #[arg(long, default_value = "local")]
     name: String,
-    /// Mutual-exclusion algorithm.
-    #[arg(long, default_value = "centralized", value_parser = registry::mutex)]
-    mutex: &'static MutexInfo,
-    /// Election algorithm.
-    #[arg(long, default_value = "bully", value_parser = registry::election)]
-    election: &'static ElectionInfo,
-    /// Holders at once (a counting semaphore, where the algorithm counts).
-    #[arg(long, default_value_t = 1)]
-    count: usize,
+    /// --mutex, --election, --count.
+    #[command(flatten)]
+    algorithms: common::Algorithms,
     /// The address the nodes listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -111,8 +104,9 @@ fn build(args: &Args) -> Result<Config> {
         }
         ports
     };
-    let mut cluster = ClusterSection::new(&args.name, args.mutex, args.election);
-    cluster.count = args.count;
+    let mut cluster =
+        ClusterSection::new(&args.name, args.algorithms.mutex, args.algorithms.election);
+    cluster.count = args.algorithms.count;
     cluster.state_dir = args.state_dir.clone();
     cluster.state_sync = !args.no_state_sync;
     if let Some(delay) = args.lock_delay {
