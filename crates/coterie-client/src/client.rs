@@ -674,6 +674,20 @@ impl WitnessClient {
         }
     }
 
+    /// Leaves lock `name`'s resource because the session that held it is
+    /// lost; returns how many overlaps with newer holders that explains
+    /// (lease overlaps, no longer counted as violations).
+    pub async fn lost(&mut self, name: &str, fence: u64) -> Result<u32, ClientError> {
+        match self
+            .conn
+            .witness_call(&WitnessRequest::Lost { name: name.to_string(), fence })
+            .await?
+        {
+            WitnessResponse::LeftLost { explained } => Ok(explained),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
     /// Reads the register `name`: its plain copy (`fence` ignored), or its
     /// fenced copy with `fence`. `Ok(Err(highest))` when the fenced copy
     /// refused a fence below `highest`.

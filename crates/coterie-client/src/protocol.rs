@@ -484,6 +484,17 @@ pub enum WitnessRequest {
         /// The new value.
         value: i64,
     },
+    /// I held lock `name` with this fence and have just learned that my
+    /// session is lost (my node died or gave me up): I stop using the
+    /// resource now. Leaves, as [`Leave`](Self::Leave) does; an overlap a
+    /// newer holder made with this one meanwhile was a lease overlap, not
+    /// a violation.
+    Lost {
+        /// The lock.
+        name: String,
+        /// The fence I entered with.
+        fence: u64,
+    },
 }
 
 /// The witness's answer.
@@ -517,6 +528,12 @@ pub enum WitnessResponse {
     },
     /// The request cannot be served (a bad name, too many registers).
     Refused(String),
+    /// Left after a loss; `explained` overlaps with newer holders were
+    /// lease overlaps, and are no longer counted as violations.
+    LeftLost {
+        /// Violations this loss turned into lease overlaps.
+        explained: u32,
+    },
 }
 
 /// What the witness has seen.
@@ -526,7 +543,8 @@ pub struct WitnessReport {
     pub capacity: u32,
     /// Entries accepted, over every lock.
     pub entries: u64,
-    /// Entries that made a lock's holders exceed the capacity.
+    /// Entries that made a lock's holders exceed the capacity, less the
+    /// lease overlaps among them.
     pub violations: u64,
     /// Entries refused for a fence stale for their lock.
     pub stale_fences: u64,
@@ -536,4 +554,11 @@ pub struct WitnessReport {
     pub holders: u32,
     /// The newest fence accepted, over every lock.
     pub last_fence: u64,
+    /// Entries over the capacity that a loss explained: every holder they
+    /// overlapped beyond the capacity had a lower fence and later said its
+    /// session was lost (its node died while it held). The lock moved on,
+    /// as it must once the holder's node is gone; the holder learned it a
+    /// moment later. A fence-checking resource refuses the old holder; a
+    /// lock delay keeps the new one out (`[cluster] lock_delay`).
+    pub lease_overlaps: u64,
 }

@@ -10,6 +10,17 @@
 //! connection drops leaves at once: its process is gone and can no longer
 //! touch the resource.
 //!
+//! An overlap is counted when it happens, and judged again when a holder
+//! it involved leaves *lost* (its session broke while it held: its node
+//! was killed). The cluster rightly hands the lock on once the holder's
+//! node is gone, and the holder learns of the death a moment later than
+//! the peers may: if every holder the newer one overlapped beyond the
+//! capacity had a lower fence and was lost, the overlap was a **lease
+//! overlap** — the one the fence exists for (a resource that checks
+//! fences refuses the old holder), and the one a lock delay prevents —
+//! and it is counted as that instead of as a violation. The history
+//! checker of `coterie nemesis` draws the same line.
+//!
 //! It also serves a **register** per lock name, the data a lock protects
 //! in a history test (`coterie nemesis`, `coterie history client`): holders
 //! read it and write back one more. Each register has two copies. The
@@ -46,12 +57,27 @@ pub struct Witness {
 /// One lock, as the witness has seen it used.
 #[derive(Debug, Default)]
 struct Held {
-    holders: u32,
+    /// The fences of the holders inside now.
+    inside: Vec<u64>,
+    /// Overlaps whose older holders are still inside: each may yet turn
+    /// out to be a lease overlap.
+    open: Vec<Overlap>,
     /// The newest fence accepted.
     last_fence: u64,
     entries: u64,
     /// Every fence accepted (for capacity > 1).
     seen: BTreeSet<u64>,
+}
+
+/// An entry that took a lock's holders over the capacity, while it is
+/// undecided whether a loss explains it.
+#[derive(Debug)]
+struct Overlap {
+    /// Holders beyond the capacity that are not yet known lost.
+    excess: u32,
+    /// The older holders (lower fences) it overlapped that are still
+    /// inside: any of them may still leave lost.
+    older: Vec<u64>,
 }
 
 /// The two copies of one register.
@@ -73,23 +99,37 @@ impl Witness {
         }
     }
 
-    /// Serves one request of a session; `inside` holds the locks this
-    /// session has entered and not left.
-    pub fn apply(&mut self, request: WitnessRequest, inside: &mut Vec<String>) -> WitnessResponse {
+    /// Serves one request of a session; `inside` holds the locks (and
+    /// fences) this session has entered and not left.
+    pub fn apply(
+        &mut self,
+        request: WitnessRequest,
+        inside: &mut Vec<(String, u64)>,
+    ) -> WitnessResponse {
         match request {
             WitnessRequest::Enter { name, fence, node } => {
                 let answer = self.enter(&name, fence, node);
                 if matches!(answer, WitnessResponse::Accepted { .. }) {
-                    inside.push(name);
+                    inside.push((name, fence));
                 }
                 answer
             }
-            WitnessRequest::Leave { name, .. } => {
-                if let Some(i) = inside.iter().position(|n| *n == name) {
+            WitnessRequest::Leave { name, fence } => {
+                if let Some(i) = inside.iter().position(|(n, f)| *n == name && *f == fence) {
                     inside.swap_remove(i);
-                    self.leave(&name);
+                    self.leave(&name, fence);
                 }
                 WitnessResponse::Left
+            }
+            WitnessRequest::Lost { name, fence } => {
+                let explained = match inside.iter().position(|(n, f)| *n == name && *f == fence) {
+                    Some(i) => {
+                        inside.swap_remove(i);
+                        self.lost(&name, fence)
+                    }
+                    None => 0,
+                };
+                WitnessResponse::LeftLost { explained }
             }
             WitnessRequest::Report => WitnessResponse::Report(self.report()),
             WitnessRequest::Read { name, fenced, fence } => self.read(&name, fenced, fence),
@@ -173,29 +213,62 @@ impl Witness {
         r.entries += 1;
         lock.last_fence = lock.last_fence.max(fence);
         r.last_fence = r.last_fence.max(fence);
-        lock.holders += 1;
+        let older: Vec<u64> = lock.inside.iter().copied().filter(|f| *f < fence).collect();
+        lock.inside.push(fence);
+        let holders = lock.inside.len() as u32;
         r.holders += 1;
-        r.max_holders = r.max_holders.max(lock.holders);
-        let violation = lock.holders > capacity;
+        r.max_holders = r.max_holders.max(holders);
+        let violation = holders > capacity;
         if violation {
             r.violations += 1;
-            warn!(
-                name,
-                fence,
-                node,
-                holders = lock.holders,
-                "VIOLATION: more holders than allowed"
-            );
+            warn!(name, fence, node, holders, "VIOLATION: more holders than allowed");
+            let excess = holders - capacity;
+            if older.len() as u32 >= excess {
+                lock.open.push(Overlap { excess, older });
+            }
         }
-        WitnessResponse::Accepted { holders: lock.holders, violation }
+        WitnessResponse::Accepted { holders, violation }
     }
 
-    /// A holder of lock `name` leaves.
-    pub fn leave(&mut self, name: &str) {
-        if let Some(lock) = self.locks.get_mut(name) {
-            lock.holders = lock.holders.saturating_sub(1);
-            self.report.holders = self.report.holders.saturating_sub(1);
+    /// The holder of lock `name` with `fence` leaves.
+    pub fn leave(&mut self, name: &str, fence: u64) {
+        self.depart(name, fence, false);
+    }
+
+    /// The holder of lock `name` with `fence` leaves, its session lost;
+    /// returns how many overlaps that explains (now lease overlaps).
+    pub fn lost(&mut self, name: &str, fence: u64) -> u32 {
+        self.depart(name, fence, true)
+    }
+
+    fn depart(&mut self, name: &str, fence: u64, lost: bool) -> u32 {
+        let Some(lock) = self.locks.get_mut(name) else { return 0 };
+        let Some(i) = lock.inside.iter().position(|f| *f == fence) else { return 0 };
+        lock.inside.swap_remove(i);
+        let r = &mut self.report;
+        r.holders = r.holders.saturating_sub(1);
+        let mut explained = 0;
+        // Whether the newer holder is still inside does not matter: it may
+        // well have left before the lost one heard of its loss.
+        lock.open.retain_mut(|o| {
+            let Some(j) = o.older.iter().position(|f| *f == fence) else { return true };
+            o.older.swap_remove(j);
+            if lost {
+                o.excess -= 1;
+                if o.excess == 0 {
+                    explained += 1;
+                    return false;
+                }
+            }
+            // Too few older holders are left to explain it: it stands.
+            o.older.len() as u32 >= o.excess
+        });
+        if explained > 0 {
+            r.violations -= u64::from(explained);
+            r.lease_overlaps += u64::from(explained);
+            info!(name, fence, explained, "a holder lost with its session: lease overlaps");
         }
+        explained
     }
 
     /// The counters.
@@ -253,7 +326,7 @@ async fn session(
 ) -> Result<(), crate::codec::FrameError> {
     stream.set_nodelay(true)?;
     let mut buf = Vec::new();
-    // Locks this connection entered and has not left.
+    // Locks (and fences) this connection entered and has not left.
     let mut inside = Vec::new();
     let result = loop {
         let request = match read_frame::<WitnessRequest, _>(&mut stream, &mut buf).await {
@@ -269,8 +342,8 @@ async fn session(
         }
     };
     let mut w = witness.lock().expect("witness lock");
-    for name in inside {
-        w.leave(&name);
+    for (name, fence) in inside {
+        w.leave(&name, fence);
     }
     result
 }
@@ -290,10 +363,42 @@ mod tests {
     }
 
     #[test]
+    fn an_overlap_with_an_older_holder_found_lost_is_a_lease_overlap() {
+        let mut w = Witness::new(1);
+        // 10 is inside when its node dies; 11 is granted and enters before
+        // 10 hears of it: a lease overlap once 10 says it was lost.
+        w.enter("x", 10, 5);
+        assert_eq!(w.enter("x", 11, 1), WitnessResponse::Accepted { holders: 2, violation: true });
+        assert_eq!(w.report().violations, 1);
+        assert_eq!(w.lost("x", 10), 1);
+        let r = w.report();
+        assert_eq!((r.violations, r.lease_overlaps, r.holders), (0, 1, 1));
+        // An older holder that leaves in good order explains nothing, and
+        // a loss after that does not either.
+        w.enter("x", 12, 2);
+        w.leave("x", 11);
+        assert_eq!(w.lost("x", 12), 0);
+        // Nor does a loss of the newer holder, nor of one of two older
+        // holders when two were too many.
+        let mut w = Witness::new(1);
+        w.enter("y", 1, 1);
+        w.enter("y", 2, 2);
+        w.enter("y", 3, 3);
+        assert_eq!(w.report().violations, 2);
+        assert_eq!(w.lost("y", 3), 0);
+        // 2's overlap with 1 is explained even though 2 has left since;
+        // 3's excess of two is not, by one loss.
+        w.leave("y", 2);
+        assert_eq!(w.lost("y", 1), 1);
+        let r = w.report();
+        assert_eq!((r.violations, r.lease_overlaps, r.holders), (1, 1, 0));
+    }
+
+    #[test]
     fn mutex_fences_must_grow() {
         let mut w = Witness::new(1);
         w.enter("x", 10, 1);
-        w.leave("x");
+        w.leave("x", 10);
         assert_eq!(w.enter("x", 10, 2), WitnessResponse::Stale { last: 10 });
         assert_eq!(w.enter("x", 9, 2), WitnessResponse::Stale { last: 10 });
         assert_eq!(w.enter("x", 11, 2), WitnessResponse::Accepted { holders: 1, violation: false });
@@ -332,7 +437,7 @@ mod tests {
         let ok = |holders| WitnessResponse::Accepted { holders, violation: false };
         assert_eq!(w.enter("x", 12, 1), ok(1));
         assert_eq!(w.enter("x", 11, 2), ok(2));
-        w.leave("x");
+        w.leave("x", 12);
         assert_eq!(w.enter("x", 11, 3), WitnessResponse::Stale { last: 12 });
         assert_eq!(w.report().violations, 0);
     }
@@ -346,8 +451,8 @@ mod tests {
         assert_eq!(w.enter("a", 10, 1), ok(1));
         assert_eq!(w.enter("b", 3, 2), ok(1));
         assert_eq!(w.enter("a", 11, 3), WitnessResponse::Accepted { holders: 2, violation: true });
-        w.leave("a");
-        w.leave("a");
+        w.leave("a", 10);
+        w.leave("a", 11);
         assert_eq!(w.enter("b", 3, 2), WitnessResponse::Stale { last: 3 });
         let r = w.report();
         assert_eq!((r.violations, r.stale_fences, r.entries, r.holders), (1, 1, 3, 1));

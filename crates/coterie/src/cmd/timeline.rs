@@ -29,7 +29,7 @@ pub struct Event {
     /// Milliseconds since the timeline began.
     pub t_ms: f64,
     /// step | suspect | recover | join | follow | election | gone | back |
-    /// stale_fence | overlap | unanswered | note
+    /// stale_fence | overlap | lease_overlap | unanswered | note
     pub kind: &'static str,
     /// The node it happened at, if one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -442,12 +442,13 @@ impl State {
         let (kind, node) = match seen {
             Seen::Stale { node, .. } => ("stale_fence", node),
             Seen::Overlap { node, .. } => ("overlap", node),
+            Seen::LeaseOverlap { node, .. } => ("lease_overlap", node),
             Seen::Unanswered { node } => ("unanswered", node),
         };
         let count = self.seen.entry((kind, node)).or_insert(0);
         *count += 1;
         let count = *count;
-        if count == 1 && kind != "unanswered" {
+        if count == 1 && kind != "unanswered" && kind != "lease_overlap" {
             let what = format!("n{node}: {}", kind.replace('_', " "));
             self.incidents.lock().expect("incidents lock").push((unix_us(), what));
         }
@@ -456,6 +457,7 @@ impl State {
                 let what = match kind {
                     "stale_fence" => "grants refused as stale",
                     "overlap" => "overlapping entries (VIOLATIONS)",
+                    "lease_overlap" => "lease overlaps",
                     _ => "requests unanswered",
                 };
                 self.timeline.note(kind, Some(node), format!("{count} of its {what} so far"));
@@ -474,7 +476,14 @@ impl State {
                 "overlap",
                 Some(node),
                 format!(
-                    "witness lets its holder in (fence {fence}) while others are inside: {holders} holders, a VIOLATION"
+                    "witness lets its holder in (fence {fence}) while others are inside: {holders} holders, a VIOLATION (unless each older one turns out lost with its node)"
+                ),
+            ),
+            Seen::LeaseOverlap { node, fence, overlaps } => self.timeline.note(
+                "lease_overlap",
+                Some(node),
+                format!(
+                    "its holder (fence {fence}) leaves the witness lost with its node, after {overlaps} newer holder(s) came in: lease overlaps, not violations (the newer fences are higher)"
                 ),
             ),
             Seen::Unanswered { node } => self.timeline.note(

@@ -10,8 +10,10 @@ use std::process::ExitCode;
 /// The witness is the printer of the seeds' example: a client holding the
 /// lock enters it with its fencing token and leaves when done. It counts
 /// holders that overlap beyond --capacity (violations) and refuses tokens
-/// that are stale (not greater than the newest it accepted). `workload` and
-/// `demo` check every entry there. It also keeps a register per lock name,
+/// that are stale (not greater than the newest it accepted). An overlap
+/// whose older holders all had lower fences and later left saying their
+/// node died while they held is a lease overlap instead: the lock moved on
+/// before they heard. `workload` and `demo` check every entry there. It also keeps a register per lock name,
 /// in a plain and a fenced copy, which `coterie nemesis` clients increment
 /// while they hold the lock.
 #[derive(clap::Args)]
@@ -56,8 +58,8 @@ fn check(addr: &str, json: bool) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "witness {addr}: {} entries, {} violations, {} stale fences, at most {} holders (capacity {}), last fence {}",
-            report.entries, report.violations, report.stale_fences, report.max_holders, report.capacity, report.last_fence
+            "witness {addr}: {} entries, {} violations, {} lease overlaps, {} stale fences, at most {} holders (capacity {}), last fence {}",
+            report.entries, report.violations, report.lease_overlaps, report.stale_fences, report.max_holders, report.capacity, report.last_fence
         );
     }
     if report.violations > 0 || report.stale_fences > 0 {

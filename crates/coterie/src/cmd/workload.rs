@@ -340,6 +340,9 @@ pub enum Seen {
     Stale { node: u32, fence: u64, last: u64 },
     /// The witness let a holder of `node` in over the capacity.
     Overlap { node: u32, fence: u64, holders: u32 },
+    /// A holder of `node` with `fence`, lost with its session, explained
+    /// `overlaps` overlaps: lease overlaps, not violations.
+    LeaseOverlap { node: u32, fence: u64, overlaps: u32 },
     /// A request to `node` was not granted within the limit.
     Unanswered { node: u32 },
 }
@@ -362,7 +365,11 @@ pub struct Report {
     /// From asking to being granted.
     pub latency_ms: Latency,
     pub messages_per_entry: f64,
+    /// Overlaps at the witness, less the lease overlaps.
     pub violations: u64,
+    /// Overlaps with a holder whose node died while it held, which learned
+    /// it a moment after the cluster did (see the witness's report).
+    pub lease_overlaps: u64,
     pub stale_fences: u64,
     /// Requests not granted within the limit (`answer_within`).
     pub unanswered: u64,
@@ -434,12 +441,16 @@ pub async fn drive(spec: Spec) -> Result<Report> {
     let seconds = started.elapsed().as_secs_f64();
     let after = mutex_messages(&spec.nodes).await;
     let entries = tally.entries.load(Ordering::Relaxed);
-    let (violations, stale_fences) = match (&spec.witness, witness_before) {
+    let (violations, lease_overlaps, stale_fences) = match (&spec.witness, witness_before) {
         (Some(addr), Some(before)) => {
             let now = WitnessClient::connect(addr).await?.report().await?;
-            (now.violations - before.violations, now.stale_fences - before.stale_fences)
+            (
+                now.violations.saturating_sub(before.violations),
+                now.lease_overlaps.saturating_sub(before.lease_overlaps),
+                now.stale_fences.saturating_sub(before.stale_fences),
+            )
         }
-        _ => (0, tally.stale.load(Ordering::Relaxed)),
+        _ => (0, 0, tally.stale.load(Ordering::Relaxed)),
     };
     let h = histogram.lock().expect("histogram lock");
     let ms = |us: u64| us as f64 / 1000.0;
@@ -459,6 +470,7 @@ pub async fn drive(spec: Spec) -> Result<Report> {
             0.0
         },
         violations,
+        lease_overlaps,
         stale_fences,
         unanswered: tally.unanswered.load(Ordering::Relaxed),
     })
@@ -538,6 +550,18 @@ impl Run {
         Ok(())
     }
 
+    /// Leaves the witness with `fences`, the session that held them lost,
+    /// telling of the overlaps that turns into lease overlaps.
+    async fn lost(&self, witness: &mut WitnessClient, fences: &[(String, u64)]) -> Result<()> {
+        for (name, fence) in fences {
+            let overlaps = witness.lost(name, *fence).await?;
+            if overlaps > 0 {
+                self.tell(Seen::LeaseOverlap { node: self.id(), fence: *fence, overlaps });
+            }
+        }
+        Ok(())
+    }
+
     /// Leaves the witness with `fences`.
     async fn leave(witness: &mut WitnessClient, fences: &[(String, u64)]) -> Result<()> {
         for (name, fence) in fences {
@@ -593,7 +617,7 @@ async fn one_session(run: &mut Run) -> Result<()> {
                 _ = tokio::time::sleep(run.spec.hold) => {}
                 loss = client.lost() => {
                     if let Some(w) = witness.as_mut() {
-                        Run::leave(w, &fences).await?;
+                        run.lost(w, &fences).await?;
                     }
                     bail!("lost the lock while holding it: {loss}");
                 }
@@ -682,6 +706,12 @@ pub fn print(report: &Report) {
         "messages per entry {:.2}; witness: {} violations, {} stale fences; {} failed client attempts ({} unanswered)",
         report.messages_per_entry, report.violations, report.stale_fences, report.errors, report.unanswered
     );
+    if report.lease_overlaps > 0 {
+        println!(
+            "lease overlaps: {} (a holder's node died while it held; the lock moved on before the holder heard, and the newer fence is higher)",
+            report.lease_overlaps
+        );
+    }
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
