@@ -11,7 +11,8 @@
 //! Peer failures flow down (detector → election and mutex), coordinator
 //! changes flow from the election to the mutex. Before a node *joins* —
 //! every peer has sent it a heartbeat that names this very incarnation as
-//! up, or one failure timeout has passed for the silent ones — it answers
+//! up, or a failure timeout has passed with no new peer heard from (the
+//! silent ones are given up on; see `join_or_wait`) — it answers
 //! peers but neither starts an election nor asks for the critical section.
 //! It thus learns the current epoch and clocks from their heartbeats, and
 //! it asks nothing before every live peer counts it in: a peer that still
@@ -295,6 +296,10 @@ pub struct Engine {
     /// While joining: peers whose heartbeat (epoch, watermark) has arrived
     /// saying they count this incarnation as up.
     synced: BTreeSet<NodeId>,
+    /// While joining: how far it had got when the deadline last passed
+    /// (peers heard from, and synced): a cluster still arriving is waited
+    /// for (see `join_or_wait`).
+    join_progress: usize,
     /// A coordinator elected before this node joined (others' elections
     /// can name it): the mutex layer learns of it only on joining, when
     /// the node knows who is alive.
@@ -329,6 +334,7 @@ impl Clone for Engine {
             join_deadline: self.join_deadline,
             join_extended: self.join_extended,
             synced: self.synced.clone(),
+            join_progress: self.join_progress,
             coordinator_pending: self.coordinator_pending,
             cs_entries: self.cs_entries,
             counters: self.counters.clone(),
@@ -365,6 +371,7 @@ impl Engine {
         self.join_deadline.map(at).hash(h);
         self.join_extended.hash(h);
         self.synced.hash(h);
+        self.join_progress.hash(h);
         self.coordinator_pending.hash(h);
     }
 
@@ -425,6 +432,7 @@ impl Engine {
             join_deadline: Some(now + cfg.timing.failure_timeout),
             join_extended: 0,
             synced: BTreeSet::new(),
+            join_progress: 0,
             coordinator_pending: None,
             cs_entries: 0,
             counters: Counters::default(),
@@ -1124,11 +1132,28 @@ impl Engine {
     /// [`JOIN_PATIENCE`] more failure timeouts before it joins alone, for
     /// a lone node elects itself, and the epoch it takes makes every
     /// other node elect again once they hear of it.
+    ///
+    /// A node that has heard from more peers during the last timeout than
+    /// before it waits one more: the cluster is still arriving (a hundred
+    /// processes started together on a few cores come up over seconds),
+    /// and a node that joined a partial cluster would elect among those it
+    /// had heard from, only to be bullied by each higher one that arrives
+    /// later, one round each. Waiting while the membership grows, every
+    /// node joins once the arrivals stop, knowing the same live nodes, and
+    /// the cluster starts in one election. At most one timeout per peer:
+    /// the wait ends when the arrivals stop, or with every peer heard.
     fn join_or_wait(&mut self, now: Time) {
         let heard_none = self.detector.up_peers().next().is_none();
+        let timeout = self.cfg.timing.failure_timeout;
         if heard_none && self.cfg.peers().next().is_some() && self.join_extended < JOIN_PATIENCE {
             self.join_extended += 1;
-            self.join_deadline = Some(now + self.cfg.timing.failure_timeout);
+            self.join_deadline = Some(now + timeout);
+            return;
+        }
+        let progress = self.detector.up_peers().count() + self.synced.len();
+        if progress > self.join_progress {
+            self.join_progress = progress;
+            self.join_deadline = Some(now + timeout);
             return;
         }
         self.join(now);
@@ -1512,13 +1537,27 @@ mod tests {
 
     #[test]
     fn silent_peers_are_given_up_on_after_the_failure_timeout() {
-        // Heard from one peer: the other is given up on at the deadline.
+        // Heard from one peer: the other is given up on once a timeout
+        // passes with nobody new heard from.
         let mut e = engine(1, 3);
         e.handle_message(ms(5), NodeId(2), heartbeat_not_seeing_me()).unwrap();
         e.handle_timeout(ms(249));
         assert!(!e.joined());
         e.handle_timeout(ms(250));
+        assert!(!e.joined(), "n2 arrived during the first timeout: it waits one more");
+        e.handle_timeout(ms(500));
         assert!(e.joined());
+        // Still arriving: a node of four hears a new peer each timeout, and
+        // waits for each (a mass start), then joins knowing them all.
+        let mut e = engine(1, 4);
+        e.handle_message(ms(5), NodeId(2), heartbeat_not_seeing_me()).unwrap();
+        e.handle_timeout(ms(250));
+        e.handle_message(ms(400), NodeId(3), heartbeat_not_seeing_me()).unwrap();
+        e.handle_timeout(ms(500));
+        assert!(!e.joined(), "n3 arrived during the second timeout");
+        e.handle_timeout(ms(750));
+        assert!(e.joined());
+        assert_eq!(e.status().alive, vec![1, 2, 3]);
         // Heard from nobody: it waits JOIN_PATIENCE timeouts more, then
         // joins alone and elects itself.
         let mut e = engine(1, 3);
