@@ -58,6 +58,16 @@
 //! memory only, as in the other elections: should every node that knew the
 //! newest term restart before passing it on, the rounds start over.
 //!
+//! **Joining.** On joining, only a node with no live node above it
+//! elects; any other *defers* at once, as if a higher node had answered
+//! its poll, and elects only if no HALT comes in time. A cluster that
+//! starts together then holds one election, the highest node's, instead
+//! of every node polling every node above it (N²/2 polls and answers at
+//! once: on 128 node processes on two cores that storm kept the nodes
+//! from answering for more than 10 s in 2 of 5 starts). A node that
+//! rejoins a settled group waits twice the failure timeout before its
+//! election, unless the coordinator's check halts it first.
+//!
 //! **State walk.** A node starts DOWN. Whenever it joins, loses its
 //! coordinator, or waits too long as a participant, it holds an election:
 //! phase 1 polls the live higher nodes. An answer from one *defers* the
@@ -736,9 +746,15 @@ impl Algorithm for GarciaMolina {
 }
 
 impl ElectionAlgorithm for GarciaMolina {
+    /// The highest live node elects; any other waits for its HALT, as if
+    /// a higher node had answered its poll (see *Joining*).
     fn handle_start(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
         self.started = true;
-        self.elect(now, out);
+        if self.alive.range(NodeId(self.id.0 + 1)..).next().is_some() {
+            self.defer(now, out);
+        } else {
+            self.elect(now, out);
+        }
     }
 
     fn handle_epoch_hint(
@@ -829,10 +845,26 @@ mod tests {
     }
 
     #[test]
-    fn lower_node_polls_the_live_higher_ones_and_defers_on_an_answer() {
+    fn a_joining_node_below_a_live_one_waits_for_its_halt() {
         let mut g = node(3, 5, &[1, 2, 4, 5]);
         let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::SetTimer { timer: GarciaMolinaTimer::Wait, at: TIMEOUT * 2 }]
+        );
+        assert!(g.deferred && g.attempt.is_none());
+        // No HALT in time: it elects after all, polling those above.
+        g.handle_timer(TIMEOUT * 2, GarciaMolinaTimer::Wait, &mut out);
+        let sent = out.take();
+        assert!(sent.contains(&send(5, StatusPoll { seen: Epoch(0), view: DOWN })), "{sent:?}");
+    }
+
+    #[test]
+    fn lower_node_polls_the_live_higher_ones_and_defers_on_an_answer() {
+        let mut g = node(3, 5, &[1, 2, 4, 5]);
+        let mut out = Out::<GarciaMolina>::new();
+        g.elect(T, &mut out);
         assert_eq!(
             out.take(),
             vec![
@@ -857,7 +889,7 @@ mod tests {
     fn silence_from_the_higher_nodes_leads_to_phase_two() {
         let mut g = node(2, 3, &[1, 3]);
         let mut out = Out::<GarciaMolina>::new();
-        g.handle_start(T, &mut out);
+        g.elect(T, &mut out);
         out.take();
         g.handle_timer(TIMEOUT, GarciaMolinaTimer::Answer, &mut out);
         assert_eq!(
@@ -1096,7 +1128,7 @@ mod tests {
     fn halt_from_a_higher_node_stops_the_own_election() {
         let mut g = node(3, 5, &[1, 2, 4]);
         let mut out = Out::<GarciaMolina>::new();
-        g.handle_start(T, &mut out);
+        g.elect(T, &mut out);
         g.handle_timer(TIMEOUT, GarciaMolinaTimer::Answer, &mut out); // node 4 silent: halts 1, 2
         out.take();
         g.handle_message(TIMEOUT, n(4), Election { epoch: e(2, 4) }, &mut out);

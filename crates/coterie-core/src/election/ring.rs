@@ -16,6 +16,32 @@
 //! **Messages per election.** 2N with one starter (N ELECTION hops, N
 //! COORDINATOR hops); each further simultaneous starter adds 2N.
 //!
+//! **One change from the textbook: deferring.** When the coordinator is
+//! lost, every live node hears of it at about the same moment, and in the
+//! textbook every one of them starts: N elections of 2N hops each, all to
+//! elect the highest live node. Here only the highest live node (by this
+//! node's detector) starts; the others wait for the announcement as long
+//! as a starter waits for its own election to come back (four failure
+//! timeouts: 2N hops on a busy ring of a hundred nodes take longer than
+//! one), and start their own only if none came or the coordinator it
+//! named is gone too (so a hang of that node on top costs the wait). One election, 2N messages,
+//! one new epoch. (Chang and Roberts, "An improved algorithm for
+//! decentralized extrema-finding in circular configurations of
+//! processes", CACM 1979, cut the same cost by swallowing the messages of
+//! lower starters; deferring keeps the ring's collected membership.) The
+//! same holds for bully, whose module says so.
+//!
+//! **Joining.** A node holds no election before the engine says it has
+//! joined (see the engine's join). On joining it learns a coordinator above
+//! it instead of circling the ring only to confirm it: it follows the one
+//! announced to it already, or, if its peers' heartbeats name one, waits
+//! for that one's word, which a sitting coordinator sends straight to
+//! every lower node that comes up (a COORDINATOR whose `visited` names its
+//! receiver, so that it goes no further). A node that is the highest live
+//! one elects; any other waits, as after a lost coordinator. So a cluster
+//! that starts together elects once: measured on 128 node processes on two
+//! cores, 15 to 26 rounds at start before this, and 1 after.
+//!
 //! **Epochs.** The ELECTION message carries the highest epoch any node it
 //! passed has seen; the starter picks the next round, with the winner's id
 //! in the low bits. Simultaneous starters collect the same ids and the same
@@ -24,9 +50,10 @@
 //! follows is dropped.
 //!
 //! **State walk.** Idle (following a coordinator, or none) → on the
-//! coordinator's failure, on joining, or on hearing of a newer epoch than
-//! its own, a node *starts*: it sends ELECTION to its first live successor
-//! and arms a timer. Any node receiving ELECTION adds itself and passes it
+//! coordinator's failure or on joining, the highest live node *starts*
+//! and the others *wait* (above); on hearing of a newer epoch than its
+//! own, or when a wait ends with no announcement, a node starts: it sends
+//! ELECTION to its first live successor and arms a timer. Any node receiving ELECTION adds itself and passes it
 //! on. Back at the starter it becomes COORDINATOR, which every node adopts
 //! (if newer) and passes on, once round: it ends at its starter, or at
 //! the first node it already passed when the starter has died.
@@ -41,6 +68,15 @@
 //! **Missed nodes.** Nodes that have just restarted may not yet know a
 //! peer is up and pass an election round it. A node announced a coordinator
 //! lower than itself therefore elects again, and the highest live id wins.
+//!
+//! **Stale news of oneself.** A restarted node drops an announcement that
+//! names itself for a term no newer than the newest it had seen before the
+//! restart (its state file keeps it): that is its previous incarnation's
+//! term, in a message passed on again after a crash, and if it took it
+//! (and confirmed it with its own election, as a sitting coordinator's
+//! term) it would hand out that term's fences a second time, its grant
+//! counter starting over. The simulator found it, with two crashes. It
+//! elects on joining, if it is the highest, and a fresh epoch settles it.
 //!
 //! **Lost messages.** A node remembers what it last passed on and to whom;
 //! if that successor is reported down before the message could have gone
@@ -117,14 +153,21 @@ pub struct Ring {
     alive: BTreeSet<NodeId>,
     /// The highest epoch seen anywhere.
     seen: Epoch,
+    /// The highest epoch this node had seen before it (re)started, from
+    /// its state file: no term up to it can be this node's now.
+    boot: Epoch,
     /// Whom this node follows, and for which epoch.
     current: Option<(NodeId, Epoch)>,
     /// Whether the node has joined; before that it starts no election.
     started: bool,
     /// Whether this node's own election is circulating.
     electing: bool,
-    /// Whether the catch-up timer is armed.
+    /// Whether the catch-up timer is armed: waiting for an announcement
+    /// (of a newer term, or of the successor of a lost coordinator).
     catching_up: bool,
+    /// The newest coordinator peers' heartbeats named (a joining node's
+    /// lesson), with its epoch.
+    hinted: Option<(NodeId, Epoch)>,
     /// The last message passed on, and to whom, until it can no longer be
     /// lost to that successor's crash.
     passed: Option<(NodeId, RingMsg)>,
@@ -143,10 +186,12 @@ impl Ring {
             members: cfg.members.clone(),
             alive: BTreeSet::new(),
             seen: crate::Restored::epoch_of(cfg),
+            boot: crate::Restored::epoch_of(cfg),
             current: None,
             started: false,
             electing: false,
             catching_up: false,
+            hinted: None,
             passed: None,
             // A safety net for a message lost in a way the failure detector
             // did not report: a round takes a few message delays.
@@ -172,6 +217,29 @@ impl Ring {
         } else {
             self.passed = Some((next, msg.clone()));
             out.send(next, msg);
+        }
+    }
+
+    /// Whether no live peer has a higher id: the node the ring would elect.
+    fn highest_alive(&self) -> bool {
+        self.alive.iter().all(|&p| p < self.id)
+    }
+
+    /// Waits as long as an election may take to go round for the
+    /// announcement of the node that starts (see *Deferring*), then elects
+    /// if none came.
+    fn defer(&mut self, now: Time, out: &mut Out<Ring>) {
+        self.catching_up = true;
+        out.set_timer(RingTimer::CatchUp, now + self.timeout);
+    }
+
+    /// Starts an election if this is the highest live node, or waits for
+    /// that node's (see *Deferring*).
+    fn start_or_defer(&mut self, now: Time, out: &mut Out<Ring>) {
+        if self.highest_alive() {
+            self.start(now, out);
+        } else {
+            self.defer(now, out);
         }
     }
 
@@ -246,9 +314,17 @@ impl Ring {
                 if self.current.is_some_and(|(_, current)| epoch < current) {
                     return; // an older result
                 }
+                if leader == self.id && epoch <= self.boot {
+                    return; // this node's term before it restarted: stale
+                }
                 self.follow(leader, epoch, out);
                 if starter == self.id || visited.contains(&self.id) {
-                    self.passed = None; // once round: done
+                    // Once round: done (or a coordinator's word to a
+                    // newcomer, which goes no further).
+                    if matches!(&self.passed, Some((_, RingMsg::Coordinator { epoch: e, .. })) if *e == epoch)
+                    {
+                        self.passed = None;
+                    }
                 } else {
                     visited.push(self.id);
                     let announce =
@@ -278,7 +354,9 @@ impl Algorithm for Ring {
             RingTimer::Return if self.electing => self.start(now, out),
             RingTimer::CatchUp => {
                 self.catching_up = false;
-                let behind = self.current.is_none_or(|(_, current)| current < self.seen);
+                let behind = self.current.is_none_or(|(leader, current)| {
+                    current < self.seen || (leader != self.id && !self.alive.contains(&leader))
+                });
                 if behind && !self.electing {
                     self.start(now, out);
                 }
@@ -287,8 +365,21 @@ impl Algorithm for Ring {
         }
     }
 
-    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, _out: &mut Out<Ring>) {
+    fn handle_peer_up(&mut self, _now: Time, peer: NodeId, out: &mut Out<Ring>) {
         self.alive.insert(peer);
+        // A lower newcomer would wait for an announcement: tell it who
+        // coordinates, directly (`visited` names it, so it goes no
+        // further). A higher one elects and takes over.
+        if let Some(epoch) = self.own_term().filter(|_| peer < self.id) {
+            let mut members: Vec<NodeId> = self.alive.iter().copied().collect();
+            members.push(self.id);
+            members.sort();
+            let visited = vec![self.id, peer];
+            out.send(
+                peer,
+                RingMsg::Coordinator { starter: self.id, leader: self.id, epoch, members, visited },
+            );
+        }
     }
 
     fn handle_peer_down(&mut self, now: Time, peer: NodeId, out: &mut Out<Ring>) {
@@ -301,16 +392,29 @@ impl Algorithm for Ring {
                 self.passed = Some((to, msg));
             }
         }
-        if self.current.is_some_and(|(leader, _)| leader == peer) && !self.electing {
-            self.start(now, out);
+        let leader_lost = self.current.is_some_and(|(leader, _)| leader == peer);
+        // Waiting for a higher node that is now gone too, or for nobody
+        // higher at all: no need to wait on.
+        let waiting_for_it = self.catching_up && peer > self.id && self.highest_alive();
+        if (leader_lost || waiting_for_it) && !self.electing {
+            self.start_or_defer(now, out);
         }
     }
 }
 
 impl ElectionAlgorithm for Ring {
+    /// Learns a coordinator above this node, or elects: see *Joining*.
     fn handle_start(&mut self, now: Time, out: &mut Out<Ring>) {
         self.started = true;
-        self.start(now, out);
+        let above = |(leader, epoch): (NodeId, Epoch)| leader > self.id && epoch == self.seen;
+        if self.current.is_some_and(above) {
+            return;
+        }
+        if self.hinted.is_some_and(above) {
+            self.defer(now, out);
+            return;
+        }
+        self.start_or_defer(now, out);
     }
 
     fn handle_epoch_hint(
@@ -318,9 +422,14 @@ impl ElectionAlgorithm for Ring {
         now: Time,
         _from: NodeId,
         epoch: Epoch,
-        _coordinator: Option<NodeId>,
+        coordinator: Option<NodeId>,
         out: &mut Out<Ring>,
     ) {
+        if let Some(leader) = coordinator {
+            if epoch.leader() == leader && self.hinted.is_none_or(|(_, e)| e < epoch) {
+                self.hinted = Some((leader, epoch));
+            }
+        }
         self.seen = self.seen.max(epoch);
         // A peer follows a newer term. Its announcement is probably on the
         // way round: give it a failure timeout before electing, or every
@@ -578,5 +687,96 @@ mod tests {
             sent.iter().any(|(_, m)| matches!(m, Election { starter, .. } if *starter == n(3))),
             "{sent:?}"
         );
+    }
+
+    #[test]
+    fn on_losing_the_coordinator_only_the_highest_live_node_starts() {
+        let term = Epoch::new(1, n(4));
+        let mut lower = node(2, 4, &[1, 3, 4]);
+        let mut highest = node(3, 4, &[1, 2, 4]);
+        for r in [&mut lower, &mut highest] {
+            r.current = Some((n(4), term));
+            r.seen = term;
+        }
+        let mut out = Out::<Ring>::new();
+        highest.handle_peer_down(T, n(4), &mut out);
+        let sent = sends(&mut out);
+        assert!(
+            matches!(&sent[..], [(to, Election { starter, .. })] if *to == n(1) && *starter == n(3))
+        );
+        // Node 2 waits for node 3's announcement...
+        lower.handle_peer_down(T, n(4), &mut out);
+        let waited = out.take();
+        assert!(
+            matches!(&waited[..], [Action::SetTimer { timer: RingTimer::CatchUp, .. }]),
+            "{waited:?}"
+        );
+        // ... and starts its own only if none came.
+        lower.handle_timer(T, RingTimer::CatchUp, &mut out);
+        let sent = sends(&mut out);
+        assert!(
+            matches!(&sent[..], [(_, Election { starter, .. })] if *starter == n(2)),
+            "{sent:?}"
+        );
+        // Had it come, the wait would have ended quietly.
+        let mut lower = node(2, 4, &[1, 3, 4]);
+        lower.current = Some((n(4), term));
+        lower.seen = term;
+        lower.handle_peer_down(T, n(4), &mut out);
+        out.take();
+        let next = Epoch::new(2, n(3));
+        let announce = Coordinator {
+            starter: n(3),
+            leader: n(3),
+            epoch: next,
+            members: ids(&[3, 1, 2]),
+            visited: ids(&[3, 1]),
+        };
+        lower.handle_message(T, n(1), announce, &mut out);
+        let acts = out.take();
+        assert!(acts.contains(&Action::CancelTimer { timer: RingTimer::CatchUp }), "{acts:?}");
+        assert_eq!(lower.current, Some((n(3), next)));
+    }
+
+    #[test]
+    fn a_joining_node_learns_the_coordinator_above_it_without_an_election() {
+        let term = Epoch::new(3, n(3));
+        // The sitting coordinator tells a lower newcomer directly.
+        let mut coordinator = node(3, 3, &[2]);
+        coordinator.current = Some((n(3), term));
+        coordinator.seen = term;
+        let mut out = Out::<Ring>::new();
+        coordinator.handle_peer_up(T, n(1), &mut out);
+        let sent = sends(&mut out);
+        let [(to, word)] = &sent[..] else { panic!("{sent:?}") };
+        assert_eq!(*to, n(1));
+        // The newcomer, hinted by a peer's heartbeat, waits rather than
+        // circling the ring...
+        let mut newcomer = with_up(Ring::new(&AlgoConfig::for_test(1, 3)), [n(2), n(3)]);
+        newcomer.handle_epoch_hint(T, n(2), term, Some(n(3)), &mut out);
+        newcomer.handle_start(T, &mut out);
+        let acts = out.take();
+        assert!(
+            matches!(&acts[..], [Action::SetTimer { timer: RingTimer::CatchUp, .. }]),
+            "{acts:?}"
+        );
+        // ... follows the word, and passes it on to nobody.
+        newcomer.handle_message(T, n(3), word.clone(), &mut out);
+        let acts = out.take();
+        assert!(acts.contains(&Action::Coordinator { leader: n(3), epoch: term }), "{acts:?}");
+        assert!(!acts.iter().any(|a| matches!(a, Action::Send { .. })), "{acts:?}");
+        // A newcomer above the coordinator is not told; it elects.
+        coordinator.handle_peer_up(T, n(4), &mut out);
+        assert!(sends(&mut out).is_empty());
+        // And a cluster starting together: the highest node elects, the
+        // others wait for it.
+        let mut top = with_up(Ring::new(&AlgoConfig::for_test(3, 3)), [n(1), n(2)]);
+        top.handle_start(T, &mut out);
+        assert!(
+            matches!(&sends(&mut out)[..], [(_, Election { starter, .. })] if *starter == n(3))
+        );
+        let mut other = with_up(Ring::new(&AlgoConfig::for_test(2, 3)), [n(1), n(3)]);
+        other.handle_start(T, &mut out);
+        assert!(sends(&mut out).is_empty());
     }
 }
