@@ -54,6 +54,13 @@
 //! the live queue by them instead of by arrival lets a node whose clock
 //! lags jump ahead (`coterie bench` counted 166 of 200 grants out of
 //! arrival order that way at N = 5).
+//!
+//! **Lending.** The same state machine, built with
+//! [`Centralized::lending`], is `centralized-lending`: the coordinator
+//! lends a lock to the node that keeps asking for it, so that its
+//! re-entries cost no message, and recalls it when another node asks.
+//! Its header, with the fences a loan reserves, is in
+//! `centralized_lending.rs`.
 
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out};
 use crate::outbox::{Message, NoTimer, Time};
