@@ -1140,8 +1140,9 @@ impl Engine {
     /// had heard from, only to be bullied by each higher one that arrives
     /// later, one round each. Waiting while the membership grows, every
     /// node joins once the arrivals stop, knowing the same live nodes, and
-    /// the cluster starts in one election. At most one timeout per peer:
-    /// the wait ends when the arrivals stop, or with every peer heard.
+    /// the cluster starts in one election. At most two timeouts per peer
+    /// (heard from, then synced): the wait ends when the arrivals stop, or
+    /// with every peer synced.
     fn join_or_wait(&mut self, now: Time) {
         let heard_none = self.detector.up_peers().next().is_none();
         let timeout = self.cfg.timing.failure_timeout;

@@ -68,8 +68,9 @@
 //! rejoins a settled group waits twice the failure timeout before its
 //! election, unless the coordinator's check halts it first.
 //!
-//! **State walk.** A node starts DOWN. Whenever it joins, loses its
-//! coordinator, or waits too long as a participant, it holds an election:
+//! **State walk.** A node starts DOWN. Whenever it loses its coordinator,
+//! waits too long as a participant or deferred, or joins with no live node
+//! above it (one below defers: see *Joining*), it holds an election:
 //! phase 1 polls the live higher nodes. An answer from one *defers* the
 //! node: it waits (twice the failure timeout) for a higher candidate's
 //! HALT, and elects again if none comes while it is not NORMAL under a
@@ -383,13 +384,18 @@ impl GarciaMolina {
 
     /// Phase 1 (and "Goto Elect"): poll the live higher nodes, or go
     /// straight on to phase 2 when there are none.
+    /// The live nodes above this one.
+    fn higher_alive(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.alive.range(NodeId(self.id.0 + 1)..).copied()
+    }
+
     fn elect(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
         if !self.started {
             return;
         }
         self.deferred = false;
         out.cancel_timer(GarciaMolinaTimer::Wait);
-        let higher: BTreeSet<NodeId> = self.alive.range(NodeId(self.id.0 + 1)..).copied().collect();
+        let higher: BTreeSet<NodeId> = self.higher_alive().collect();
         if higher.is_empty() {
             self.halt(now, out);
             return;
@@ -738,7 +744,7 @@ impl Algorithm for GarciaMolina {
             Standing::Election(e) | Standing::Reorganization(e) => e.leader() == peer,
             Standing::Normal => self.current.is_some_and(|e| e.leader() == peer),
         };
-        let nobody_higher = self.alive.range(NodeId(self.id.0 + 1)..).next().is_none();
+        let nobody_higher = self.higher_alive().next().is_none();
         if leader_lost || (self.deferred && peer > self.id && nobody_higher) {
             self.elect(now, out);
         }
@@ -750,7 +756,7 @@ impl ElectionAlgorithm for GarciaMolina {
     /// a higher node had answered its poll (see *Joining*).
     fn handle_start(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
         self.started = true;
-        if self.alive.range(NodeId(self.id.0 + 1)..).next().is_some() {
+        if self.higher_alive().next().is_some() {
             self.defer(now, out);
         } else {
             self.elect(now, out);

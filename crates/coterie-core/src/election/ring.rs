@@ -23,9 +23,10 @@
 //! node's detector) starts; the others wait for the announcement as long
 //! as a starter waits for its own election to come back (four failure
 //! timeouts: 2N hops on a busy ring of a hundred nodes take longer than
-//! one), and start their own only if none came or the coordinator it
-//! named is gone too (so a hang of that node on top costs the wait). One election, 2N messages,
-//! one new epoch. (Chang and Roberts, "An improved algorithm for
+//! one), and start their own if none came or the coordinator it named is
+//! gone too (so a hang of that node on top costs the wait), or at once
+//! when every node above them is reported down meanwhile. One election,
+//! 2N messages, one new epoch. (Chang and Roberts, "An improved algorithm for
 //! decentralized extrema-finding in circular configurations of
 //! processes", CACM 1979, cut the same cost by swallowing the messages of
 //! lower starters; deferring keeps the ring's collected membership.) The
@@ -53,8 +54,8 @@
 //! coordinator's failure or on joining, the highest live node *starts*
 //! and the others *wait* (above); on hearing of a newer epoch than its
 //! own, or when a wait ends with no announcement, a node starts: it sends
-//! ELECTION to its first live successor and arms a timer. Any node receiving ELECTION adds itself and passes it
-//! on. Back at the starter it becomes COORDINATOR, which every node adopts
+//! ELECTION to its first live successor and arms a timer. Any node
+//! receiving ELECTION adds itself and passes it on. Back at the starter it becomes COORDINATOR, which every node adopts
 //! (if newer) and passes on, once round: it ends at its starter, or at
 //! the first node it already passed when the starter has died.
 //!
