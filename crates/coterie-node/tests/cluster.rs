@@ -632,7 +632,7 @@ async fn a_member_that_lies_crashes_nothing_and_grants_nothing_unasked() {
     use coterie_core::mutex::centralized::CentralizedMsg;
     use coterie_core::mutex::token_ring::TokenMsg;
     use coterie_core::wire::{self, Envelope, Heartbeat};
-    use coterie_core::{CsState, Epoch, Fence};
+    use coterie_core::{CsState, Epoch, Fence, Stamp};
 
     let logs = captured_logs();
     let mut cluster = TestCluster::start(3, "centralized").await;
@@ -651,6 +651,7 @@ async fn a_member_that_lies_crashes_nothing_and_grants_nothing_unasked() {
             permits: 1,
             bytes: wire::encode(&CentralizedMsg::Grant {
                 epoch: Epoch(u64::MAX),
+                request: Stamp { ts: u64::MAX, node: NodeId(3) },
                 fence: Fence(u64::MAX),
                 clock: u64::MAX,
                 lent_until: Some(Fence(u64::MAX)),

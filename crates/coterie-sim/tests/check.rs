@@ -226,7 +226,7 @@ fn fences_issued_on_a_loan_stay_below_every_later_grant() {
 #[test]
 fn a_lent_lock_survives_a_crash_of_borrower_or_coordinator() {
     let mut changed = Vec::new();
-    let pins = [1_971_609, 2_015_225, 2_464_236];
+    let pins = [1_971_609, 2_015_566, 2_464_260];
     exhaust_pinned("centralized-lending", pins, &mut changed, |cfg| CheckConfig {
         requests: 2,
         crashes: 1,

@@ -33,7 +33,11 @@
 //! granted until every live peer has reported. A holder or waiter the detector
 //! reports down leaves the holders or the queue. A peer that comes up later
 //! is queried too (costing two messages per rejoin): one that was wrongly
-//! suspected may still hold.
+//! suspected may still hold. A peer that had suspected the coordinator
+//! (its session broke, the coordinator did not suspect it) may have lost
+//! a grant on the way: on the re-admission the coordinator sends it once
+//! more, and a client takes a grant only for the request it waits with,
+//! so a copy that finds it past that request is handed back or ignored.
 //!
 //! **Many locks.** Every lock name has an instance of its own at every
 //! node that uses it, and its coordinator's instance rebuilds the way any
@@ -82,6 +86,10 @@ pub enum CentralizedMsg {
     Grant {
         /// The coordinator's epoch.
         epoch: Epoch,
+        /// The request granted: a client takes a grant only for the
+        /// request it waits with (a grant sent again after a re-admission
+        /// may find it past that request).
+        request: Stamp,
         /// The grant's fencing token.
         fence: Fence,
         /// The coordinator's Lamport clock.
@@ -180,13 +188,27 @@ struct Holder {
     loan: Lent,
 }
 
+impl Holder {
+    /// The grant as sent to the holder, sent again after a re-admission:
+    /// with its loan unless the loan was recalled meanwhile.
+    fn grant(&self, epoch: Epoch, clock: u64) -> Option<CentralizedMsg> {
+        let request = self.granted_for?;
+        let lent_until = match self.loan {
+            Lent::Yes(until) => Some(until),
+            Lent::No | Lent::Recalled => None,
+        };
+        Some(CentralizedMsg::Grant { epoch, request, fence: self.fence, clock, lent_until })
+    }
+}
+
 /// A holder's loan, as the coordinator knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Lent {
     /// A plain grant, released at the holder's exit.
     No,
-    /// Lent: the holder keeps the lock until recalled.
-    Yes,
+    /// Lent, with fences up to this one: the holder keeps the lock until
+    /// recalled.
+    Yes(Fence),
     /// Recalled: on its way back.
     Recalled,
 }
@@ -199,7 +221,9 @@ impl Manager {
     /// Records `node`'s state as reported (or implied by a request). A new
     /// report replaces whatever the manager believed of that node, except
     /// one that still shows waiting with a request already granted: the
-    /// grant is on its way and the report predates it.
+    /// grant is on its way and the report predates it. (If the grant was
+    /// lost instead, with a session that broke, the re-admission that
+    /// follows sends it again: see `handle_peer_back`.)
     fn absorb(&mut self, node: NodeId, state: Report) {
         if let Report::Waiting(stamp) = state {
             if self.holders.get(&node).is_some_and(|h| h.granted_for == Some(stamp)) {
@@ -358,7 +382,7 @@ impl Centralized {
                 Fence::new(m.epoch.0, m.grants)
             });
             m.last = Some(stamp.node);
-            let loan = if lend { Lent::Yes } else { Lent::No };
+            let loan = lent_until.map_or(Lent::No, Lent::Yes);
             m.holders.insert(stamp.node, Holder { fence, granted_for: Some(stamp), loan });
             if stamp.node == self.id {
                 self.me = Client::Holding(fence);
@@ -366,14 +390,18 @@ impl Centralized {
             } else {
                 let clock = self.clock.tick();
                 let epoch = m.epoch;
-                out.send(stamp.node, CentralizedMsg::Grant { epoch, fence, clock, lent_until });
+                let request = stamp;
+                out.send(
+                    stamp.node,
+                    CentralizedMsg::Grant { epoch, request, fence, clock, lent_until },
+                );
             }
         }
         // Someone waits with no room: recall the lock from whoever has it
         // on loan.
         if !m.queue.is_empty() {
             for (&node, holder) in &mut m.holders {
-                if holder.loan == Lent::Yes {
+                if matches!(holder.loan, Lent::Yes(_)) {
                     holder.loan = Lent::Recalled;
                     out.send(node, CentralizedMsg::Recall { epoch: m.epoch, grant: holder.fence });
                 }
@@ -441,12 +469,12 @@ impl Algorithm for Centralized {
                     self.dispatch(out);
                 }
             }
-            CentralizedMsg::Grant { epoch, fence, clock, lent_until } => {
+            CentralizedMsg::Grant { epoch, request, fence, clock, lent_until } => {
                 self.clock.observe(clock);
                 if self.view != Some((from, epoch)) {
                     return; // from a coordinator this node no longer follows
                 }
-                if matches!(self.me, Client::Waiting(_)) {
+                if self.me == Client::Waiting(request) {
                     self.me = Client::Holding(fence);
                     // A loan's fences are the grant's term's.
                     let lent = lent_until.filter(|&u| u > fence && u.major() == fence.major());
@@ -458,9 +486,16 @@ impl Algorithm for Centralized {
                         recalled: false,
                     });
                     out.grant(fence);
+                } else if self.me == Client::Holding(fence)
+                    || self.loan.is_some_and(|l| l.grant == fence)
+                {
+                    // The same grant again, sent after a re-admission: taken
+                    // already.
                 } else {
-                    // Not wanted (this node restarted, say): hand it back so
-                    // the coordinator does not wait on a holder that isn't.
+                    // Not wanted (this node restarted, or has released it
+                    // and asks again): hand it back so the coordinator does
+                    // not wait on a holder that isn't. The fence keeps a
+                    // second release of one grant from freeing another.
                     out.send(from, CentralizedMsg::Release { epoch, fence });
                 }
             }
@@ -536,7 +571,20 @@ impl Algorithm for Centralized {
     /// request or its hold, and one that forgot the lock meanwhile would
     /// not ask for them again (the message makes the lock anew there, and
     /// the new manager rebuilds).
+    ///
+    /// As coordinator, it sends `peer` its grant again, before the query: a
+    /// grant sent while the two were out of touch may have been lost with
+    /// the session, and `peer` would report waiting with the request it
+    /// answers, a report the manager takes for one older than the grant.
+    /// The client takes the grant only for the request it still waits with.
     fn handle_peer_back(&mut self, now: Time, peer: NodeId, out: &mut Out<Centralized>) {
+        if let Some(m) = &self.manager {
+            let epoch = m.epoch;
+            let holder = m.holders.get(&peer).copied();
+            if let Some(grant) = holder.and_then(|h| h.grant(epoch, self.clock.now())) {
+                out.send(peer, grant);
+            }
+        }
         self.handle_peer_up(now, peer, out);
         let Some((leader, epoch)) = self.view.filter(|(l, _)| *l == peer) else { return };
         // A coordinator that went down lent nothing that still stands.
@@ -725,7 +773,7 @@ mod tests {
         client.handle_message(
             T,
             n(3),
-            Grant { epoch: Epoch(1), fence, clock: 5, lent_until: None },
+            Grant { epoch: Epoch(1), request: stamp(1, 1), fence, clock: 5, lent_until: None },
             &mut out,
         );
         assert_eq!(out.take(), vec![Action::Grant { fence }]);
@@ -768,7 +816,13 @@ mod tests {
             out.take(),
             vec![Action::Send {
                 to: n(1),
-                msg: Grant { epoch: Epoch(4), fence, clock: 8, lent_until: None }
+                msg: Grant {
+                    epoch: Epoch(4),
+                    request: stamp(7, 1),
+                    fence,
+                    clock: 8,
+                    lent_until: None
+                }
             }]
         );
     }
@@ -808,6 +862,7 @@ mod tests {
                 to: n(3),
                 msg: Grant {
                     epoch: Epoch(2),
+                    request: stamp(10, 3),
                     fence: Fence::new(2, 1),
                     clock: 13,
                     lent_until: None
@@ -822,6 +877,7 @@ mod tests {
                 to: n(2),
                 msg: Grant {
                     epoch: Epoch(2),
+                    request: stamp(12, 2),
                     fence: Fence::new(2, 2),
                     clock: 14,
                     lent_until: None
@@ -890,7 +946,13 @@ mod tests {
         client.handle_message(
             T,
             n(3),
-            Grant { epoch: Epoch(1), fence: Fence::new(1, 1), clock: 1, lent_until: None },
+            Grant {
+                epoch: Epoch(1),
+                request: stamp(1, 1),
+                fence: Fence::new(1, 1),
+                clock: 1,
+                lent_until: None,
+            },
             &mut out,
         );
         assert_eq!(
@@ -917,7 +979,13 @@ mod tests {
         client.handle_message(
             T,
             n(3),
-            Grant { epoch: Epoch(1), fence: Fence::new(1, 1), clock: 1, lent_until: None },
+            Grant {
+                epoch: Epoch(1),
+                request: stamp(1, 1),
+                fence: Fence::new(1, 1),
+                clock: 1,
+                lent_until: None,
+            },
             &mut out,
         );
         assert!(out.is_empty());
@@ -936,6 +1004,61 @@ mod tests {
         assert!(out.is_empty(), "no second grant");
         c.handle_request(T, &mut out);
         assert!(out.is_empty(), "node 2 still holds");
+    }
+
+    #[test]
+    fn a_grant_lost_out_of_touch_is_sent_again_on_readmission() {
+        let mut c = serving_coordinator(1);
+        let mut out = Out::<Centralized>::new();
+        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
+        let sent = out.take();
+        assert!(matches!(sent[..], [Action::Send { msg: Grant { .. }, .. }]), "{sent:?}");
+        // The session broke and the grant with it; node 2, which had
+        // suspected the coordinator, asks and reports waiting once more.
+        c.handle_peer_back(T, n(2), &mut out);
+        let again = out.take();
+        assert_eq!(again[0], sent[0], "the same grant first, then the query");
+        assert!(matches!(again[1..], [Action::Send { msg: StateQuery { .. }, .. }]));
+        let report = StateReport { epoch: Epoch(1), state: Report::Waiting(stamp(6, 2)) };
+        c.handle_message(T, n(2), report, &mut out);
+        assert!(out.is_empty(), "no second grant");
+
+        let mut client = node(2, 3, 1);
+        client.handle_coordinator(T, n(3), Epoch(1), &mut out);
+        client.observe_watermark(5);
+        client.handle_request(T, &mut out);
+        assert_eq!(client.report(), Report::Waiting(stamp(6, 2)));
+        out.take();
+        let Action::Send { msg: grant, .. } = again[0].clone() else { unreachable!() };
+        client.handle_message(T, n(3), grant, &mut out);
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 1) }]);
+    }
+
+    #[test]
+    fn a_grant_copy_is_taken_once_and_handed_back_past_its_request() {
+        let mut client = node(1, 3, 1);
+        let mut out = Out::<Centralized>::new();
+        client.handle_coordinator(T, n(3), Epoch(1), &mut out);
+        client.handle_request(T, &mut out);
+        out.take();
+        let fence = Fence::new(1, 1);
+        let grant =
+            Grant { epoch: Epoch(1), request: stamp(1, 1), fence, clock: 1, lent_until: None };
+        client.handle_message(T, n(3), grant.clone(), &mut out);
+        assert_eq!(out.take(), vec![Action::Grant { fence }]);
+        client.handle_message(T, n(3), grant.clone(), &mut out);
+        assert!(out.is_empty(), "a copy of the grant held is ignored");
+        client.handle_release(T, &mut out);
+        client.handle_request(T, &mut out);
+        out.take();
+        // Asking again, a copy of the old grant is not taken for the new
+        // request: it is handed back by its fence.
+        client.handle_message(T, n(3), grant, &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::Send { to: n(3), msg: Release { epoch: Epoch(1), fence } }]
+        );
+        assert_eq!(client.cs_state(), CsState::Wanting);
     }
 
     #[test]
