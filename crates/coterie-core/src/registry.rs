@@ -215,10 +215,11 @@ pub const MUTEXES: &[MutexInfo] = &[
     MutexInfo {
         name: "token-ring",
         summary:
-            "one token round the ring of live nodes; parks after an idle lap, regenerated when lost",
-        // WANT to the parker, the token straight back, then an idle lap.
+            "one token round the ring of live nodes; parks after an idle lap, stays with a parker that enters again, regenerated when lost",
+        // WANT to the parker, the token straight back, then an idle lap;
+        // nothing when the parker itself enters again.
         claims: Claims::BASIC,
-        light_load: |n, _| (n, n + 2),
+        light_load: |n, _| (0, n + 2),
         heavy_load: |_| (1.0, 2.0),
         // A WANT from each waiter, the token's lap through them, and an
         // idle lap before it parks again: under 3 per entry.

@@ -19,16 +19,27 @@
 //! where that is as the lap went by. A node that wants the critical section
 //! then sends one WANT to the parker, which sends the token straight to
 //! it; after the entry the token makes one more lap and parks at the last
-//! holder. So an isolated entry costs N + 2 messages (N when the requester
-//! itself parks the token): the textbook's "1 .. N" counts only the hops
-//! toward the requester, and pays for it with a token that never stops.
+//! holder. So an isolated entry costs N + 2 messages: the textbook's
+//! "1 .. N" counts only the hops toward the requester, and pays for it
+//! with a token that never stops. The parker's own entries cost nothing:
+//! it enters on its parked token (or on the token back from an idle lap
+//! that began there, if it asked again before the lap was over), every
+//! node already looks for the token there, and unless another node asked
+//! for it meanwhile, it stays parked there when the holder leaves (0
+//! messages; with a WANT, the lap as before). A client that takes the
+//! same lock again and again at one node pays the N + 2 once.
 //!
 //! **State walk.** A node is *idle*, *wanting* or *holding*, and
 //! separately may have the token *parked* with it. Receiving the token:
 //! a wanting node enters (the token's entry counter goes up; it becomes
 //! the new start of the idle lap); an idle node passes it on to its
 //! successor among the live nodes, unless the idle lap started with itself,
-//! in which case it parks it. Leaving, the holder passes the token on.
+//! in which case it parks it. Leaving, the holder sends the token on a lap
+//! (which passes it straight to the next wanting node); a holder that
+//! entered where every node looks for the token, with no WANT or probe
+//! since, parks it again instead. A WANT that reaches the start of a lap
+//! after the lap passed the wanter sends the token round once more when
+//! it is back, instead of parking it.
 //!
 //! **Losing and regenerating the token.** Only the coordinator makes a
 //! token, and only after a *probe round*: it picks a generation higher than
@@ -222,6 +233,15 @@ pub struct TokenRing {
     highest: Epoch,
     /// Where the token is believed to park.
     parker: Option<NodeId>,
+    /// Inside with the token, entered where every node looks for it: on
+    /// the token parked here, or on one back from an idle lap that began
+    /// here. Unless [`wanted`](Self::wanted), it parks here again on
+    /// leaving, and sends nothing.
+    stays: bool,
+    /// A WANT (or MISSING) reached this node that it could not answer with
+    /// a parked token: when the token next leaves here it goes on a lap,
+    /// which passes the wanter, and not back to park.
+    wanted: bool,
     /// Coordinator only: the probe round in progress.
     round: Option<Round>,
     /// Coordinator only: the generation its last round settled on.
@@ -243,6 +263,8 @@ impl TokenRing {
             generation: None,
             highest: Epoch::default(),
             parker: None,
+            stays: false,
+            wanted: false,
             round: None,
             settled: None,
         }
@@ -293,13 +315,24 @@ impl TokenRing {
             }
         }
         self.token = None;
-        self.hold_or_pass(now, token, out);
+        // Back from a lap that began here with nobody entering: every node
+        // it passed now looks for it here.
+        let known_here = token.idle_since == self.id;
+        self.hold_or_pass(now, token, known_here, out);
     }
 
     /// Enters with `token` if this node wants to, otherwise passes it on
-    /// (or parks it after an idle lap).
-    fn hold_or_pass(&mut self, _now: Time, mut token: Token, out: &mut Out<TokenRing>) {
+    /// (or parks it after an idle lap). `known_here`: every node looks for
+    /// the token at this node, so that an entry may leave it parked here.
+    fn hold_or_pass(
+        &mut self,
+        _now: Time,
+        mut token: Token,
+        known_here: bool,
+        out: &mut Out<TokenRing>,
+    ) {
         if self.state == CsState::Wanting {
+            self.stays = known_here;
             token.entries += 1;
             token.idle_since = self.id;
             self.state = CsState::Held;
@@ -313,9 +346,14 @@ impl TokenRing {
         }
         match self.successor() {
             Some(next) if token.idle_since != self.id => {
+                // Who asked here has not seen this lap yet: it passes them.
+                self.wanted = false;
                 self.parker = Some(token.idle_since);
                 out.send(next, TokenMsg::Token(token));
             }
+            // Back from an idle lap, but a node asked here meanwhile, after
+            // the lap had passed it: once more round, past that node.
+            Some(_) if self.wanted => self.lap(token, out),
             _ => self.park(token),
         }
     }
@@ -327,6 +365,7 @@ impl TokenRing {
 
     /// Sends the token on a lap that starts here.
     fn lap(&mut self, mut token: Token, out: &mut Out<TokenRing>) {
+        self.wanted = false;
         token.idle_since = self.id;
         match self.successor() {
             Some(next) => {
@@ -337,6 +376,12 @@ impl TokenRing {
         }
     }
 
+    /// Another node asks this one for the token and is not served on the
+    /// spot: the token, when it leaves here, goes on a lap.
+    fn asked(&mut self) {
+        self.wanted = true;
+    }
+
     /// A parked token goes straight to `wanter`.
     fn unpark_to(&mut self, wanter: NodeId, out: &mut Out<TokenRing>) -> bool {
         if self.state != CsState::Idle || wanter == self.id || !self.alive.contains(&wanter) {
@@ -345,6 +390,8 @@ impl TokenRing {
         let Some(token) = self.token.take() else {
             return false;
         };
+        // The wanter's release sends it on a lap, past any other wanter.
+        self.wanted = false;
         self.parker = Some(wanter);
         out.send(wanter, TokenMsg::Token(token));
         true
@@ -355,6 +402,9 @@ impl TokenRing {
     fn set_aside(&mut self) -> Option<(Epoch, u64)> {
         if self.state == CsState::Held {
             if let Some(t) = self.token {
+                // Whatever the verdict, the waiters may no longer know
+                // where the token parks: it goes on a lap after all.
+                self.stays = false;
                 self.pending = true;
                 self.quarantine = None;
                 return Some((t.generation, t.entries));
@@ -389,7 +439,7 @@ impl TokenRing {
         };
         token.generation = generation;
         if self.state == CsState::Wanting {
-            self.hold_or_pass(now, token, out);
+            self.hold_or_pass(now, token, false, out);
         } else {
             self.lap(token, out);
         }
@@ -442,7 +492,7 @@ impl TokenRing {
             None => {
                 let token = Token { generation, entries: 0, idle_since: self.id };
                 if self.state == CsState::Wanting {
-                    self.hold_or_pass(now, token, out);
+                    self.hold_or_pass(now, token, false, out);
                 } else {
                     self.lap(token, out); // round the ring, past every waiter
                 }
@@ -460,7 +510,11 @@ impl TokenRing {
         hops: u32,
         out: &mut Out<TokenRing>,
     ) {
-        if self.unpark_to(wanter, out) || hops as usize >= self.alive.len() {
+        if self.unpark_to(wanter, out) {
+            return;
+        }
+        self.asked();
+        if hops as usize >= self.alive.len() {
             return;
         }
         // Not parked here: pass the request on to a fresher belief.
@@ -545,7 +599,11 @@ impl Algorithm for TokenRing {
                 }
             }
             TokenMsg::Missing => {
-                if self.unpark_to(from, out) || !self.is_coordinator() || self.round.is_some() {
+                if self.unpark_to(from, out) {
+                    return;
+                }
+                self.asked();
+                if !self.is_coordinator() || self.round.is_some() {
                     return;
                 }
                 self.start_round(now, out);
@@ -602,7 +660,8 @@ impl MutexAlgorithm for TokenRing {
         }
         self.state = CsState::Wanting;
         if let Some(token) = self.token.take() {
-            return self.hold_or_pass(now, token, out);
+            let known_here = self.parker == Some(self.id);
+            return self.hold_or_pass(now, token, known_here, out);
         }
         // Ask where the token was last seen to park; a node that never saw
         // it (the lock is new to it) asks the coordinator, which made it
@@ -624,10 +683,13 @@ impl MutexAlgorithm for TokenRing {
                 // Reported to a probe round: set aside for its verdict.
                 self.pending = false;
                 self.quarantine = Some(token);
+            } else if self.stays && !self.wanted {
+                self.park(token);
             } else {
                 self.lap(token, out);
             }
         }
+        self.stays = false;
     }
 
     fn handle_coordinator(
@@ -744,6 +806,88 @@ mod tests {
         c.handle_request(T, &mut out);
         let grant = Action::Grant { fence: Fence::new(g.0, 1) };
         assert_eq!(out.take(), vec![Action::CancelTimer { timer: TokenTimer::Patience }, grant]);
+    }
+
+    /// The coordinator of the test above, with the token parked at it.
+    fn parker() -> TokenRing {
+        let (mut c, mut out) = node(3, 3, 3);
+        let g = generation(1, 3);
+        let no = TokenMsg::ProbeAck { generation: g, held: None, known: g };
+        c.handle_message(T, n(1), no.clone(), &mut out);
+        c.handle_message(T, n(2), no, &mut out);
+        c.handle_message(T, n(2), TokenMsg::Token(token(1, 0, 3)), &mut out);
+        c
+    }
+
+    #[test]
+    fn the_parkers_own_entries_leave_the_token_parked_at_no_message() {
+        let mut c = parker();
+        let mut out = Out::<TokenRing>::new();
+        for entry in 1..=3 {
+            c.handle_request(T, &mut out);
+            let grant = Action::Grant { fence: Fence::new(generation(1, 3).0, entry) };
+            assert_eq!(out.take().last(), Some(&grant));
+            c.handle_release(T, &mut out);
+            assert!(out.is_empty(), "entry {entry}: the token stays");
+        }
+        // Parked still: a WANT from node 1 takes it straight there.
+        c.handle_message(T, n(1), TokenMsg::Want { wanter: n(1), hops: 0 }, &mut out);
+        assert_eq!(out.take(), vec![send(1, TokenMsg::Token(token(1, 3, 3)))]);
+    }
+
+    #[test]
+    fn a_want_while_the_parker_is_inside_sends_the_token_on_a_lap() {
+        let mut c = parker();
+        let mut out = Out::<TokenRing>::new();
+        c.handle_request(T, &mut out);
+        out.take();
+        c.handle_message(T, n(2), TokenMsg::Want { wanter: n(2), hops: 0 }, &mut out);
+        assert!(out.is_empty(), "inside: the release answers it");
+        c.handle_release(T, &mut out);
+        assert_eq!(out.take(), vec![send(1, TokenMsg::Token(token(1, 1, 3)))]);
+        // A token that came by WANT is not parked here: it laps too.
+        let mut t = follower(2);
+        t.handle_request(T, &mut out);
+        t.handle_message(T, n(3), TokenMsg::Token(token(1, 1, 3)), &mut out);
+        out.take();
+        t.handle_release(T, &mut out);
+        assert_eq!(out.take(), vec![send(3, TokenMsg::Token(token(1, 2, 2)))]);
+    }
+
+    #[test]
+    fn a_lap_back_at_a_wanting_start_lets_the_token_stay_after_the_entry() {
+        let mut t = follower(2);
+        let mut out = Out::<TokenRing>::new();
+        t.handle_request(T, &mut out);
+        t.handle_message(T, n(1), TokenMsg::Token(token(1, 4, 3)), &mut out);
+        out.take();
+        t.handle_release(T, &mut out);
+        assert_eq!(out.take(), vec![send(3, TokenMsg::Token(token(1, 5, 2)))]);
+        // Asking again before the lap is back: it comes back with nobody
+        // having entered, and every node saw it begin here.
+        t.handle_request(T, &mut out);
+        t.handle_message(T, n(1), TokenMsg::Token(token(1, 5, 2)), &mut out);
+        out.take();
+        t.handle_release(T, &mut out);
+        assert!(out.is_empty(), "the token stays");
+    }
+
+    #[test]
+    fn a_want_behind_the_lap_sends_it_round_again_instead_of_parking() {
+        let mut t = follower(2);
+        let mut out = Out::<TokenRing>::new();
+        t.handle_request(T, &mut out);
+        t.handle_message(T, n(1), TokenMsg::Token(token(1, 4, 3)), &mut out);
+        t.handle_release(T, &mut out);
+        out.take();
+        // Node 3, passed by the lap, asks here, where the lap began.
+        t.handle_message(T, n(3), TokenMsg::Want { wanter: n(3), hops: 0 }, &mut out);
+        assert!(out.is_empty());
+        t.handle_message(T, n(1), TokenMsg::Token(token(1, 5, 2)), &mut out);
+        assert_eq!(out.take(), vec![send(3, TokenMsg::Token(token(1, 5, 2)))]);
+        // That lap back too, with nobody asking: it parks.
+        t.handle_message(T, n(1), TokenMsg::Token(token(1, 5, 2)), &mut out);
+        assert!(out.is_empty());
     }
 
     #[test]
