@@ -36,7 +36,8 @@
 #   release). ricart-agrawala: 2 client round trips plus 2(N-1) = 8 peer
 #   messages per entry (a request to every peer, a reply from each).
 #   token-ring, every node wanting: the token's hop to the next node, 1 to
-#   2 peer messages per entry (N+2 when a lone client wakes a parked ring).
+#   2 peer messages per entry (N+2 when a lone client elsewhere wakes a
+#   parked ring, 0 when the parker enters again).
 #   Durability: these clusters have no `state_dir`, so nothing is written
 #   to disk. With one, a node writes a record only when its epoch changes
 #   or its clock passes a reserve (once per 65,536 ticks); for centralized,
@@ -54,6 +55,8 @@
 # - centralized-lending, the same: the coordinator lends the lock to n1,
 #   which asked twice in a row, and n1's entries issue the loan's fences
 #   with no peer message (3 per 1,024 entries to renew the loan).
+# - token-ring, the same: the token parks at n1 after its first entry
+#   there (N + 2 messages), and stays while nobody else asks for it.
 #
 # Each row has its own floor: the one-way messages on its critical path
 # per cycle ("hops": 2 for one round trip), at pingpong's speed per hop;
@@ -203,7 +206,7 @@ etcd_run() {
 # (chained: the release goes with the next acquire).
 hops() {
     case "$1/$2" in
-        centralized/5 | roucairol-carvalho/1 | centralized-lending/1) echo 2 ;; # the client's round trip to its node
+        centralized/5 | roucairol-carvalho/1 | centralized-lending/1 | token-ring/1) echo 2 ;; # the client's round trip to its node
         centralized/1 | ricart-agrawala/1) echo 4 ;;    # and the node's to its peers
         centralized*/all) echo 4 ;;                     # release to the coordinator, grant to the next
         */all) echo 3 ;;                                # the next holder's node hears of the release
@@ -231,7 +234,7 @@ coterie_run() {
         else
             args=(--node "$scope") clients=1 where="at n$scope"
             [ "$scope" = 5 ] && where="at n5, the coordinator"
-            case "$mutex" in roucairol-carvalho | centralized-lending) where="at n$scope, the same lock again" ;; esac
+            case "$mutex" in roucairol-carvalho | centralized-lending | token-ring) where="at n$scope, the same lock again" ;; esac
         fi
         say "$label: $clients client(s) $where, ${seconds}s"
         before="$(mutex_sent "$dir/cluster.toml")"
@@ -252,7 +255,7 @@ floor_run
 redis_run
 etcd_run
 coterie_run centralized 5 1 all
-coterie_run token-ring all
+coterie_run token-ring 1 all
 coterie_run ricart-agrawala 1 all
 coterie_run roucairol-carvalho 1 all
 coterie_run centralized-lending 1 all
@@ -260,6 +263,7 @@ if [ "$delay_us" -gt 0 ]; then
     coterie_delay_us=1000
     COTERIE_DELAY=1ms coterie_run roucairol-carvalho 1 all
     COTERIE_DELAY=1ms coterie_run centralized-lending 1
+    COTERIE_DELAY=1ms coterie_run token-ring 1
     COTERIE_DELAY=1ms coterie_run centralized 1
 fi
 

@@ -621,6 +621,17 @@ impl Lock {
     }
 }
 
+/// What the witness made of a holder that left lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LostVerdict {
+    /// Overlaps with newer holders that the loss explains: lease overlaps,
+    /// no longer counted as violations.
+    pub lease_overlaps: u32,
+    /// The holder had been refused as stale: a late entry, no longer
+    /// counted as a stale fence.
+    pub late_entry: bool,
+}
+
 /// The witness's verdict on an entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Entry {
@@ -675,15 +686,16 @@ impl WitnessClient {
     }
 
     /// Leaves lock `name`'s resource because the session that held it is
-    /// lost; returns how many overlaps with newer holders that explains
-    /// (lease overlaps, no longer counted as violations).
-    pub async fn lost(&mut self, name: &str, fence: u64) -> Result<u32, ClientError> {
+    /// lost; returns what that explains.
+    pub async fn lost(&mut self, name: &str, fence: u64) -> Result<LostVerdict, ClientError> {
         match self
             .conn
             .witness_call(&WitnessRequest::Lost { name: name.to_string(), fence })
             .await?
         {
-            WitnessResponse::LeftLost { explained } => Ok(explained),
+            WitnessResponse::LeftLost { explained, late } => {
+                Ok(LostVerdict { lease_overlaps: explained, late_entry: late })
+            }
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
     }

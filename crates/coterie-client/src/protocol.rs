@@ -533,6 +533,9 @@ pub enum WitnessResponse {
     LeftLost {
         /// Violations this loss turned into lease overlaps.
         explained: u32,
+        /// The entry had been refused as stale: a late entry of a holder
+        /// whose node died, now counted as that and not as a stale fence.
+        late: bool,
     },
 }
 
@@ -561,4 +564,10 @@ pub struct WitnessReport {
     /// moment later. A fence-checking resource refuses the old holder; a
     /// lock delay keeps the new one out (`[cluster] lock_delay`).
     pub lease_overlaps: u64,
+    /// Entries refused as stale whose holder then said its session was
+    /// lost: its node granted the lock and died before the holder came
+    /// in, and the next holder came in first. The same race as a lease
+    /// overlap, with the order of entries the other way round; not
+    /// counted in `stale_fences`.
+    pub late_entries: u64,
 }

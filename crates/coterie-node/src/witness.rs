@@ -19,7 +19,11 @@
 //! overlap** — the one the fence exists for (a resource that checks
 //! fences refuses the old holder), and the one a lock delay prevents —
 //! and it is counted as that instead of as a violation. The history
-//! checker of `coterie nemesis` draws the same line.
+//! checker of `coterie nemesis` draws the same line. The same race the
+//! other way round, a holder whose node granted it and died before it
+//! came in, and whose successor came in first, is refused as stale; if
+//! that holder then says its session was lost, the refusal is counted
+//! as a **late entry** instead of as a stale fence.
 //!
 //! It also serves a **register** per lock name, the data a lock protects
 //! in a history test (`coterie nemesis`, `coterie history client`): holders
@@ -33,7 +37,7 @@
 
 use crate::codec::{read_frame, write_frame};
 use crate::protocol::{WitnessReport, WitnessRequest, WitnessResponse};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, TcpStream};
@@ -67,7 +71,13 @@ struct Held {
     entries: u64,
     /// Every fence accepted (for capacity > 1).
     seen: BTreeSet<u64>,
+    /// The latest fences refused as stale, while their holders may yet
+    /// say they were lost (at most [`REFUSED_KEPT`]).
+    refused: VecDeque<u64>,
 }
+
+/// How many refused fences a lock keeps for a loss to explain.
+const REFUSED_KEPT: usize = 64;
 
 /// An entry that took a lock's holders over the capacity, while it is
 /// undecided whether a loss explains it.
@@ -115,21 +125,31 @@ impl Witness {
                 answer
             }
             WitnessRequest::Leave { name, fence } => {
-                if let Some(i) = inside.iter().position(|(n, f)| *n == name && *f == fence) {
-                    inside.swap_remove(i);
-                    self.leave(&name, fence);
+                match inside.iter().position(|(n, f)| *n == name && *f == fence) {
+                    Some(i) => {
+                        inside.swap_remove(i);
+                        self.leave(&name, fence);
+                    }
+                    None => {
+                        self.unrefuse(&name, fence);
+                    }
                 }
                 WitnessResponse::Left
             }
             WitnessRequest::Lost { name, fence } => {
-                let explained = match inside.iter().position(|(n, f)| *n == name && *f == fence) {
+                match inside.iter().position(|(n, f)| *n == name && *f == fence) {
                     Some(i) => {
                         inside.swap_remove(i);
-                        self.lost(&name, fence)
+                        WitnessResponse::LeftLost {
+                            explained: self.lost(&name, fence),
+                            late: false,
+                        }
                     }
-                    None => 0,
-                };
-                WitnessResponse::LeftLost { explained }
+                    None => WitnessResponse::LeftLost {
+                        explained: 0,
+                        late: self.late_entry(&name, fence),
+                    },
+                }
             }
             WitnessRequest::Report => WitnessResponse::Report(self.report()),
             WitnessRequest::Read { name, fenced, fence } => self.read(&name, fenced, fence),
@@ -204,6 +224,10 @@ impl Witness {
         if stale {
             r.stale_fences += 1;
             warn!(name, fence, node, last = lock.last_fence, "stale fence refused");
+            if lock.refused.len() == REFUSED_KEPT {
+                lock.refused.pop_front();
+            }
+            lock.refused.push_back(fence);
             return WitnessResponse::Stale { last: lock.last_fence };
         }
         if capacity > 1 {
@@ -269,6 +293,29 @@ impl Witness {
             info!(name, fence, explained, "a holder lost with its session: lease overlaps");
         }
         explained
+    }
+
+    /// A holder refused with `fence` says how it left: forget the
+    /// refusal; returns whether there was one.
+    fn unrefuse(&mut self, name: &str, fence: u64) -> bool {
+        let Some(lock) = self.locks.get_mut(name) else { return false };
+        let Some(i) = lock.refused.iter().position(|f| *f == fence) else { return false };
+        lock.refused.remove(i);
+        true
+    }
+
+    /// A holder refused with `fence` says its session was lost: a late
+    /// entry, no longer counted as a stale fence. Returns whether it was
+    /// one.
+    pub fn late_entry(&mut self, name: &str, fence: u64) -> bool {
+        if !self.unrefuse(name, fence) {
+            return false;
+        }
+        let r = &mut self.report;
+        r.stale_fences = r.stale_fences.saturating_sub(1);
+        r.late_entries += 1;
+        info!(name, fence, "a holder refused as stale was lost with its session: a late entry");
+        true
     }
 
     /// The counters.
@@ -360,6 +407,33 @@ mod tests {
         assert_eq!(w.enter("x", 11, 2), ok(2, true));
         assert_eq!(w.report().violations, 1);
         assert_eq!(w.report().max_holders, 2);
+    }
+
+    #[test]
+    fn a_stale_refusal_of_a_holder_found_lost_is_a_late_entry() {
+        let mut w = Witness::new(1);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let enter = |name: &str, fence| WitnessRequest::Enter { name: name.into(), fence, node: 1 };
+        let lost = |name: &str, fence| WitnessRequest::Lost { name: name.into(), fence };
+        let leave = |name: &str, fence| WitnessRequest::Leave { name: name.into(), fence };
+        // 10's node granted it and died; 11 came in and left first.
+        w.apply(enter("x", 11), &mut b);
+        w.apply(leave("x", 11), &mut b);
+        assert_eq!(w.apply(enter("x", 10), &mut a), WitnessResponse::Stale { last: 11 });
+        assert_eq!(w.report().stale_fences, 1);
+        let late = WitnessResponse::LeftLost { explained: 0, late: true };
+        assert_eq!(w.apply(lost("x", 10), &mut a), late);
+        let r = w.report();
+        assert_eq!((r.stale_fences, r.late_entries, r.violations), (0, 1, 0));
+        // Once only; and a refused holder that leaves in good order stays
+        // a stale fence, even if a loss is claimed after.
+        let not = WitnessResponse::LeftLost { explained: 0, late: false };
+        assert_eq!(w.apply(lost("x", 10), &mut a), not);
+        w.apply(enter("x", 9), &mut a);
+        w.apply(leave("x", 9), &mut a);
+        assert_eq!(w.apply(lost("x", 9), &mut a), not);
+        let r = w.report();
+        assert_eq!((r.stale_fences, r.late_entries), (1, 1));
     }
 
     #[test]

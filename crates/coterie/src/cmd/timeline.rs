@@ -29,7 +29,7 @@ pub struct Event {
     /// Milliseconds since the timeline began.
     pub t_ms: f64,
     /// step | suspect | recover | join | follow | election | gone | back |
-    /// stale_fence | overlap | lease_overlap | unanswered | note
+    /// stale_fence | overlap | lease_overlap | late_entry | unanswered | note
     pub kind: &'static str,
     /// The node it happened at, if one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -443,12 +443,13 @@ impl State {
             Seen::Stale { node, .. } => ("stale_fence", node),
             Seen::Overlap { node, .. } => ("overlap", node),
             Seen::LeaseOverlap { node, .. } => ("lease_overlap", node),
+            Seen::LateEntry { node, .. } => ("late_entry", node),
             Seen::Unanswered { node } => ("unanswered", node),
         };
         let count = self.seen.entry((kind, node)).or_insert(0);
         *count += 1;
         let count = *count;
-        if count == 1 && kind != "unanswered" && kind != "lease_overlap" {
+        if count == 1 && !matches!(kind, "unanswered" | "lease_overlap" | "late_entry") {
             let what = format!("n{node}: {}", kind.replace('_', " "));
             self.incidents.lock().expect("incidents lock").push((unix_us(), what));
         }
@@ -458,6 +459,7 @@ impl State {
                     "stale_fence" => "grants refused as stale",
                     "overlap" => "overlapping entries (VIOLATIONS)",
                     "lease_overlap" => "lease overlaps",
+                    "late_entry" => "late entries",
                     _ => "requests unanswered",
                 };
                 self.timeline.note(kind, Some(node), format!("{count} of its {what} so far"));
@@ -484,6 +486,13 @@ impl State {
                 Some(node),
                 format!(
                     "its holder (fence {fence}) leaves the witness lost with its node, after {overlaps} newer holder(s) came in: lease overlaps, not violations (the newer fences are higher)"
+                ),
+            ),
+            Seen::LateEntry { node, fence } => self.timeline.note(
+                "late_entry",
+                Some(node),
+                format!(
+                    "its holder (fence {fence}), refused as stale, leaves the witness lost with its node: a late entry (its node granted and died; the next holder came in first), not a stale grant"
                 ),
             ),
             Seen::Unanswered { node } => self.timeline.note(

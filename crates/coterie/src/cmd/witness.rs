@@ -58,8 +58,8 @@ fn check(addr: &str, json: bool) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "witness {addr}: {} entries, {} violations, {} lease overlaps, {} stale fences, at most {} holders (capacity {}), last fence {}",
-            report.entries, report.violations, report.lease_overlaps, report.stale_fences, report.max_holders, report.capacity, report.last_fence
+            "witness {addr}: {} entries, {} violations, {} lease overlaps, {} stale fences, {} late entries, at most {} holders (capacity {}), last fence {}",
+            report.entries, report.violations, report.lease_overlaps, report.stale_fences, report.late_entries, report.max_holders, report.capacity, report.last_fence
         );
     }
     if report.violations > 0 || report.stale_fences > 0 {

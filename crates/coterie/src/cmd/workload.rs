@@ -343,6 +343,9 @@ pub enum Seen {
     /// A holder of `node` with `fence`, lost with its session, explained
     /// `overlaps` overlaps: lease overlaps, not violations.
     LeaseOverlap { node: u32, fence: u64, overlaps: u32 },
+    /// A holder of `node` refused with `fence` as stale, then lost with
+    /// its session: a late entry, not a stale grant.
+    LateEntry { node: u32, fence: u64 },
     /// A request to `node` was not granted within the limit.
     Unanswered { node: u32 },
 }
@@ -370,7 +373,12 @@ pub struct Report {
     /// Overlaps with a holder whose node died while it held, which learned
     /// it a moment after the cluster did (see the witness's report).
     pub lease_overlaps: u64,
+    /// Grants refused as stale at the witness, less the late entries.
     pub stale_fences: u64,
+    /// Grants refused as stale whose holder's node had died: it granted
+    /// and died before its holder came in, and the next holder came in
+    /// first (see the witness's report).
+    pub late_entries: u64,
     /// Requests not granted within the limit (`answer_within`).
     pub unanswered: u64,
 }
@@ -441,17 +449,19 @@ pub async fn drive(spec: Spec) -> Result<Report> {
     let seconds = started.elapsed().as_secs_f64();
     let after = mutex_messages(&spec.nodes).await;
     let entries = tally.entries.load(Ordering::Relaxed);
-    let (violations, lease_overlaps, stale_fences) = match (&spec.witness, witness_before) {
-        (Some(addr), Some(before)) => {
-            let now = WitnessClient::connect(addr).await?.report().await?;
-            (
-                now.violations.saturating_sub(before.violations),
-                now.lease_overlaps.saturating_sub(before.lease_overlaps),
-                now.stale_fences.saturating_sub(before.stale_fences),
-            )
-        }
-        _ => (0, 0, tally.stale.load(Ordering::Relaxed)),
-    };
+    let (violations, lease_overlaps, stale_fences, late_entries) =
+        match (&spec.witness, witness_before) {
+            (Some(addr), Some(before)) => {
+                let now = WitnessClient::connect(addr).await?.report().await?;
+                (
+                    now.violations.saturating_sub(before.violations),
+                    now.lease_overlaps.saturating_sub(before.lease_overlaps),
+                    now.stale_fences.saturating_sub(before.stale_fences),
+                    now.late_entries.saturating_sub(before.late_entries),
+                )
+            }
+            _ => (0, 0, tally.stale.load(Ordering::Relaxed), 0),
+        };
     let h = histogram.lock().expect("histogram lock");
     let ms = |us: u64| us as f64 / 1000.0;
     Ok(Report {
@@ -472,6 +482,7 @@ pub async fn drive(spec: Spec) -> Result<Report> {
         violations,
         lease_overlaps,
         stale_fences,
+        late_entries,
         unanswered: tally.unanswered.load(Ordering::Relaxed),
     })
 }
@@ -551,12 +562,18 @@ impl Run {
     }
 
     /// Leaves the witness with `fences`, the session that held them lost,
-    /// telling of the overlaps that turns into lease overlaps.
+    /// telling of the overlaps that turns into lease overlaps and of the
+    /// refusals it turns into late entries.
     async fn lost(&self, witness: &mut WitnessClient, fences: &[(String, u64)]) -> Result<()> {
+        let node = self.id();
         for (name, fence) in fences {
-            let overlaps = witness.lost(name, *fence).await?;
+            let verdict = witness.lost(name, *fence).await?;
+            let (fence, overlaps) = (*fence, verdict.lease_overlaps);
             if overlaps > 0 {
-                self.tell(Seen::LeaseOverlap { node: self.id(), fence: *fence, overlaps });
+                self.tell(Seen::LeaseOverlap { node, fence, overlaps });
+            }
+            if verdict.late_entry {
+                self.tell(Seen::LateEntry { node, fence });
             }
         }
         Ok(())
@@ -710,6 +727,12 @@ pub fn print(report: &Report) {
         println!(
             "lease overlaps: {} (a holder's node died while it held; the lock moved on before the holder heard, and the newer fence is higher)",
             report.lease_overlaps
+        );
+    }
+    if report.late_entries > 0 {
+        println!(
+            "late entries: {} (a holder's node granted and died before the holder came in, and the next holder, with a higher fence, came in first)",
+            report.late_entries
         );
     }
 }
