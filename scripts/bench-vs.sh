@@ -58,6 +58,12 @@
 # - token-ring, the same: the token parks at n1 after its first entry
 #   there (N + 2 messages), and stays while nobody else asks for it.
 #
+# - coterie from a blocking C client (scripts/bench/coterie-lock.c, the
+#   chained cycle of the rows above with one connection and blocking
+#   reads, as redis-lock.c takes Redis): the same paths without coterie's
+#   tokio client, so that the node is compared with the Redis server
+#   client for client. Rows for the coordinator and the locality modes.
+#
 # Each row has its own floor: the one-way messages on its critical path
 # per cycle ("hops": 2 for one round trip), at pingpong's speed per hop;
 # "of floor" is the row's rate over that.
@@ -88,8 +94,8 @@ say() { echo "bench-vs: $*" >&2; }
 note() { echo "$*" >>"$notes"; say "$*"; }
 
 # row SYSTEM WHERE REPORT CLIENTS HOPS [MESSAGES]: a row from a client's
-# JSON report (redis-lock, etcd-lock: cycles_per_s, acquire_p50_us;
-# coterie workload: throughput_per_s, latency_ms.p50), with HOPS, the
+# JSON report (redis-lock, etcd-lock, coterie-lock: cycles_per_s,
+# acquire_p50_us; coterie workload: throughput_per_s, latency_ms.p50), with HOPS, the
 # one-way messages on its critical path per cycle (its floor), and
 # MESSAGES, the mutex messages the whole cluster sent meanwhile, per entry.
 row() {
@@ -104,6 +110,10 @@ row() {
           else
               {cycles_per_s: (.cycles_per_s | r), p50_acquire_us: (.acquire_p50_us | r),
                p99_acquire_us: (.acquire_p99_us | r)}
+              # coterie-lock counts its cycles, each an entry.
+              + if .cycles and ($system | startswith("coterie")) then
+                    {messages_per_entry: ($messages / ([.cycles, 1] | max) | r)}
+                else {} end
           end' <<<"$3" >>"$rows"
 }
 
@@ -213,6 +223,13 @@ hops() {
     esac
 }
 
+# client_port FILE ID: node ID's client port in cluster file FILE.
+client_port() {
+    python3 -c 'import sys, tomllib
+c = tomllib.load(open(sys.argv[1], "rb"))
+print(next(n["client"] for n in c["node"] if n["id"] == int(sys.argv[2])).rsplit(":", 1)[1])' "$1" "$2"
+}
+
 # coterie_run MUTEX SCOPE...: one cluster of MUTEX, one workload per SCOPE
 # (a node id: 1 client there; all: one client at every node). With
 # COTERIE_DELAY set (e.g. 1ms), every node's peer links are delayed by it.
@@ -243,6 +260,15 @@ coterie_run() {
         after="$(mutex_sent "$dir/cluster.toml")"
         ROW_DELAY_US=$coterie_delay_us row "$label" "$where" "$report" "$clients" \
             "$(hops "$mutex" "$scope")" "$((after - before))"
+        # The same path from the blocking C client, where the path is one
+        # round trip to the client's own node.
+        if [ "$clients" = 1 ] && [ "$(hops "$mutex" "$scope")" = 2 ] && [ -z "${COTERIE_DELAY:-}" ]; then
+            say "$label: the C client $where, ${seconds}s"
+            before="$(mutex_sent "$dir/cluster.toml")"
+            report="$("$work/coterie-lock" "$(client_port "$dir/cluster.toml" "$scope")" "$seconds")"
+            after="$(mutex_sent "$dir/cluster.toml")"
+            row "$label, C client" "$where" "$report" 1 2 "$((after - before))"
+        fi
     done
     stop "$up"
 }
@@ -250,6 +276,7 @@ coterie_run() {
 delay_us="${DELAY_US:-250}"
 coterie_delay_us=0
 cc -O2 -pthread -o "$work/delay-proxy" scripts/bench/delay-proxy.c
+cc -O2 -o "$work/coterie-lock" scripts/bench/coterie-lock.c
 note "temporary files (etcd's data) under $work: $(df -T "$work" | awk 'NR==2 {print $2 " on " $1}')"
 floor_run
 redis_run
