@@ -377,9 +377,13 @@ impl TokenRing {
     }
 
     /// Another node asks this one for the token and is not served on the
-    /// spot: the token, when it leaves here, goes on a lap.
+    /// spot: if the token is here or on a lap from here (this node is
+    /// where every node looks for it), it goes on a lap when it leaves
+    /// here. A node that only passes the WANT on has nothing to remember.
     fn asked(&mut self) {
-        self.wanted = true;
+        if self.parker == Some(self.id) {
+            self.wanted = true;
+        }
     }
 
     /// A parked token goes straight to `wanter`.
