@@ -307,7 +307,7 @@ impl Witness {
     /// A holder refused with `fence` says its session was lost: a late
     /// entry, no longer counted as a stale fence. Returns whether it was
     /// one.
-    pub fn late_entry(&mut self, name: &str, fence: u64) -> bool {
+    fn late_entry(&mut self, name: &str, fence: u64) -> bool {
         if !self.unrefuse(name, fence) {
             return false;
         }

@@ -382,13 +382,13 @@ impl GarciaMolina {
         }
     }
 
-    /// Phase 1 (and "Goto Elect"): poll the live higher nodes, or go
-    /// straight on to phase 2 when there are none.
     /// The live nodes above this one.
     fn higher_alive(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.alive.range(NodeId(self.id.0 + 1)..).copied()
     }
 
+    /// Phase 1 (and "Goto Elect"): poll the live higher nodes, or go
+    /// straight on to phase 2 when there are none.
     fn elect(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
         if !self.started {
             return;

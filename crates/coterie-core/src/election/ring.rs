@@ -55,9 +55,10 @@
 //! and the others *wait* (above); on hearing of a newer epoch than its
 //! own, or when a wait ends with no announcement, a node starts: it sends
 //! ELECTION to its first live successor and arms a timer. Any node
-//! receiving ELECTION adds itself and passes it on. Back at the starter it becomes COORDINATOR, which every node adopts
-//! (if newer) and passes on, once round: it ends at its starter, or at
-//! the first node it already passed when the starter has died.
+//! receiving ELECTION adds itself and passes it on. Back at the starter it
+//! becomes COORDINATOR, which every node adopts (if newer) and passes on,
+//! once round: it ends at its starter, or at the first node it already
+//! passed when the starter has died.
 //!
 //! **Confirming, not re-electing.** An election also records the term of
 //! any sitting coordinator it passes. If that coordinator is still the

@@ -36,7 +36,8 @@ enum Fault {
 /// timeline shows each election and how long the cluster took to agree;
 /// the summary shows entries, throughput, latency, messages per entry and
 /// what the witness saw. Exits non-zero if the witness saw a violation
-/// (after a kill, a stale fence counts as one too).
+/// (after a kill, a stale fence counts as one too, but not a late entry:
+/// the killed node's last grant, whose holder came in after the next).
 #[derive(clap::Args)]
 pub struct Args {
     /// --mutex, --election, --count (the witness is told the count too).
