@@ -63,6 +63,9 @@
 #   reads, as redis-lock.c takes Redis): the same paths without coterie's
 #   tokio client, so that the node is compared with the Redis server
 #   client for client. Rows for the coordinator and the locality modes.
+# - coterie from its blocking Rust client (coterie_client::blocking, run
+#   by the example crates/coterie-client/examples/lock-loop.rs): the same
+#   rows, from the library a Rust program would use without tokio.
 #
 # Each row has its own floor: the one-way messages on its critical path
 # per cycle ("hops": 2 for one round trip), at pingpong's speed per hop;
@@ -94,7 +97,7 @@ say() { echo "bench-vs: $*" >&2; }
 note() { echo "$*" >>"$notes"; say "$*"; }
 
 # row SYSTEM WHERE REPORT CLIENTS HOPS [MESSAGES]: a row from a client's
-# JSON report (redis-lock, etcd-lock, coterie-lock: cycles_per_s,
+# JSON report (redis-lock, etcd-lock, coterie-lock, lock-loop: cycles_per_s,
 # acquire_p50_us; coterie workload: throughput_per_s, latency_ms.p50), with HOPS, the
 # one-way messages on its critical path per cycle (its floor), and
 # MESSAGES, the mutex messages the whole cluster sent meanwhile, per entry.
@@ -110,7 +113,7 @@ row() {
           else
               {cycles_per_s: (.cycles_per_s | r), p50_acquire_us: (.acquire_p50_us | r),
                p99_acquire_us: (.acquire_p99_us | r)}
-              # coterie-lock counts its cycles, each an entry.
+              # coterie-lock and lock-loop count their cycles, each an entry.
               + if .cycles and ($system | startswith("coterie")) then
                     {messages_per_entry: ($messages / ([.cycles, 1] | max) | r)}
                 else {} end
@@ -268,6 +271,11 @@ coterie_run() {
             report="$("$work/coterie-lock" "$(client_port "$dir/cluster.toml" "$scope")" "$seconds")"
             after="$(mutex_sent "$dir/cluster.toml")"
             row "$label, C client" "$where" "$report" 1 2 "$((after - before))"
+            say "$label: the blocking Rust client $where, ${seconds}s"
+            before="$(mutex_sent "$dir/cluster.toml")"
+            report="$("$lock_loop" "127.0.0.1:$(client_port "$dir/cluster.toml" "$scope")" "$seconds")"
+            after="$(mutex_sent "$dir/cluster.toml")"
+            row "$label, blocking Rust client" "$where" "$report" 1 2 "$((after - before))"
         fi
     done
     stop "$up"
@@ -277,6 +285,8 @@ delay_us="${DELAY_US:-250}"
 coterie_delay_us=0
 cc -O2 -pthread -o "$work/delay-proxy" scripts/bench/delay-proxy.c
 cc -O2 -o "$work/coterie-lock" scripts/bench/coterie-lock.c
+cargo build --release -q -p coterie-client --example lock-loop
+lock_loop="$PWD/target/release/examples/lock-loop"
 note "temporary files (etcd's data) under $work: $(df -T "$work" | awk 'NR==2 {print $2 " on " $1}')"
 floor_run
 redis_run

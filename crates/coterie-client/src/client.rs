@@ -157,7 +157,14 @@ impl std::fmt::Display for Loss {
 
 /// How often a session pings, and how long a ping may go unanswered,
 /// until the node has said (the first PONG carries its own timing).
-const FIRST_KEEPALIVE: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
+pub(crate) const FIRST_KEEPALIVE: (Duration, Duration) =
+    (Duration::from_millis(50), Duration::from_secs(1));
+
+/// The keepalive a PONG announces: how often to ping, and how long a ping
+/// may go unanswered.
+pub(crate) fn keepalive(heartbeat_ms: u64, failure_timeout_ms: u64) -> (Duration, Duration) {
+    (Duration::from_millis(heartbeat_ms.max(1)), Duration::from_millis(failure_timeout_ms.max(1)))
+}
 
 /// The outcome of an acquire of the default lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,6 +223,15 @@ impl LockRequest {
         self.req.client = label.into();
         self
     }
+
+    /// The acquire to send, with this process's label unless it has one.
+    pub(crate) fn labelled(&self) -> Acquire {
+        let mut acquire = self.req.clone();
+        if acquire.client.is_empty() {
+            acquire.client = client_label();
+        }
+        acquire
+    }
 }
 
 /// Locks held: each one's fencing token, in name order.
@@ -243,6 +259,21 @@ pub enum Outcome {
     TimedOut,
     /// A try that did not succeed; nothing is held.
     Busy,
+}
+
+impl Outcome {
+    /// The outcome an acquire's answer says.
+    pub(crate) fn of(answer: ClientResponse) -> Result<Outcome, ClientError> {
+        match answer {
+            ClientResponse::Granted { fences, node } => {
+                Ok(Outcome::Granted(Grant { node, fences }))
+            }
+            ClientResponse::TimedOut => Ok(Outcome::TimedOut),
+            ClientResponse::Busy => Ok(Outcome::Busy),
+            ClientResponse::Error(why) => Err(ClientError::Refused(why)),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
 }
 
 /// What this process calls itself in listings: `pid@host`.
@@ -290,6 +321,13 @@ impl Client {
         Ok(Client { conn, keepalive: FIRST_KEEPALIVE, ping_sent: None })
     }
 
+    /// The session's connection, handed over to a blocking client once
+    /// opened (and authenticated): nothing has been read from it past the
+    /// handshake.
+    pub(crate) fn into_stream(self) -> TcpStream {
+        self.conn.reader.into_inner()
+    }
+
     /// Keeps the session alive, and resolves when it is lost: the node
     /// closed it (its process died), left a keepalive unanswered for its
     /// failure timeout (it hangs, or is cut off), or the connection broke.
@@ -333,10 +371,7 @@ impl Client {
                 frame = self.conn.read::<ClientResponse>() => match frame {
                     Ok(Some(ClientResponse::Pong { heartbeat_ms, failure_timeout_ms })) => {
                         self.conn.pings_due = self.conn.pings_due.saturating_sub(1);
-                        self.keepalive = (
-                            Duration::from_millis(heartbeat_ms.max(1)),
-                            Duration::from_millis(failure_timeout_ms.max(1)),
-                        );
+                        self.keepalive = keepalive(heartbeat_ms, failure_timeout_ms);
                         next_ping = Instant::now() + self.keepalive.0;
                     }
                     Ok(Some(other)) => return Ok(other),
@@ -420,7 +455,7 @@ impl Client {
     /// Asks for the locks `req` names, all or none, keeping the session
     /// alive while it waits (see [`acquire`](Self::acquire)).
     pub async fn request(&mut self, req: &LockRequest) -> Result<Outcome, ClientError> {
-        let acquire = ClientRequest::Acquire(Self::labelled(req));
+        let acquire = ClientRequest::Acquire(req.labelled());
         self.conn.send(&acquire).await?;
         self.outcome().await
     }
@@ -429,7 +464,7 @@ impl Client {
     /// names, in one write: what a client that goes straight from one
     /// critical section to its next request saves a round trip with.
     pub async fn release_and_request(&mut self, req: &LockRequest) -> Result<Outcome, ClientError> {
-        let acquire = ClientRequest::Acquire(Self::labelled(req));
+        let acquire = ClientRequest::Acquire(req.labelled());
         self.conn.send_all(&[ClientRequest::Release, acquire]).await?;
         match self.conn.answer().await? {
             ClientResponse::Released => self.outcome().await,
@@ -437,29 +472,12 @@ impl Client {
         }
     }
 
-    /// `req`'s acquire, with this process's label unless it has one.
-    fn labelled(req: &LockRequest) -> Acquire {
-        let mut acquire = req.req.clone();
-        if acquire.client.is_empty() {
-            acquire.client = client_label();
-        }
-        acquire
-    }
-
     /// The answer to the acquire just sent, keeping the session alive
     /// while it waits.
     async fn outcome(&mut self) -> Result<Outcome, ClientError> {
         // A waiting session is a lease too: the node hands a grant only to
         // a client that is there to take it.
-        match self.next_answer().await.map_err(ClientError::Lost)? {
-            ClientResponse::Granted { fences, node } => {
-                Ok(Outcome::Granted(Grant { node, fences }))
-            }
-            ClientResponse::TimedOut => Ok(Outcome::TimedOut),
-            ClientResponse::Busy => Ok(Outcome::Busy),
-            ClientResponse::Error(why) => Err(ClientError::Refused(why)),
-            other => Err(ClientError::Unexpected(format!("{other:?}"))),
-        }
+        Outcome::of(self.next_answer().await.map_err(ClientError::Lost)?)
     }
 
     /// Every live lock whose name starts with `prefix`, cluster wide, and

@@ -55,6 +55,13 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         &mut self.stream
     }
 
+    /// The stream back, once nothing is left unread in the reader's buffer
+    /// (the one case it is called in: right after a handshake).
+    pub(crate) fn into_inner(self) -> R {
+        debug_assert!(self.pending.is_empty(), "bytes read past the handshake");
+        self.stream
+    }
+
     /// Whether a whole frame has been read already: the peer sent another
     /// request behind the one being answered (pipelined), so an answer
     /// can wait to go out with the next one's, in one write.
@@ -68,13 +75,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// an error at an end in the middle of one.
     pub async fn next<T: DeserializeOwned>(&mut self) -> Result<Option<T>, FrameError> {
         loop {
-            if let Some(header) = self.pending.first_chunk::<HEADER_LEN>() {
-                let len = wire::frame_len(*header)?;
-                if self.pending.len() >= HEADER_LEN + len {
-                    let value = wire::decode(&self.pending[HEADER_LEN..HEADER_LEN + len]);
-                    self.pending.drain(..HEADER_LEN + len);
-                    return Ok(Some(value?));
-                }
+            if let Some(value) = take_frame(&mut self.pending)? {
+                return Ok(Some(value));
             }
             if self.stream.read_buf(&mut self.pending).await? == 0 {
                 if self.pending.is_empty() {
@@ -88,6 +90,21 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             }
         }
     }
+}
+
+/// Takes the first frame off the front of `pending`, bytes read from a
+/// stream, once it is whole; `Ok(None)` while it is not.
+pub(crate) fn take_frame<T: DeserializeOwned>(
+    pending: &mut Vec<u8>,
+) -> Result<Option<T>, WireError> {
+    let Some(header) = pending.first_chunk::<HEADER_LEN>() else { return Ok(None) };
+    let len = wire::frame_len(*header)?;
+    if pending.len() < HEADER_LEN + len {
+        return Ok(None);
+    }
+    let value = wire::decode(&pending[HEADER_LEN..HEADER_LEN + len]);
+    pending.drain(..HEADER_LEN + len);
+    value.map(Some)
 }
 
 /// Writes one frame.

@@ -1,12 +1,15 @@
 //! # coterie-client
 //!
-//! Async clients for a coterie cluster, for Rust programs and for the
-//! `coterie` CLI itself.
+//! Clients for a coterie cluster, for Rust programs and for the `coterie`
+//! CLI itself: async ones on tokio, and a blocking one.
 //!
 //! - [`Client`]: a session on a node's client port, in the binary protocol
 //!   the CLI speaks. A lock lives as long as the connection (or, with a
 //!   ping, as long as its lease): `lock`, `release`, `lost` to learn that
 //!   a held lock is gone, `locks`, elections, `status`, `watch`.
+//! - [`blocking::Client`]: the same lock session on a standard-library
+//!   socket, for programs without an async runtime; a thread of its own
+//!   keeps the lease while the program works.
 //! - [`HttpClient`]: the HTTP/JSON API's sessions and named locks, over a
 //!   keep-alive connection ([`http`]).
 //! - [`WitnessClient`]: the witness a test cluster checks its entries at.
@@ -28,6 +31,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod blocking;
 mod client;
 pub mod codec;
 pub mod http;

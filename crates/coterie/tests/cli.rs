@@ -207,6 +207,80 @@ fn a_hung_holder_loses_the_lock_after_the_lock_delay() {
     unsafe_kill(pid, 9);
 }
 
+/// The blocking Rust client on real nodes: while its program works under
+/// the lock and calls nothing, its keeper thread keeps the lease (another
+/// session finds the lock busy long after a failure timeout); when its
+/// node dies or hangs, the session is found lost and every later call
+/// says so.
+#[test]
+fn the_blocking_client_keeps_its_lease_while_it_works_and_learns_its_node_is_gone() {
+    use coterie_client::{blocking, ClientError, LockRequest, Loss, Outcome};
+    let up = Up::start(3, "blocking");
+    let nodes = up.configuration().nodes;
+    let jobs = LockRequest::new(["jobs"]);
+    let until_lost = |client: &blocking::Client| {
+        let start = Instant::now();
+        loop {
+            if let Some(loss) = client.lost() {
+                return loss;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "the session was never found lost");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let mut a = blocking::Client::connect(&nodes[0].client).unwrap();
+    let mut b = blocking::Client::connect(&nodes[1].client).unwrap();
+    let Outcome::Granted(first) = a.request(&jobs).unwrap() else { panic!("not granted") };
+    // Eight failure timeouts of work without a call.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(a.lost(), None);
+    assert_eq!(b.request(&jobs.clone().try_lock(true)).unwrap(), Outcome::Busy);
+    let Outcome::Granted(again) = a.release_and_request(&jobs).unwrap() else { panic!() };
+    assert!(again.fence() > first.fence(), "{again:?} after {first:?}");
+    a.release().unwrap();
+    assert!(matches!(b.request(&jobs).unwrap(), Outcome::Granted(_)));
+
+    // B's node dies under it: the session is closed.
+    unsafe_kill(up.node_pid(2), 9);
+    assert_eq!(until_lost(&b), Loss::Closed);
+    assert!(matches!(b.release(), Err(ClientError::Lost(Loss::Closed))));
+    // A's node hangs: the session falls silent.
+    let hung = up.node_pid(1);
+    unsafe_kill(hung, 19);
+    let loss = until_lost(&a);
+    unsafe_kill(hung, 18);
+    assert!(matches!(loss, Loss::Silent(_)), "{loss:?}");
+    assert!(matches!(a.request(&jobs), Err(ClientError::Lost(Loss::Silent(_)))));
+}
+
+/// The blocking client on a cluster with a secret: with the secret it is
+/// let in; with a wrong one the handshake fails and says so; with none
+/// the node tells it that it must authenticate.
+#[test]
+fn the_blocking_client_proves_the_secret_or_is_told_why_not() {
+    use coterie_client::auth::Secret;
+    use coterie_client::{blocking, ClientError, Credentials, LockRequest, Outcome};
+    let dir = scratch("blocking-secret");
+    let up = Up::start_with(2, "blocking-secret", api_security(&dir.0, "token\n"));
+    let addr = &up.configuration().nodes[0].client;
+    let credentials = |secret: &str| Credentials {
+        secret: Secret::from_file_bytes(secret.as_bytes()).unwrap(),
+        cluster: String::new(),
+    };
+    let jobs = LockRequest::new(["jobs"]);
+    let right = credentials("a shared secret for the tests");
+    let mut client = blocking::Client::connect_with(addr, Some(&right)).unwrap();
+    assert!(matches!(client.request(&jobs).unwrap(), Outcome::Granted(_)));
+    let wrong = credentials("another secret");
+    let err = blocking::Client::connect_with(addr, Some(&wrong)).err().expect("let in");
+    assert!(matches!(err, ClientError::Auth { .. }), "{err}");
+    let mut open = blocking::Client::connect(addr).unwrap();
+    match open.request(&jobs) {
+        Err(ClientError::Refused(why)) => assert!(why.contains("authentication"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// A client stopped (SIGSTOP) while it *waits* for the lock must not be
 /// handed it: before waiting sessions were leases, the grant went to the
 /// frozen client's open connection and the lock was held for ever. Now
