@@ -62,14 +62,18 @@
 #   chained cycle of the rows above with one connection and blocking
 #   reads, as redis-lock.c takes Redis): the same paths without coterie's
 #   tokio client, so that the node is compared with the Redis server
-#   client for client. Rows for the coordinator and the locality modes.
+#   client for client. Rows for every single-client path on loopback.
 # - coterie from its blocking Rust client (coterie_client::blocking, run
 #   by the example crates/coterie-client/examples/lock-loop.rs): the same
 #   rows, from the library a Rust program would use without tokio.
 #
 # Each row has its own floor: the one-way messages on its critical path
 # per cycle ("hops": 2 for one round trip), at pingpong's speed per hop;
-# "of floor" is the row's rate over that.
+# "of floor" is the row's rate over that. A path on which a node must
+# hear from every peer (ricart-agrawala at n1: its request goes to 4
+# peers and all 4 answer) has a measured floor instead: pingpong's star,
+# a C client asking a hub that asks 4 spokes, 10 messages a cycle as the
+# path has, 4 of them in a row.
 #
 # With latency (DELAY_US, default 250, one way; 0 skips): Redis and one
 # etcd member are measured again behind scripts/bench/delay-proxy.c, which
@@ -103,9 +107,10 @@ note() { echo "$*" >>"$notes"; say "$*"; }
 # MESSAGES, the mutex messages the whole cluster sent meanwhile, per entry.
 row() {
     jq -c --arg system "$1" --arg where "$2" --argjson clients "$4" --argjson hops "$5" \
-        --argjson messages "${6:-0}" --argjson delay "${ROW_DELAY_US:-0}" '
+        --argjson messages "${6:-0}" --argjson delay "${ROW_DELAY_US:-0}" --arg kind "${ROW_FLOOR:-hops}" '
         def r: . * 100 | round / 100;
-        {system: $system, where: $where, clients: $clients, floor_hops: $hops, delay_us: $delay}
+        {system: $system, where: $where, clients: $clients, floor_hops: $hops, delay_us: $delay,
+         floor_kind: $kind}
         + if .latency_ms then
               {cycles_per_s: (.throughput_per_s | r), p50_acquire_us: (.latency_ms.p50 * 1000 | r),
                p99_acquire_us: (.latency_ms.p99 * 1000 | r),
@@ -147,6 +152,10 @@ floor_run() {
     local hops_per_s hop_us
     read -r hops_per_s hop_us < <("$work/pingpong" 20000 3)
     echo "{\"system\":\"loopback floor\",\"where\":\"3-message hand-over chain\",\"clients\":5,\"floor_hops\":3,\"delay_us\":0,\"cycles_per_s\":$(jq -n "$hops_per_s / 3"),\"p50_acquire_us\":$(jq -n "$hop_us * 3"),\"hop_us\":$hop_us,\"hops_per_s\":$hops_per_s}" >>"$rows"
+    say "loopback: a star of a client, a hub and 4 spokes, 20000 cycles"
+    local star_per_s star_us
+    read -r star_per_s star_us < <("$work/pingpong" 20000 4 star)
+    echo "{\"system\":\"loopback floor\",\"where\":\"a request to 4 peers and their answers\",\"clients\":1,\"floor_hops\":4,\"floor_kind\":\"star\",\"delay_us\":0,\"cycles_per_s\":$star_per_s,\"p50_acquire_us\":$star_us}" >>"$rows"
 }
 
 # delay_proxy LISTEN UPSTREAM: a delay-proxy from LISTEN to UPSTREAM
@@ -226,6 +235,17 @@ hops() {
     esac
 }
 
+# floor_kind MUTEX SCOPE: how the row's floor is had. "star" where the
+# node must hear from every peer (ricart-agrawala's request at n1): the
+# floor is pingpong's star, a C hub asking 4 spokes, which two cores
+# cannot serve as fast as 4 hops in a row; "hops" elsewhere.
+floor_kind() {
+    case "$1/$2" in
+        ricart-agrawala/1) echo star ;;
+        *) echo hops ;;
+    esac
+}
+
 # client_port FILE ID: node ID's client port in cluster file FILE.
 client_port() {
     python3 -c 'import sys, tomllib
@@ -261,21 +281,23 @@ coterie_run() {
         report="$("$bin" workload --config "$dir/cluster.toml" "${args[@]}" --clients 1 \
             --requests 100000000 --duration "${seconds}s" --no-witness --json)"
         after="$(mutex_sent "$dir/cluster.toml")"
-        ROW_DELAY_US=$coterie_delay_us row "$label" "$where" "$report" "$clients" \
-            "$(hops "$mutex" "$scope")" "$((after - before))"
-        # The same path from the blocking C client, where the path is one
-        # round trip to the client's own node.
-        if [ "$clients" = 1 ] && [ "$(hops "$mutex" "$scope")" = 2 ] && [ -z "${COTERIE_DELAY:-}" ]; then
+        ROW_DELAY_US=$coterie_delay_us ROW_FLOOR="$(floor_kind "$mutex" "$scope")" \
+            row "$label" "$where" "$report" "$clients" "$(hops "$mutex" "$scope")" "$((after - before))"
+        # The same path from the blocking clients, C and Rust, for a single
+        # client on loopback.
+        if [ "$clients" = 1 ] && [ -z "${COTERIE_DELAY:-}" ]; then
             say "$label: the C client $where, ${seconds}s"
             before="$(mutex_sent "$dir/cluster.toml")"
             report="$("$work/coterie-lock" "$(client_port "$dir/cluster.toml" "$scope")" "$seconds")"
             after="$(mutex_sent "$dir/cluster.toml")"
-            row "$label, C client" "$where" "$report" 1 2 "$((after - before))"
+            ROW_FLOOR="$(floor_kind "$mutex" "$scope")" row "$label, C client" "$where" "$report" 1 \
+                "$(hops "$mutex" "$scope")" "$((after - before))"
             say "$label: the blocking Rust client $where, ${seconds}s"
             before="$(mutex_sent "$dir/cluster.toml")"
             report="$("$lock_loop" "127.0.0.1:$(client_port "$dir/cluster.toml" "$scope")" "$seconds")"
             after="$(mutex_sent "$dir/cluster.toml")"
-            row "$label, blocking Rust client" "$where" "$report" 1 2 "$((after - before))"
+            ROW_FLOOR="$(floor_kind "$mutex" "$scope")" row "$label, blocking Rust client" "$where" \
+                "$report" 1 "$(hops "$mutex" "$scope")" "$((after - before))"
         fi
     done
     stop "$up"
@@ -309,12 +331,14 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 f = rows[0]
 per_hop = f["round_trips_per_s"] * 2  # one-way messages per second, back to back
+star = next(r["cycles_per_s"] for r in rows if r.get("floor_kind") == "star")
 redis = {(r["clients"], r["delay_us"] > 0): r["cycles_per_s"] for r in rows if r["system"] == "redis"}
 for r in rows:
     base = redis.get((r["clients"], r["delay_us"] > 0))
     r["ratio_to_redis"] = round(r["cycles_per_s"] / base, 3) if base else None
     if r["delay_us"] == 0:
-        r["floor_cycles_per_s"] = round(per_hop / r["floor_hops"], 1)
+        by_hops = per_hop / r["floor_hops"]
+        r["floor_cycles_per_s"] = round(star if r.get("floor_kind") == "star" else by_hops, 1)
         r["share_of_floor"] = round(r["cycles_per_s"] / r["floor_cycles_per_s"], 3)
     else:
         r["floor_cycles_per_s"] = r["share_of_floor"] = None
@@ -322,7 +346,8 @@ if sys.argv[2] == "true":
     print(json.dumps(rows, indent=2))
     sys.exit()
 print(f"loopback round trip between two processes: {f['round_trip_us']} us ({f['round_trips_per_s']}/s);"
-      f" a row's floor = {per_hop:.0f} one-way messages/s over its hops per cycle")
+      f" a row's floor = {per_hop:.0f} one-way messages/s over its hops per cycle"
+      f" (a star's: {star:.0f} cycles/s)")
 head = ("system", "clients", "hops", "cycles/s", "floor", "of floor", "p50 acquire", "msgs/entry", "vs Redis")
 w = max(len(f"{r['system']}, {r['where']}") for r in rows)
 print(f"{head[0]:<{w}}  {head[1]:>7}  {head[2]:>4}  {head[3]:>9}  {head[4]:>9}  {head[5]:>8}  {head[6]:>11}  {head[7]:>10}  {head[8]:>8}")

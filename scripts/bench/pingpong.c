@@ -7,7 +7,13 @@
  * (each connected to the next over loopback, as above), N laps, and
  * prints one-way hops per second and microseconds per hop: the floor for
  * a chain of messages, such as a lock handed from one client to another
- * through their nodes. */
+ * through their nodes.
+ *
+ * `pingpong N K star` instead times N cycles of a star: a client sends to
+ * a hub, the hub sends to each of K spokes and waits for all K answers,
+ * then answers the client; each of K + 2 processes on loopback, as above.
+ * It prints cycles per second and microseconds per cycle: the floor for a
+ * request that must hear from every peer, as Ricart-Agrawala's does. */
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -79,8 +85,44 @@ static int ring(int n, int k) {
     return 0;
 }
 
+/* A client, a hub and k spokes: each client message goes out to every
+ * spoke and the hub answers once all have. */
+static int star(int n, int k) {
+    struct sockaddr_in hub_addr, spoke_addr[64];
+    int hub_l = listener(&hub_addr), spoke_l[64];
+    if (k < 1 || k > 64) return 1;
+    for (int i = 0; i < k; i++) {
+        spoke_l[i] = listener(&spoke_addr[i]);
+        if (fork() == 0) {
+            int c = accept(spoke_l[i], 0, 0);
+            relay(c, c);
+            exit(0);
+        }
+    }
+    if (fork() == 0) {
+        int spoke[64], client = accept(hub_l, 0, 0), one = 1;
+        char b[64];
+        setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        for (int i = 0; i < k; i++) spoke[i] = dial(&spoke_addr[i]);
+        for (ssize_t r; (r = read(client, b, sizeof b)) > 0;) {
+            for (int i = 0; i < k; i++) write(spoke[i], b, r);
+            for (int i = 0; i < k; i++) read(spoke[i], b, sizeof b);
+            write(client, b, r);
+        }
+        for (int i = 0; i < k; i++) close(spoke[i]);
+        exit(0);
+    }
+    int c = dial(&hub_addr);
+    double dt = timed(c, c, n);
+    printf("%.0f %.1f\n", n / dt, dt / n * 1e6);
+    close(c);
+    while (wait(0) > 0) {}
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 50000;
+    if (argc > 3 && strcmp(argv[3], "star") == 0) return star(n, atoi(argv[2]));
     if (argc > 2) return ring(n, atoi(argv[2]));
     struct sockaddr_in a;
     int s = listener(&a);
