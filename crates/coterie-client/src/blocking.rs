@@ -26,9 +26,7 @@
 //! the moment after it was checked.
 //!
 //! Dropping the client closes the session, which releases what it held.
-//! `connect` blocks, and runs the handshake on a small runtime of its own:
-//! do not call it from inside an async runtime (use [`crate::Client`]
-//! there).
+//! Every call blocks its thread: in async code, use [`crate::Client`].
 //!
 //! ```no_run
 //! # fn run() -> Result<(), coterie_client::ClientError> {
@@ -109,12 +107,19 @@ impl Client {
         credentials: Option<&Credentials>,
     ) -> Result<Client, ClientError> {
         let io = |e: std::io::Error| ClientError::Connect { addr: addr.to_string(), source: e };
-        let runtime =
-            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(io)?;
-        let stream = runtime.block_on(async {
-            let client = AsyncClient::connect_with(addr, credentials).await?;
-            client.into_stream().into_std().map_err(io)
-        })?;
+        // The handshake is the async client's, on a runtime of its own in
+        // a thread of its own: a runtime cannot be started on a thread that
+        // already runs one, and a caller's thread may.
+        let handshake = || {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(io)?;
+            runtime.block_on(async {
+                let client = AsyncClient::connect_with(addr, credentials).await?;
+                client.into_stream().into_std().map_err(io)
+            })
+        };
+        let stream = std::thread::scope(|scope| scope.spawn(handshake).join())
+            .map_err(|_| io(std::io::Error::other("the handshake's thread panicked")))??;
         stream.set_nonblocking(false).map_err(io)?;
         stream.set_read_timeout(Some(FIRST_KEEPALIVE.0)).map_err(io)?;
         let now = Instant::now();
@@ -454,6 +459,20 @@ mod tests {
             ),
             "{rest:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_client_made_on_a_runtime_s_thread_connects_all_the_same() {
+        // As a program that mixes both might; it blocks this thread meanwhile.
+        let (addr, _seen) = fake_node(|req, _| match req {
+            ClientRequest::Acquire(_) => Some(granted(2)),
+            _ => None,
+        });
+        let mut client = Client::connect(&addr).unwrap();
+        assert!(matches!(
+            client.request(&LockRequest::new(["jobs"])).unwrap(),
+            Outcome::Granted(_)
+        ));
     }
 
     #[test]
