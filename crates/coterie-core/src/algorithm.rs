@@ -482,6 +482,16 @@ pub trait MutexAlgorithm: Algorithm {
     /// engine had to drop for room. Called before any other input.
     fn observe_remnant(&mut self, _own: Option<u64>, _floor: u64) {}
 
+    /// As coordinator: whether this term has issued every fence it has
+    /// room for ([`Fence::MINOR_MAX`](crate::types::Fence::MINOR_MAX)) and
+    /// a request waits. The engine then asks the election for a new term
+    /// ([`ElectionAlgorithm::handle_renew`]), whose fences start above
+    /// this one's. Only algorithms whose fences count grants within an
+    /// epoch run out; the default is `false`.
+    fn term_spent(&self) -> bool {
+        false
+    }
+
     /// Whether every message of the step just taken rests on what
     /// `record` (the record last handed to the driver, perhaps not yet
     /// durable) already holds, so that the new
@@ -516,6 +526,13 @@ pub trait ElectionAlgorithm: Algorithm {
         _out: &mut Out<Self>,
     ) {
     }
+
+    /// This node's mutual exclusion has run out of fences for the term it
+    /// coordinates ([`MutexAlgorithm::term_spent`]): a sitting
+    /// coordinator opens a new term of its own, with a new epoch, as
+    /// ZooKeeper's leader does when its transaction counter is about to
+    /// roll over. Any other node does nothing.
+    fn handle_renew(&mut self, now: Time, out: &mut Out<Self>);
 
     /// The coordinator this node follows, if any.
     fn coordinator(&self) -> Option<NodeId>;

@@ -1368,6 +1368,16 @@ impl Engine {
         if self.scratch.capacity() < acts.capacity() {
             self.scratch = acts;
         }
+        // A lock whose term has no fence left for the next grant: the
+        // coordinator takes a new term (the election ignores this
+        // elsewhere, and while a renewal is under way).
+        if let Scope::Mutex(name) = &scope {
+            if self.locks.get(name).is_some_and(|lock| lock.mutex.term_spent()) {
+                let mut acts = self.take_scratch();
+                self.election.handle_renew(now, &mut acts);
+                self.apply(now, Scope::Election, acts);
+            }
+        }
     }
 }
 

@@ -73,6 +73,8 @@ pub trait DynMutex: DynAlgorithm {
     fn covered_by(&self, record: &[u8]) -> bool;
     /// See [`MutexAlgorithm::forgettable`].
     fn forgettable(&self) -> bool;
+    /// See [`MutexAlgorithm::term_spent`].
+    fn term_spent(&self) -> bool;
     /// See [`MutexAlgorithm::remnant`].
     fn remnant(&self) -> Option<u64>;
     /// See [`MutexAlgorithm::observe_remnant`].
@@ -94,6 +96,8 @@ pub trait DynElection: DynAlgorithm {
         coordinator: Option<NodeId>,
         out: &mut Actions,
     );
+    /// See [`ElectionAlgorithm::handle_renew`].
+    fn handle_renew(&mut self, now: Time, out: &mut Actions);
     /// See [`ElectionAlgorithm::coordinator`].
     fn coordinator(&self) -> Option<NodeId>;
     /// See [`ElectionAlgorithm::epoch`].
@@ -213,6 +217,9 @@ impl<A: MutexAlgorithm> DynMutex for Erased<A> {
     fn forgettable(&self) -> bool {
         self.alg.forgettable()
     }
+    fn term_spent(&self) -> bool {
+        self.alg.term_spent()
+    }
     fn remnant(&self) -> Option<u64> {
         self.alg.remnant()
     }
@@ -238,6 +245,9 @@ impl<A: ElectionAlgorithm> DynElection for Erased<A> {
     ) {
         self.with(out, |a, o| a.handle_epoch_hint(now, from, epoch, coordinator, o));
     }
+    fn handle_renew(&mut self, now: Time, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_renew(now, o));
+    }
     fn coordinator(&self) -> Option<NodeId> {
         self.alg.coordinator()
     }
@@ -255,6 +265,54 @@ mod tests {
     use crate::outbox::{Time, TimerId};
     use crate::registry::{ELECTIONS, MUTEXES};
     use crate::types::NodeId;
+
+    /// Delivers every message the nodes send, in order, until none is
+    /// left (timers are not run).
+    fn settle(nodes: &mut [Box<dyn super::DynElection>], mut queue: Vec<(NodeId, super::Actions)>) {
+        while let Some((from, actions)) = queue.pop() {
+            for action in actions {
+                if let crate::outbox::Action::Send { to, msg } = action {
+                    let mut out = Vec::new();
+                    let node = &mut nodes[to.0 as usize - 1];
+                    node.handle_message(Time::ZERO, from, &msg.bytes, &mut out).unwrap();
+                    queue.insert(0, (to, out));
+                }
+            }
+        }
+    }
+
+    /// A sitting coordinator asked to renew its term (its mutual exclusion
+    /// ran out of fences) ends in a new, higher epoch of its own that
+    /// every node follows; a follower asked does nothing. Every election.
+    #[test]
+    fn a_renewal_gives_the_sitting_coordinator_a_newer_term() {
+        for info in ELECTIONS {
+            let mut nodes: Vec<_> =
+                (1..=3).map(|id| (info.build)(&AlgoConfig::for_test(id, 3))).collect();
+            let mut queue = Vec::new();
+            for (i, node) in nodes.iter_mut().enumerate() {
+                let mut out = Vec::new();
+                for peer in (1..=3).filter(|p| *p != i as u32 + 1) {
+                    node.handle_peer_up(Time::ZERO, NodeId(peer), &mut out);
+                }
+                node.handle_start(Time::ZERO, &mut out);
+                queue.push((NodeId(i as u32 + 1), out));
+            }
+            settle(&mut nodes, queue);
+            let before = nodes[2].epoch();
+            assert!(nodes.iter().all(|n| n.coordinator() == Some(NodeId(3))), "{}", info.name);
+            let mut out = Vec::new();
+            nodes[0].handle_renew(Time::ZERO, &mut out);
+            assert!(out.is_empty(), "{}: a follower renewed: {out:?}", info.name);
+            nodes[2].handle_renew(Time::ZERO, &mut out);
+            settle(&mut nodes, vec![(NodeId(3), out)]);
+            for node in &nodes {
+                assert_eq!(node.coordinator(), Some(NodeId(3)), "{}", info.name);
+                assert!(node.epoch() > before, "{}: still {before:?}", info.name);
+                assert_eq!(node.epoch(), nodes[2].epoch(), "{}", info.name);
+            }
+        }
+    }
 
     /// A timer id an algorithm never armed (a stranger's, or one from a
     /// build with other timers) does nothing, whatever the algorithm.

@@ -77,12 +77,17 @@ impl Fence {
     /// Bits given to the minor part.
     pub const MINOR_BITS: u32 = 24;
 
+    /// The largest minor part. A counter that has reached it has run out:
+    /// the algorithm must move to a new major part (a new term, a new
+    /// generation) before it grants again, since [`Fence::new`] saturates
+    /// and a second grant would repeat the token.
+    pub const MINOR_MAX: u64 = (1 << Self::MINOR_BITS) - 1;
+
     /// Packs `major` and `minor` into one token. Parts wider than their
     /// fields saturate rather than wrap, so ordering is never inverted.
     pub fn new(major: u64, minor: u64) -> Fence {
-        let minor_max = (1u64 << Self::MINOR_BITS) - 1;
         let major_max = u64::MAX >> Self::MINOR_BITS;
-        Fence((major.min(major_max) << Self::MINOR_BITS) | minor.min(minor_max))
+        Fence((major.min(major_max) << Self::MINOR_BITS) | minor.min(Self::MINOR_MAX))
     }
 
     /// The high part: the era the token was issued in.
@@ -92,7 +97,7 @@ impl Fence {
 
     /// The low part: the position within the era.
     pub fn minor(self) -> u64 {
-        self.0 & ((1u64 << Self::MINOR_BITS) - 1)
+        self.0 & Self::MINOR_MAX
     }
 }
 

@@ -323,6 +323,14 @@ impl ElectionAlgorithm for Bully {
         self.hold_election(now, out);
     }
 
+    /// A sitting coordinator with no election under way holds one: it is
+    /// the highest live node, so it wins at once, with the next epoch.
+    fn handle_renew(&mut self, now: Time, out: &mut Out<Bully>) {
+        if self.phase == Phase::Idle && self.current.is_some_and(|(leader, _)| leader == self.id) {
+            self.hold_election(now, out);
+        }
+    }
+
     fn handle_epoch_hint(
         &mut self,
         now: Time,

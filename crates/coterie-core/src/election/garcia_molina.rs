@@ -763,6 +763,15 @@ impl ElectionAlgorithm for GarciaMolina {
         }
     }
 
+    /// A sitting coordinator with no election under way holds one: it
+    /// polls the nodes above it (none, unless one came up) and halts the
+    /// rest under a new epoch.
+    fn handle_renew(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
+        if self.is_coordinator() && self.attempt.is_none() {
+            self.elect(now, out);
+        }
+    }
+
     fn handle_epoch_hint(
         &mut self,
         now: Time,

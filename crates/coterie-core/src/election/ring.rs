@@ -251,17 +251,19 @@ impl Ring {
     }
 
     fn start(&mut self, now: Time, out: &mut Out<Ring>) {
+        self.start_with(now, self.own_term(), out);
+    }
+
+    /// Starts an election carrying `incumbent`, the sitting term it may
+    /// confirm (none: the round ends in a new epoch).
+    fn start_with(&mut self, now: Time, incumbent: Option<Epoch>, out: &mut Out<Ring>) {
         if !self.started {
             return;
         }
         self.electing = true;
         out.set_timer(RingTimer::Return, now + self.timeout);
-        let msg = RingMsg::Election {
-            starter: self.id,
-            ids: vec![self.id],
-            seen: self.seen,
-            incumbent: self.own_term(),
-        };
+        let msg =
+            RingMsg::Election { starter: self.id, ids: vec![self.id], seen: self.seen, incumbent };
         self.pass(now, msg, out);
     }
 
@@ -417,6 +419,15 @@ impl ElectionAlgorithm for Ring {
             return;
         }
         self.start_or_defer(now, out);
+    }
+
+    /// A sitting coordinator starts a round that confirms no term: it
+    /// comes back as a new epoch (for this node, if it is still the
+    /// highest live one).
+    fn handle_renew(&mut self, now: Time, out: &mut Out<Ring>) {
+        if self.own_term().is_some() && !self.electing {
+            self.start_with(now, None, out);
+        }
     }
 
     fn handle_epoch_hint(

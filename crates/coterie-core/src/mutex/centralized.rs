@@ -20,7 +20,11 @@
 //! coordinator keeps the holders and a FIFO queue in order of arrival; while
 //! fewer than `k` nodes hold, it grants the head of the queue a fence made
 //! of its epoch (high bits) and a grant counter (low bits), so fences grow
-//! across coordinators.
+//! across coordinators. The counter has room for 2²⁴ − 1 grants a term;
+//! a coordinator that has granted the last of them grants no more, and
+//! the engine has the election open a new term of the same coordinator
+//! (`handle_renew`), whose rebuild goes on from the queue with fences
+//! above the spent term's, as after any change of coordinator.
 //!
 //! **Recovery.** A node that becomes coordinator knows nothing of its
 //! predecessor's queue, but every node knows its own part of it.
@@ -364,7 +368,9 @@ impl Centralized {
         if !std::mem::replace(&mut m.ordered, true) {
             m.queue.make_contiguous().sort();
         }
-        while m.holders.len() < self.capacity {
+        // A term whose fences have run out grants nothing more: the engine
+        // sees the term spent and has the election open a new one.
+        while m.holders.len() < self.capacity && m.grants < Fence::MINOR_MAX {
             let Some(stamp) = m.queue.pop_front() else {
                 break;
             };
@@ -720,6 +726,12 @@ impl MutexAlgorithm for Centralized {
                 .is_none_or(|m| !m.rebuilding() && m.holders.is_empty() && m.queue.is_empty())
     }
 
+    /// As coordinator, with someone queued: the term has granted its last
+    /// fence.
+    fn term_spent(&self) -> bool {
+        self.manager.as_ref().is_some_and(|m| m.grants >= Fence::MINOR_MAX && !m.queue.is_empty())
+    }
+
     /// As coordinator: the fence of its last grant.
     fn remnant(&self) -> Option<u64> {
         self.manager.as_ref().map(|m| Fence::new(m.epoch.0, m.grants).0)
@@ -884,6 +896,36 @@ mod tests {
                 }
             }]
         );
+    }
+
+    #[test]
+    fn a_term_out_of_fences_grants_no_more_until_the_next_term() {
+        let mut c = serving_coordinator(1);
+        let mut out = Out::<Centralized>::new();
+        c.manager.as_mut().unwrap().grants = Fence::MINOR_MAX - 1;
+        c.handle_message(T, n(1), Request { epoch: Epoch(1), stamp: stamp(5, 1) }, &mut out);
+        let last = Fence::new(1, Fence::MINOR_MAX);
+        assert!(
+            matches!(out.take()[..], [Action::Send { msg: Grant { fence, .. }, .. }] if fence == last)
+        );
+        assert!(!c.term_spent(), "nobody waits");
+        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
+        c.handle_message(T, n(1), Release { epoch: Epoch(1), fence: last }, &mut out);
+        assert!(out.is_empty(), "a repeated fence was granted: {:?}", out.take());
+        assert!(c.term_spent());
+        // The new term: rebuilt as after any change of coordinator, the
+        // waiter granted with the new term's first fence.
+        let next = Epoch(2);
+        c.handle_coordinator(T, n(3), next, &mut out);
+        out.take();
+        let waiting = Report::Waiting(stamp(6, 2));
+        c.handle_message(T, n(1), StateReport { epoch: next, state: Report::Idle }, &mut out);
+        c.handle_message(T, n(2), StateReport { epoch: next, state: waiting }, &mut out);
+        let first = Fence::new(2, 1);
+        assert!(
+            matches!(out.take()[..], [Action::Send { msg: Grant { fence, .. }, .. }] if fence == first)
+        );
+        assert!(first > last && !c.term_spent());
     }
 
     #[test]

@@ -90,9 +90,14 @@
 //! every remnant's generation: fences still rise.
 //!
 //! **Fences.** The token carries its generation and the number of entries
-//! made with it; a grant's fence is (generation, entries). Entries within a
-//! generation count up, and a new generation is higher than every earlier
-//! one, so fences rise with every grant, also across regenerations. The
+//! made with it in that generation; a grant's fence is (generation,
+//! entries). Entries within a generation count up (from 0 again when a
+//! round relabels the token), and a new generation is higher than every
+//! earlier one, so fences rise with every grant, also across
+//! regenerations. A generation's count has room for 2²⁴ − 1 entries: the
+//! holder that finds it full sets the token aside and asks the
+//! coordinator for a round (MISSING), whose verdict relabels the token
+//! with a new generation before the next entry. The
 //! highest generation seen is the node's watermark, which the engine keeps
 //! a reserve above in stable storage: after a restart of every node the
 //! next generation is above all earlier ones, and so are its fences.
@@ -326,11 +331,21 @@ impl TokenRing {
     /// the token at this node, so that an entry may leave it parked here.
     fn hold_or_pass(
         &mut self,
-        _now: Time,
+        now: Time,
         mut token: Token,
         known_here: bool,
         out: &mut Out<TokenRing>,
     ) {
+        if self.state == CsState::Wanting && token.entries >= Fence::MINOR_MAX {
+            // This generation has granted its last fence. The token is set
+            // aside, unused, and a probe round asked for: its verdict
+            // relabels the token with a new generation, entries from 0.
+            if self.quarantine.is_none_or(|q| q.generation < token.generation) {
+                self.quarantine = Some(token);
+            }
+            self.ask_for_round(now, out);
+            return;
+        }
         if self.state == CsState::Wanting {
             self.stays = known_here;
             token.entries += 1;
@@ -431,10 +446,13 @@ impl TokenRing {
             return; // the verdict of an abandoned round
         }
         self.learn(generation);
+        // Relabelled, the token counts its entries from 0 again: every
+        // fence of the new generation is above every fence of the old.
         if self.pending {
             self.pending = false;
             if let Some(t) = &mut self.token {
                 t.generation = generation;
+                t.entries = 0;
             }
             return;
         }
@@ -442,10 +460,22 @@ impl TokenRing {
             return;
         };
         token.generation = generation;
+        token.entries = 0;
         if self.state == CsState::Wanting {
             self.hold_or_pass(now, token, false, out);
         } else {
             self.lap(token, out);
+        }
+    }
+
+    /// Has the coordinator run a probe round (this node's own, if it
+    /// coordinates): MISSING.
+    fn ask_for_round(&mut self, now: Time, out: &mut Out<TokenRing>) {
+        match self.coordinator {
+            Some(c) if c == self.id && self.round.is_none() => self.start_round(now, out),
+            Some(c) if c == self.id => {}
+            Some(c) if self.alive.contains(&c) => out.send(c, TokenMsg::Missing),
+            _ => {}
         }
     }
 
@@ -623,12 +653,7 @@ impl Algorithm for TokenRing {
         if let Some(parker) = self.parker.filter(|&p| p != self.id && self.alive.contains(&p)) {
             out.send(parker, TokenMsg::Want { wanter: self.id, hops: 0 });
         }
-        match self.coordinator {
-            Some(c) if c == self.id && self.round.is_none() => self.start_round(now, out),
-            Some(c) if c == self.id => {}
-            Some(c) if self.alive.contains(&c) => out.send(c, TokenMsg::Missing),
-            _ => {}
-        }
+        self.ask_for_round(now, out);
         out.set_timer(TokenTimer::Patience, now + self.patience());
     }
 
@@ -812,6 +837,32 @@ mod tests {
         assert_eq!(out.take(), vec![Action::CancelTimer { timer: TokenTimer::Patience }, grant]);
     }
 
+    #[test]
+    fn a_generation_out_of_fences_is_relabelled_before_the_next_entry() {
+        let mut t = follower(1);
+        let mut out = Out::<TokenRing>::new();
+        t.handle_request(T, &mut out);
+        out.take();
+        // The token comes with its generation's last fence spent.
+        let full = token(1, Fence::MINOR_MAX, 2);
+        t.handle_message(T, n(3), TokenMsg::Token(full), &mut out);
+        assert_eq!(sends(out.take()), vec![send(3, TokenMsg::Missing)], "no grant, a round asked");
+        assert_eq!(t.cs_state(), CsState::Wanting);
+        // The coordinator's round: the token set aside is named, the
+        // verdict relabels it, and the entry counts from 1 again.
+        let g2 = generation(2, 3);
+        t.handle_message(T, n(3), TokenMsg::Probe { generation: g2 }, &mut out);
+        let held = Some((full.generation, Fence::MINOR_MAX));
+        let ack = TokenMsg::ProbeAck { generation: g2, held, known: g2 };
+        assert_eq!(sends(out.take()), vec![send(3, ack)]);
+        t.handle_message(T, n(3), TokenMsg::Keep { generation: g2 }, &mut out);
+        let grants: Vec<_> =
+            out.take().into_iter().filter(|a| matches!(a, Action::Grant { .. })).collect();
+        let next = Fence::new(g2.0, 1);
+        assert_eq!(grants, vec![Action::Grant { fence: next }]);
+        assert!(next > Fence::new(full.generation.0, Fence::MINOR_MAX));
+    }
+
     /// The coordinator of the test above, with the token parked at it.
     fn parker() -> TokenRing {
         let (mut c, mut out) = node(3, 3, 3);
@@ -976,9 +1027,10 @@ mod tests {
         // Leaving before the verdict: the token goes nowhere.
         t.handle_release(T, &mut out);
         assert!(out.is_empty(), "set aside for the verdict");
-        // Kept: relabelled, and sent round the ring.
+        // Kept: relabelled, its entries counted anew, and sent round the
+        // ring.
         t.handle_message(T, n(3), TokenMsg::Keep { generation: g2 }, &mut out);
-        let relabelled = Token { generation: g2, entries: 5, idle_since: n(1) };
+        let relabelled = Token { generation: g2, entries: 0, idle_since: n(1) };
         assert_eq!(out.take(), vec![send(2, TokenMsg::Token(relabelled))]);
     }
 
