@@ -157,6 +157,22 @@ pub struct MutexOptions {
     pub fault_tolerant: bool,
     /// The order concurrent requests are served in.
     pub priority: Priority,
+    /// How many grants a centralized term, or a token-ring generation, may
+    /// number before it must move to a new one (see
+    /// [`MutexAlgorithm::term_spent`]): all that a fence's minor part holds
+    /// ([`Fence::MINOR_MAX`](crate::types::Fence::MINOR_MAX)) when `None`,
+    /// as on every real cluster. The simulator's tests make it small, to
+    /// see the move happen under faults.
+    pub fence_room: Option<u64>,
+}
+
+impl MutexOptions {
+    /// The grants a term or generation may number (see
+    /// [`fence_room`](Self::fence_room)), at least one.
+    pub fn fence_room(&self) -> u64 {
+        let max = crate::types::Fence::MINOR_MAX;
+        self.fence_room.map_or(max, |room| room.clamp(1, max))
+    }
 }
 
 /// What an algorithm instance is told when it is built.

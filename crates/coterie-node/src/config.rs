@@ -188,7 +188,11 @@ impl ClusterSection {
     /// The mutual-exclusion variants chosen by `ra_fault_tolerant` and
     /// `priority`.
     pub fn mutex_options(&self) -> MutexOptions {
-        MutexOptions { fault_tolerant: self.ra_fault_tolerant, priority: self.priority }
+        MutexOptions {
+            fault_tolerant: self.ra_fault_tolerant,
+            priority: self.priority,
+            fence_room: None,
+        }
     }
 }
 

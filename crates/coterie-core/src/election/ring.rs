@@ -65,7 +65,11 @@
 //! highest live id and its term is the newest seen, the election confirms
 //! the term instead of opening a new one, so a node that merely catches up
 //! (it heard of a newer term in a heartbeat, and waited one failure timeout
-//! for the announcement in vain) causes no change of epoch.
+//! for the announcement in vain) causes no change of epoch. The exception
+//! is a coordinator asked for a new term (its mutual exclusion ran out of
+//! fences, `handle_renew`): it starts a round, and until it takes a newer
+//! epoch no round confirms its term, a round that passed it before
+//! included (seeing its term confirmed, it starts another).
 //!
 //! **Missed nodes.** Nodes that have just restarted may not yet know a
 //! peer is up and pass an election round it. A node announced a coordinator
@@ -164,6 +168,10 @@ pub struct Ring {
     started: bool,
     /// Whether this node's own election is circulating.
     electing: bool,
+    /// Whether this node, as coordinator, was asked for a new term (its
+    /// mutual exclusion ran out of fences): until a newer epoch is taken,
+    /// no election confirms its term, its own or another node's.
+    renewing: bool,
     /// Whether the catch-up timer is armed: waiting for an announcement
     /// (of a newer term, or of the successor of a lost coordinator).
     catching_up: bool,
@@ -192,6 +200,7 @@ impl Ring {
             current: None,
             started: false,
             electing: false,
+            renewing: false,
             catching_up: false,
             hinted: None,
             passed: None,
@@ -250,25 +259,30 @@ impl Ring {
         self.current.filter(|(leader, _)| *leader == self.id).map(|(_, e)| e)
     }
 
-    fn start(&mut self, now: Time, out: &mut Out<Ring>) {
-        self.start_with(now, self.own_term(), out);
+    /// The term an election passing here may confirm: this node's own,
+    /// unless it asked for a new one.
+    fn confirmable(&self) -> Option<Epoch> {
+        self.own_term().filter(|_| !self.renewing)
     }
 
-    /// Starts an election carrying `incumbent`, the sitting term it may
-    /// confirm (none: the round ends in a new epoch).
-    fn start_with(&mut self, now: Time, incumbent: Option<Epoch>, out: &mut Out<Ring>) {
+    fn start(&mut self, now: Time, out: &mut Out<Ring>) {
         if !self.started {
             return;
         }
         self.electing = true;
         out.set_timer(RingTimer::Return, now + self.timeout);
-        let msg =
-            RingMsg::Election { starter: self.id, ids: vec![self.id], seen: self.seen, incumbent };
+        let msg = RingMsg::Election {
+            starter: self.id,
+            ids: vec![self.id],
+            seen: self.seen,
+            incumbent: self.confirmable(),
+        };
         self.pass(now, msg, out);
     }
 
     fn follow(&mut self, leader: NodeId, epoch: Epoch, out: &mut Out<Ring>) {
         if self.current.is_none_or(|(_, current)| epoch > current) {
+            self.renewing = false;
             if std::mem::take(&mut self.catching_up) {
                 out.cancel_timer(RingTimer::CatchUp);
             }
@@ -291,7 +305,11 @@ impl Ring {
                     // rather than re-elected (a restarted one sits on no
                     // term, so it gets a fresh epoch).
                     let epoch = match incumbent {
-                        Some(term) if term.leader() == leader && term == self.seen => term,
+                        Some(term)
+                            if term.leader() == leader && term == self.seen && !self.renewing =>
+                        {
+                            term
+                        }
                         _ => self.seen.next_for(leader),
                     };
                     self.seen = epoch;
@@ -306,7 +324,7 @@ impl Ring {
                 } else {
                     ids.push(self.id);
                     let seen = self.seen;
-                    let incumbent = incumbent.max(self.own_term());
+                    let incumbent = incumbent.max(self.confirmable());
                     self.pass(now, RingMsg::Election { starter, ids, seen, incumbent }, out);
                 }
             }
@@ -337,7 +355,10 @@ impl Ring {
                 }
                 // An election that missed this node (its peers did not see
                 // it yet) named a lower one: elect again, this node included.
-                if leader < self.id && !self.electing {
+                // So does a coordinator that wants a new term and sees its
+                // old one confirmed by a round that passed it before.
+                let confirmed = self.renewing && Some(epoch) == self.own_term();
+                if (leader < self.id || confirmed) && !self.electing {
                     self.start(now, out);
                 }
             }
@@ -425,8 +446,12 @@ impl ElectionAlgorithm for Ring {
     /// comes back as a new epoch (for this node, if it is still the
     /// highest live one).
     fn handle_renew(&mut self, now: Time, out: &mut Out<Ring>) {
-        if self.own_term().is_some() && !self.electing {
-            self.start_with(now, None, out);
+        if self.own_term().is_none() || self.renewing {
+            return;
+        }
+        self.renewing = true;
+        if !self.electing {
+            self.start(now, out);
         }
     }
 

@@ -297,6 +297,8 @@ pub struct Centralized {
     /// Whether the coordinator lends the lock to a node that asks again
     /// (`centralized-lending`).
     lending: bool,
+    /// The grants a term may number ([`MutexOptions::fence_room`](crate::algorithm::MutexOptions::fence_room)).
+    room: u64,
     /// Peers counted as up.
     alive: BTreeSet<NodeId>,
     clock: LamportClock,
@@ -324,6 +326,7 @@ impl Centralized {
             id: cfg.id,
             capacity: cfg.capacity.max(1),
             lending: false,
+            room: cfg.mutex_options.fence_room(),
             alive: BTreeSet::new(),
             clock: LamportClock::default(),
             view: None,
@@ -370,7 +373,7 @@ impl Centralized {
         }
         // A term whose fences have run out grants nothing more: the engine
         // sees the term spent and has the election open a new one.
-        while m.holders.len() < self.capacity && m.grants < Fence::MINOR_MAX {
+        while m.holders.len() < self.capacity && m.grants < self.room {
             let Some(stamp) = m.queue.pop_front() else {
                 break;
             };
@@ -382,7 +385,7 @@ impl Centralized {
                 && stamp.node != self.id
                 && m.last == Some(stamp.node)
                 && m.queue.is_empty()
-                && Fence::new(m.epoch.0, m.grants + LOAN).minor() == m.grants + LOAN;
+                && m.grants - 1 + LOAN <= self.room;
             let lent_until = lend.then(|| {
                 m.grants += LOAN - 1;
                 Fence::new(m.epoch.0, m.grants)
@@ -729,7 +732,7 @@ impl MutexAlgorithm for Centralized {
     /// As coordinator, with someone queued: the term has granted its last
     /// fence.
     fn term_spent(&self) -> bool {
-        self.manager.as_ref().is_some_and(|m| m.grants >= Fence::MINOR_MAX && !m.queue.is_empty())
+        self.manager.as_ref().is_some_and(|m| m.grants >= self.room && !m.queue.is_empty())
     }
 
     /// As coordinator: the fence of its last grant.

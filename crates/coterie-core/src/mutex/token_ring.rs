@@ -221,6 +221,8 @@ impl Round {
 pub struct TokenRing {
     id: NodeId,
     failure_timeout: Duration,
+    /// The entries a generation may number ([`MutexOptions::fence_room`](crate::algorithm::MutexOptions::fence_room)).
+    room: u64,
     alive: BTreeSet<NodeId>,
     coordinator: Option<NodeId>,
     state: CsState,
@@ -259,6 +261,7 @@ impl TokenRing {
         TokenRing {
             id: cfg.id,
             failure_timeout: cfg.timing.failure_timeout,
+            room: cfg.mutex_options.fence_room(),
             alive: BTreeSet::new(),
             coordinator: None,
             state: CsState::Idle,
@@ -336,7 +339,7 @@ impl TokenRing {
         known_here: bool,
         out: &mut Out<TokenRing>,
     ) {
-        if self.state == CsState::Wanting && token.entries >= Fence::MINOR_MAX {
+        if self.state == CsState::Wanting && token.entries >= self.room {
             // This generation has granted its last fence. The token is set
             // aside, unused, and a probe round asked for: its verdict
             // relabels the token with a new generation, entries from 0.
@@ -344,6 +347,8 @@ impl TokenRing {
                 self.quarantine = Some(token);
             }
             self.ask_for_round(now, out);
+            // Asked again if the round does not come (a lost MISSING).
+            out.set_timer(TokenTimer::Patience, now + self.patience());
             return;
         }
         if self.state == CsState::Wanting {

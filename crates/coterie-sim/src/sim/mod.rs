@@ -422,9 +422,12 @@ impl<C: Chooser> Simulation<C> {
     }
 
     /// Since when the cluster has been quiet: the last fault's beginning
-    /// or end, or the workload's start.
+    /// or end, the last change of coordinator at any node (a term renewed
+    /// because its fences ran out is an election that no fault began), or
+    /// the workload's start.
     fn quiet_since(&self) -> Time {
-        self.faults.last().max(self.workload.start())
+        let elected = self.report.elections.last().map(|&(at, ..)| Time::from_micros(at));
+        self.faults.last().max(self.workload.start()).max(elected.unwrap_or_default())
     }
 
     /// Judges the end state and returns what the run saw.

@@ -248,8 +248,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
             if !args.json {
                 eprint!("\r  measuring {mutex} with {n} nodes...          ");
             }
-            let options =
-                MutexOptions { fault_tolerant: args.ra_fault_tolerant, priority: args.priority };
+            let options = MutexOptions {
+                fault_tolerant: args.ra_fault_tolerant,
+                priority: args.priority,
+                ..MutexOptions::default()
+            };
             rows.push(measure(mutex, args.election, n, args.seeds, options)?);
         }
     }

@@ -95,6 +95,12 @@ pub struct Args {
     /// timestamp, fewest-entries or least-recent.
     #[arg(long, default_value = "timestamp", value_parser = priority)]
     priority: Priority,
+    /// centralized, centralized-lending, token-ring: how many grants a
+    /// term (a token's generation) may number before it moves to a new
+    /// one; a real cluster's is 2^24 - 1, the room a fence gives. Make it
+    /// small to watch terms run out and be renewed.
+    #[arg(long, value_name = "N")]
+    fence_room: Option<u64>,
     /// Who watches whom for failures: `all` (every node heartbeats every
     /// peer) or `ring` (each probes --watch peers and its coordinator; a
     /// suspicion is announced and checked by each node).
@@ -189,6 +195,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         mutex_options: MutexOptions {
             fault_tolerant: args.ra_fault_tolerant,
             priority: args.priority,
+            fence_room: args.fence_room,
         },
         crashes: args.crashes,
         partitions: args.partitions,
