@@ -41,6 +41,10 @@ pub enum MutexOption {
     FaultTolerant,
     /// [`MutexOptions::priority`](crate::MutexOptions::priority).
     Priority,
+    /// [`MutexOptions::fence_room`](crate::MutexOptions::fence_room): the
+    /// algorithm counts grants within an era and renews the era when the
+    /// count is spent.
+    FenceRoom,
 }
 
 /// What a mutual-exclusion algorithm promises beyond mutual exclusion
@@ -121,7 +125,7 @@ pub const MUTEXES: &[MutexInfo] = &[
     MutexInfo {
         name: "centralized",
         summary: "coordinator with a FIFO queue; count > 1 makes it a counting semaphore",
-        claims: Claims { counting: true, ..Claims::BASIC },
+        claims: Claims { counting: true, options: &[MutexOption::FenceRoom], ..Claims::BASIC },
         light_load: |_, local| if local { (0, 0) } else { (3, 3) },
         // The coordinator's own entries are free; everyone enters as often.
         heavy_load: |n| (3.0 * (n - 1) as f64 / n as f64, 3.0),
@@ -133,7 +137,7 @@ pub const MUTEXES: &[MutexInfo] = &[
     MutexInfo {
         name: "centralized-lending",
         summary: "centralized, and the coordinator lends the lock to a node that asks again: its re-entries cost no message",
-        claims: Claims { counting: true, ..Claims::BASIC },
+        claims: Claims { counting: true, options: &[MutexOption::FenceRoom], ..Claims::BASIC },
         // Nothing on a loan; centralized's 3 otherwise, and 2 more (RECALL
         // and the loan's RELEASE) when the lock must first come back.
         light_load: |_, local| if local { (0, 2) } else { (0, 5) },
@@ -218,7 +222,7 @@ pub const MUTEXES: &[MutexInfo] = &[
             "one token round the ring of live nodes; parks after an idle lap, stays with a parker that enters again, regenerated when lost",
         // WANT to the parker, the token straight back, then an idle lap;
         // nothing when the parker itself enters again.
-        claims: Claims::BASIC,
+        claims: Claims { options: &[MutexOption::FenceRoom], ..Claims::BASIC },
         light_load: |n, _| (0, n + 2),
         heavy_load: |_| (1.0, 2.0),
         // A WANT from each waiter, the token's lap through them, and an

@@ -33,7 +33,7 @@
 //! ```
 
 use coterie_core::registry::{self, ElectionInfo, MutexInfo, MutexOption};
-use coterie_core::{AlgoConfig, Detector, MutexOptions, NodeId, Priority, Timing};
+use coterie_core::{AlgoConfig, Detector, Fence, MutexOptions, NodeId, Priority, Timing};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -118,6 +118,12 @@ pub struct ClusterSection {
     /// no memory. `"0s"` keeps every lock for good.
     #[serde(default = "ClusterSection::default_forget_after", with = "humantime_serde")]
     pub forget_after: Duration,
+    /// centralized, centralized-lending, token-ring: how many grants of a
+    /// lock one coordinator term (one token generation) may number before
+    /// a new one is opened. Unset, all that a fence's low 24 bits hold
+    /// (16,777,215); set small, to watch terms renew on a real cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence_room: Option<u64>,
 }
 
 impl ClusterSection {
@@ -139,6 +145,7 @@ impl ClusterSection {
             state_sync: yes(),
             lock_delay: Duration::ZERO,
             forget_after: Self::default_forget_after(),
+            fence_room: None,
         }
     }
 
@@ -191,7 +198,7 @@ impl ClusterSection {
         MutexOptions {
             fault_tolerant: self.ra_fault_tolerant,
             priority: self.priority,
-            fence_room: None,
+            fence_room: self.fence_room,
         }
     }
 }
@@ -578,6 +585,7 @@ impl Config {
         let asked = [
             ("ra_fault_tolerant", options.fault_tolerant, MutexOption::FaultTolerant),
             ("priority", options.priority != Priority::default(), MutexOption::Priority),
+            ("fence_room", options.fence_room.is_some(), MutexOption::FenceRoom),
         ];
         for (key, asked, option) in asked {
             if asked && !claims.takes(option) {
@@ -588,6 +596,12 @@ impl Config {
                     cfg.cluster.mutex
                 )));
             }
+        }
+        if let Some(room) = cfg.cluster.fence_room.filter(|r| !(1..=Fence::MINOR_MAX).contains(r)) {
+            return Err(invalid(format!(
+                "fence_room = {room}: a term has room for 1 to {} grants",
+                Fence::MINOR_MAX
+            )));
         }
         let t = &cfg.timing;
         if t.heartbeat.is_zero() || t.failure_timeout <= t.heartbeat {
@@ -796,6 +810,16 @@ mod tests {
                     "election = \"bully\"\npriority = \"least-recent\"",
                 ),
                 "priority applies to ricart-agrawala and raymond-k only, not centralized",
+            ),
+            (
+                GOOD.replace("election = \"bully\"", "election = \"bully\"\nfence_room = 0"),
+                "fence_room = 0: a term has room for 1 to 16777215 grants",
+            ),
+            (
+                GOOD.replace("mutex = \"centralized\"", "mutex = \"maekawa\"")
+                    .replace("election = \"bully\"", "election = \"bully\"\nfence_room = 3"),
+                "fence_room applies to centralized and centralized-lending and token-ring only, \
+                 not maekawa",
             ),
         ];
         for (text, expected) in cases {

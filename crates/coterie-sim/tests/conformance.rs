@@ -201,8 +201,7 @@ fn locality_survives_crashes_and_resets_under_a_sparse_load() {
 /// without faults, MISSINGs from spent tokens).
 #[test]
 fn spent_terms_and_generations_are_renewed_with_fences_rising() {
-    let renewing =
-        |m: &&MutexInfo| matches!(m.name, "centralized" | "centralized-lending" | "token-ring");
+    let renewing = |m: &&MutexInfo| m.claims.takes(MutexOption::FenceRoom);
     for m in mutexes().into_iter().filter(renewing) {
         let room = if m.name == "centralized-lending" { 1030 } else { 2 };
         for e in ELECTIONS {
@@ -591,7 +590,10 @@ fn the_checker_catches_two_holders_and_names_the_seed() {
 /// The registered algorithms that have the fault-tolerant form and the
 /// dynamic priorities.
 fn with_options() -> Vec<&'static MutexInfo> {
-    mutexes().into_iter().filter(|m| !m.claims.options.is_empty()).collect()
+    let variants = |m: &&MutexInfo| {
+        m.claims.takes(MutexOption::FaultTolerant) || m.claims.takes(MutexOption::Priority)
+    };
+    mutexes().into_iter().filter(variants).collect()
 }
 
 /// Every choice of the options `m` claims but the default, which the tests

@@ -253,6 +253,45 @@ fn the_blocking_client_keeps_its_lease_while_it_works_and_learns_its_node_is_gon
     assert!(matches!(a.request(&jobs), Err(ClientError::Lost(Loss::Silent(_)))));
 }
 
+/// A term out of fences, on real nodes: with `fence_room = 3` every third
+/// grant of a lock spends its coordinator's term (or its token's
+/// generation), and the next grant waits for a new one. Fences rise through
+/// it all, their era part moving on every third grant, under every
+/// election; the cluster agrees at the end.
+#[test]
+fn a_spent_term_is_renewed_on_real_nodes_with_fences_rising() {
+    use coterie_client::{blocking, LockRequest, Outcome};
+    let runs = [
+        ("centralized", "bully"),
+        ("centralized", "ring"),
+        ("centralized", "garcia-molina"),
+        ("token-ring", "ring"),
+    ];
+    for (mutex, election) in runs {
+        let env = [("COTERIE_MUTEX", mutex), ("COTERIE_ELECTION", election)];
+        let name = format!("renew-{mutex}-{election}");
+        let up = Up::start_in(3, &name, |c| c.cluster.fence_room = Some(3), &env);
+        let nodes = up.configuration().nodes;
+        let jobs = LockRequest::new(["jobs"]);
+        let mut fences = Vec::new();
+        // One client away from the coordinator, one at it, in turns.
+        for addr in [&nodes[0].client, &nodes[2].client] {
+            let mut client = blocking::Client::connect(addr).unwrap();
+            for i in 0..6 {
+                let outcome =
+                    if i == 0 { client.request(&jobs) } else { client.release_and_request(&jobs) };
+                let Ok(Outcome::Granted(grant)) = outcome else { panic!("{name}: {outcome:?}") };
+                fences.push(grant.fence());
+            }
+            client.release().unwrap();
+        }
+        assert!(fences.windows(2).all(|w| w[0] < w[1]), "{name}: fences {fences:?}");
+        let eras: std::collections::BTreeSet<u64> = fences.iter().map(|f| f >> 24).collect();
+        assert!(eras.len() >= 4, "{name}: {} eras for 12 grants: {fences:?}", eras.len());
+        up.wait_for(|rows| agreed(rows).is_some_and(|(c, n)| c == 3 && n == 3));
+    }
+}
+
 /// The blocking client on a cluster with a secret: with the secret it is
 /// let in; with a wrong one the handshake fails and says so; with none
 /// the node tells it that it must authenticate.
