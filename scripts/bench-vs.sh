@@ -253,12 +253,27 @@ c = tomllib.load(open(sys.argv[1], "rb"))
 print(next(n["client"] for n in c["node"] if n["id"] == int(sys.argv[2])).rsplit(":", 1)[1])' "$1" "$2"
 }
 
+# blocking_row DIR MUTEX SCOPE SYSTEM WHERE CMD...: a row from one blocking
+# client (CMD, which prints coterie-lock's JSON line) on the cluster in DIR,
+# one client at node SCOPE, with the mutex messages the cluster sent
+# meanwhile.
+blocking_row() {
+    local dir="$1" mutex="$2" scope="$3" system="$4" where="$5" before report after
+    shift 5
+    say "$system $where, ${seconds}s"
+    before="$(mutex_sent "$dir/cluster.toml")"
+    report="$("$@")"
+    after="$(mutex_sent "$dir/cluster.toml")"
+    ROW_FLOOR="$(floor_kind "$mutex" "$scope")" row "$system" "$where" "$report" 1 \
+        "$(hops "$mutex" "$scope")" "$((after - before))"
+}
+
 # coterie_run MUTEX SCOPE...: one cluster of MUTEX, one workload per SCOPE
 # (a node id: 1 client there; all: one client at every node). With
 # COTERIE_DELAY set (e.g. 1ms), every node's peer links are delayed by it.
 coterie_run() {
     local mutex="$1" dir="$work/coterie-$1${COTERIE_DELAY:+-delayed}" up scope clients where args
-    local report before after label="coterie $1"
+    local report before after port label="coterie $1"
     shift
     mkdir -p "$dir"
     write_cluster "$dir/cluster.toml" "$mutex"
@@ -286,18 +301,11 @@ coterie_run() {
         # The same path from the blocking clients, C and Rust, for a single
         # client on loopback.
         if [ "$clients" = 1 ] && [ -z "${COTERIE_DELAY:-}" ]; then
-            say "$label: the C client $where, ${seconds}s"
-            before="$(mutex_sent "$dir/cluster.toml")"
-            report="$("$work/coterie-lock" "$(client_port "$dir/cluster.toml" "$scope")" "$seconds")"
-            after="$(mutex_sent "$dir/cluster.toml")"
-            ROW_FLOOR="$(floor_kind "$mutex" "$scope")" row "$label, C client" "$where" "$report" 1 \
-                "$(hops "$mutex" "$scope")" "$((after - before))"
-            say "$label: the blocking Rust client $where, ${seconds}s"
-            before="$(mutex_sent "$dir/cluster.toml")"
-            report="$("$lock_loop" "127.0.0.1:$(client_port "$dir/cluster.toml" "$scope")" "$seconds")"
-            after="$(mutex_sent "$dir/cluster.toml")"
-            ROW_FLOOR="$(floor_kind "$mutex" "$scope")" row "$label, blocking Rust client" "$where" \
-                "$report" 1 "$(hops "$mutex" "$scope")" "$((after - before))"
+            port="$(client_port "$dir/cluster.toml" "$scope")"
+            blocking_row "$dir" "$mutex" "$scope" "$label, C client" "$where" \
+                "$work/coterie-lock" "$port" "$seconds"
+            blocking_row "$dir" "$mutex" "$scope" "$label, blocking Rust client" "$where" \
+                "$lock_loop" "127.0.0.1:$port" "$seconds"
         fi
     done
     stop "$up"

@@ -246,19 +246,12 @@ impl Session {
         if self.lost.is_some() || self.last_sent.elapsed() < self.keepalive.0 {
             return;
         }
-        let pinged = match self.send(&[ClientRequest::Ping]) {
-            Ok(()) => self.next(true),
-            Err(loss) => Err(loss),
+        let loss = match self.send(&[ClientRequest::Ping]).and_then(|()| self.next(true)) {
+            Ok(None) => return,
+            Ok(Some(other)) => Loss::Broken(format!("unexpected {other:?}")),
+            Err(loss) => loss,
         };
-        match pinged {
-            Ok(None) => {}
-            Ok(Some(other)) => {
-                self.lose(Loss::Broken(format!("unexpected {other:?}")));
-            }
-            Err(loss) => {
-                self.lose(loss);
-            }
-        }
+        self.lose(loss);
     }
 
     /// Keeps `loss` as the session's end, and says it as an error.

@@ -160,9 +160,9 @@ pub struct MutexOptions {
     /// How many grants a centralized term, or a token-ring generation, may
     /// number before it must move to a new one (see
     /// [`MutexAlgorithm::term_spent`]): all that a fence's minor part holds
-    /// ([`Fence::MINOR_MAX`](crate::types::Fence::MINOR_MAX)) when `None`,
-    /// as on every real cluster. The simulator's tests make it small, to
-    /// see the move happen under faults.
+    /// ([`Fence::MINOR_MAX`](crate::types::Fence::MINOR_MAX)) when `None`.
+    /// A cluster file's `fence_room`, or the simulator's `--fence-room`,
+    /// makes it small, to see the move happen.
     pub fence_room: Option<u64>,
 }
 
@@ -499,8 +499,7 @@ pub trait MutexAlgorithm: Algorithm {
     fn observe_remnant(&mut self, _own: Option<u64>, _floor: u64) {}
 
     /// As coordinator: whether this term has issued every fence it has
-    /// room for ([`Fence::MINOR_MAX`](crate::types::Fence::MINOR_MAX)) and
-    /// a request waits. The engine then asks the election for a new term
+    /// room for ([`MutexOptions::fence_room`]) and a request waits. The engine then asks the election for a new term
     /// ([`ElectionAlgorithm::handle_renew`]), whose fences start above
     /// this one's. Only algorithms whose fences count grants within an
     /// epoch run out; the default is `false`.

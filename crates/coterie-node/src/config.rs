@@ -192,8 +192,8 @@ impl ClusterSection {
         Ok(())
     }
 
-    /// The mutual-exclusion variants chosen by `ra_fault_tolerant` and
-    /// `priority`.
+    /// The mutual-exclusion variants chosen by `ra_fault_tolerant`,
+    /// `priority` and `fence_room`.
     pub fn mutex_options(&self) -> MutexOptions {
         MutexOptions {
             fault_tolerant: self.ra_fault_tolerant,

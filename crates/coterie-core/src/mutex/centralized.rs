@@ -20,11 +20,12 @@
 //! coordinator keeps the holders and a FIFO queue in order of arrival; while
 //! fewer than `k` nodes hold, it grants the head of the queue a fence made
 //! of its epoch (high bits) and a grant counter (low bits), so fences grow
-//! across coordinators. The counter has room for 2²⁴ − 1 grants a term;
-//! a coordinator that has granted the last of them grants no more, and
-//! the engine has the election open a new term of the same coordinator
-//! (`handle_renew`), whose rebuild goes on from the queue with fences
-//! above the spent term's, as after any change of coordinator.
+//! across coordinators. The counter has room for 2²⁴ − 1 grants a term
+//! (fewer with `fence_room`); a coordinator that has granted the last of
+//! them grants no more, and the engine has the election open a new term
+//! of the same coordinator (`handle_renew`), whose rebuild goes on from
+//! the queue with fences above the spent term's, as after any change of
+//! coordinator.
 //!
 //! **Recovery.** A node that becomes coordinator knows nothing of its
 //! predecessor's queue, but every node knows its own part of it.

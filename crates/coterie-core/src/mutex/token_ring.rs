@@ -94,10 +94,10 @@
 //! entries). Entries within a generation count up (from 0 again when a
 //! round relabels the token), and a new generation is higher than every
 //! earlier one, so fences rise with every grant, also across
-//! regenerations. A generation's count has room for 2²⁴ − 1 entries: the
-//! holder that finds it full sets the token aside and asks the
-//! coordinator for a round (MISSING), whose verdict relabels the token
-//! with a new generation before the next entry. The
+//! regenerations. A generation's count has room for 2²⁴ − 1 entries
+//! (fewer with `fence_room`): the holder that finds it full sets the token
+//! aside and asks the coordinator for a round (MISSING), whose verdict
+//! relabels the token with a new generation before the next entry. The
 //! highest generation seen is the node's watermark, which the engine keeps
 //! a reserve above in stable storage: after a restart of every node the
 //! next generation is above all earlier ones, and so are its fences.
@@ -307,9 +307,7 @@ impl TokenRing {
         self.highest = self.highest.max(token.generation);
         let Some(current) = self.generation else {
             // Cannot tell yet whether it is stale: keep it, unused.
-            if self.quarantine.is_none_or(|q| q.generation < token.generation) {
-                self.quarantine = Some(token);
-            }
+            self.put_aside(token);
             return;
         };
         if token.generation < current {
@@ -339,19 +337,18 @@ impl TokenRing {
         known_here: bool,
         out: &mut Out<TokenRing>,
     ) {
-        if self.state == CsState::Wanting && token.entries >= self.room {
-            // This generation has granted its last fence. The token is set
-            // aside, unused, and a probe round asked for: its verdict
-            // relabels the token with a new generation, entries from 0.
-            if self.quarantine.is_none_or(|q| q.generation < token.generation) {
-                self.quarantine = Some(token);
-            }
-            self.ask_for_round(now, out);
-            // Asked again if the round does not come (a lost MISSING).
-            out.set_timer(TokenTimer::Patience, now + self.patience());
-            return;
-        }
         if self.state == CsState::Wanting {
+            if token.entries >= self.room {
+                // This generation has granted its last fence. The token is
+                // set aside, unused, and a probe round asked for: its
+                // verdict relabels the token with a new generation, entries
+                // from 0.
+                self.put_aside(token);
+                self.ask_for_round(now, out);
+                // Asked again if the round does not come (a lost MISSING).
+                out.set_timer(TokenTimer::Patience, now + self.patience());
+                return;
+            }
             self.stays = known_here;
             token.entries += 1;
             token.idle_since = self.id;
@@ -435,9 +432,7 @@ impl TokenRing {
             }
         }
         if let Some(t) = self.token.take() {
-            if self.quarantine.is_none_or(|q| q.generation < t.generation) {
-                self.quarantine = Some(t);
-            }
+            self.put_aside(t);
         }
         self.quarantine.map(|q| (q.generation, q.entries))
     }
@@ -470,6 +465,13 @@ impl TokenRing {
             self.hold_or_pass(now, token, false, out);
         } else {
             self.lap(token, out);
+        }
+    }
+
+    /// Keeps `token` in quarantine, unused, unless a newer one is there.
+    fn put_aside(&mut self, token: Token) {
+        if self.quarantine.is_none_or(|q| q.generation < token.generation) {
+            self.quarantine = Some(token);
         }
     }
 

@@ -97,8 +97,9 @@ pub struct Args {
     priority: Priority,
     /// centralized, centralized-lending, token-ring: how many grants a
     /// term (a token's generation) may number before it moves to a new
-    /// one; a real cluster's is 2^24 - 1, the room a fence gives. Make it
-    /// small to watch terms run out and be renewed.
+    /// one: 2^24 - 1, the room a fence gives, unless a cluster file's
+    /// fence_room says less. Make it small to watch terms run out and be
+    /// renewed.
     #[arg(long, value_name = "N")]
     fence_room: Option<u64>,
     /// Who watches whom for failures: `all` (every node heartbeats every
