@@ -7,6 +7,12 @@
 # kill cost and the time from the kill to agreement, and the entries the
 # workload made; then the medians per election.
 #
+# Next to the ring's kill time it prints that election's floor on this
+# machine: a ring election after the coordinator's loss is 2(N-1) messages
+# in sequence (an ELECTION round and a COORDINATOR round of the N-1 live
+# nodes), and `pingpong LAPS N` (scripts/bench/pingpong.c) times one hop
+# round a ring of N bare C processes on loopback.
+#
 # Usage: scripts/bench-start.sh [ELECTION...]   (default: bully ring garcia-molina)
 #        NODES=128 REPEAT=5 MUTEX=centralized DURATION=2s JSON=1
 # Run it on a quiet machine: N processes share its cores.
@@ -21,7 +27,11 @@ duration="${DURATION:-2s}"
 cargo build --release -q -p coterie
 bin="$PWD/target/release/coterie"
 runs="$(mktemp)"
-trap 'rm -f "$runs"' EXIT
+pingpong="$(mktemp)"
+trap 'rm -f "$runs" "$pingpong"' EXIT
+cc -O2 -o "$pingpong" scripts/bench/pingpong.c
+echo "  floor: a message round a ring of $nodes C processes, 100 laps ..." >&2
+read -r _ hop_us < <("$pingpong" 100 "$nodes")
 for election in "${elections[@]}"; do
     for i in $(seq 1 "$repeat"); do
         echo "  $election, run $i of $repeat ..." >&2
@@ -39,10 +49,14 @@ print(json.dumps({"election": sys.argv[1], "start_round": e[0]["round"],
 ' "$election" >>"$runs" || echo "{\"election\": \"$election\", \"failed\": [\"demo failed\"]}" >>"$runs"
     done
 done
-python3 - "$runs" "$nodes" "$mutex" "${JSON:-0}" <<'EOF'
+python3 - "$runs" "$nodes" "$mutex" "${JSON:-0}" "$hop_us" <<'EOF'
 import json, statistics, sys
 runs = [json.loads(line) for line in open(sys.argv[1])]
 nodes, mutex, as_json = sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+hop_us = float(sys.argv[5])
+# The ring's election after a loss: 2(N-1) hops in sequence, at the bare C
+# ring's speed per hop. The others fan out, and have no such chain floor.
+floor_ms = {"ring": 2 * (int(nodes) - 1) * hop_us / 1000}
 def med(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -58,15 +72,17 @@ for election in dict.fromkeys(r["election"] for r in runs):
         "kill_ms": [round(r["kill_ms"], 1) for r in mine if r["kill_ms"] is not None],
         "entries_median": med([r["entries"] for r in mine]),
         "failed_runs": sum(1 for r in runs if r["election"] == election and r["failed"]),
+        "c_hop_us": hop_us,
+        "kill_floor_ms": floor_ms.get(election),
     })
 if as_json:
     print(json.dumps(summary, indent=2))
     sys.exit(0)
-print(f"{nodes} nodes, {mutex}:")
-print(f"{'election':<15} {'start rounds':<18} {'start ms (med)':>14} {'kill rounds':<14} {'kill ms':<32} {'kill ms (med)':>13} {'entries':>8} {'failed':>6}")
+print(f"{nodes} nodes, {mutex}; a hop round a ring of {nodes} C processes: {hop_us:.1f} µs")
+print(f"{'election':<15} {'start rounds':<18} {'start ms (med)':>14} {'kill rounds':<14} {'kill ms':<32} {'kill ms (med)':>13} {'floor ms':>9} {'entries':>8} {'failed':>6}")
 for s in summary:
     fmt = lambda x: "-" if x is None else f"{x:.0f}"
     print(f"{s['election']:<15} {str(s['start_rounds']):<18} {fmt(s['start_ms_median']):>14} "
           f"{str(s['kill_rounds']):<14} {str(s['kill_ms']):<32} {fmt(s['kill_ms_median']):>13} "
-          f"{fmt(s['entries_median']):>8} {s['failed_runs']:>6}")
+          f"{fmt(s['kill_floor_ms']):>9} {fmt(s['entries_median']):>8} {s['failed_runs']:>6}")
 EOF

@@ -3,7 +3,7 @@
  * reads (so each side sleeps between messages, as an idle node does).
  * Prints round trips per second and microseconds per round trip.
  *
- * `pingpong N K` instead passes a message round a ring of K processes
+ * `pingpong N K` instead passes a message round a ring of K processes (2 to 256)
  * (each connected to the next over loopback, as above), N laps, and
  * prints one-way hops per second and microseconds per hop: the floor for
  * a chain of messages, such as a lock handed from one client to another
@@ -65,9 +65,9 @@ static double timed(int out, int in, int n) {
 /* K processes in a ring: process i dials process i+1 and accepts from
  * process i-1; process 0 sends the message round N times. */
 static int ring(int n, int k) {
-    struct sockaddr_in a[64];
-    int l[64];
-    if (k < 2 || k > 64) return 1;
+    struct sockaddr_in a[256];
+    int l[256];
+    if (k < 2 || k > 256) return 1;
     for (int i = 0; i < k; i++) l[i] = listener(&a[i]);
     for (int i = 1; i < k; i++) {
         if (fork() == 0) {
