@@ -74,9 +74,13 @@ impl Admission {
                                COTERIE_SECRET_FILE)";
                     let _ = write_frame(stream, &ClientResponse::Error(why.into())).await;
                 }
-                if matches!(e, AuthError::Closed) {
-                    // Closed without a word: a port probe or a scan.
-                    debug!(%from, port = port.name(), "a connection closed before authenticating");
+                if dropped(&e) {
+                    // Closed without a word (a port probe or a scan), or
+                    // dropped by its dialler mid-way: a peer gives up a
+                    // dial of its own when this node dials it first, as
+                    // nodes starting together do by the dozen. Nothing
+                    // was claimed, so nothing failed.
+                    debug!(%from, port = port.name(), "a connection closed before authenticating: {e}");
                 } else {
                     let why = format_args!("it failed authentication: {e}");
                     self.refusals.refused(port.name(), from, &why);
@@ -146,5 +150,61 @@ impl Refusals {
         if let Some(also) = throttle.admit(std::time::Instant::now()) {
             tracing::warn!(%from, port, also_refused_since_last_line = also, "refused a connection: {why}");
         }
+    }
+}
+
+/// Whether a handshake ended because the dialler went away, not because
+/// it failed: the connection closed, was reset or aborted.
+fn dropped(e: &AuthError) -> bool {
+    use std::io::ErrorKind::*;
+    match e {
+        AuthError::Closed => true,
+        AuthError::Frame(FrameError::Io(e)) => {
+            matches!(e.kind(), ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof)
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// A dialler that gives up mid-handshake, its socket reset as a
+    /// dropped dial's is, leaves an error taken for its going away, not
+    /// for a failed authentication; a wrong secret or a timeout is not.
+    #[tokio::test]
+    async fn a_dial_dropped_mid_handshake_is_not_an_authentication_failure() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let secret = Secret::from_file_bytes(b"the cluster's secret").unwrap();
+        let dialler = tokio::spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            let hello = AuthFrame::Hello {
+                cluster: "test".into(),
+                role: Role::Peer,
+                id: 2,
+                nonce: [7; 32],
+            };
+            write_frame(&mut stream, &hello).await.unwrap();
+            socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO)).unwrap();
+        });
+        let (mut stream, _) = listener.accept().await.unwrap();
+        dialler.await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let e = auth::accept(&mut stream, &secret, "test", 1).await.unwrap_err();
+        assert!(dropped(&e), "{e:?}");
+        for kind in [
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::ConnectionAborted,
+            std::io::ErrorKind::BrokenPipe,
+            std::io::ErrorKind::UnexpectedEof,
+        ] {
+            assert!(dropped(&AuthError::Frame(FrameError::Io(kind.into()))), "{kind:?}");
+        }
+        assert!(dropped(&AuthError::Closed));
+        assert!(!dropped(&AuthError::Refused("wrong secret".into())));
+        assert!(!dropped(&AuthError::Timeout));
     }
 }
