@@ -12,6 +12,13 @@ use coterie_node::witness;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// How long a local cluster has to answer, every node, once started: this
+/// much, and [`START_WAIT_PER_NODE`] more for each node (128 processes
+/// take seconds to come up on two cores, and a busy machine more).
+const START_WAIT: Duration = Duration::from_secs(10);
+/// See [`START_WAIT`].
+const START_WAIT_PER_NODE: Duration = Duration::from_millis(100);
+
 /// What a launched cluster runs: its size and algorithms.
 pub struct Shape {
     pub nodes: u32,
@@ -124,7 +131,12 @@ impl LocalCluster {
                 cluster.start(id)?;
             }
             // Every node up and listening, or one gone (its port taken).
-            let deadline = Instant::now() + Duration::from_secs(10);
+            // A node that answered once is not asked again: at 128 nodes
+            // on two cores the processes take seconds to come up, and
+            // asking all of them every round only slows the rest.
+            let wait = START_WAIT + START_WAIT_PER_NODE * shape.nodes;
+            let deadline = Instant::now() + wait;
+            let mut answered: Vec<u32> = Vec::new();
             loop {
                 if let Some(id) = cluster.exited() {
                     last_error = Some(format!(
@@ -134,13 +146,22 @@ impl LocalCluster {
                     cluster.stop_all().await;
                     break;
                 }
-                if cluster.views(&[]).await.iter().all(|(_, v)| v.is_ok()) {
+                for (id, view) in cluster.views(&answered).await {
+                    if view.is_ok() {
+                        answered.push(id);
+                    }
+                }
+                if answered.len() == n {
                     let witness = Witness::serve(listener, witness_addr, shape.count as u32);
                     return Ok((cluster, witness));
                 }
                 if Instant::now() > deadline {
                     cluster.stop_all().await;
-                    bail!("the nodes did not start within 10 s (logs in {})", dir.display());
+                    bail!(
+                        "the nodes did not start within {wait:?}: {} of {n} answered (logs in {})",
+                        answered.len(),
+                        dir.display()
+                    );
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
