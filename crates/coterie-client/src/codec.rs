@@ -16,6 +16,14 @@ pub enum FrameError {
     Wire(#[from] WireError),
 }
 
+/// Whether `e` means the other side went away: the connection was closed
+/// (in the middle of a frame), reset or aborted, as by a process that died
+/// or dropped the connection, not a fault in what it sent.
+pub fn hung_up(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(e.kind(), ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof)
+}
+
 /// Reads one frame. `Ok(None)` is a clean end of stream between frames; an
 /// end in the middle of a frame is an error. `buf` is reused across calls.
 pub async fn read_frame<T, R>(reader: &mut R, buf: &mut Vec<u8>) -> Result<Option<T>, FrameError>

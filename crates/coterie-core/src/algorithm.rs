@@ -499,7 +499,8 @@ pub trait MutexAlgorithm: Algorithm {
     fn observe_remnant(&mut self, _own: Option<u64>, _floor: u64) {}
 
     /// As coordinator: whether this term has issued every fence it has
-    /// room for ([`MutexOptions::fence_room`]) and a request waits. The engine then asks the election for a new term
+    /// room for ([`MutexOptions::fence_room`]) and a request waits. The
+    /// engine then asks the election for a new term
     /// ([`ElectionAlgorithm::handle_renew`]), whose fences start above
     /// this one's. Only algorithms whose fences count grants within an
     /// epoch run out; the default is `false`.

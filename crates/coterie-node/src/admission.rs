@@ -4,7 +4,7 @@
 //! log line for whoever is turned away.
 
 use crate::auth::{self, AuthError, AuthFrame, Dialler, Role, Secret};
-use crate::codec::{write_frame, FrameError};
+use crate::codec::{self, write_frame, FrameError};
 use crate::protocol::ClientResponse;
 use crate::throttle::Throttle;
 use coterie_core::NodeId;
@@ -156,12 +156,9 @@ impl Refusals {
 /// Whether a handshake ended because the dialler went away, not because
 /// it failed: the connection closed, was reset or aborted.
 fn dropped(e: &AuthError) -> bool {
-    use std::io::ErrorKind::*;
     match e {
         AuthError::Closed => true,
-        AuthError::Frame(FrameError::Io(e)) => {
-            matches!(e.kind(), ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof)
-        }
+        AuthError::Frame(FrameError::Io(e)) => codec::hung_up(e),
         _ => false,
     }
 }

@@ -29,7 +29,7 @@
 use crate::admission::{Admission, Port};
 use crate::agent::{Agent, Delivery};
 use crate::auth::{AuthError, Role};
-use crate::codec::{read_frame, write_frame, FrameError};
+use crate::codec::{self, read_frame, write_frame, FrameError};
 use crate::faults::Injector;
 use crate::links::Batch;
 use crate::peers::{Lane, Peers};
@@ -167,10 +167,10 @@ impl DialError {
     /// What an I/O error while the dial waited for the peer's first word
     /// means.
     fn broken(e: &io::Error) -> DialError {
-        use io::ErrorKind::*;
-        match e.kind() {
-            ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => DialError::Reset,
-            _ => DialError::Other,
+        if codec::hung_up(e) {
+            DialError::Reset
+        } else {
+            DialError::Other
         }
     }
 }

@@ -223,16 +223,9 @@ impl Bully {
         out.set_timer(BullyTimer::Announce, now + self.timeout);
     }
 
-    /// No OK came within the timeout. The textbook wins now; here a node
-    /// wins only once no higher node is left alive by its failure
-    /// detector ([`handle_peer_down`](Algorithm::handle_peer_down) wins
-    /// the moment the last one is reported down). A higher node still
-    /// counted alive is slow, not gone: it is asked again, and the wait
-    /// starts over. Two clocks racing to judge the same node, the answer
-    /// timeout and the detector's, had let a node just below a busy
-    /// coordinator win against it, and the coordinator then bullied its
-    /// way back: two new terms, with every lock's grants rebuilt twice,
-    /// for nothing.
+    /// No OK came within the timeout: a higher node still counted alive is
+    /// slow, not gone, and is asked again; with none left, this node wins
+    /// (*Winning* in the module documentation).
     fn unanswered(&mut self, now: Time, out: &mut Out<Bully>) {
         let higher: Vec<NodeId> = self.higher_alive().collect();
         if higher.is_empty() {
