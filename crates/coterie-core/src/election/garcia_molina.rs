@@ -37,23 +37,24 @@
 //! **Assumptions.** Reliable FIFO links while both ends are up; crash and
 //! restart failures; the engine's failure detector, which reports every
 //! crash within the failure timeout. The detector stands in for the seed's
-//! deadlines: a candidate asks only the nodes it believes up and stops
-//! waiting for one as soon as it is reported down, and otherwise waits one
-//! failure timeout per phase.
+//! deadlines (see *Deadlines*): a candidate asks only the nodes it
+//! believes up, stops waiting for one as soon as it is reported down, and
+//! asks again each failure timeout while it is not.
 //!
 //! **Messages per election.** When the highest live node elects, phase 1
 //! costs nothing and each of phases 2–4 costs a message and its answer per
-//! live lower node: 6(N−1) in all. A lower node that elects first costs
-//! two messages (poll and answer) per live higher node before it stops.
-//! The coordinator's check costs 2(N−1) messages every failure timeout.
+//! live lower node: 6(N−1) in all; after the coordinator's loss, 6(N−2)
+//! (see *Failover*). A lower node that elects first costs two messages
+//! (poll and answer) per live higher node before it stops. The
+//! coordinator's check costs 2(N−1) messages every failure timeout.
 //!
 //! **Epochs.** A candidate proposes its epoch in the HALT: the round after
 //! every round it has seen (every message and heartbeat carries epochs),
 //! with its own id in the low bits. The same epoch tags its COORDINATOR,
 //! NEW_STATE and every answer, so answers to an earlier attempt are
 //! recognised and dropped, and each restart takes a new, larger epoch. The
-//! epoch a node follows only grows: a COORDINATOR or NEW_STATE of an older
-//! epoch is dropped, and a HALT whose epoch is not newer is refused with
+//! epoch a node follows only grows: a HALT whose epoch is not newer, and a
+//! COORDINATOR or NEW_STATE of a term the node has left, are refused with
 //! the node's own, so the candidate retries above it. Epochs live in
 //! memory only, as in the other elections: should every node that knew the
 //! newest term restart before passing it on, the rounds start over.
@@ -68,19 +69,43 @@
 //! rejoins a settled group waits twice the failure timeout before its
 //! election, unless the coordinator's check halts it first.
 //!
-//! **State walk.** A node starts DOWN. Whenever it loses its coordinator,
-//! waits too long as a participant or deferred, or joins with no live node
-//! above it (one below defers: see *Joining*), it holds an election:
-//! phase 1 polls the live higher nodes. An answer from one *defers* the
-//! node: it waits (twice the failure timeout) for a higher candidate's
-//! HALT, and elects again if none comes while it is not NORMAL under a
-//! live coordinator. No answer in time (or every higher node reported
-//! down): phases 2–4, the candidate itself in ELECTION, then
-//! REORGANIZATION as it sends NEW_STATE, then NORMAL once every member has
-//! answered. A participant walks ELECTION (on HALT) → REORGANIZATION (on
-//! COORDINATOR from its candidate) → NORMAL (on NEW_STATE from it),
-//! answering each; if its candidate goes quiet or is reported down, it
-//! elects.
+//! **Failover.** In the seed every node that loses its coordinator holds
+//! an election, and every one polls every node above it: N²/2 polls and
+//! answers, all to elect the highest live node. Here the rule of *Joining*
+//! holds after a loss too: only the highest live node (by this node's
+//! detector) elects, and any other defers, electing only if no HALT comes
+//! in time. The same holds when a participant loses its candidate.
+//!
+//! **Deadlines: the detector's, not a clock's.** In the seed a node that
+//! has not answered by the phase's deadline is down: silence in phase 1
+//! lets the candidate go on, in phase 2 it leaves the silent node out of
+//! the group, and in phases 3 and 4 it starts the election again. Here
+//! only the failure detector takes a node for down. When a phase's
+//! deadline passes, the candidate asks again the nodes it still waits for
+//! (each answers a repeat as it did the first), and it stops waiting for
+//! one the moment the detector reports it down: phase 1 or 2 goes on
+//! without it (a node lost after answering the HALT leaves the group),
+//! while in phases 3 and 4 the group has changed and the election starts
+//! again. Two clocks judging one node disagree under load: on 128 node
+//! processes on two cores, lower nodes slowed by the election's own burst
+//! answered the HALT late and were left out, the coordinator's first
+//! check found them outside its group and elected again, and a kill cost
+//! up to three rounds.
+//!
+//! **State walk.** A node starts DOWN. Whenever it joins or loses its
+//! coordinator or candidate with no live node above it, or waits too long
+//! as a participant or deferred, it holds an election (a node below a
+//! live one defers instead: see *Joining* and *Failover*): phase 1 polls
+//! the live higher nodes. An answer from one *defers* the node: it waits
+//! (twice the failure timeout) for a higher candidate's HALT, and elects
+//! again if none comes while it is not NORMAL under a live coordinator.
+//! Every higher node reported down (or none up): phases 2–4, the
+//! candidate itself in ELECTION, then REORGANIZATION as it sends
+//! NEW_STATE, then NORMAL once every member has answered. A participant
+//! walks ELECTION (on HALT) → REORGANIZATION (on COORDINATOR from its
+//! candidate) → NORMAL (on NEW_STATE from it), answering each; if its
+//! candidate goes quiet, it elects, and if the candidate is reported
+//! down, it elects or defers as on a lost coordinator.
 //!
 //! **Concurrent candidates.** A node accepts a HALT only from a higher
 //! node, so it only ever follows a coordinator at least as high as itself.
@@ -355,6 +380,11 @@ impl GarciaMolina {
         self.status == Standing::Normal && self.current.is_some_and(|e| e.leader() == self.id)
     }
 
+    /// NORMAL in the term of `epoch`.
+    fn follows(&self, epoch: Epoch) -> bool {
+        self.status == Standing::Normal && self.current == Some(epoch)
+    }
+
     /// NORMAL under a coordinator believed up: nothing to elect for.
     fn settled(&self) -> bool {
         self.status == Standing::Normal && self.current.is_some_and(|e| self.is_up(e.leader()))
@@ -470,6 +500,22 @@ impl GarciaMolina {
         }
     }
 
+    /// The phase's deadline passed with answers missing. Only the failure
+    /// detector takes a node for down (and stops the wait for it, in
+    /// `handle_peer_down`); one it still counts alive is slow, not gone,
+    /// and is asked again: see *Deadlines*.
+    fn unanswered(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
+        let Some(a) = self.attempt.as_ref() else { return };
+        let again = match a.phase {
+            Phase::Poll => self.poll(),
+            Phase::Halt => Msg::Election { epoch: a.epoch },
+            Phase::Coordinate => Msg::Coordinator { epoch: a.epoch },
+            Phase::NewState => Msg::NewState { epoch: a.epoch, members: self.members.clone() },
+        };
+        out.broadcast(a.waiting.iter().copied(), again);
+        self.wait_or_advance(now, out);
+    }
+
     /// The current phase is over (its answers are in, or no longer awaited).
     fn advance(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
         match self.attempt.as_ref().map(|a| a.phase) {
@@ -478,6 +524,16 @@ impl GarciaMolina {
             Some(Phase::Coordinate) => self.new_state(now, out),
             Some(Phase::NewState) => self.finish(now, out),
             None => {}
+        }
+    }
+
+    /// Elects if no live node is above this one; otherwise waits for the
+    /// highest one's HALT (see *Joining* and *Failover*).
+    fn elect_or_defer(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
+        if self.higher_alive().next().is_some() {
+            self.defer(now, out);
+        } else {
+            self.elect(now, out);
         }
     }
 
@@ -559,9 +615,14 @@ impl GarciaMolina {
             self.status = Standing::Reorganization(epoch);
             out.send(from, Msg::Ack { epoch, stage: Stage::Coordinator });
             out.set_timer(GarciaMolinaTimer::Wait, now + self.patience);
-        } else if self.current.is_none_or(|current| epoch > current) {
+        } else if self.status == Standing::Reorganization(epoch) || self.follows(epoch) {
+            // Asked again: the first answer is on its way or was late.
+            out.send(from, Msg::Ack { epoch, stage: Stage::Coordinator });
+        } else {
+            // Not from its candidate, or of a term it has left behind: a
+            // candidate still waiting for the answer starts again.
             out.send(from, self.refusal(epoch));
-        } // else an older term's: dropped
+        }
     }
 
     fn on_new_state(
@@ -584,11 +645,11 @@ impl GarciaMolina {
             // already be talking to this node's.
             out.send(from, Msg::Ack { epoch, stage: Stage::NewState });
             self.follow(epoch, out);
-        } else if self.status == Standing::Normal && self.current == Some(epoch) {
+        } else if self.follows(epoch) {
             out.send(from, Msg::Ack { epoch, stage: Stage::NewState });
-        } else if self.current.is_none_or(|current| epoch > current) {
-            out.send(from, self.refusal(epoch));
-        } // else an older term's: dropped
+        } else {
+            out.send(from, self.refusal(epoch)); // as for a COORDINATOR
+        }
     }
 
     fn on_ack(
@@ -679,13 +740,7 @@ impl Algorithm for GarciaMolina {
 
     fn handle_timer(&mut self, now: Time, timer: GarciaMolinaTimer, out: &mut Out<GarciaMolina>) {
         match timer {
-            GarciaMolinaTimer::Answer => match self.attempt.as_ref().map(|a| a.phase) {
-                // Whoever has not answered is taken for down.
-                Some(Phase::Poll | Phase::Halt) => self.advance(now, out),
-                // The answers differ from the group: start over.
-                Some(Phase::Coordinate | Phase::NewState) => self.elect(now, out),
-                None => {}
-            },
+            GarciaMolinaTimer::Answer => self.unanswered(now, out),
             GarciaMolinaTimer::Wait if self.attempt.is_none() => {
                 self.deferred = false;
                 if !self.settled() {
@@ -727,6 +782,9 @@ impl Algorithm for GarciaMolina {
         if let Some(a) = self.attempt.as_mut() {
             let was_awaited = a.waiting.remove(&peer);
             let member = a.active.contains(&peer);
+            if a.phase == Phase::Halt {
+                a.active.remove(&peer); // answered, then lost: not in the group
+            }
             match a.phase {
                 // No longer waited for: the phase may be over.
                 Phase::Poll | Phase::Halt if was_awaited && a.waiting.is_empty() => {
@@ -745,7 +803,9 @@ impl Algorithm for GarciaMolina {
             Standing::Normal => self.current.is_some_and(|e| e.leader() == peer),
         };
         let nobody_higher = self.higher_alive().next().is_none();
-        if leader_lost || (self.deferred && peer > self.id && nobody_higher) {
+        if leader_lost {
+            self.elect_or_defer(now, out);
+        } else if self.deferred && peer > self.id && nobody_higher {
             self.elect(now, out);
         }
     }
@@ -756,11 +816,7 @@ impl ElectionAlgorithm for GarciaMolina {
     /// a higher node had answered its poll (see *Joining*).
     fn handle_start(&mut self, now: Time, out: &mut Out<GarciaMolina>) {
         self.started = true;
-        if self.higher_alive().next().is_some() {
-            self.defer(now, out);
-        } else {
-            self.elect(now, out);
-        }
+        self.elect_or_defer(now, out);
     }
 
     /// A sitting coordinator with no election under way holds one: it
@@ -901,17 +957,27 @@ mod tests {
     }
 
     #[test]
-    fn silence_from_the_higher_nodes_leads_to_phase_two() {
+    fn a_silent_higher_node_is_polled_again_until_reported_down() {
         let mut g = node(2, 3, &[1, 3]);
         let mut out = Out::<GarciaMolina>::new();
         g.elect(T, &mut out);
         out.take();
+        // Node 3 is slow, not gone: the deadline only asks it again.
         g.handle_timer(TIMEOUT, GarciaMolinaTimer::Answer, &mut out);
         assert_eq!(
             out.take(),
             vec![
-                send(1, Election { epoch: e(1, 2) }),
+                send(3, StatusPoll { seen: Epoch(0), view: DOWN }),
                 Action::SetTimer { timer: GarciaMolinaTimer::Answer, at: TIMEOUT * 2 },
+            ]
+        );
+        // Once the detector takes it for down, phase 2 begins.
+        g.handle_peer_down(TIMEOUT * 2, n(3), &mut out);
+        assert_eq!(
+            out.take(),
+            vec![
+                send(1, Election { epoch: e(1, 2) }),
+                Action::SetTimer { timer: GarciaMolinaTimer::Answer, at: TIMEOUT * 3 },
             ]
         );
     }
@@ -971,12 +1037,27 @@ mod tests {
         g.handle_start(T, &mut out);
         g.handle_message(T, n(2), Ack { epoch: e(1, 3), stage: Stage::Halt }, &mut out);
         out.take();
+        // Node 1 is late: halted again, and waited for while it counts alive.
         g.handle_timer(TIMEOUT, GarciaMolinaTimer::Answer, &mut out);
+        assert_eq!(sends(&mut out), vec![(n(1), Election { epoch: e(1, 3) })]);
+        g.handle_peer_down(TIMEOUT, n(1), &mut out);
         assert_eq!(
             sends(&mut out),
             vec![(n(2), Coordinator { epoch: e(1, 3) })],
-            "node 1 did not answer in time"
+            "node 1 was reported down before it answered"
         );
+    }
+
+    #[test]
+    fn a_node_lost_after_answering_the_halt_is_left_out_of_the_group() {
+        let mut g = node(3, 3, &[1, 2]);
+        let mut out = Out::<GarciaMolina>::new();
+        g.handle_start(T, &mut out);
+        g.handle_message(T, n(2), Ack { epoch: e(1, 3), stage: Stage::Halt }, &mut out);
+        g.handle_peer_down(T, n(2), &mut out);
+        out.take();
+        g.handle_message(T, n(1), Ack { epoch: e(1, 3), stage: Stage::Halt }, &mut out);
+        assert_eq!(sends(&mut out), vec![(n(1), Coordinator { epoch: e(1, 3) })]);
     }
 
     #[test]
@@ -1003,7 +1084,7 @@ mod tests {
     }
 
     #[test]
-    fn missing_answers_to_new_state_restart_the_election() {
+    fn a_slow_member_is_asked_again_and_a_lost_one_restarts_the_election() {
         let mut g = node(2, 2, &[1]);
         let mut out = Out::<GarciaMolina>::new();
         g.handle_start(T, &mut out);
@@ -1011,7 +1092,13 @@ mod tests {
         g.handle_message(T, n(1), Ack { epoch: e(1, 2), stage: Stage::Coordinator }, &mut out);
         out.take();
         g.handle_timer(TIMEOUT, GarciaMolinaTimer::Answer, &mut out);
-        assert_eq!(sends(&mut out), vec![(n(1), Election { epoch: e(2, 2) })]);
+        let members = vec![n(1), n(2)];
+        assert_eq!(sends(&mut out), vec![(n(1), NewState { epoch: e(1, 2), members })]);
+        // Lost: the group changed, and the election starts over (alone,
+        // node 2 goes through it at once).
+        g.handle_peer_down(TIMEOUT, n(1), &mut out);
+        assert_eq!((g.coordinator(), g.epoch()), (Some(n(2)), e(2, 2)));
+        assert_eq!(g.members(), &[n(2)][..]);
     }
 
     #[test]
@@ -1036,6 +1123,9 @@ mod tests {
             ]
         );
         assert_eq!(g.state(), State::Reorganization);
+        // Asked again by a candidate that did not hear the answer in time.
+        g.handle_message(T, n(4), Coordinator { epoch: e(1, 4) }, &mut out);
+        assert_eq!(out.take(), vec![send(4, Ack { epoch: e(1, 4), stage: Stage::Coordinator })]);
         let members = vec![n(1), n(2), n(4)];
         g.handle_message(T, n(4), NewState { epoch: e(1, 4), members: members.clone() }, &mut out);
         assert_eq!(
@@ -1067,7 +1157,7 @@ mod tests {
     }
 
     #[test]
-    fn messages_of_an_older_term_are_dropped() {
+    fn messages_of_an_older_term_are_refused_and_their_candidate_starts_again() {
         let mut g = node(2, 5, &[4, 5]);
         let mut out = Out::<GarciaMolina>::new();
         g.handle_message(T, n(5), Election { epoch: e(5, 5) }, &mut out);
@@ -1076,8 +1166,21 @@ mod tests {
         out.take();
         g.handle_message(T, n(4), Coordinator { epoch: e(3, 4) }, &mut out);
         g.handle_message(T, n(4), NewState { epoch: e(3, 4), members: vec![] }, &mut out);
-        assert!(out.is_empty());
+        let no =
+            |epoch| (n(4), Refuse { epoch, seen: e(5, 5), view: view(State::Normal, e(5, 5)) });
+        assert_eq!(sends(&mut out), vec![no(e(3, 4)), no(e(3, 4))]);
         assert_eq!((g.coordinator(), g.epoch()), (Some(n(5)), e(5, 5)));
+        // A candidate left behind, asking again, hears the refusal and
+        // elects above the newer term instead of asking for ever.
+        let mut c = node(5, 5, &[2]);
+        c.handle_start(T, &mut out);
+        c.handle_message(T, n(2), Ack { epoch: e(1, 5), stage: Stage::Halt }, &mut out);
+        out.take();
+        c.handle_timer(TIMEOUT, GarciaMolinaTimer::Answer, &mut out);
+        assert_eq!(sends(&mut out), vec![(n(2), Coordinator { epoch: e(1, 5) })]);
+        let refusal = Refuse { epoch: e(1, 5), seen: e(7, 4), view: view(State::Normal, e(7, 4)) };
+        c.handle_message(TIMEOUT, n(2), refusal, &mut out);
+        assert_eq!(sends(&mut out), vec![(n(2), Election { epoch: e(8, 5) })]);
     }
 
     #[test]
@@ -1126,7 +1229,7 @@ mod tests {
         // The lower candidate, refused by a higher node, defers.
         let mut c = node(2, 3, &[1, 3]);
         c.handle_timer(T, GarciaMolinaTimer::Wait, &mut out); // elect: polls 3, which is silent
-        c.handle_timer(TIMEOUT, GarciaMolinaTimer::Answer, &mut out); // phase 2: halts 1
+        c.handle_peer_down(TIMEOUT, n(3), &mut out); // reported down: phase 2 halts 1
         out.take();
         let refusal = Refuse { epoch: e(1, 2), seen: e(1, 3), view: view(State::Normal, e(1, 3)) };
         c.handle_message(TIMEOUT, n(1), refusal, &mut out);
@@ -1260,6 +1363,22 @@ mod tests {
                 Action::SetTimer { timer: GarciaMolinaTimer::Answer, at: TIMEOUT },
             ]
         );
+    }
+
+    #[test]
+    fn a_follower_below_a_live_node_waits_for_its_halt_when_the_coordinator_is_lost() {
+        let mut g = node(1, 3, &[2, 3]);
+        let mut out = Out::<GarciaMolina>::new();
+        g.handle_message(T, n(3), Election { epoch: e(4, 3) }, &mut out);
+        g.handle_message(T, n(3), Coordinator { epoch: e(4, 3) }, &mut out);
+        g.handle_message(T, n(3), NewState { epoch: e(4, 3), members: vec![] }, &mut out);
+        out.take();
+        g.handle_peer_down(T, n(3), &mut out);
+        assert_eq!(
+            out.take(),
+            vec![Action::SetTimer { timer: GarciaMolinaTimer::Wait, at: TIMEOUT * 2 }]
+        );
+        assert!(g.deferred && g.attempt.is_none());
     }
 
     #[test]
