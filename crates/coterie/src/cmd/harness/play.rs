@@ -105,14 +105,15 @@ pub async fn play(
 ) -> Result<Played> {
     let boot = Instant::now();
     let everyone = Reach::default();
-    let (leader, epoch) = cluster.agree(&everyone, Epoch(0), Duration::from_secs(30)).await?;
+    let (leader, epoch, seen_at) =
+        cluster.agree_at(&everyone, Epoch(0), Duration::from_secs(30)).await?;
     let mut measured = vec![Measured {
         step: None,
         cause: "cluster start".into(),
         coordinator: leader,
         epoch: epoch.0,
         round: epoch.round(),
-        duration_ms: boot.elapsed().as_secs_f64() * 1000.0,
+        duration_ms: (seen_at - boot).as_secs_f64() * 1000.0,
     }];
     let (seen_tx, seen_rx) = tokio::sync::mpsc::unbounded_channel();
     // Recorded whether drawn or not: whatever the witness catches is drawn.
@@ -202,9 +203,9 @@ pub async fn play(
             // The observer narrates the election; this times it from the
             // step, for the expectation.
             let limit = s.expect.election_within.unwrap_or(Duration::from_secs(10));
-            match cluster.agree(&standing.reach(), epoch, limit).await {
-                Ok((leader, epoch)) => {
-                    let ms = t0.elapsed().as_secs_f64() * 1000.0;
+            match cluster.agree_at(&standing.reach(), epoch, limit).await {
+                Ok((leader, epoch, seen_at)) => {
+                    let ms = (seen_at - t0).as_secs_f64() * 1000.0;
                     note(format!(
                         "step {}: every node in reach follows n{leader} ({epoch}), {ms:.1} ms after it",
                         i + 1
