@@ -1346,14 +1346,21 @@ mod tests {
         );
     }
 
-    #[test]
-    fn coordinator_crash_makes_the_followers_elect() {
-        let mut g = node(2, 3, &[1, 3]);
+    /// Node `id` of 3, with the others up, NORMAL under node 3's term 4.
+    fn following_three(id: u32) -> GarciaMolina {
+        let up: Vec<u32> = (1..=3).filter(|&p| p != id).collect();
+        let mut g = node(id, 3, &up);
         let mut out = Out::<GarciaMolina>::new();
         g.handle_message(T, n(3), Election { epoch: e(4, 3) }, &mut out);
         g.handle_message(T, n(3), Coordinator { epoch: e(4, 3) }, &mut out);
         g.handle_message(T, n(3), NewState { epoch: e(4, 3), members: vec![] }, &mut out);
-        out.take();
+        g
+    }
+
+    #[test]
+    fn coordinator_crash_makes_the_highest_survivor_elect() {
+        let mut g = following_three(2);
+        let mut out = Out::<GarciaMolina>::new();
         g.handle_peer_down(T, n(3), &mut out);
         assert_eq!(
             out.take(),
@@ -1367,12 +1374,8 @@ mod tests {
 
     #[test]
     fn a_follower_below_a_live_node_waits_for_its_halt_when_the_coordinator_is_lost() {
-        let mut g = node(1, 3, &[2, 3]);
+        let mut g = following_three(1);
         let mut out = Out::<GarciaMolina>::new();
-        g.handle_message(T, n(3), Election { epoch: e(4, 3) }, &mut out);
-        g.handle_message(T, n(3), Coordinator { epoch: e(4, 3) }, &mut out);
-        g.handle_message(T, n(3), NewState { epoch: e(4, 3), members: vec![] }, &mut out);
-        out.take();
         g.handle_peer_down(T, n(3), &mut out);
         assert_eq!(
             out.take(),
