@@ -221,14 +221,16 @@ impl Cluster {
     }
 }
 
-/// The nodes of `views` that have not joined, did not answer, or follow
-/// anything but the newest term any of them follows, or one no newer than
-/// `after`.
+/// The nodes of `views` that have not joined, did not answer, follow no
+/// coordinator (as during an election), or follow anything but the newest
+/// term any of them follows, or one no newer than `after`.
 fn behind_newest(views: &[(u32, Result<Status, String>)], after: Epoch) -> Vec<u32> {
     let term = |s: &Status| (s.epoch, s.coordinator);
     let newest = views.iter().filter_map(|(_, v)| v.as_ref().ok()).map(term).max();
     let current = |v: &Result<Status, String>| {
-        v.as_ref().is_ok_and(|s| s.joined && Some(term(s)) == newest && Epoch(s.epoch) > after)
+        v.as_ref().is_ok_and(|s| {
+            s.joined && s.coordinator.is_some() && Some(term(s)) == newest && Epoch(s.epoch) > after
+        })
     };
     views.iter().filter(|(_, v)| !current(v)).map(|(id, _)| *id).collect()
 }
@@ -322,5 +324,17 @@ mod tests {
         assert_eq!(behind_newest(&views, Epoch(7)), vec![1, 2]);
         assert_eq!(settled(&views, Epoch(7)), None);
         assert_eq!(settled(&views, Epoch(6)), Some((3, Epoch(7))));
+    }
+
+    #[test]
+    fn nodes_that_follow_no_coordinator_yet_are_asked_again() {
+        // In an election's midst a node may know the term and no leader.
+        let views = vec![view(1, true, Some((7, 3))), view(2, true, None), view(3, true, None)];
+        let mut leaderless = views.clone();
+        if let Ok(s) = &mut leaderless[0].1 {
+            s.coordinator = None;
+        }
+        assert_eq!(behind_newest(&leaderless, Epoch(0)), vec![1, 2, 3]);
+        assert_eq!(behind_newest(&views, Epoch(0)), vec![2, 3]);
     }
 }
