@@ -168,7 +168,7 @@ impl Cluster {
     ) -> Result<(u32, Epoch, Instant)> {
         let start = Instant::now();
         let away: Vec<u32> = reach.down.iter().chain(&reach.away).copied().collect();
-        let mut views = self.views(&away).await;
+        let mut views = self.in_reach(reach).await;
         let mut seen_at = Instant::now();
         loop {
             if let Some(agreed) = settled(&views, after) {
@@ -194,9 +194,8 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
             let behind = behind_newest(&views, after);
-            let skip: Vec<u32> =
-                views.iter().map(|(id, _)| *id).filter(|id| !behind.contains(id)).collect();
-            let skip: Vec<u32> = skip.into_iter().chain(away.iter().copied()).collect();
+            let current = views.iter().map(|(id, _)| *id).filter(|id| !behind.contains(id));
+            let skip: Vec<u32> = current.chain(away.iter().copied()).collect();
             for (id, fresh) in self.views(&skip).await {
                 if let Some(slot) = views.iter_mut().find(|(i, _)| *i == id) {
                     slot.1 = fresh;
@@ -238,14 +237,11 @@ fn behind_newest(views: &[(u32, Result<Status, String>)], after: Epoch) -> Vec<u
 /// The coordinator and epoch every node of `views` follows, once all have
 /// joined, answer, and agree on an epoch newer than `after`.
 fn settled(views: &[(u32, Result<Status, String>)], after: Epoch) -> Option<(u32, Epoch)> {
-    let first = views.first().and_then(|(_, v)| v.as_ref().ok()).map(|s| (s.coordinator, s.epoch));
-    let all = views.iter().all(|(_, v)| {
-        v.as_ref().is_ok_and(|s| s.joined && Some((s.coordinator, s.epoch)) == first)
-    });
-    match (all, first) {
-        (true, Some((Some(leader), epoch))) if Epoch(epoch) > after => Some((leader, Epoch(epoch))),
-        _ => None,
+    if !behind_newest(views, after).is_empty() {
+        return None;
     }
+    let first = views.first()?.1.as_ref().ok()?;
+    Some((first.coordinator?, Epoch(first.epoch)))
 }
 
 /// Sends the agent fault `action` to node `id`'s client port (every
