@@ -8,12 +8,12 @@ use super::recording::Recording;
 use super::watchers::{self, Watched};
 use super::workload::Seen;
 use coterie_core::Epoch;
-use coterie_node::protocol::{unix_us, NodeEvent};
+use coterie_node::protocol::{unix_us, NodeEvent, WatchEvent};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// Whether `n` is 1, 10, 100, 1000, ...
 fn power_of_ten(mut n: u64) -> bool {
@@ -137,10 +137,24 @@ pub struct Election {
     pub cause: Option<String>,
 }
 
+/// Every node in reach following one coordinator, as their event streams
+/// tell it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Agreement {
+    /// The coordinator.
+    pub leader: u32,
+    /// Its epoch.
+    pub epoch: u64,
+    /// When the last of them came to follow it, or was first seen to
+    /// (µs since the Unix epoch, by that node's clock).
+    pub unix_us: u64,
+}
+
 /// Watches a cluster's nodes and a workload's clients, writing what they
 /// see into a timeline; see [`observe`].
 pub struct Observer {
     reach: Arc<Mutex<Reach>>,
+    agreement: watch::Receiver<Option<Agreement>>,
     elections: Arc<Mutex<Vec<Election>>>,
     edges: Arc<Mutex<Vec<(u64, u32, Edge)>>>,
     recording: Arc<Mutex<Option<Recording>>>,
@@ -159,6 +173,18 @@ impl Observer {
     /// Tells the observer which nodes are down or away now.
     pub fn set_reach(&self, reach: &Reach) {
         *self.reach.lock().expect("reach lock") = reach.clone();
+    }
+
+    /// Waits up to `limit` for every node in reach to have joined and to
+    /// follow one coordinator at an epoch newer than `after`, and returns
+    /// the first such agreement. Unlike asking the nodes' status, this
+    /// costs them nothing: their streams are open already, and each
+    /// reports its own change of coordinator once, stamped as it happens.
+    pub async fn agreed_after(&self, after: u64, limit: Duration) -> Option<Agreement> {
+        let mut rx = self.agreement.clone();
+        let newer = |a: &Option<Agreement>| a.is_some_and(|a| a.epoch > after);
+        let seen = tokio::time::timeout(limit, rx.wait_for(newer)).await.ok()?.ok()?;
+        *seen
     }
 
     /// The elections seen so far.
@@ -219,6 +245,7 @@ pub async fn observe(
     let recording = Arc::new(Mutex::new(record.map(|(r, _)| r)));
     let incidents = Arc::new(Mutex::new(Vec::new()));
     let (ready_tx, ready_rx) = oneshot::channel();
+    let (agreement_tx, agreement) = watch::channel(None);
     let reach = Arc::new(Mutex::new(Reach::default()));
     let elections = Arc::new(Mutex::new(Vec::new()));
     let edges = Arc::new(Mutex::new(Vec::new()));
@@ -229,7 +256,9 @@ pub async fn observe(
         edges: edges.clone(),
         recording: recording.clone(),
         incidents: incidents.clone(),
+        ids: nodes.iter().filter_map(|n| n.id).collect(),
         follows: BTreeMap::new(),
+        agreement: agreement_tx,
         joined: BTreeSet::new(),
         gone: BTreeSet::new(),
         agreed: None,
@@ -255,7 +284,7 @@ pub async fn observe(
         }
     });
     let _ = tokio::time::timeout(Duration::from_secs(5), ready_rx).await;
-    Observer { reach, elections, edges, recording, incidents, task }
+    Observer { reach, agreement, elections, edges, recording, incidents, task }
 }
 
 /// Something that may set off an election.
@@ -280,8 +309,13 @@ struct State {
     /// What the witness caught, the first of each kind per node: when
     /// (`unix_us`), in words.
     incidents: Arc<Mutex<Vec<(u64, String)>>>,
+    /// The nodes watched.
+    ids: BTreeSet<u32>,
     /// The coordinator and epoch each node follows.
     follows: BTreeMap<u32, (Option<u32>, u64)>,
+    /// The last agreement of every node in reach, for
+    /// [`Observer::agreed_after`].
+    agreement: watch::Sender<Option<Agreement>>,
     /// Nodes that have joined the cluster (a joining node's peer-ups are
     /// its start, not news).
     joined: BTreeSet<u32>,
@@ -309,11 +343,22 @@ impl State {
                 if self.gone.insert(node) {
                     self.joined.remove(&node);
                     self.timeline.note("gone", Some(node), "is gone: its event stream ended");
+                    self.publish_agreement(unix_us());
                 }
                 return;
             }
             Watched::Event(e) => e,
         };
+        self.on_event(&e);
+        if matches!(
+            e.event,
+            NodeEvent::Snapshot { .. } | NodeEvent::Joined { .. } | NodeEvent::Coordinator { .. }
+        ) {
+            self.publish_agreement(e.unix_us);
+        }
+    }
+
+    fn on_event(&mut self, e: &WatchEvent) {
         let node = e.node;
         // What a stopped or cut-off node sees sets off no election among
         // the others.
@@ -386,6 +431,32 @@ impl State {
         if let Some(ready) = self.ready.take() {
             let _ = ready.send(());
         }
+    }
+
+    /// Publishes what every node in reach has joined and follows, if they
+    /// all do and it is news; `unix_us` is when the event that completed it
+    /// happened. (Stricter than [`check_agreement`](Self::check_agreement),
+    /// which narrates: a node not yet heard from counts against it.)
+    fn publish_agreement(&mut self, unix_us: u64) {
+        let reach = self.reach.lock().expect("reach lock").clone();
+        let mut counted =
+            self.ids.iter().filter(|id| reach.includes(**id) && !self.gone.contains(id));
+        let view = |id: &u32| match self.follows.get(id) {
+            Some(&(Some(leader), epoch)) if self.joined.contains(id) => Some((leader, epoch)),
+            _ => None,
+        };
+        let Some(first) = counted.next().and_then(view) else { return };
+        if !counted.all(|id| view(id) == Some(first)) {
+            return;
+        }
+        let (leader, epoch) = first;
+        self.agreement.send_if_modified(|last| {
+            let news = last.is_none_or(|a| (a.leader, a.epoch) != first);
+            if news {
+                *last = Some(Agreement { leader, epoch, unix_us });
+            }
+            news
+        });
     }
 
     /// Announces an election's end when every node in reach follows the
@@ -501,5 +572,77 @@ impl State {
                 "a request to it went unanswered".to_string(),
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An observer's state for nodes 1..=n, with no task behind it.
+    fn state(n: u32) -> (State, watch::Receiver<Option<Agreement>>) {
+        let (agreement, rx) = watch::channel(None);
+        let state = State {
+            timeline: Timeline::new(true),
+            reach: Arc::default(),
+            elections: Arc::default(),
+            edges: Arc::default(),
+            recording: Arc::default(),
+            incidents: Arc::default(),
+            ids: (1..=n).collect(),
+            follows: BTreeMap::new(),
+            agreement,
+            joined: BTreeSet::new(),
+            gone: BTreeSet::new(),
+            agreed: None,
+            since: Vec::new(),
+            seen: BTreeMap::new(),
+            waiting_for: n as usize,
+            ready: None,
+        };
+        (state, rx)
+    }
+
+    fn event(node: u32, unix_us: u64, event: NodeEvent) -> Watched {
+        Watched::Event(WatchEvent { node, unix_us, event })
+    }
+
+    fn snapshot(coordinator: Option<u32>, epoch: u64, joined: bool) -> NodeEvent {
+        NodeEvent::Snapshot { coordinator, epoch, alive: vec![], joined }
+    }
+
+    fn seen(rx: &watch::Receiver<Option<Agreement>>) -> Option<(u32, u64, u64)> {
+        rx.borrow().map(|a| (a.leader, a.epoch, a.unix_us))
+    }
+
+    #[test]
+    fn agreement_waits_for_every_node_to_be_heard_from_and_joined() {
+        let (mut s, rx) = state(3);
+        s.on_watched(event(1, 10, snapshot(Some(3), 7, true)));
+        s.on_watched(event(2, 11, snapshot(Some(3), 7, true)));
+        // Node 3 has not been heard from: two of three is no agreement.
+        assert_eq!(seen(&rx), None);
+        s.on_watched(event(3, 12, snapshot(Some(3), 7, false)));
+        assert_eq!(seen(&rx), None, "node 3 has not joined");
+        s.on_watched(event(3, 20, NodeEvent::Joined { alive: vec![1, 2, 3] }));
+        assert_eq!(seen(&rx), Some((3, 7, 20)), "stamped by the event that completed it");
+    }
+
+    #[test]
+    fn after_a_kill_the_agreement_is_the_survivors_stamped_by_the_last_of_them() {
+        let (mut s, rx) = state(3);
+        for id in 1..=3 {
+            s.on_watched(event(id, id as u64, snapshot(Some(3), 7, true)));
+        }
+        assert_eq!(seen(&rx), Some((3, 7, 3)));
+        s.on_watched(Watched::Lost { node: 3 });
+        *s.reach.lock().unwrap() = Reach { down: vec![3], away: vec![] };
+        s.on_watched(event(1, 100, NodeEvent::Coordinator { leader: 2, epoch: 8 }));
+        assert_eq!(seen(&rx).map(|a| a.1), Some(7), "node 2 still follows node 3");
+        s.on_watched(event(2, 140, NodeEvent::Coordinator { leader: 2, epoch: 8 }));
+        assert_eq!(seen(&rx), Some((2, 8, 140)));
+        // The same term again is no news: its stamp stays the first one.
+        s.on_watched(event(1, 150, NodeEvent::Coordinator { leader: 2, epoch: 8 }));
+        assert_eq!(seen(&rx), Some((2, 8, 140)));
     }
 }

@@ -23,13 +23,18 @@ pub enum Watched {
 
 /// Watches every node in `nodes` until `tx` is closed, reporting on it.
 /// Each stream starts with the node's snapshot; each node's watcher dials
-/// again whenever its stream ends, so a restarted node is watched anew.
+/// again whenever its stream ends, so a restarted node is watched anew,
+/// and when the node says the watcher fell behind, for a fresh snapshot.
 /// With `messages` (`Some(heartbeats too)`), every message sent and taken
 /// in is reported as well.
 pub fn spawn(nodes: &[NodeAddr], tx: mpsc::UnboundedSender<Watched>, messages: Option<bool>) {
     for node in nodes {
         let (node, tx) = (node.clone(), tx.clone());
         tokio::spawn(async move {
+            // Redials back off, 5 ms doubling to 50 ms: a hundred nodes
+            // still booting are not to be dialled thousands of times a
+            // second.
+            let mut pause = Duration::from_millis(5);
             while !tx.is_closed() {
                 if let Ok(client) = node.connect().await {
                     let watched = match messages {
@@ -37,16 +42,22 @@ pub fn spawn(nodes: &[NodeAddr], tx: mpsc::UnboundedSender<Watched>, messages: O
                         None => client.watch().await,
                     };
                     if let Ok((first, mut stream)) = watched {
+                        pause = Duration::from_millis(5);
                         let id = first.node;
                         if tx.send(Watched::Event(first)).is_err() {
                             return;
                         }
+                        let mut behind = false;
                         loop {
                             tokio::select! {
                                 next = stream.next() => match next {
                                     Ok(Some(e)) => {
+                                        behind = matches!(e.event, NodeEvent::Missed { .. });
                                         if tx.send(Watched::Event(e)).is_err() {
                                             return;
+                                        }
+                                        if behind {
+                                            break;
                                         }
                                     }
                                     _ => break,
@@ -54,12 +65,19 @@ pub fn spawn(nodes: &[NodeAddr], tx: mpsc::UnboundedSender<Watched>, messages: O
                                 _ = tx.closed() => return,
                             }
                         }
+                        // Events were skipped, a change of coordinator
+                        // perhaps: a new stream starts with where the node
+                        // stands now.
+                        if behind {
+                            continue;
+                        }
                         if tx.send(Watched::Lost { node: id }).is_err() {
                             return;
                         }
                     }
                 }
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(50));
             }
         });
     }

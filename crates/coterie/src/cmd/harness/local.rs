@@ -308,10 +308,13 @@ impl LocalCluster {
 
     /// The status of every running node but those in `absent`.
     pub async fn views(&self, absent: &[u32]) -> Vec<(u32, Result<Status, String>)> {
+        super::views_of(self.running_but(absent)).await
+    }
+
+    /// The nodes whose processes run, but those in `absent`.
+    pub fn running_but<'a>(&'a self, absent: &'a [u32]) -> impl Iterator<Item = &'a NodeAddr> {
         let running = self.nodes.iter().zip(&self.processes).filter(|(_, p)| p.is_some());
-        let asked =
-            running.map(|(node, _)| node).filter(|n| !absent.contains(&n.id.unwrap_or_default()));
-        super::views_of(asked).await
+        running.map(|(node, _)| node).filter(|n| !absent.contains(&n.id.unwrap_or_default()))
     }
 }
 

@@ -62,11 +62,16 @@ impl Cluster {
     /// The status of every running node but those in `skip` (a dead
     /// container's address would only time out).
     pub async fn views(&self, skip: &[u32]) -> Vec<(u32, Result<Status, String>)> {
+        views_of(self.asked(skip)).await
+    }
+
+    /// The nodes worth asking, but those in `skip`: a node whose process
+    /// this command stopped is not.
+    fn asked<'a>(&'a self, skip: &'a [u32]) -> Box<dyn Iterator<Item = &'a NodeAddr> + 'a> {
         match self {
-            Cluster::Local(c) => c.views(skip).await,
+            Cluster::Local(c) => Box::new(c.running_but(skip)),
             Cluster::Compose(c) => {
-                views_of(c.nodes().iter().filter(|n| !skip.contains(&n.id.unwrap_or_default())))
-                    .await
+                Box::new(c.nodes().iter().filter(|n| !skip.contains(&n.id.unwrap_or_default())))
             }
         }
     }
@@ -105,11 +110,19 @@ impl Cluster {
         self.views(&out).await
     }
 
-    /// The coordinator the first node in reach that answers follows now.
+    /// The coordinator the first node in reach to answer follows now. (The
+    /// first to answer, not the first by id: on a busy machine one slow
+    /// node held every step up by its two seconds' timeout.)
     pub async fn current(&self, reach: &Reach) -> (Option<u32>, Epoch) {
-        let views = self.in_reach(reach).await;
-        let first = views.into_iter().find_map(|(_, v)| v.ok());
-        first.map_or((None, Epoch(0)), |s| (s.coordinator, Epoch(s.epoch)))
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        let out: Vec<u32> = reach.down.iter().chain(&reach.away).copied().collect();
+        let mut asks: FuturesUnordered<_> = self.asked(&out).map(super::status::fetch).collect();
+        while let Some(answer) = asks.next().await {
+            if let Ok(s) = answer {
+                return (s.coordinator, Epoch(s.epoch));
+            }
+        }
+        (None, Epoch(0))
     }
 
     /// The node `target` names now, among those in reach; `previous` is
@@ -203,6 +216,12 @@ impl Cluster {
             }
             seen_at = Instant::now();
         }
+    }
+
+    /// The coordinator and epoch every node in reach follows now, if they
+    /// all answer, have joined, and agree on one newer than `after`.
+    pub async fn settled_now(&self, reach: &Reach, after: Epoch) -> Option<(u32, Epoch)> {
+        settled(&self.in_reach(reach).await, after)
     }
 
     /// Entries granted so far, over the nodes in reach that answer.

@@ -8,7 +8,7 @@ use super::step::{Action, Target};
 use super::Cluster;
 use crate::cmd::common::Drawing;
 use crate::cmd::recording::{write_incidents, Recording};
-use crate::cmd::timeline::{self, Reach, Timeline};
+use crate::cmd::timeline::{self, Observer, Reach, Timeline};
 use crate::cmd::workload;
 use anyhow::{Context, Result};
 use coterie_core::Epoch;
@@ -16,6 +16,14 @@ use coterie_node::protocol::unix_us;
 use serde::Serialize;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// The largest cluster whose runs are recorded, message by message, for
+/// the diagrams of what the witness catches without a diagram asked for.
+/// Above it a diagram has more lines than a page shows, and recording
+/// has every node describe every message to the driver: at 128 nodes on
+/// two cores, enough work that the coordinator's watcher fell thousands of
+/// events behind and its peers suspected it.
+pub const RECORDED_UNASKED: usize = 32;
 
 /// An agreement on a coordinator the driver waited for and timed.
 #[derive(Clone, Debug, Serialize)]
@@ -92,6 +100,35 @@ impl Standing {
     }
 }
 
+/// Waits up to `limit` for every node in `reach` to have joined and to
+/// follow one coordinator at an epoch newer than `after`, and returns it
+/// with the moment the last of them took it (µs since the Unix epoch).
+///
+/// The observer's event streams tell it, each node stamping its own change
+/// of coordinator; one round of status asks confirms it (a stream may have
+/// dropped an event). Only if that fails are the nodes asked until they
+/// agree: asking costs each node a connection and a handshake, and on 128
+/// nodes and two cores, asking all of them every few milliseconds loads
+/// the very processes whose election is timed.
+async fn agreement(
+    cluster: &Cluster,
+    observer: &Observer,
+    reach: &Reach,
+    after: Epoch,
+    limit: Duration,
+) -> Result<(u32, Epoch, u64)> {
+    let begun = Instant::now();
+    if let Some(seen) = observer.agreed_after(after.0, limit).await {
+        let term = (seen.leader, Epoch(seen.epoch));
+        if cluster.settled_now(reach, after).await == Some(term) {
+            return Ok((term.0, term.1, seen.unix_us));
+        }
+    }
+    let left = limit.saturating_sub(begun.elapsed()).max(Duration::from_millis(100));
+    let (leader, epoch, seen_at) = cluster.agree_at(reach, after, left).await?;
+    Ok((leader, epoch, unix_us().saturating_sub(seen_at.elapsed().as_micros() as u64)))
+}
+
 /// Plays `s` against `cluster`, whose witness listens at `witness`; the
 /// timeline narrates, `drawing` says what to draw, incident diagrams go
 /// into `dir`.
@@ -103,24 +140,32 @@ pub async fn play(
     drawing: &Drawing,
     dir: &Path,
 ) -> Result<Played> {
-    let boot = Instant::now();
+    let boot = unix_us();
     let everyone = Reach::default();
-    let (leader, epoch, seen_at) =
-        cluster.agree_at(&everyone, Epoch(0), Duration::from_secs(30)).await?;
+    // Its own quiet observer, without the messages: the run's timeline and
+    // diagram begin once the cluster is up.
+    let starting = timeline::observe(cluster.nodes(), &Timeline::new(true), None, None).await;
+    let agreed = agreement(cluster, &starting, &everyone, Epoch(0), Duration::from_secs(30)).await;
+    starting.stop();
+    let (leader, epoch, at) = agreed?;
     let mut measured = vec![Measured {
         step: None,
         cause: "cluster start".into(),
         coordinator: leader,
         epoch: epoch.0,
         round: epoch.round(),
-        duration_ms: (seen_at - boot).as_secs_f64() * 1000.0,
+        duration_ms: at.saturating_sub(boot) as f64 / 1000.0,
     }];
     let (seen_tx, seen_rx) = tokio::sync::mpsc::unbounded_channel();
-    // Recorded whether drawn or not: whatever the witness catches is drawn.
-    let ids = cluster.nodes().iter().filter_map(|n| n.id).collect();
+    // Recorded whether drawn or not, so that whatever the witness catches
+    // is drawn; but not unasked on a cluster too large to draw legibly,
+    // whose every node would describe every message it sends and takes
+    // in to the driver.
+    let ids: Vec<u32> = cluster.nodes().iter().filter_map(|n| n.id).collect();
     let title = format!("{}: {} + {}", s.name, s.cluster.mutex, s.cluster.election);
     let origin = Some(timeline.started_unix_us());
-    let record = Some((Recording::since(ids, title, origin), drawing.heartbeats));
+    let record = (drawing.wanted() || ids.len() <= RECORDED_UNASKED)
+        .then(|| (Recording::since(ids, title, origin), drawing.heartbeats));
     let observer = timeline::observe(cluster.nodes(), timeline, Some(seen_rx), record).await;
     let note = |text: String| timeline.note("note", None, text);
     note(format!("cluster up: every node follows n{leader} ({epoch})"));
@@ -196,16 +241,18 @@ pub async fn play(
         }
         standing.after(&step.action, id);
         observer.set_reach(&standing.reach());
-        // From the moment the step took effect (a docker command returns
-        // only once it has).
-        let t0 = Instant::now();
+        // From the moment the step took effect: a signal to a local
+        // process, when it was sent (the nodes may have noticed the loss
+        // and elected before the driver has reaped the process); a docker
+        // command, when it returned (it does once it has acted).
+        let t0 = if cluster.step_overhead().is_zero() { sent } else { unix_us() };
         if took_coordinator || timed.settle {
             // The observer narrates the election; this times it from the
             // step, for the expectation.
             let limit = s.expect.election_within.unwrap_or(Duration::from_secs(10));
-            match cluster.agree_at(&standing.reach(), epoch, limit).await {
-                Ok((leader, epoch, seen_at)) => {
-                    let ms = (seen_at - t0).as_secs_f64() * 1000.0;
+            match agreement(cluster, &observer, &standing.reach(), epoch, limit).await {
+                Ok((leader, epoch, at)) => {
+                    let ms = at.saturating_sub(t0) as f64 / 1000.0;
                     note(format!(
                         "step {}: every node in reach follows n{leader} ({epoch}), {ms:.1} ms after it",
                         i + 1
