@@ -105,11 +105,12 @@ impl Standing {
 /// with the moment the last of them took it (µs since the Unix epoch).
 ///
 /// The observer's event streams tell it, each node stamping its own change
-/// of coordinator; one round of status asks confirms it (a stream may have
-/// dropped an event). Only if that fails are the nodes asked until they
-/// agree: asking costs each node a connection and a handshake, and on 128
-/// nodes and two cores, asking all of them every few milliseconds loads
-/// the very processes whose election is timed.
+/// of coordinator; a round of status asks confirms it. The nodes are also
+/// asked every half second meanwhile, in case a stream lost the change:
+/// an agreement only the asks found is timed by the ask that found it.
+/// Asking costs each node a connection and a handshake, and on 128 nodes
+/// and two cores, asking all of them every few milliseconds (as the driver
+/// once did) loads the very processes whose election is timed.
 async fn agreement(
     cluster: &Cluster,
     observer: &Observer,
@@ -117,17 +118,32 @@ async fn agreement(
     after: Epoch,
     limit: Duration,
 ) -> Result<(u32, Epoch, u64)> {
-    let begun = Instant::now();
-    if let Some(seen) = observer.agreed_after(after.0, limit).await {
-        let term = (seen.leader, Epoch(seen.epoch));
-        if cluster.settled_now(reach, after).await == Some(term) {
-            return Ok((term.0, term.1, seen.unix_us));
+    let deadline = Instant::now() + limit;
+    // An agreement the asks did not confirm (the nodes moved on, or one
+    // did not answer) is not waited for again.
+    let mut refused = after.0;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let seen = observer.agreed_after(refused, left.min(ASK_EVERY)).await;
+        let asked = cluster.settled_now(reach, after).await;
+        match (seen, asked) {
+            (Some(seen), Some(term)) if (seen.leader, Epoch(seen.epoch)) == term => {
+                return Ok((term.0, term.1, seen.unix_us));
+            }
+            (_, Some((leader, epoch))) => return Ok((leader, epoch, unix_us())),
+            (Some(seen), None) => refused = seen.epoch,
+            (None, None) => {}
+        }
+        if Instant::now() >= deadline {
+            // One more round of asks, which says who is behind.
+            let (leader, epoch, _) = cluster.agree_at(reach, after, Duration::ZERO).await?;
+            return Ok((leader, epoch, unix_us()));
         }
     }
-    let left = limit.saturating_sub(begun.elapsed()).max(Duration::from_millis(100));
-    let (leader, epoch, seen_at) = cluster.agree_at(reach, after, left).await?;
-    Ok((leader, epoch, unix_us().saturating_sub(seen_at.elapsed().as_micros() as u64)))
 }
+
+/// How often [`agreement`] asks the nodes while it waits for their streams.
+const ASK_EVERY: Duration = Duration::from_millis(500);
 
 /// Plays `s` against `cluster`, whose witness listens at `witness`; the
 /// timeline narrates, `drawing` says what to draw, incident diagrams go
