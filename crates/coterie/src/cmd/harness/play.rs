@@ -268,7 +268,10 @@ pub async fn play(
             let limit = s.expect.election_within.unwrap_or(Duration::from_secs(10));
             match agreement(cluster, &observer, &standing.reach(), epoch, limit).await {
                 Ok((leader, epoch, at)) => {
-                    let ms = at.saturating_sub(t0) as f64 / 1000.0;
+                    // Agreed before a docker command returned: timed from
+                    // the command instead, an upper bound (not 0).
+                    let from = if at < t0 { sent } else { t0 };
+                    let ms = at.saturating_sub(from) as f64 / 1000.0;
                     note(format!(
                         "step {}: every node in reach follows n{leader} ({epoch}), {ms:.1} ms after it",
                         i + 1
