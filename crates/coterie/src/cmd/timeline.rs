@@ -112,6 +112,11 @@ pub struct Reach {
 }
 
 impl Reach {
+    /// The nodes down or away.
+    pub fn excluded(&self) -> Vec<u32> {
+        self.down.iter().chain(&self.away).copied().collect()
+    }
+
     /// Whether node `id` is neither down nor away.
     pub fn includes(&self, id: u32) -> bool {
         !self.down.contains(&id) && !self.away.contains(&id)
@@ -438,17 +443,7 @@ impl State {
     /// happened. (Stricter than [`check_agreement`](Self::check_agreement),
     /// which narrates: a node not yet heard from counts against it.)
     fn publish_agreement(&mut self, unix_us: u64) {
-        let reach = self.reach.lock().expect("reach lock").clone();
-        let mut counted =
-            self.ids.iter().filter(|id| reach.includes(**id) && !self.gone.contains(id));
-        let view = |id: &u32| match self.follows.get(id) {
-            Some(&(Some(leader), epoch)) if self.joined.contains(id) => Some((leader, epoch)),
-            _ => None,
-        };
-        let Some(first) = counted.next().and_then(view) else { return };
-        if !counted.all(|id| view(id) == Some(first)) {
-            return;
-        }
+        let Some(first) = self.common_term(true) else { return };
         let (leader, epoch) = first;
         self.agreement.send_if_modified(|last| {
             let news = last.is_none_or(|a| (a.leader, a.epoch) != first);
@@ -459,18 +454,30 @@ impl State {
         });
     }
 
+    /// The coordinator and epoch that every node in reach whose stream
+    /// has not ended follows, if they all follow the same one. `strict`:
+    /// every such node counts and must have joined; otherwise a node not
+    /// yet heard from is left out (the narration's view).
+    fn common_term(&self, strict: bool) -> Option<(u32, u64)> {
+        let reach = self.reach.lock().expect("reach lock").clone();
+        let counted = self.ids.iter().filter(|id| reach.includes(**id) && !self.gone.contains(id));
+        let mut terms = counted.filter_map(|id| match self.follows.get(id) {
+            Some(&(Some(leader), epoch)) if !strict || self.joined.contains(id) => {
+                Some(Some((leader, epoch)))
+            }
+            None if !strict => None,
+            _ => Some(None),
+        });
+        let first = terms.next()??;
+        terms.all(|term| term == Some(first)).then_some(first)
+    }
+
     /// Announces an election's end when every node in reach follows the
     /// same coordinator, and it is not the one announced last.
     fn check_agreement(&mut self, unix_us: u64) {
         let t_ms = self.timeline.ms_of(unix_us);
-        let reach = self.reach.lock().expect("reach lock").clone();
-        let mut views = self
-            .follows
-            .iter()
-            .filter(|(id, _)| reach.includes(**id) && !self.gone.contains(id))
-            .map(|(_, v)| *v);
-        let Some((Some(leader), epoch)) = views.next() else { return };
-        if views.any(|v| v != (Some(leader), epoch)) || self.agreed == Some((leader, epoch)) {
+        let Some((leader, epoch)) = self.common_term(false) else { return };
+        if self.agreed == Some((leader, epoch)) {
             return;
         }
         // The old coordinator's loss, else a node's return, else whatever

@@ -616,9 +616,10 @@ async fn one_session(run: &mut Run) -> Result<()> {
             .timeout(Some(run.spec.answer_within));
         let chained = std::mem::take(&mut held);
         let ask = async {
-            match chained {
-                true => client.release_and_request(&req).await,
-                false => client.request(&req).await,
+            if chained {
+                client.release_and_request(&req).await
+            } else {
+                client.request(&req).await
             }
         };
         // A wait the run's end overtakes is given up with the connection

@@ -106,7 +106,7 @@ impl Cluster {
     /// The status of every node in reach (a stopped node is not asked: it
     /// would answer only when its client gave up).
     pub async fn in_reach(&self, reach: &Reach) -> Vec<(u32, Result<Status, String>)> {
-        let out: Vec<u32> = reach.down.iter().chain(&reach.away).copied().collect();
+        let out = reach.excluded();
         self.views(&out).await
     }
 
@@ -115,7 +115,7 @@ impl Cluster {
     /// node held every step up by its two seconds' timeout.)
     pub async fn current(&self, reach: &Reach) -> (Option<u32>, Epoch) {
         use futures_util::stream::{FuturesUnordered, StreamExt};
-        let out: Vec<u32> = reach.down.iter().chain(&reach.away).copied().collect();
+        let out = reach.excluded();
         let mut asks: FuturesUnordered<_> = self.asked(&out).map(super::status::fetch).collect();
         while let Some(answer) = asks.next().await {
             if let Ok(s) = answer {
@@ -180,7 +180,7 @@ impl Cluster {
         limit: Duration,
     ) -> Result<(u32, Epoch, Instant)> {
         let start = Instant::now();
-        let away: Vec<u32> = reach.down.iter().chain(&reach.away).copied().collect();
+        let away = reach.excluded();
         let mut views = self.in_reach(reach).await;
         let mut seen_at = Instant::now();
         loop {
