@@ -13,8 +13,16 @@
 # nodes), and `pingpong LAPS N` (scripts/bench/pingpong.c) times one hop
 # round a ring of N bare C processes on loopback.
 #
+# Each run waits first until the kernel's connection-tracking table (when
+# netfilter tracks connections) is below CONNTRACK_BELOW entries: it keeps
+# a closed connection for two minutes, a 128-node run opens some 33,000,
+# and a full table drops new connections' first packets silently, so
+# back-to-back runs would time the kernel's SYN retransmissions (1 s, then
+# 3 s) instead of the cluster (see docs/src/measurements.md, session 27).
+#
 # Usage: scripts/bench-start.sh [ELECTION...]   (default: bully ring garcia-molina)
 #        NODES=128 REPEAT=5 MUTEX=centralized DURATION=2s JSON=1
+#        CONNTRACK_BELOW=120000
 # Run it on a quiet machine: N processes share its cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,8 +40,20 @@ trap 'rm -f "$runs" "$pingpong"' EXIT
 cc -O2 -o "$pingpong" scripts/bench/pingpong.c
 echo "  floor: a message round a ring of $nodes C processes, 100 laps ..." >&2
 read -r _ hop_us < <("$pingpong" 100 "$nodes")
+conntrack=/proc/sys/net/netfilter/nf_conntrack_count
+# Waits until the connection-tracking table has room for a run (above).
+wait_for_conntrack() {
+    [ -r "$conntrack" ] || return 0
+    local below="${CONNTRACK_BELOW:-120000}" said=
+    while [ "$(cat "$conntrack")" -gt "$below" ]; do
+        [ -n "$said" ] || echo "  waiting for the connection-tracking table to drain below $below ..." >&2
+        said=1
+        sleep 2
+    done
+}
 for election in "${elections[@]}"; do
     for i in $(seq 1 "$repeat"); do
+        wait_for_conntrack
         echo "  $election, run $i of $repeat ..." >&2
         "$bin" demo --nodes "$nodes" --mutex "$mutex" --election "$election" \
             --duration "$duration" --json 2>/dev/null |
