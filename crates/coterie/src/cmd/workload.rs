@@ -625,15 +625,9 @@ async fn one_session(run: &mut Run) -> Result<()> {
         // A wait the run's end overtakes is given up with the connection
         // (the node withdraws the request of a client that vanished): on a
         // long queue it could outlast the run by the whole answer timeout.
-        let end = async {
-            match run.spec.deadline {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
-                None => std::future::pending().await,
-            }
-        };
         let outcome = tokio::select! {
             outcome = ask => outcome?,
-            () = end => return Ok(()),
+            () = run_end(run.spec.deadline) => return Ok(()),
         };
         let fences = match outcome {
             Outcome::Granted(grant) => grant.fences,
@@ -676,6 +670,14 @@ async fn one_session(run: &mut Run) -> Result<()> {
     Ok(())
 }
 
+/// Resolves when the run's `deadline` passes; never without one.
+async fn run_end(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// [`one_session`] over the HTTP API: an API session with a TTL, then
 /// acquire (waiting up to `answer_within`), witness, hold, release — two
 /// requests an entry on one keep-alive connection.
@@ -689,6 +691,7 @@ async fn http_session(api: &HttpTarget, run: &mut Run) -> Result<()> {
     let spec = &run.spec;
     let ttl = spec.answer_within + spec.hold + spec.think + Duration::from_secs(30);
     let wait = Wait::Block(Some(spec.answer_within));
+    let deadline = spec.deadline;
     let session = client.create_session(ttl).await?;
     let mut renewed = Instant::now();
     let mut witness = run.witness().await?;
@@ -699,7 +702,19 @@ async fn http_session(api: &HttpTarget, run: &mut Run) -> Result<()> {
         }
         let [name] = &run.picker.next()[..] else { bail!("--http takes one name a request") };
         let asked = Instant::now();
-        let grant = match client.acquire(name, &session, wait).await {
+        let acquired = tokio::select! {
+            acquired = client.acquire(name, &session, wait) => acquired,
+            () = run_end(deadline) => {
+                // Given up as an API client gives up a wait: closing its
+                // session withdraws the request (and releases the lock if
+                // it was granted meanwhile), on a fresh connection, the
+                // old one being mid-request.
+                let mut fresh = HttpClient::connect(addr, api.token.as_deref()).await?;
+                fresh.close_session(&session).await?;
+                return Ok(());
+            }
+        };
+        let grant = match acquired {
             Ok(grant) => grant,
             Err(HttpError::Api { status: 408, .. }) => return Err(run.unanswered()),
             Err(e) => return Err(e.into()),
