@@ -36,9 +36,12 @@ pub enum Cluster {
 async fn views_of<'a>(
     nodes: impl Iterator<Item = &'a NodeAddr>,
 ) -> Vec<(u32, Result<Status, String>)> {
-    let asks = nodes
-        .map(|node| async move { (node.id.unwrap_or_default(), super::status::fetch(node).await) });
-    futures_util::future::join_all(asks).await
+    futures_util::future::join_all(nodes.map(ask)).await
+}
+
+/// `node`'s id and its status.
+async fn ask(node: &NodeAddr) -> (u32, Result<Status, String>) {
+    (node.id.unwrap_or_default(), super::status::fetch(node).await)
 }
 
 impl Cluster {
@@ -110,24 +113,36 @@ impl Cluster {
         self.views(&out).await
     }
 
-    /// The coordinator the first node in reach to answer follows now. (The
-    /// first to answer, not the first by id: on a busy machine one slow
-    /// node held every step up by its two seconds' timeout.)
+    /// The coordinator the first node in reach to answer follows now.
     pub async fn current(&self, reach: &Reach) -> (Option<u32>, Epoch) {
+        let answer = self.first_answer(reach, |_, s| Some((s.coordinator, Epoch(s.epoch))));
+        answer.await.unwrap_or((None, Epoch(0)))
+    }
+
+    /// What `pick` makes of the first answer it makes something of, the
+    /// nodes in reach asked all at once. (The first to answer, not the
+    /// first by id: on a busy machine one slow node held every step up by
+    /// its two seconds' timeout.)
+    async fn first_answer<T>(
+        &self,
+        reach: &Reach,
+        pick: impl Fn(u32, Status) -> Option<T>,
+    ) -> Option<T> {
         use futures_util::stream::{FuturesUnordered, StreamExt};
         let out = reach.excluded();
-        let mut asks: FuturesUnordered<_> = self.asked(&out).map(super::status::fetch).collect();
-        while let Some(answer) = asks.next().await {
-            if let Ok(s) = answer {
-                return (s.coordinator, Epoch(s.epoch));
+        let mut asks: FuturesUnordered<_> = self.asked(&out).map(ask).collect();
+        while let Some((id, answer)) = asks.next().await {
+            if let Some(found) = answer.ok().and_then(|s| pick(id, s)) {
+                return Some(found);
             }
         }
-        (None, Epoch(0))
+        None
     }
 
     /// The node `target` names now, among those in reach; `previous` is
     /// the node the step before acted on. A holder or a waiter is sampled
-    /// for up to a second (a busy cluster has one within milliseconds).
+    /// for up to a second (a busy cluster has one within milliseconds),
+    /// the first node found in that state taken.
     pub async fn resolve(
         &self,
         target: Target,
@@ -143,10 +158,9 @@ impl Cluster {
         };
         let until = Instant::now() + Duration::from_secs(1);
         while Instant::now() < until {
-            for (id, v) in self.in_reach(reach).await {
-                if v.is_ok_and(|s| s.cs_state == want) {
-                    return Some(id);
-                }
+            let found = self.first_answer(reach, |id, s| (s.cs_state == want).then_some(id));
+            if let Some(id) = found.await {
+                return Some(id);
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
