@@ -801,7 +801,9 @@ fn quorum_algorithms_stay_safe_and_live_around_pauses_and_crashes() {
 /// Without stable storage a restarted arbiter forgets whom it granted and
 /// learns it only from the holder's RECOVER; a holder that is paused at
 /// that moment later uses a permission given again meanwhile. The suite
-/// sees it (these seeds broke before arbiters kept their grants).
+/// sees it (the first seed broke before arbiters kept their grants; the
+/// second, found with storage turned off, replaced a maekawa + bully seed
+/// that bully's wait on joining no longer breaks).
 #[test]
 fn without_stable_storage_a_restarted_arbiter_can_grant_twice() {
     let cases = [("tree-quorum", "ring", 3, 891), ("maekawa", "ring", 5, 7425)];

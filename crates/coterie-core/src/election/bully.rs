@@ -27,8 +27,9 @@
 //! of their own only if none comes within the timeout. A lost coordinator
 //! then costs N-2 COORDINATOR messages instead of about N²; measured on 64
 //! node processes on two cores, agreement after a kill went from 74 ms to
-//! 25 ms (median). A restart, a challenge from below and a newer epoch
-//! still start a textbook election.
+//! 25 ms (median). Joining does the same (see *Joining*). A challenge
+//! from below and a newer epoch still start a textbook election, as does
+//! a wait that no announcement ends within the timeout.
 //!
 //! **Winning: by the detector, not by a clock.** In the textbook a node
 //! that hears no OK within its timeout wins. Here it wins once its failure
