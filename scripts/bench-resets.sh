@@ -35,8 +35,8 @@ one_run() { # mutex, resets: yes|no
         fault=$!
     fi
     "$bin" workload --config "$dir/cluster.toml" --clients 2 --requests 100000000 --duration 8s --json |
-        jq -r --arg label "$mutex, $([ "$resets" = yes ] && echo 'node 5 reset every 300 ms for 6 s' || echo 'no fault')" \
-            '"\($label)\t\(.throughput_per_s | round)/s\tp50 \(.latency_ms.p50) ms\tp99 \(.latency_ms.p99) ms\tmax \(.latency_ms.max) ms\tunanswered \(.unanswered // 0)\tviolations \(.violations)\tstale \(.stale_fences)"'
+        jq -r --arg what "$mutex, $([ "$resets" = yes ] && echo 'node 5 reset every 300 ms for 6 s' || echo 'no fault')" \
+            '"\($what)\t\(.throughput_per_s | round)/s\tp50 \(.latency_ms.p50) ms\tp99 \(.latency_ms.p99) ms\tmax \(.latency_ms.max) ms\tunanswered \(.unanswered // 0)\tviolations \(.violations)\tstale \(.stale_fences)"'
     [ -z "$fault" ] || wait "$fault" || echo "  (coterie fault reset failed: $(tail -n 1 "$dir/fault.log"))"
     [ -z "$fault" ] || echo "  $(grep -h 'reset' "$dir/fault.log" | head -n 1)"
     kill "$up" "$witness" 2>/dev/null || true

@@ -13,7 +13,9 @@
  * a hub, the hub sends to each of K spokes and waits for all K answers,
  * then answers the client; each of K + 2 processes on loopback, as above.
  * It prints cycles per second and microseconds per cycle: the floor for a
- * request that must hear from every peer, as Ricart-Agrawala's does. */
+ * request that must hear from every peer, as Ricart-Agrawala's does.
+ * `pingpong N K star-oneway` is the same star with each spoke answering on
+ * a connection of its own: what connections one way each cost. */
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -86,27 +88,42 @@ static int ring(int n, int k) {
 }
 
 /* A client, a hub and k spokes: each client message goes out to every
- * spoke and the hub answers once all have. */
-static int star(int n, int k) {
-    struct sockaddr_in hub_addr, spoke_addr[64];
-    int hub_l = listener(&hub_addr), spoke_l[64];
-    if (k < 1 || k > 64) return 1;
+ * spoke and the hub answers once all have. With `oneway`, each spoke
+ * answers on a connection of its own that it dials to the hub, so every
+ * connection carries one direction (as coterie's peer connections did
+ * before they were shared, one per pair): each message then costs an empty
+ * acknowledgement segment back as well. */
+static int star(int n, int k, int oneway) {
+    struct sockaddr_in hub_addr, spoke_addr[64], back_addr;
+    int hub_l = listener(&hub_addr), spoke_l[64], back_l = listener(&back_addr);
+    if (k < 1 || k > 64 || listen(back_l, 64)) return 1;
     for (int i = 0; i < k; i++) {
         spoke_l[i] = listener(&spoke_addr[i]);
         if (fork() == 0) {
-            int c = accept(spoke_l[i], 0, 0);
-            relay(c, c);
+            int c = accept(spoke_l[i], 0, 0), out = c;
+            if (oneway) {
+                char id = (char)i;
+                out = dial(&back_addr);
+                if (write(out, &id, 1) != 1) exit(1);
+            }
+            relay(c, out);
             exit(0);
         }
     }
     if (fork() == 0) {
-        int spoke[64], client = accept(hub_l, 0, 0), one = 1;
+        int spoke[64], back[64], client = accept(hub_l, 0, 0), one = 1;
         char b[64];
         setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        for (int i = 0; i < k; i++) spoke[i] = dial(&spoke_addr[i]);
+        for (int i = 0; i < k; i++) back[i] = spoke[i] = dial(&spoke_addr[i]);
+        for (int i = 0; oneway && i < k; i++) {
+            int c = accept(back_l, 0, 0);
+            char id;
+            if (read(c, &id, 1) != 1 || id < 0 || id >= k) exit(1);
+            back[(int)id] = c;
+        }
         for (ssize_t r; (r = read(client, b, sizeof b)) > 0;) {
             for (int i = 0; i < k; i++) write(spoke[i], b, r);
-            for (int i = 0; i < k; i++) read(spoke[i], b, sizeof b);
+            for (int i = 0; i < k; i++) read(back[i], b, sizeof b);
             write(client, b, r);
         }
         for (int i = 0; i < k; i++) close(spoke[i]);
@@ -122,7 +139,8 @@ static int star(int n, int k) {
 
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 50000;
-    if (argc > 3 && strcmp(argv[3], "star") == 0) return star(n, atoi(argv[2]));
+    if (argc > 3 && strcmp(argv[3], "star") == 0) return star(n, atoi(argv[2]), 0);
+    if (argc > 3 && strcmp(argv[3], "star-oneway") == 0) return star(n, atoi(argv[2]), 1);
     if (argc > 2) return ring(n, atoi(argv[2]));
     struct sockaddr_in a;
     int s = listener(&a);

@@ -327,8 +327,8 @@ pub enum FaultCommand {
     Pause,
     /// Undo a pause.
     Resume,
-    /// Close the connections to and from these peers (all if empty) at
-    /// once, both directions; they are redialled as after any break, and
+    /// Close the connection with each of these peers (all if empty); it
+    /// is redialled as after any break, and
     /// the sessions send again what was in flight. Nothing is paused and
     /// no fault stays in force.
     Reset {

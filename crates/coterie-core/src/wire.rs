@@ -2,19 +2,23 @@
 //! 4-byte big-endian length followed by the body, never longer than
 //! [`MAX_FRAME`].
 //!
-//! Peer connections open with a [`Hello`] that names the cluster, the
-//! sender and its incarnation, the protocol version and both algorithms;
-//! the acceptor answers [`PeerFrame::Welcome`] (its own incarnation, and how
+//! Two nodes share one connection, both ways; the node with the lower id
+//! dials it. It opens with a [`Hello`] that names the cluster, the sender
+//! and its incarnation, the protocol version and both algorithms; the
+//! acceptor answers [`PeerFrame::Welcome`] (its own incarnation, and how
 //! much of the dialler's session it has delivered) or [`PeerFrame::Refused`]
-//! with the reason. Engine messages then travel as [`PeerFrame::Message`],
-//! numbered and acknowledged by the [`session`](crate::session) layer.
+//! with the reason. Engine messages then travel as [`PeerFrame::Message`]
+//! in both directions, numbered and acknowledged by the
+//! [`session`](crate::session) layer. A node that comes up asks each node
+//! below it to dial it with a Hello marked [`Hello::dial_back`], and
+//! nothing more is said on that connection.
 
 use crate::name::Name;
 use crate::types::{Epoch, NodeId};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 /// Bumped whenever a frame's encoding changes.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// The largest frame body accepted, in bytes. Every coterie message is far
 /// smaller; a larger length prefix is a broken or hostile peer.
@@ -117,6 +121,14 @@ pub struct Hello {
     /// an acceptor that is another incarnation answers and closes, so no
     /// frame meant for a previous process reaches the new one.
     pub expects: Option<u64>,
+    /// How much of the acceptor's session (that incarnation's) the dialler
+    /// has delivered: the acceptor writes the rest right behind its
+    /// Welcome.
+    pub delivered: u64,
+    /// The sender, above the acceptor, is up and asks the acceptor to dial
+    /// it now (the pair's connection is the lower node's to make). Nothing
+    /// follows on this connection.
+    pub dial_back: bool,
 }
 
 impl Hello {
@@ -253,6 +265,8 @@ mod tests {
             detector: "all".into(),
             boot: 7,
             expects: None,
+            delivered: 0,
+            dial_back: false,
         }
     }
 

@@ -74,6 +74,8 @@ impl Node {
             detector,
             boot: 1,
             expects: None,
+            delivered: 0,
+            dial_back: false,
         };
         let mut node = Node {
             engine,

@@ -234,6 +234,8 @@ impl Conversation {
                     detector: coterie_core::Detector::All.to_string(),
                     boot: 0,
                     expects: None,
+                    delivered: 0,
+                    dial_back: false,
                 }));
             }
             let seq = seqs.entry(*from).or_insert(0u64);

@@ -252,19 +252,19 @@ impl Agent {
     // ---- what the transport brings ----
 
     /// Frame `seq` (acknowledging `ack`) from `peer`'s incarnation `boot`,
-    /// read on the accepted connection numbered `reader`: through the
+    /// read on the connection numbered `connection`: through the
     /// session, and unless an injected partition keeps it out, to the
     /// engine.
     pub(crate) fn deliver(
         &self,
         peer: NodeId,
-        (reader, boot): (u64, u64),
+        (connection, boot): (u64, u64),
         (seq, ack): (u64, u64),
         body: &[u8],
     ) -> Delivery {
         let admitted = self.faults.admits(peer);
         self.input(|s, now| {
-            match s.links.receive(peer, reader, boot, seq, ack) {
+            match s.links.receive(peer, connection, boot, seq, ack) {
                 Inbound::Superseded => return Delivery::Superseded,
                 Inbound::Skip => return Delivery::Taken,
                 Inbound::AfterGap(lost) => {
@@ -297,8 +297,8 @@ impl Agent {
         })
     }
 
-    /// The transport has evidence that `peer` failed (a closed connection
-    /// whose redial was refused).
+    /// The transport has evidence that `peer` failed (its connection closed,
+    /// and its address then refused a new one).
     pub(crate) fn link_down(&self, peer: NodeId) {
         self.input(|s, now| s.engine.handle_link_down(now, peer));
     }

@@ -194,7 +194,7 @@ pub(crate) struct Injector {
 pub(crate) struct Injected {
     /// The faults now in force.
     pub(crate) state: FaultState,
-    /// A `reset`: the connections to and from these peers are to break.
+    /// A `reset`: the connections with these peers are to break.
     pub(crate) reset: Option<Vec<NodeId>>,
 }
 

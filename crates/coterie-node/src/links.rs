@@ -1,6 +1,6 @@
 //! The transport's bookkeeping, in the agent's state: one
-//! [`Session`] per peer, the number of the accepted connection allowed to
-//! deliver from it, and the frames a connection writes next. Kept under the
+//! [`Session`] per peer, the number of the connection allowed to read and
+//! write for it, and the frames a connection writes next. Kept under the
 //! agent's lock with the engine, so frames are numbered in the order the
 //! engine sends them and delivered in the order they were numbered.
 
@@ -16,10 +16,10 @@ pub(crate) struct PeerLinks {
 
 struct PeerLink {
     session: Session,
-    /// The number of the newest accepted connection from the peer: only
-    /// its reader delivers.
-    reader: u64,
-    /// Counters for `coterie status`: answered dials, overflows, gaps.
+    /// The number of the newest connection with the peer, dialled or
+    /// accepted: only it delivers and writes.
+    connection: u64,
+    /// Counters for `coterie status`: connections made, overflows, gaps.
     connections: u64,
     overflows: u64,
     gaps: u64,
@@ -41,7 +41,7 @@ impl PeerLinks {
     pub(crate) fn new(peers: &[NodeId]) -> PeerLinks {
         let link = || PeerLink {
             session: Session::new(Limits::default()),
-            reader: 0,
+            connection: 0,
             connections: 0,
             overflows: 0,
             gaps: 0,
@@ -67,40 +67,58 @@ impl PeerLinks {
         }
     }
 
-    /// The peer (incarnation `boot`) dialled in: returns whether it
-    /// restarted, how much of its session was delivered, and the new
-    /// connection's reader number.
-    pub(crate) fn accepted(&mut self, peer: NodeId, boot: u64) -> (bool, u64, u64) {
-        let link = self.link(peer);
-        let restarted = link.session.bind(boot);
-        link.reader += 1;
-        (restarted, link.session.ack(), link.reader)
-    }
-
-    /// A dial to `peer` is connected: the incarnation our session expects
-    /// (for the Hello) and every frame it keeps, to write right behind it.
-    pub(crate) fn dialling(&mut self, peer: NodeId) -> (Option<u64>, Batch) {
-        let session = &self.link(peer).session;
-        (session.peer_boot(), Batch::after(session, 0))
-    }
-
-    /// Our dial was answered by the peer's incarnation `boot`, which has
-    /// delivered up to `delivered`: `true` if it restarted (what was
-    /// written behind the Hello was meant for the old process, and the
-    /// session starts afresh).
-    pub(crate) fn welcomed(&mut self, peer: NodeId, boot: u64, delivered: u64) -> bool {
+    /// The peer (incarnation `boot`) dialled in, having delivered up to
+    /// `delivered` of our session (if it expected this incarnation): the
+    /// new connection's terms.
+    pub(crate) fn accepted(&mut self, peer: NodeId, boot: u64, delivered: u64) -> Accepted {
         let link = self.link(peer);
         let restarted = link.session.bind(boot);
         link.session.acked(boot, delivered);
+        link.connection += 1;
         link.connections += 1;
-        restarted
+        Accepted { restarted, delivered: link.session.ack(), connection: link.connection }
     }
 
-    /// What a connection to `boot` that wrote up to `after` writes next;
-    /// `None` if the session is now bound to another incarnation.
-    pub(crate) fn pending(&mut self, peer: NodeId, boot: u64, after: u64) -> Option<Batch> {
+    /// A dial to `peer` is connected: the incarnation our session expects
+    /// and how much of its session we delivered (for the Hello), and every
+    /// frame ours keeps, to write right behind it.
+    pub(crate) fn dialling(&mut self, peer: NodeId) -> (Option<u64>, u64, Batch) {
         let session = &self.link(peer).session;
-        (session.peer_boot() == Some(boot)).then(|| Batch::after(session, after))
+        (session.peer_boot(), session.ack(), Batch::after(session, 0))
+    }
+
+    /// Our dial was answered by the peer's incarnation `boot`, which has
+    /// delivered up to `delivered`: whether it restarted (what was written
+    /// behind the Hello was meant for the old process, and the session
+    /// starts afresh), and the connection's number.
+    pub(crate) fn welcomed(&mut self, peer: NodeId, boot: u64, delivered: u64) -> (bool, u64) {
+        let link = self.link(peer);
+        let restarted = link.session.bind(boot);
+        link.session.acked(boot, delivered);
+        link.connection += 1;
+        link.connections += 1;
+        (restarted, link.connection)
+    }
+
+    /// The peer's incarnation `boot` asked us to dial it: whether that is
+    /// a new incarnation (the session starts afresh, and a connection to
+    /// the old one writes no more).
+    pub(crate) fn called(&mut self, peer: NodeId, boot: u64) -> bool {
+        self.link(peer).session.bind(boot)
+    }
+
+    /// What connection `connection`, to `boot`, having written up to
+    /// `after`, writes next; `None` if a newer connection took over or the
+    /// session is now bound to another incarnation.
+    pub(crate) fn pending(
+        &mut self,
+        peer: NodeId,
+        (connection, boot): (u64, u64),
+        after: u64,
+    ) -> Option<Batch> {
+        let link = self.link(peer);
+        (link.connection == connection && link.session.peer_boot() == Some(boot))
+            .then(|| Batch::after(&link.session, after))
     }
 
     /// Where every session stands, for `coterie status`.
@@ -116,18 +134,18 @@ impl PeerLinks {
             .collect()
     }
 
-    /// Frame `seq`, acknowledging `ack`, arrived on reader `reader`'s
-    /// connection from `peer`'s incarnation `boot`.
+    /// Frame `seq`, acknowledging `ack`, arrived on connection
+    /// `connection` from `peer`'s incarnation `boot`.
     pub(crate) fn receive(
         &mut self,
         peer: NodeId,
-        reader: u64,
+        connection: u64,
         boot: u64,
         seq: u64,
         ack: u64,
     ) -> Inbound {
         let link = self.link(peer);
-        if link.reader != reader {
+        if link.connection != connection {
             return Inbound::Superseded;
         }
         link.session.acked(boot, ack);
@@ -140,6 +158,16 @@ impl PeerLinks {
             Received::Duplicate | Received::Stale => Inbound::Skip,
         }
     }
+}
+
+/// An accepted connection's terms.
+pub(crate) struct Accepted {
+    /// The peer is a new incarnation: the session started afresh.
+    pub(crate) restarted: bool,
+    /// How much of the peer's session was delivered, for the Welcome.
+    pub(crate) delivered: u64,
+    /// The connection's number.
+    pub(crate) connection: u64,
 }
 
 /// Frames encoded for one write, and the number of the last.

@@ -40,7 +40,7 @@ use crate::sessions::Sessions;
 use crate::shutdown::Trigger;
 use crate::state::StateFile;
 use crate::storage::StateWriter;
-use crate::transport::{delay_lane, dial_task, serve_peer, Transport};
+use crate::transport::{call_task, delay_lane, dial_task, serve_peer, Transport};
 use coterie_core::wire::{Hello, PROTOCOL_VERSION};
 use coterie_core::{Engine, NodeId, Priority, Restored};
 use std::future::Future;
@@ -212,6 +212,8 @@ pub async fn run(
         detector: cfg.timing().detector.to_string(),
         boot: incarnation,
         expects: None,
+        delivered: 0,
+        dial_back: false,
     };
     let peers: Vec<(NodeId, String)> =
         cfg.nodes.iter().filter(|n| n.id != id).map(|n| (NodeId(n.id), n.peer.clone())).collect();
@@ -298,9 +300,14 @@ pub async fn run(
     for (peer, lane) in lanes {
         tasks.spawn(delay_lane(transport.clone(), peer, lane, shutdown_signal.clone()));
     }
-    for (peer, _) in &peers {
-        let dial = dial_task(transport.clone(), *peer, shutdown_signal.clone());
-        tasks.spawn(dial.instrument(span.clone()));
+    // Each pair of nodes shares one connection, which the lower id dials.
+    for &(peer, _) in &peers {
+        let (t, stop) = (transport.clone(), shutdown_signal.clone());
+        if peer.0 > id {
+            tasks.spawn(dial_task(t, peer, stop).instrument(span.clone()));
+        } else {
+            tasks.spawn(call_task(t, peer, stop).instrument(span.clone()));
+        }
     }
     let peer_port = Listener {
         listener: listeners.peer,

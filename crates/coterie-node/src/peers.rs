@@ -19,9 +19,13 @@ pub(crate) struct Peer {
     pub(crate) addr: String,
     /// Frames were numbered: the connection writes them.
     pub(crate) wake: Notify,
-    /// The peer dialled in (it is up): a dialler backing off dials now.
+    /// The peer, above this node, asked to be dialled (it is up): a dialler
+    /// backing off dials now.
     pub(crate) redial: Notify,
-    /// Bumped by `coterie fault reset`: both connections close.
+    /// The connection the peer, below this node, dialled closed: is the
+    /// peer still there?
+    pub(crate) closed: Notify,
+    /// Bumped by `coterie fault reset`: the connection closes.
     pub(crate) reset: watch::Sender<u64>,
     /// Frames held back by an injected delay.
     lane: mpsc::UnboundedSender<(Instant, Vec<u8>)>,
@@ -50,6 +54,7 @@ impl Peers {
                     addr: addr.clone(),
                     wake: Notify::new(),
                     redial: Notify::new(),
+                    closed: Notify::new(),
                     reset: watch::channel(0).0,
                     lane,
                     delayed: AtomicUsize::new(0),
@@ -92,8 +97,8 @@ impl Peers {
         }
     }
 
-    /// Closes the connections to and from `peers`, both directions, at once
-    /// (`coterie fault reset`). They are redialled as after any break.
+    /// Closes the connections with `peers` (`coterie fault reset`). They
+    /// are redialled as after any break.
     pub(crate) fn reset(&self, peers: &[NodeId]) {
         for peer in peers {
             if let Some(h) = self.peers.get(peer) {

@@ -1,28 +1,39 @@
-//! The transport: peer connections and the reliable sessions over them.
+//! The transport: one connection per pair of nodes, used both ways, and
+//! the reliable sessions over it.
 //!
-//! Each node dials every peer and writes its frames to it on that
-//! connection; it reads what the peer writes on the connection the peer
-//! dialled. Under the connections sits one
-//! [`Session`](coterie_core::session::Session) per peer (kept in the
+//! Of each pair, the node with the lower id dials and the other accepts;
+//! then both write their frames to the other and read the other's on that
+//! one connection. One connection a pair, not one each way, halves what a
+//! cluster holds and makes at start (N(N − 1)/2 connections: at 128 nodes
+//! on one host the kernel's connection-tracking table filled with twice
+//! that), and an answer carries the kernel's acknowledgement of its
+//! question, where a connection each way costs an empty segment back for
+//! every message. Under the connection sits
+//! one [`Session`](coterie_core::session::Session) per peer (kept in the
 //! agent's [`Stack`](crate::agent::Stack), so frames are numbered in the
 //! order the engine sends them and delivered in the order they were
 //! numbered). A connection that breaks while both processes live loses
-//! nothing: the dialler connects again at once, the acceptor's Welcome says
-//! how much it delivered, and the dialler writes the rest before anything
-//! new. A connection that breaks is a hint, not a verdict: only a refused
-//! redial (the process is gone) or a session that overflowed declares the
-//! peer failed at once; otherwise the failure detector's timeout decides.
+//! nothing: the dialler connects again at once, the Hello says how much
+//! of the acceptor's session the dialler delivered and the Welcome how much
+//! of the dialler's the acceptor did, and each writes the rest before
+//! anything new. A connection that breaks is a hint, not a verdict: only a
+//! refused reconnection (the process is gone) or a session that overflowed
+//! declares the peer failed at once; otherwise the failure detector's
+//! timeout decides.
 //!
-//! - [`dial_task`]: one per peer: connect, hand-shake, write frames; redial
-//!   at once after a break, with backoff after a failed dial (the longest
-//!   at once when nobody listens), and at once when the peer dials in (it
-//!   is up).
-//! - [`serve_peer`]: one per accepted connection: hand-shake, read frames,
-//!   deliver them through the session. A newer connection from the same
-//!   peer supersedes an older one, so two readers never interleave.
+//! - [`dial_task`]: one per peer above this node: connect, hand-shake,
+//!   [`converse`]; redial at once after a break, with backoff after a
+//!   failed dial (the longest at once when nobody listens), and at once
+//!   when the peer asks to be dialled (it is up).
+//! - [`call_task`]: one per peer below this node, whose connection it is
+//!   to dial: asks it to dial (a Hello marked `dial_back`) when this node
+//!   starts, and again when its connection closes, which also tells
+//!   whether its process is still there.
+//! - [`serve_peer`]: one per accepted connection: hand-shake, then
+//!   [`converse`]. A newer connection with the same peer supersedes an
+//!   older one, so two connections never deliver or write at once.
 //! - [`delay_lane`]: one per peer: frames held back by an injected delay.
-//! - `coterie fault reset` closes both directions at once, through
-//!   [`Peers::reset`].
+//! - `coterie fault reset` closes the connection, through [`Peers::reset`].
 //!
 //! The sessions themselves live in [`links`](crate::links), in the agent's
 //! stack; each peer's handles in [`peers`](crate::peers).
@@ -32,7 +43,7 @@ use crate::agent::{Agent, Delivery};
 use crate::auth::{AuthError, Role};
 use crate::codec::{self, read_frame, write_frame, FrameError};
 use crate::faults::Injector;
-use crate::links::Batch;
+use crate::links::Accepted;
 use crate::peers::{Lane, Peers};
 use crate::shutdown::Shutdown;
 use crate::throttle::Throttle;
@@ -41,7 +52,8 @@ use coterie_core::NodeId;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tracing::{debug, error, info, warn};
 
@@ -88,7 +100,7 @@ pub(crate) async fn delay_lane(
     }
 }
 
-/// Keeps one outbound connection to `peer` and writes its session's frames.
+/// Keeps the connection with `peer`, above this node, and converses on it.
 pub(crate) async fn dial_task(t: Arc<Transport>, peer: NodeId, mut shutdown: Shutdown) {
     let handle = t.peers.get(peer);
     let mut backoff = BACKOFF.0;
@@ -98,16 +110,27 @@ pub(crate) async fn dial_task(t: Arc<Transport>, peer: NodeId, mut shutdown: Shu
     loop {
         // A dial to a peer whose host is gone can hang until its timeout
         // (nothing answers the SYN: a container that was killed, say). If
-        // the peer dials us meanwhile it is back: drop the attempt and dial
-        // again at once.
-        let attempt = tokio::select! {
-            result = dial(&t, peer, &handle.addr) => result,
+        // the peer asks to be dialled meanwhile it is back: drop the
+        // attempt and dial again at once. The handshake is not dropped so
+        // (it has its own timeout): the acceptor may have taken the
+        // connection up already, and when it closes, the acceptor asks to
+        // be dialled again, which would drop the next handshake the same
+        // way, and the next.
+        let connected = tokio::select! {
+            result = connect(&t, peer, &handle.addr) => result,
             _ = handle.redial.notified() => continue,
             _ = shutdown.recv() => return,
         };
+        let attempt = match connected {
+            Ok(stream) => tokio::select! {
+                result = handshake(&t, peer, stream) => result,
+                _ = shutdown.recv() => return,
+            },
+            Err(e) => Err(e),
+        };
         match attempt {
             Ok(Connected { stream, boot, delivered, written }) => {
-                let restarted = t.agent.links(|l| l.welcomed(peer, boot, delivered));
+                let (restarted, connection) = t.agent.links(|l| l.welcomed(peer, boot, delivered));
                 backoff = BACKOFF.0;
                 if restarted {
                     info!(
@@ -118,9 +141,9 @@ pub(crate) async fn dial_task(t: Arc<Transport>, peer: NodeId, mut shutdown: Shu
                 } else if lost {
                     debug!(peer = peer.0, delivered, "reconnected: resuming the session");
                 }
-                match pump(&t, peer, boot, stream, written, &mut shutdown).await {
-                    Pump::Stopped => return,
-                    Pump::Closed => {
+                match converse(&t, peer, (connection, boot), stream, written, &mut shutdown).await {
+                    End::Stopped => return,
+                    End::Closed | End::Superseded => {
                         debug!(peer = peer.0, "connection to peer closed");
                         t.agent.metrics().redialed();
                         lost = true;
@@ -142,24 +165,54 @@ pub(crate) async fn dial_task(t: Arc<Transport>, peer: NodeId, mut shutdown: Shu
             }
             Err(DialError::Refused) => {
                 // Nobody listens there: the peer has not started yet, or
-                // has gone. A peer dials every other as it starts, and its
-                // connection cuts this wait short (`redial`), so redialling
-                // sooner finds nothing sooner: it only loads the machine
-                // (128 nodes started together on two cores once made some
-                // 29,000 refused dials, as many as every other connection
-                // of their start-up together).
+                // has gone. A peer asks every node below it to dial as it
+                // starts, and that cuts this wait short (`redial`), so
+                // redialling sooner finds nothing sooner: it only loads the
+                // machine (128 nodes started together on two cores once
+                // made some 29,000 refused dials, as many as every other
+                // connection of their start-up together).
                 backoff = BACKOFF.1;
             }
             Err(_) => {}
         }
         // Wait before redialling (frames wait in the session meanwhile); a
-        // connection from the peer cuts the wait short.
+        // call from the peer cuts the wait short.
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             _ = handle.redial.notified() => {}
             _ = shutdown.recv() => return,
         }
         backoff = (backoff * 2).min(BACKOFF.1);
+    }
+}
+
+/// For `peer`, below this node, whose connection it is to dial: asks it to
+/// dial now when this node starts (it may be waiting out a refused dial),
+/// and again whenever its connection closes. A refusal then means its
+/// process is gone, as a refused redial does to a dialler.
+pub(crate) async fn call_task(t: Arc<Transport>, peer: NodeId, mut shutdown: Shutdown) {
+    let handle = t.peers.get(peer);
+    // Set when the peer's connection closed: a refused call means it is gone.
+    let mut lost = false;
+    loop {
+        let called = tokio::select! {
+            result = call(&t, peer, &handle.addr) => result,
+            _ = shutdown.recv() => return,
+        };
+        match called {
+            Err(DialError::Refused | DialError::Reset) if lost => {
+                info!(peer = peer.0, "peer's connection closed and its address refuses another");
+                t.agent.link_down(peer);
+            }
+            Err(DialError::Handshake(reason)) => {
+                error!(peer = peer.0, addr = %handle.addr, "peer refused this node: {reason}");
+            }
+            _ => {}
+        }
+        tokio::select! {
+            _ = handle.closed.notified() => lost = true,
+            _ = shutdown.recv() => return,
+        }
     }
 }
 
@@ -186,6 +239,39 @@ impl DialError {
     }
 }
 
+/// Sets what a peer connection needs on either end: no Nagle delay, and an
+/// end to a connection whose writes the peer's kernel does not acknowledge
+/// within the failure timeout (see [`converse`]).
+fn tune(t: &Transport, stream: &TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let (_, failure_timeout) = t.agent.timing();
+    let _ = socket2::SockRef::from(stream).set_tcp_user_timeout(Some(failure_timeout));
+}
+
+/// Connects to `peer` at `addr` and authenticates, if the cluster has a
+/// secret.
+async fn connect(t: &Transport, peer: NodeId, addr: &str) -> Result<TcpStream, DialError> {
+    let mut stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            return Err(DialError::Refused)
+        }
+        Ok(Err(e)) => {
+            debug!(peer = peer.0, %addr, "dial failed: {e}");
+            return Err(DialError::Other);
+        }
+        Err(_) => return Err(DialError::Other),
+    };
+    tune(t, &stream);
+    match t.admission.dial(&mut stream).await {
+        Ok(()) => Ok(stream),
+        Err(AuthError::Closed) => Err(DialError::Reset),
+        Err(AuthError::Frame(FrameError::Io(e))) => Err(DialError::broken(&e)),
+        Err(AuthError::Timeout) => Err(DialError::Other),
+        Err(refused) => Err(DialError::Handshake(refused.to_string())),
+    }
+}
+
 /// A dial that was answered.
 struct Connected {
     stream: TcpStream,
@@ -197,48 +283,29 @@ struct Connected {
     written: u64,
 }
 
-/// Dials `peer`, writes the Hello and every frame the session keeps behind
-/// it (the peer drops what it had: no round trip before data flows), and
-/// reads the answer.
-async fn dial(t: &Transport, peer: NodeId, addr: &str) -> Result<Connected, DialError> {
-    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(addr)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
-            return Err(DialError::Refused)
-        }
-        Ok(Err(e)) => {
-            debug!(peer = peer.0, %addr, "dial failed: {e}");
-            return Err(DialError::Other);
-        }
-        Err(_) => return Err(DialError::Other),
-    };
-    let _ = stream.set_nodelay(true);
-    // What this node writes and the peer's kernel does not acknowledge
-    // within the failure timeout ends the connection (see [`pump`]).
-    let (_, failure_timeout) = t.agent.timing();
-    let _ = socket2::SockRef::from(&stream).set_tcp_user_timeout(Some(failure_timeout));
-    let mut stream = stream;
-    if let Err(e) = t.admission.dial(&mut stream).await {
-        return Err(match e {
-            AuthError::Closed => DialError::Reset,
-            AuthError::Frame(FrameError::Io(e)) => DialError::broken(&e),
-            AuthError::Timeout => DialError::Other,
-            refused => DialError::Handshake(refused.to_string()),
-        });
-    }
-    let (expects, batch) = t.agent.links(|l| l.dialling(peer));
+/// Writes the Hello and every frame the session keeps behind it (the peer
+/// drops what it had: no round trip before data flows), and reads the
+/// answer. The peer's own frames follow its Welcome.
+async fn handshake(
+    t: &Transport,
+    peer: NodeId,
+    mut stream: TcpStream,
+) -> Result<Connected, DialError> {
+    let (expects, delivered, batch) = t.agent.links(|l| l.dialling(peer));
     let mut bytes = Vec::with_capacity(64 + batch.bytes.len());
-    wire::write_frame(&PeerFrame::Hello(Hello { expects, ..t.agent.hello() }), &mut bytes);
+    let hello = Hello { expects, delivered, ..t.agent.hello() };
+    wire::write_frame(&PeerFrame::Hello(hello), &mut bytes);
     bytes.extend_from_slice(&batch.bytes);
     let written = batch.last.unwrap_or(0);
-    let handshake = async {
+    let answer = async {
         stream.write_all(&bytes).await?;
         let mut buf = Vec::new();
+        // Exactly the Welcome: what follows it is the conversation's.
         read_frame::<PeerFrame, _>(&mut stream, &mut buf).await
     };
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, answer).await {
         Ok(Ok(Some(PeerFrame::Welcome { boot, delivered }))) => {
-            info!(peer = peer.0, %addr, "connected to peer");
+            info!(peer = peer.0, "connected to peer");
             Ok(Connected { stream, boot, delivered, written })
         }
         Ok(Ok(Some(PeerFrame::Refused(reason)))) => Err(DialError::Handshake(reason)),
@@ -249,82 +316,161 @@ async fn dial(t: &Transport, peer: NodeId, addr: &str) -> Result<Connected, Dial
     }
 }
 
-enum Pump {
-    Stopped,
-    Closed,
+/// Asks `peer`, below this node, to dial it: a Hello marked `dial_back`,
+/// which the peer answers by closing (or with its refusal).
+async fn call(t: &Transport, peer: NodeId, addr: &str) -> Result<(), DialError> {
+    let mut stream = connect(t, peer, addr).await?;
+    let hello = Hello { dial_back: true, ..t.agent.hello() };
+    let answer = async {
+        write_frame(&mut stream, &PeerFrame::Hello(hello)).await?;
+        let mut buf = Vec::new();
+        read_frame::<PeerFrame, _>(&mut stream, &mut buf).await
+    };
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, answer).await {
+        Ok(Ok(None)) => Ok(()),
+        Ok(Ok(Some(PeerFrame::Refused(reason)))) => Err(DialError::Handshake(reason)),
+        Ok(Ok(Some(other))) => Err(DialError::Handshake(format!("unexpected answer {other:?}"))),
+        Ok(Err(FrameError::Io(e))) => Err(DialError::broken(&e)),
+        Ok(Err(_)) | Err(_) => Err(DialError::Other),
+    }
 }
 
-/// Writes every frame the session numbers after `written`, until the
-/// connection closes, is reset, or the peer turns out to have restarted.
+/// How a conversation on a connection ended.
+enum End {
+    /// The node is stopping.
+    Stopped,
+    /// The connection closed, broke, timed out, or was reset by a fault.
+    Closed,
+    /// A newer connection with the peer took over, or the peer restarted.
+    Superseded,
+}
+
+/// Reads the peer's frames and writes ours on connection `connection` to
+/// its incarnation `boot`, having written up to `written` already, until
+/// the connection ends.
 ///
 /// A connection can also die without closing: the peer's host vanished, or
 /// its address changed (a container disconnected from its network and
 /// connected again), and nothing answers, not even a reset. Writes still
 /// succeed into the socket's buffer. The kernel sees it, though: what it
 /// sent goes unacknowledged, and with `TCP_USER_TIMEOUT` set to the failure
-/// timeout ([`dial`]) it gives the connection up after that long, the
-/// pump's read fails, and the connection is dialled anew. The session
-/// loses nothing either way. The acknowledgements are the peer kernel's,
-/// not its process's: a peer that is merely slow or stopped keeps its
-/// connection (the failure detector judges it), and so does a node too
-/// starved to read its own timers.
-async fn pump(
+/// timeout ([`tune`]) it gives the connection up after that long and the
+/// read fails. The session loses nothing either way. The acknowledgements
+/// are the peer kernel's, not its process's: a peer that is merely slow or
+/// stopped keeps its connection (the failure detector judges it), and so
+/// does a node too starved to read its own timers.
+async fn converse(
     t: &Transport,
     peer: NodeId,
-    boot: u64,
+    link: (u64, u64),
     stream: TcpStream,
-    mut written: u64,
+    written: u64,
     shutdown: &mut Shutdown,
-) -> Pump {
+) -> End {
     let handle = t.peers.get(peer);
     let mut reset = handle.reset.subscribe();
-    let (mut reader, mut writer) = stream.into_split();
-    let mut batch = Batch { bytes: Vec::new(), last: None };
-    let mut probe = [0u8; 64];
-    loop {
-        if let Some(last) = batch.last.take() {
-            if writer.write_all(&batch.bytes).await.is_err() {
-                return Pump::Closed;
-            }
-            written = last;
+    let (reader, writer) = stream.into_split();
+    let end = tokio::select! {
+        end = read_frames(t, peer, link, reader) => end,
+        end = write_frames(t, peer, link, writer, written) => end,
+        _ = reset.changed() => {
+            info!(peer = peer.0, "connection with peer reset by a fault");
+            End::Closed
         }
-        tokio::select! {
-            _ = handle.wake.notified() => {
-                match t.agent.links(|l| l.pending(peer, boot, written)) {
-                    Some(next) => batch = next,
-                    None => return Pump::Closed, // the peer restarted: dial its new process
-                }
-            }
-            // The peer never writes on this connection: a read returning
-            // is the connection closing (or timing out).
-            read = reader.read(&mut probe) => match read {
-                Ok(0) => return Pump::Closed,
-                Err(e) => {
-                    if e.kind() == io::ErrorKind::TimedOut {
-                        warn!(peer = peer.0, "what was written to peer went unacknowledged for the failure timeout: the connection is presumed dead, dialling again");
+        _ = shutdown.recv() => End::Stopped,
+    };
+    if matches!(end, End::Superseded) {
+        // This connection's writer may have taken a wake-up meant for the
+        // one that superseded it: pass it on.
+        handle.wake.notify_one();
+    }
+    end
+}
+
+/// Delivers every frame the peer writes, through the session, to the
+/// engine.
+async fn read_frames(t: &Transport, peer: NodeId, link: (u64, u64), reader: OwnedReadHalf) -> End {
+    // What the peer sends that cannot be used is logged, a line a second.
+    let mut drops = Throttle::default();
+    // Frames are read a few at a time, not a header and a body per call.
+    let mut stream = tokio::io::BufReader::with_capacity(READ_BUFFER, reader);
+    let mut buf = Vec::new();
+    loop {
+        match read_frame::<PeerFrame, _>(&mut stream, &mut buf).await {
+            Ok(Some(PeerFrame::Message { seq, ack, body })) => {
+                t.faults.unpaused().await;
+                match t.agent.deliver(peer, link, (seq, ack), &body) {
+                    Delivery::Taken => {}
+                    Delivery::Dropped(e) => {
+                        if let Some(also) = drops.admit(std::time::Instant::now()) {
+                            warn!(
+                                peer = peer.0,
+                                also_dropped_since_last_line = also,
+                                "dropped a message: {e}"
+                            );
+                        }
                     }
-                    return Pump::Closed;
+                    Delivery::Superseded => {
+                        debug!(peer = peer.0, "a newer connection with the peer took over");
+                        return End::Superseded;
+                    }
                 }
-                Ok(_) => {}
-            },
-            _ = reset.changed() => {
-                info!(peer = peer.0, "connection to peer reset by a fault");
-                return Pump::Closed;
             }
-            _ = shutdown.recv() => return Pump::Stopped,
+            Ok(Some(other)) => {
+                warn!(peer = peer.0, "closing peer connection: unexpected {}", frame_name(&other));
+                return End::Closed;
+            }
+            Ok(None) => return End::Closed,
+            Err(FrameError::Io(e)) => {
+                if e.kind() == io::ErrorKind::TimedOut {
+                    warn!(peer = peer.0, "what was written to peer went unacknowledged for the failure timeout: the connection is presumed dead");
+                } else {
+                    debug!(peer = peer.0, "peer connection lost: {e}");
+                }
+                return End::Closed;
+            }
+            Err(e) => {
+                warn!(peer = peer.0, "closing peer connection: {e}");
+                return End::Closed;
+            }
         }
     }
 }
 
-/// Serves one accepted peer connection: the handshake, then every frame
-/// through the session to the engine.
+/// Writes every frame the session keeps after `written` (all it keeps, on
+/// a connection just accepted), then each frame it numbers, until the
+/// connection breaks or another takes over.
+async fn write_frames(
+    t: &Transport,
+    peer: NodeId,
+    link: (u64, u64),
+    mut writer: OwnedWriteHalf,
+    mut written: u64,
+) -> End {
+    let handle = t.peers.get(peer);
+    loop {
+        let Some(batch) = t.agent.links(|l| l.pending(peer, link, written)) else {
+            return End::Superseded;
+        };
+        if let Some(last) = batch.last {
+            if writer.write_all(&batch.bytes).await.is_err() {
+                return End::Closed;
+            }
+            written = last;
+        }
+        handle.wake.notified().await;
+    }
+}
+
+/// Serves one accepted peer connection: the handshake, then the
+/// conversation; or, for a peer above asking to be dialled, the dial.
 pub(crate) async fn serve_peer(
     t: Arc<Transport>,
     mut stream: TcpStream,
     from: std::net::SocketAddr,
     mut shutdown: Shutdown,
 ) {
-    let _ = stream.set_nodelay(true);
+    tune(&t, &stream);
     let Ok(dialler) = t.admission.admit(&mut stream, from, Port::Peer).await else { return };
     let mut buf = Vec::new();
     let hello = match tokio::time::timeout(
@@ -361,6 +507,17 @@ pub(crate) async fn serve_peer(
         return;
     }
     let (peer, boot) = (hello.node, hello.boot);
+    let handle = t.peers.get(peer);
+    if hello.dial_back {
+        // It is up: our dialler dials now if it was waiting, and drops a
+        // connection to its previous incarnation.
+        if t.agent.links(|l| l.called(peer, boot)) {
+            info!(peer = peer.0, "peer restarted: a new session");
+            handle.wake.notify_one();
+        }
+        handle.redial.notify_one();
+        return; // closing it is the answer
+    }
     if hello.expects.is_some_and(|b| b != t.agent.boot()) {
         // Dialled for a previous incarnation of this node: answered, so the
         // dialler starts a new session, and closed with its frames unread.
@@ -369,65 +526,25 @@ pub(crate) async fn serve_peer(
         let _ = write_frame(&mut stream, &welcome).await;
         return;
     }
-    let (restarted, delivered, reader) = t.agent.links(|l| l.accepted(peer, boot));
+    let Accepted { restarted, delivered, connection } =
+        t.agent.links(|l| l.accepted(peer, boot, hello.delivered));
+    // The Welcome alone: what the dialler lacks of our session follows it
+    // from the conversation's writer, while its reader takes in what the
+    // dialler wrote behind its Hello. Written here, in one go, before
+    // reading, two sessions each holding more than the sockets buffer
+    // would each wait for the other to read.
     let welcome = PeerFrame::Welcome { boot: t.agent.boot(), delivered };
     if write_frame(&mut stream, &welcome).await.is_err() {
         return;
     }
-    let handle = t.peers.get(peer);
-    // It is up: our dialler dials now if it was waiting, and drops a
-    // connection to its previous incarnation.
-    handle.redial.notify_one();
+    info!(peer = peer.0, "connected to peer");
     if restarted {
+        // A connection to its previous incarnation writes no more.
         info!(peer = peer.0, "peer restarted: a new session");
         handle.wake.notify_one();
     }
-    let mut reset = handle.reset.subscribe();
-    // What the peer sends that cannot be used is logged, a line a second.
-    let mut drops = Throttle::default();
-    // Frames are read a few at a time, not a header and a body per call:
-    // nothing but the Hello was read before, so nothing is lost.
-    let mut stream = tokio::io::BufReader::with_capacity(READ_BUFFER, stream);
-    loop {
-        let frame = tokio::select! {
-            f = read_frame::<PeerFrame, _>(&mut stream, &mut buf) => f,
-            _ = reset.changed() => return, // closes it: the peer redials
-            _ = shutdown.recv() => return,
-        };
-        match frame {
-            Ok(Some(PeerFrame::Message { seq, ack, body })) => {
-                t.faults.unpaused().await;
-                match t.agent.deliver(peer, (reader, boot), (seq, ack), &body) {
-                    Delivery::Taken => {}
-                    Delivery::Dropped(e) => {
-                        if let Some(also) = drops.admit(std::time::Instant::now()) {
-                            warn!(
-                                peer = peer.0,
-                                also_dropped_since_last_line = also,
-                                "dropped a message: {e}"
-                            );
-                        }
-                    }
-                    Delivery::Superseded => {
-                        debug!(peer = peer.0, "a newer connection from the peer took over");
-                        return;
-                    }
-                }
-            }
-            Ok(Some(other)) => {
-                warn!(peer = peer.0, "closing peer connection: unexpected {}", frame_name(&other));
-                return;
-            }
-            Ok(None) => return,
-            Err(FrameError::Io(e)) => {
-                debug!(peer = peer.0, "peer connection lost: {e}");
-                return;
-            }
-            Err(e) => {
-                warn!(peer = peer.0, %from, "closing peer connection: {e}");
-                return;
-            }
-        }
+    if let End::Closed = converse(&t, peer, (connection, boot), stream, 0, &mut shutdown).await {
+        handle.closed.notify_one();
     }
 }
 

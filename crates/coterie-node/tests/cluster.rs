@@ -345,6 +345,8 @@ async fn hello_for_another_cluster_or_node_is_refused_with_the_reason() {
         detector: "all".into(),
         boot: 1,
         expects: None,
+        delivered: 0,
+        dial_back: false,
     };
     let cases = [
         (Hello { cluster: "prod".into(), ..hello.clone() }, "cluster"),
@@ -679,6 +681,8 @@ async fn a_member_that_lies_crashes_nothing_and_grants_nothing_unasked() {
             detector: "all".into(),
             boot: 424242,
             expects: None,
+            delivered: 0,
+            dial_back: false,
         };
         write_frame(&mut s, &PeerFrame::Hello(hello)).await.unwrap();
         let mut buf = Vec::new();

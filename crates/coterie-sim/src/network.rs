@@ -1,5 +1,14 @@
-//! The simulator's connections: one per ordered pair of nodes, as the
-//! node's transport keeps one dialled connection per peer.
+//! The simulator's connections: one per ordered pair of nodes, each
+//! carrying one direction's frames.
+//!
+//! The node's transport shares one connection per pair, both ways, dialled
+//! by the lower id (so that an answer carries the kernel's acknowledgement
+//! of the question, which costs nothing here). The simulator keeps the two
+//! directions apart: each breaks, is dialled and resumes on its own, which
+//! includes the node's case of both breaking at once, and what the
+//! sessions above must survive is the same: frames lost in a broken
+//! connection, sent again once it is made anew, delivered once and in
+//! order.
 //!
 //! A connection has an id; every frame in flight carries the id of the
 //! connection it was written into, and a frame whose connection was since

@@ -73,10 +73,9 @@ enum Fault {
     Pause,
     /// Unfreeze a paused node.
     Resume,
-    /// Close the node's connections to and from these peers (all if none)
-    /// at once, both directions, as a NAT or a flapping link would; they
-    /// are redialled at once and the sessions send again what was in
-    /// flight. `--every 300ms --for 6s` repeats it.
+    /// Close the node's connection with each of these peers (all if
+    /// none), as a NAT or a flapping link would; it is redialled at once
+    /// and the sessions send again what was in flight. `--every 300ms --for 6s` repeats it.
     Reset {
         /// Peer ids, comma-separated.
         #[arg(value_delimiter = ',')]

@@ -9,7 +9,8 @@ use std::process::ExitCode;
 /// Run one node of a cluster until SIGINT or SIGTERM.
 ///
 /// The node binds the `peer` and `client` addresses of its [[node]] entry,
-/// dials every other node, and logs elections, coordinator changes, grants
+/// dials every node above it (each pair of nodes shares one connection,
+/// which the lower id dials), and logs elections, coordinator changes, grants
 /// and peers going up and down at info level.
 #[derive(clap::Args)]
 pub struct Args {
