@@ -122,8 +122,7 @@ pub struct Hello {
     /// frame meant for a previous process reaches the new one.
     pub expects: Option<u64>,
     /// How much of the acceptor's session (that incarnation's) the dialler
-    /// has delivered: the acceptor writes the rest right behind its
-    /// Welcome.
+    /// has delivered: the acceptor writes the rest after its Welcome.
     pub delivered: u64,
     /// The sender, above the acceptor, is up and asks the acceptor to dial
     /// it now (the pair's connection is the lower node's to make). Nothing

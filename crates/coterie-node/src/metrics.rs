@@ -126,7 +126,8 @@ impl Metrics {
         self.coordinators.inc();
     }
 
-    /// A peer connection closed and is dialled again.
+    /// A peer connection closed and is dialled again (by this node, or by
+    /// the peer below it whose connection it is to dial).
     pub(crate) fn redialed(&self) {
         self.redials.inc();
     }

@@ -544,6 +544,9 @@ pub(crate) async fn serve_peer(
         handle.wake.notify_one();
     }
     if let End::Closed = converse(&t, peer, (connection, boot), stream, 0, &mut shutdown).await {
+        // The peer dials it again (it is the peer's to dial), as this
+        // node's dialler does for the peers above it: counted the same.
+        t.agent.metrics().redialed();
         handle.closed.notify_one();
     }
 }
