@@ -47,10 +47,11 @@ print(out.strip().splitlines()[-1])
 print(r.ru_utime, r.ru_stime)' "$@"
 }
 
-# ticks PID...: "user system" clock ticks of each PID, a line each.
+# ticks PID...: "user system" clock ticks of each PID, a line each
+# (fields 14 and 15, counted after the command's closing paren).
 ticks() {
     local p
-    for p in "$@"; do awk '{print $14, $15}' "/proc/$p/stat"; done
+    for p in "$@"; do sed 's/.*) //' "/proc/$p/stat" | awk '{print $12, $13}'; done
 }
 
 # floor_row LABEL CYCLES ARG...: a row for `pingpong CYCLES ARG...`, which
@@ -78,9 +79,7 @@ coterie_row() {
     for i in 1 2 3 4 5; do
         pids+=("$(pgrep -f -- "node --config $dir/cluster.toml --id $i\$")")
     done
-    port="$(python3 -c 'import sys, tomllib
-c = tomllib.load(open(sys.argv[1], "rb"))
-print(next(n["client"] for n in c["node"] if n["id"] == 1).rsplit(":", 1)[1])' "$dir/cluster.toml")"
+    port="$(client_port "$dir/cluster.toml" 1)"
     say "$label: the nodes quiet, ${seconds}s"
     quiet0="$(ticks "${pids[@]}")"
     sleep "$seconds"

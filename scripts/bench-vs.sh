@@ -246,13 +246,6 @@ floor_kind() {
     esac
 }
 
-# client_port FILE ID: node ID's client port in cluster file FILE.
-client_port() {
-    python3 -c 'import sys, tomllib
-c = tomllib.load(open(sys.argv[1], "rb"))
-print(next(n["client"] for n in c["node"] if n["id"] == int(sys.argv[2])).rsplit(":", 1)[1])' "$1" "$2"
-}
-
 # blocking_row DIR MUTEX SCOPE SYSTEM WHERE CMD...: a row from one blocking
 # client (CMD, which prints coterie-lock's JSON line) on the cluster in DIR,
 # one client at node SCOPE, with the mutex messages the cluster sent

@@ -59,6 +59,13 @@ start_cluster() {
     return 1
 }
 
+# client_port FILE ID: node ID's client port in cluster file FILE.
+client_port() {
+    python3 -c 'import sys, tomllib
+c = tomllib.load(open(sys.argv[1], "rb"))
+print(next(n["client"] for n in c["node"] if n["id"] == int(sys.argv[2])).rsplit(":", 1)[1])' "$1" "$2"
+}
+
 # stop PID: SIGTERM, then wait for it.
 stop() {
     kill "$1" 2>/dev/null || true

@@ -328,9 +328,8 @@ pub enum FaultCommand {
     /// Undo a pause.
     Resume,
     /// Close the connection with each of these peers (all if empty); it
-    /// is redialled as after any break, and
-    /// the sessions send again what was in flight. Nothing is paused and
-    /// no fault stays in force.
+    /// is redialled as after any break, and the sessions send again what
+    /// was in flight. Nothing is paused and no fault stays in force.
     Reset {
         /// Peer ids.
         peers: Vec<u32>,

@@ -71,12 +71,8 @@ impl PeerLinks {
     /// `delivered` of our session (if it expected this incarnation): the
     /// new connection's terms.
     pub(crate) fn accepted(&mut self, peer: NodeId, boot: u64, delivered: u64) -> Accepted {
-        let link = self.link(peer);
-        let restarted = link.session.bind(boot);
-        link.session.acked(boot, delivered);
-        link.connection += 1;
-        link.connections += 1;
-        Accepted { restarted, delivered: link.session.ack(), connection: link.connection }
+        let (restarted, connection) = self.welcomed(peer, boot, delivered);
+        Accepted { restarted, delivered: self.link(peer).session.ack(), connection }
     }
 
     /// A dial to `peer` is connected: the incarnation our session expects
@@ -88,9 +84,10 @@ impl PeerLinks {
     }
 
     /// Our dial was answered by the peer's incarnation `boot`, which has
-    /// delivered up to `delivered`: whether it restarted (what was written
-    /// behind the Hello was meant for the old process, and the session
-    /// starts afresh), and the connection's number.
+    /// delivered up to `delivered` (or, through [`accepted`](Self::accepted),
+    /// its dial was): whether it restarted (what was written behind the
+    /// Hello was meant for the old process, and the session starts afresh),
+    /// and the connection's number.
     pub(crate) fn welcomed(&mut self, peer: NodeId, boot: u64, delivered: u64) -> (bool, u64) {
         let link = self.link(peer);
         let restarted = link.session.bind(boot);

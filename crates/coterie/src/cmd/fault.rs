@@ -75,7 +75,8 @@ enum Fault {
     Resume,
     /// Close the node's connection with each of these peers (all if
     /// none), as a NAT or a flapping link would; it is redialled at once
-    /// and the sessions send again what was in flight. `--every 300ms --for 6s` repeats it.
+    /// and the sessions send again what was in flight. `--every 300ms
+    /// --for 6s` repeats it.
     Reset {
         /// Peer ids, comma-separated.
         #[arg(value_delimiter = ',')]
