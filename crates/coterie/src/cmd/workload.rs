@@ -640,14 +640,18 @@ async fn one_session(run: &mut Run) -> Result<()> {
         if !run.spec.hold.is_zero() {
             // A careful holder stops using the resource the moment its
             // session ends: its node died, and the lock is no longer its.
+            // Loss first: when the hold's end and the loss are both there
+            // at one wake-up (a busy machine ran this task late), the
+            // session ended during the hold, and the holder was lost.
             tokio::select! {
-                _ = tokio::time::sleep(run.spec.hold) => {}
+                biased;
                 loss = client.lost() => {
                     if let Some(w) = witness.as_mut() {
                         run.lost(w, &fences).await?;
                     }
                     bail!("lost the lock while holding it: {loss}");
                 }
+                _ = tokio::time::sleep(run.spec.hold) => {}
             }
         }
         if let Some(w) = witness.as_mut() {
