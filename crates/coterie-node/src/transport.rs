@@ -160,7 +160,7 @@ pub(crate) async fn dial_task(t: Arc<Transport>, peer: NodeId, mut shutdown: Shu
                 lost = false;
             }
             Err(DialError::Handshake(reason)) => {
-                error!(peer = peer.0, addr = %handle.addr, "peer refused this node: {reason}");
+                error!(peer = peer.0, addr = %handle.addr, "the handshake with the peer failed: {reason}");
                 backoff = BACKOFF.1;
             }
             Err(DialError::Refused) => {
@@ -205,7 +205,7 @@ pub(crate) async fn call_task(t: Arc<Transport>, peer: NodeId, mut shutdown: Shu
                 t.agent.link_down(peer);
             }
             Err(DialError::Handshake(reason)) => {
-                error!(peer = peer.0, addr = %handle.addr, "peer refused this node: {reason}");
+                error!(peer = peer.0, addr = %handle.addr, "the handshake with the peer failed: {reason}");
             }
             _ => {}
         }
@@ -222,7 +222,9 @@ enum DialError {
     /// The connection was taken, then closed or reset before the peer said
     /// a word: a process dying, or one that is not a coterie node.
     Reset,
-    /// The peer answered and refused (another cluster, another secret).
+    /// The handshake failed, `why`: the peer refused this node (another
+    /// cluster, another secret, another algorithm) or this node refused the
+    /// peer's proof.
     Handshake(String),
     Other,
 }
