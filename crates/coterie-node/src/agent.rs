@@ -87,6 +87,9 @@ pub(crate) enum Notice {
     },
     /// A peer is suspected: whatever it held is gone with it.
     PeerDown(NodeId),
+    /// A peer is counted up, at start or again after a suspicion: it may
+    /// have missed what this node told while it was down.
+    PeerUp(NodeId),
 }
 
 /// What became of a frame from a peer ([`Agent::deliver`]).
@@ -534,6 +537,7 @@ impl Agent {
             Output::PeerUp(peer) => {
                 info!(node = id, peer = peer.0, "peer up");
                 self.events.emit(NodeEvent::PeerUp { peer: peer.0 });
+                let _ = self.notices.send(Notice::PeerUp(peer));
             }
             Output::PeerDown(peer) => {
                 warn!(node = id, peer = peer.0, "peer down");

@@ -19,6 +19,15 @@
 //! observer sees each change once and in order. A leader whose node is
 //! suspected is gone as far as this node can tell, and its observers are
 //! told so at once.
+//!
+//! News goes to every member, not only to the peers counted up: the peer
+//! sessions keep it for a peer that is suspected but alive (hung, or cut
+//! off) and deliver it when it is back, so its observers catch up on
+//! every change it missed. What a session cannot keep (the peer
+//! restarted, or its session overflowed) is made good when the peer is
+//! counted up again: each node then tells it the leaderships its own
+//! clients hold, and a leadership presumed gone with its node's
+//! suspicion is back.
 
 use crate::agent::{Agent, LockView, Notice};
 use crate::locks::{LocalLock, Locks};
@@ -89,13 +98,19 @@ struct Known {
     /// The last fence seen begin or end a leadership: older news is stale.
     fence: u64,
     leader: Option<Leader>,
+    /// The leadership `fence` began was taken for ended because its node
+    /// was suspected, not because the node said so: the node may yet say
+    /// it still leads.
+    presumed_ended: bool,
 }
 
 /// How news of a leader came.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Heard {
-    /// From the leader's node (or this node's detector), in order.
+    /// From the leader's node, in order.
     Announced,
+    /// From this node's detector: the leader's node is suspected.
+    Suspected,
     /// In a listing's answer, read at some time before it came.
     Listed,
 }
@@ -211,18 +226,51 @@ impl Cluster {
     pub(crate) fn announce(&self, name: &Name, leader: Option<Leader>, fence: u64) {
         self.learn(name, leader.clone(), fence, Heard::Announced);
         let talk = encode(&Talk::Leader { name: name.to_string(), leader, fence });
-        for peer in self.agent.peers_up() {
+        // Every member: a suspected peer's session keeps it (module docs).
+        let me = self.agent.id();
+        for peer in self.agent.members().into_iter().filter(|&m| m != me) {
             self.agent.send_application(peer, talk.clone());
+        }
+    }
+
+    /// `peer` is counted up: tells it every leadership this node's
+    /// clients hold, in case its session lost what was said.
+    fn peer_up(&self, peer: NodeId) {
+        let me = self.agent.id().0;
+        let held: Vec<Vec<u8>> = self
+            .state()
+            .leaders
+            .iter()
+            .filter_map(|(name, k)| {
+                let l = k.leader.as_ref().filter(|l| l.node == me)?;
+                Some(encode(&Talk::Leader {
+                    name: name.to_string(),
+                    leader: Some(l.clone()),
+                    fence: l.fence,
+                }))
+            })
+            .collect();
+        for talk in held {
+            self.agent.send_application(peer, talk);
         }
     }
 
     /// Takes in news of a leader; tells the observers if it is news.
     fn learn(&self, name: &Name, leader: Option<Leader>, fence: u64, heard: Heard) {
         let mut s = self.state();
-        let known = s.leaders.entry(name.clone()).or_insert(Known { fence: 0, leader: None });
+        let known = s.leaders.entry(name.clone()).or_insert(Known {
+            fence: 0,
+            leader: None,
+            presumed_ended: false,
+        });
         let news = match &leader {
             // A new leader: newer than anything seen.
             Some(_) if fence > known.fence => true,
+            // A leadership presumed gone with its node's suspicion, which
+            // its node says goes on.
+            Some(_) if fence == known.fence && known.leader.is_none() => {
+                heard == Heard::Announced && known.presumed_ended
+            }
             // The leader in force proclaims a new value. Only its node's
             // own word counts: that travels in order, where a listing's
             // answer may have been read before the proclamation.
@@ -238,6 +286,7 @@ impl Cluster {
         }
         known.fence = fence;
         known.leader = leader.clone();
+        known.presumed_ended = heard == Heard::Suspected;
         if known.leader.is_none() && self.changes.receiver_count() == 0 {
             s.leaders.remove(name);
         }
@@ -275,6 +324,7 @@ impl Cluster {
                     }
                 },
                 Notice::PeerDown(peer) => self.peer_down(peer),
+                Notice::PeerUp(peer) => self.peer_up(peer),
             }
         }
     }
@@ -331,7 +381,7 @@ impl Cluster {
             .collect();
         drop(s);
         for (name, fence) in gone {
-            self.learn(&name, None, fence, Heard::Announced);
+            self.learn(&name, None, fence, Heard::Suspected);
         }
     }
 

@@ -272,18 +272,20 @@ fn bad_names_and_too_many_names_get_a_clear_error() {
 
 /// An application's election: the leader's node dies, the next
 /// campaigner leads, observers on other nodes print each change, and the
-/// old leader's command got SIGTERM.
+/// old leader's command got SIGTERM. An observer whose node hung while
+/// the leadership changed hands catches up when its node resumes.
 #[test]
 fn elect_hands_leadership_on_when_the_leaders_node_dies() {
     let mut up = cluster(4, "centralized", "elect");
     let dir = scratch("elect");
+    let config = up.config().to_string();
     let d = &dir.0;
     let observe = |node: u32, file: &str| {
         Command::new(BIN)
             .args([
                 "elect",
                 "--config",
-                up.config(),
+                &config,
                 "--node",
                 &node.to_string(),
                 "sched",
@@ -306,7 +308,7 @@ fn elect_hands_leadership_on_when_the_leaders_node_dies() {
             .args([
                 "elect",
                 "--config",
-                up.config(),
+                &config,
                 "--node",
                 &node.to_string(),
                 "sched",
@@ -332,38 +334,53 @@ fn elect_hands_leadership_on_when_the_leaders_node_dies() {
     assert_eq!(finished(alpha, d).0, Some(76), "the old leader lost leadership");
     let leader = coterie(&["leader", "--config", up.config(), "--node", "4", "sched"]);
     assert!(text(&leader.stdout).contains("led by n2 with \"beta\""), "{}", text(&leader.stdout));
-    // Every observer saw alpha, then no leader, then beta.
+    // Every observer saw alpha, then no leader, then beta. The news of
+    // beta may come before a node suspects alpha's.
     for file in ["obs3", "obs4"] {
-        let path = d.join(file);
-        let start = Instant::now();
-        loop {
-            let seen: Vec<Value> = std::fs::read_to_string(&path)
-                .unwrap_or_default()
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
-            let values: Vec<Option<&str>> =
-                seen.iter().map(|r| r["leader"]["value"].as_str()).collect();
-            // The news of beta may come before this node suspects alpha's:
-            // alpha, perhaps no leader, then beta.
-            let after_alpha =
-                values.iter().position(|v| *v == Some("alpha")).map(|i| &values[i + 1..]);
-            if after_alpha.is_some_and(|rest| {
-                rest.last() == Some(&Some("beta"))
-                    && rest.iter().all(|v| v.is_none() || *v == Some("beta"))
-            }) {
-                break;
-            }
-            assert!(start.elapsed() < Duration::from_secs(20), "{file}: {values:?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        observed(&d.join(file), "alpha", "beta");
     }
+    // n4 hangs; beta resigns and gamma takes over meanwhile. Neither
+    // change reaches n4 until it resumes: then its observer sees both.
+    up.control("stop 4");
+    let suspects_n4 = |row: &Value| row["alive"].as_array().is_some_and(|a| !a.contains(&4.into()));
+    up.wait_for(|rows| rows.iter().filter(|r| r["id"] == 2 || r["id"] == 3).all(suspects_n4));
+    unsafe_kill(beta.id(), 15);
+    let _ = finished(beta, d);
+    let gamma = campaign(3, "gamma");
+    appears(&d.join("gamma-leads"));
+    up.control("resume 4");
+    observed(&d.join("obs4"), "beta", "gamma");
     for o in &mut observers {
         let _ = o.kill();
         let _ = o.wait();
     }
-    unsafe_kill(beta.id(), 15);
-    let _ = finished(beta, d);
+    unsafe_kill(gamma.id(), 15);
+    let _ = finished(gamma, d);
+}
+
+/// Waits until the observer's `file` (one JSON report a line) shows
+/// `from`'s leadership followed by `to`'s, with at most "no leader"
+/// between them and nothing after.
+fn observed(file: &Path, from: &str, to: &str) {
+    let start = Instant::now();
+    loop {
+        let values: Vec<Option<String>> = std::fs::read_to_string(file)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|r| r["leader"]["value"].as_str().map(str::to_string))
+            .collect();
+        let after =
+            values.iter().rposition(|v| v.as_deref() == Some(from)).map(|i| &values[i + 1..]);
+        if after.is_some_and(|rest| {
+            rest.last().and_then(Option::as_deref) == Some(to)
+                && rest.iter().all(|v| v.is_none() || v.as_deref() == Some(to))
+        }) {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{}: {values:?}", file.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The dining philosophers: five clients, each taking its two

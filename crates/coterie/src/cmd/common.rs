@@ -121,6 +121,18 @@ impl Target {
         }
         Ok(nodes)
     }
+
+    /// Every node of the configuration, the one `--node` names first: for
+    /// a command that may move on to another node when its own goes.
+    pub fn nodes_named_first(&self) -> Result<Vec<NodeAddr>> {
+        let named = self.nodes()?;
+        if self.node.is_none() {
+            return Ok(named);
+        }
+        let mut all = Target { node: None, ..self.clone() }.nodes()?;
+        all.sort_by_key(|n| n.id != self.node); // stable: the rest in id order
+        Ok(all)
+    }
 }
 
 /// Keeps the background log writer alive; logs are flushed when it drops.

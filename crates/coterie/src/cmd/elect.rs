@@ -24,10 +24,13 @@ use std::process::ExitCode;
 /// the next campaigner leads. Exit statuses otherwise as `coterie lock`'s.
 ///
 /// --observe prints the leader now, then one line per change, for as long
-/// as it runs; it moves on to another node if its node goes. Observers
-/// see every change their node learns of: each leader's node tells every
-/// other node as it takes over and as it lets go, and a leader whose node
-/// is suspected is reported gone at once.
+/// as it runs. It watches from the node --node names (else the first that
+/// answers) and moves on to another node of the configuration if that one
+/// goes; given one node by --addr, it exits 69 then. Observers see every
+/// change their node learns of: each leader's node tells every other node
+/// as it takes over and as it lets go (a node that hung or was cut off
+/// hears it when it is back), and a leader whose node is suspected is
+/// reported gone at once.
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
@@ -68,10 +71,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         eprintln!("coterie elect: {why}");
         return Ok(ExitCode::from(2));
     }
-    let nodes = args.target.nodes()?;
     if args.observe {
+        // An observer may watch from any node: the one named first.
+        let nodes = args.target.nodes_named_first()?;
         return common::small_runtime()?.block_on(observe(&nodes, &args.name, args.json));
     }
+    let nodes = args.target.nodes()?;
     if args.command.is_empty() {
         eprintln!("coterie elect: give the command to run while leader after --, or --observe");
         return Ok(ExitCode::from(2));
@@ -97,16 +102,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
 /// node when the one it watches goes.
 async fn observe(nodes: &[NodeAddr], name: &str, json: bool) -> Result<ExitCode> {
     let mut last: Option<LeaderReport> = None;
+    // Where to start asking: after the node lost last, which is asked last.
+    let mut start = 0;
     loop {
         let mut watched = None;
-        for node in nodes {
-            let Ok(client) = node.connect().await else { continue };
+        for i in (0..nodes.len()).map(|k| (start + k) % nodes.len()) {
+            let Ok(client) = nodes[i].connect().await else { continue };
             if let Ok(stream) = client.observe(name).await {
-                watched = Some((node, stream));
+                watched = Some((i, stream));
                 break;
             }
         }
-        let Some((node, (first, mut stream))) = watched else {
+        let Some((i, (first, mut stream))) = watched else {
             eprintln!("coterie elect: no node answered");
             return Ok(ExitCode::from(lock::EXIT_UNAVAILABLE));
         };
@@ -118,7 +125,12 @@ async fn observe(nodes: &[NodeAddr], name: &str, json: bool) -> Result<ExitCode>
             }
             report = stream.next().await.ok().flatten();
         }
-        eprintln!("coterie elect: lost {}; observing from another node", node.addr);
+        if nodes.len() == 1 {
+            eprintln!("coterie elect: lost {}, the only node given", nodes[i].addr);
+            return Ok(ExitCode::from(lock::EXIT_UNAVAILABLE));
+        }
+        eprintln!("coterie elect: lost {}; observing from another node", nodes[i].addr);
+        start = i + 1;
     }
 }
 
