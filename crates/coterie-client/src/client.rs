@@ -503,10 +503,7 @@ impl Client {
     /// the leader now, then every change.
     pub async fn observe(mut self, name: &str) -> Result<(LeaderReport, Observer), ClientError> {
         self.conn.send(&ClientRequest::Observe { name: name.to_string() }).await?;
-        let mut observer = Observer { conn: self.conn };
-        for _ in 0..observer.conn.pings_due {
-            observer.conn.read::<ClientResponse>().await?; // their PONGs
-        }
+        let mut observer = Observer { client: self };
         let first = observer.next().await?.ok_or(ClientError::Closed)?;
         Ok((first, observer))
     }
@@ -570,20 +567,24 @@ impl Client {
     }
 }
 
-/// An election's leaders as they change; see [`Client::observe`].
+/// An election's leaders as they change; see [`Client::observe`]. It
+/// pings its node as a waiting session does, so that a node that hangs or
+/// is cut off is told from an election that does not change.
 pub struct Observer {
-    conn: Conn,
+    client: Client,
 }
 
 impl Observer {
     /// The next change; `None` once the node has closed the stream (it
-    /// stopped or died).
+    /// stopped or died), [`ClientError::Lost`] if it left a ping
+    /// unanswered for its failure timeout or the connection broke.
     pub async fn next(&mut self) -> Result<Option<LeaderReport>, ClientError> {
-        match self.conn.read().await? {
-            None => Ok(None),
-            Some(ClientResponse::Leader(report)) => Ok(Some(report)),
-            Some(ClientResponse::Error(why)) => Err(ClientError::Refused(why)),
-            Some(other) => Err(ClientError::Unexpected(format!("{other:?}"))),
+        match self.client.next_answer().await {
+            Ok(ClientResponse::Leader(report)) => Ok(Some(report)),
+            Ok(ClientResponse::Error(why)) => Err(ClientError::Refused(why)),
+            Ok(other) => Err(ClientError::Unexpected(format!("{other:?}"))),
+            Err(Loss::Closed) => Ok(None),
+            Err(loss) => Err(ClientError::Lost(loss)),
         }
     }
 }

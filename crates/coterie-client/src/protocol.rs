@@ -50,9 +50,10 @@ pub enum ClientRequest {
         name: String,
     },
     /// Stream every change of election `name`'s leader, starting with the
-    /// leader now: the connection then carries only
-    /// [`ClientResponse::Leader`]s, until the client closes it or the
-    /// node stops.
+    /// leader now: the connection then carries [`ClientResponse::Leader`]s,
+    /// and a [`ClientResponse::Pong`] for each [`Ping`](Self::Ping) the
+    /// client sends to tell a hung node from a quiet election, until the
+    /// client closes it (or sends anything else) or the node stops.
     Observe {
         /// The election.
         name: String,

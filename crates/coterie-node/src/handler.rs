@@ -348,7 +348,10 @@ impl Handler {
     }
 
     /// Streams every change of election `name`'s leader, starting with
-    /// the leader now, until the observer goes away or the node stops.
+    /// the leader now, until the observer goes away or the node stops. The
+    /// observer's pings are answered, so that it can tell a node that hangs
+    /// from an election that does not change; anything else it sends ends
+    /// the stream.
     async fn observe(&mut self, name: &Name, shutdown: &mut Shutdown) {
         if self.flush().await.is_err() {
             return;
@@ -358,15 +361,19 @@ impl Handler {
         if write_frame(&mut self.writer, &ClientResponse::Leader(now)).await.is_err() {
             return;
         }
-        let mut probe = [0u8; 1];
         loop {
-            let change = tokio::select! {
-                c = observer.next() => c,
-                _ = self.reader.get_mut().read(&mut probe) => return,
+            let answer = tokio::select! {
+                c = observer.next() => match c {
+                    Some(change) => ClientResponse::Leader(change),
+                    None => return,
+                },
+                r = self.reader.next::<ClientRequest>() => match r {
+                    Ok(Some(ClientRequest::Ping)) => pong(&self.shared),
+                    _ => return,
+                },
                 _ = shutdown.recv() => return,
             };
-            let Some(change) = change else { return };
-            if write_frame(&mut self.writer, &ClientResponse::Leader(change)).await.is_err() {
+            if write_frame(&mut self.writer, &answer).await.is_err() {
                 return;
             }
         }

@@ -272,8 +272,9 @@ fn bad_names_and_too_many_names_get_a_clear_error() {
 
 /// An application's election: the leader's node dies, the next
 /// campaigner leads, observers on other nodes print each change, and the
-/// old leader's command got SIGTERM. An observer whose node hung while
-/// the leadership changed hands catches up when its node resumes.
+/// old leader's command got SIGTERM. While an observer's node hangs, the
+/// `coterie elect` observer there moves to another node; a stream that
+/// stays (an HTTP one) catches up on what it missed when the node resumes.
 #[test]
 fn elect_hands_leadership_on_when_the_leaders_node_dies() {
     let mut up = cluster(4, "centralized", "elect");
@@ -293,10 +294,16 @@ fn elect_hands_leadership_on_when_the_leaders_node_dies() {
                 "--json",
             ])
             .stdout(std::fs::File::create(d.join(file)).unwrap())
+            .stderr(std::fs::File::create(d.join(format!("{file}.err"))).unwrap())
             .spawn()
             .unwrap()
     };
-    let mut observers = [observe(3, "obs3"), observe(4, "obs4")];
+    let sse = Command::new("curl")
+        .args(["-sN", &format!("{}/v1/elections/sched/observe", up.http(4))])
+        .stdout(std::fs::File::create(d.join("sse4")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut observers = [observe(3, "obs3"), observe(4, "obs4"), sse];
     let campaign = |node: u32, value: &str| {
         use std::os::unix::process::CommandExt;
         let script = format!(
@@ -337,10 +344,11 @@ fn elect_hands_leadership_on_when_the_leaders_node_dies() {
     // Every observer saw alpha, then no leader, then beta. The news of
     // beta may come before a node suspects alpha's.
     for file in ["obs3", "obs4"] {
-        observed(&d.join(file), "alpha", "beta");
+        observed(&d.join(file), Some("alpha"), "beta");
     }
     // n4 hangs; beta resigns and gamma takes over meanwhile. Neither
-    // change reaches n4 until it resumes: then its observer sees both.
+    // change reaches n4 until it resumes: then its stream tells both. The
+    // CLI observer there finds n4 silent and watches from another node.
     up.control("stop 4");
     let suspects_n4 = |row: &Value| row["alive"].as_array().is_some_and(|a| !a.contains(&4.into()));
     up.wait_for(|rows| rows.iter().filter(|r| r["id"] == 2 || r["id"] == 3).all(suspects_n4));
@@ -348,8 +356,15 @@ fn elect_hands_leadership_on_when_the_leaders_node_dies() {
     let _ = finished(beta, d);
     let gamma = campaign(3, "gamma");
     appears(&d.join("gamma-leads"));
+    let start = Instant::now();
+    while !std::fs::read_to_string(d.join("obs4.err")).unwrap().contains("another node") {
+        assert!(start.elapsed() < Duration::from_secs(20), "the observer at n4 never moved on");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    observed(&d.join("obs4"), Some("beta"), "gamma");
     up.control("resume 4");
-    observed(&d.join("obs4"), "beta", "gamma");
+    // Had n4 not been told, its stream would never name gamma.
+    observed(&d.join("sse4"), None, "gamma");
     for o in &mut observers {
         let _ = o.kill();
         let _ = o.wait();
@@ -358,27 +373,37 @@ fn elect_hands_leadership_on_when_the_leaders_node_dies() {
     let _ = finished(gamma, d);
 }
 
-/// Waits until the observer's `file` (one JSON report a line) shows
-/// `from`'s leadership followed by `to`'s, with at most "no leader"
-/// between them and nothing after.
-fn observed(file: &Path, from: &str, to: &str) {
+/// Waits until the observer's `file` (one JSON report a line, or a
+/// stream of Server-Sent Events with one in each `data:` line) shows
+/// `from`'s leadership (if given) followed by `to`'s, with at most "no
+/// leader" between them and nothing after.
+fn observed(file: &Path, from: Option<&str>, to: &str) {
     let start = Instant::now();
     loop {
-        let values: Vec<Option<String>> = std::fs::read_to_string(file)
-            .unwrap_or_default()
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let values: Vec<Option<String>> = text
             .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|l| l.starts_with('{') || l.starts_with("data: "))
+            // A line still being written is read again next time.
+            .filter_map(|l| serde_json::from_str::<Value>(l.trim_start_matches("data: ")).ok())
             .map(|r| r["leader"]["value"].as_str().map(str::to_string))
             .collect();
-        let after =
-            values.iter().rposition(|v| v.as_deref() == Some(from)).map(|i| &values[i + 1..]);
+        let after = match from {
+            Some(from) => values.iter().rposition(|v| v.as_deref() == Some(from)).map(|i| i + 1),
+            None => values.iter().position(|v| v.as_deref() == Some(to)),
+        }
+        .map(|i| &values[i..]);
         if after.is_some_and(|rest| {
             rest.last().and_then(Option::as_deref) == Some(to)
                 && rest.iter().all(|v| v.is_none() || v.as_deref() == Some(to))
         }) {
             return;
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "{}: {values:?}", file.display());
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{}: {values:?}\n{text}",
+            file.display()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

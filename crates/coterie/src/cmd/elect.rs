@@ -25,8 +25,9 @@ use std::process::ExitCode;
 ///
 /// --observe prints the leader now, then one line per change, for as long
 /// as it runs. It watches from the node --node names (else the first that
-/// answers) and moves on to another node of the configuration if that one
-/// goes; given one node by --addr, it exits 69 then. Observers see every
+/// answers), pings it, and moves on to another node of the configuration
+/// if that one dies, hangs or is cut off; given one node by --addr, it
+/// exits 69 then. Observers see every
 /// change their node learns of: each leader's node tells every other node
 /// as it takes over and as it lets go (a node that hung or was cut off
 /// hears it when it is back), and a leader whose node is suspected is
@@ -117,19 +118,24 @@ async fn observe(nodes: &[NodeAddr], name: &str, json: bool) -> Result<ExitCode>
             eprintln!("coterie elect: no node answered");
             return Ok(ExitCode::from(lock::EXIT_UNAVAILABLE));
         };
-        let mut report = Some(first);
-        while let Some(now) = report {
-            if last.as_ref() != Some(&now) {
-                println!("{}", line(&now, json)?);
-                last = Some(now);
+        let mut report = first;
+        let why = loop {
+            if last.as_ref() != Some(&report) {
+                println!("{}", line(&report, json)?);
+                last = Some(report);
             }
-            report = stream.next().await.ok().flatten();
-        }
+            report = match stream.next().await {
+                Ok(Some(report)) => report,
+                Ok(None) => break "the node closed the stream (it died or stopped)".to_string(),
+                Err(e) => break e.to_string(),
+            };
+        };
+        let addr = &nodes[i].addr;
         if nodes.len() == 1 {
-            eprintln!("coterie elect: lost {}, the only node given", nodes[i].addr);
+            eprintln!("coterie elect: lost {addr}, the only node given: {why}");
             return Ok(ExitCode::from(lock::EXIT_UNAVAILABLE));
         }
-        eprintln!("coterie elect: lost {}; observing from another node", nodes[i].addr);
+        eprintln!("coterie elect: lost {addr}: {why}; observing from another node");
         start = i + 1;
     }
 }
