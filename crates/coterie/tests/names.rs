@@ -347,7 +347,7 @@ fn elect_hands_leadership_on_when_the_leaders_node_dies() {
         observed(&d.join(file), Some("alpha"), "beta");
     }
     // n4 hangs; beta resigns and gamma takes over meanwhile. Neither
-    // change reaches n4 until it resumes: then its stream tells both. The
+    // change reaches n4 until it resumes: then its stream names gamma. The
     // CLI observer there finds n4 silent and watches from another node.
     up.control("stop 4");
     let suspects_n4 = |row: &Value| row["alive"].as_array().is_some_and(|a| !a.contains(&4.into()));

@@ -27,11 +27,10 @@ use std::process::ExitCode;
 /// as it runs. It watches from the node --node names (else the first that
 /// answers), pings it, and moves on to another node of the configuration
 /// if that one dies, hangs or is cut off; given one node by --addr, it
-/// exits 69 then. Observers see every
-/// change their node learns of: each leader's node tells every other node
-/// as it takes over and as it lets go (a node that hung or was cut off
-/// hears it when it is back), and a leader whose node is suspected is
-/// reported gone at once.
+/// exits 69 then. Observers see every change their node learns of: each
+/// leader's node tells every other node as it takes over and as it lets
+/// go (a node that hung or was cut off hears it when it is back), and a
+/// leader whose node is suspected is reported gone at once.
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
