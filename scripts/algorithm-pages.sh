@@ -54,19 +54,24 @@ title() {
 }
 
 # faults NAME FLAGS...: the fault table's rows for a mutex (or, with
-# --mutex centralized among FLAGS, for an election).
+# --mutex centralized among FLAGS, for an election), in both partition
+# modes: the failure detector trusted, and a majority deciding.
 fault_rows() {
-    local name="$1" what flags unsafe stalled
+    local name="$1" what flags mode cells unsafe stalled
     shift
     while IFS='|' read -r what flags; do
-        # (sim exits 1 when it finds a violation: that is the count wanted.)
-        # shellcheck disable=SC2086
-        unsafe="$("$bin" sim "$@" --nodes 5 $flags --seeds "$seeds" --json || true)"
-        # shellcheck disable=SC2086
-        stalled="$("$bin" sim "$@" --nodes 5 $flags --seeds "$seeds" --progress-only --json || true)"
-        unsafe="$(jq .violations <<<"$unsafe")" stalled="$(jq .violations <<<"$stalled")"
-        echo "| $what | $unsafe | $stalled |"
-        say "$name: $what: $unsafe unsafe, $stalled stalled of $seeds"
+        cells=""
+        for mode in detector majority; do
+            # (sim exits 1 when it finds a violation: that is the count wanted.)
+            # shellcheck disable=SC2086
+            unsafe="$("$bin" sim "$@" --nodes 5 $flags --partition-mode $mode --seeds "$seeds" --json || true)"
+            # shellcheck disable=SC2086
+            stalled="$("$bin" sim "$@" --nodes 5 $flags --partition-mode $mode --seeds "$seeds" --progress-only --json || true)"
+            unsafe="$(jq .violations <<<"$unsafe")" stalled="$(jq .violations <<<"$stalled")"
+            cells="$cells $unsafe | $stalled |"
+            say "$name: $what ($mode): $unsafe unsafe, $stalled stalled of $seeds"
+        done
+        echo "| $what |$cells"
     done <<'ROWS'
 none|
 1 crash|--crashes 1
@@ -124,12 +129,16 @@ mutex_page() {
         echo
         echo "Runs of the simulator at N = 5 that broke safety or a fence, and runs"
         echo "that stalled (judged with \`--progress-only\`), of $seeds seeded runs each"
-        echo "(\`coterie sim --mutex $name --nodes 5 FAULT --seeds $seeds\`). A"
-        echo "partition or a pause breaks every algorithm that trusts its failure"
-        echo "detector; the quorum algorithms never lend a permission on a timeout."
+        echo "(\`coterie sim --mutex $name --nodes 5 FAULT --partition-mode MODE --seeds"
+        echo "$seeds\`), with the failure detector trusted (\`detector\`) and with a"
+        echo "majority deciding who is down (\`majority\`, [partitions](../membership.md))."
+        echo "A partition or a pause breaks every algorithm that trusts its failure"
+        echo "detector, but for the quorum ones, which never lend a permission on a"
+        echo "timeout; in majority mode none breaks (a paused holder whose lease ran"
+        echo "out is a frozen client's lease overlap, not counted here)."
         echo
-        echo "| fault | unsafe runs | stalled runs |"
-        echo "|---|---|---|"
+        echo "| fault | unsafe (detector) | stalled (detector) | unsafe (majority) | stalled (majority) |"
+        echo "|---|---|---|---|---|"
         fault_rows "$name" --mutex "$name"
     } >"$page"
     say "$page"
@@ -188,10 +197,11 @@ election_page() {
         echo "Runs of the simulator at N = 5, under \`centralized\` (which trusts the"
         echo "election's coordinator), that broke safety or a fence, and runs that"
         echo "stalled (judged with \`--progress-only\`: no agreement on a coordinator,"
-        echo "or no progress), of $seeds seeded runs each."
+        echo "or no progress), of $seeds seeded runs each, in both partition modes"
+        echo "([partitions](../membership.md))."
         echo
-        echo "| fault | unsafe runs | stalled runs |"
-        echo "|---|---|---|"
+        echo "| fault | unsafe (detector) | stalled (detector) | unsafe (majority) | stalled (majority) |"
+        echo "|---|---|---|---|---|"
         fault_rows "$name" --mutex centralized --election "$name"
     } >"$page"
     say "$page"

@@ -248,6 +248,7 @@ impl Session {
         }
         let loss = match self.send(&[ClientRequest::Ping]).and_then(|()| self.next(true)) {
             Ok(None) => return,
+            Ok(Some(ClientResponse::Error(why))) => Loss::Revoked(why),
             Ok(Some(other)) => Loss::Broken(format!("unexpected {other:?}")),
             Err(loss) => loss,
         };

@@ -139,6 +139,10 @@ pub enum Loss {
     Silent(Duration),
     /// The connection broke or carried garbage.
     Broken(String),
+    /// The node took back what the session held, saying why (it lost its
+    /// quorum's lease: a majority of the cluster may grant the lock to
+    /// someone else).
+    Revoked(String),
 }
 
 impl std::fmt::Display for Loss {
@@ -151,6 +155,7 @@ impl std::fmt::Display for Loss {
                 humantime::format_duration(Duration::from_millis(d.as_millis() as u64))
             ),
             Loss::Broken(why) => write!(f, "the connection broke: {why}"),
+            Loss::Revoked(why) => write!(f, "the node took the lock back: {why}"),
         }
     }
 }
@@ -341,6 +346,7 @@ impl Client {
     /// ([`acquire`](Self::acquire) pings by itself while it waits.)
     pub async fn lost(&mut self) -> Loss {
         match self.next_answer().await {
+            Ok(ClientResponse::Error(why)) => Loss::Revoked(why),
             Ok(other) => Loss::Broken(format!("unexpected {other:?}")),
             Err(loss) => loss,
         }

@@ -21,6 +21,9 @@ pub struct Timing {
     pub failure_timeout: Duration,
     /// Who watches whom.
     pub detector: Detector,
+    /// Who decides that a peer is down, and the lease a node acts under
+    /// when a majority does ([`membership`](crate::membership)).
+    pub lease: crate::membership::LeaseTiming,
 }
 
 impl Default for Timing {
@@ -29,6 +32,7 @@ impl Default for Timing {
             heartbeat: Duration::from_millis(50),
             failure_timeout: Duration::from_millis(250),
             detector: Detector::All,
+            lease: crate::membership::LeaseTiming::default(),
         }
     }
 }
@@ -254,6 +258,19 @@ pub struct Restored {
     /// Each lock's own record ([`MutexAlgorithm::durable_state`]), for the
     /// names whose instance keeps one.
     pub names: BTreeMap<Name, Vec<u8>>,
+    /// The highest view epoch the node proposed or accepted
+    /// ([`membership`](crate::membership)): it never accepts an older
+    /// one, across restarts too.
+    pub promised: Epoch,
+}
+
+/// The record as it was stored before it kept a promise: read once, when a
+/// node of this version first starts on a state file of the older one.
+#[derive(Deserialize)]
+struct RestoredBeforeViews {
+    epoch: Epoch,
+    watermark: u64,
+    names: BTreeMap<Name, Vec<u8>>,
 }
 
 /// How far ahead of the mutex layer's watermark the stored one is kept:
@@ -268,9 +285,18 @@ impl Restored {
     }
 
     /// A stored record, or `None` if `bytes` is not one (a file from
-    /// another version, say: the node then starts afresh).
+    /// another version, say: the node then starts afresh). A record of the
+    /// version before views (no promise) is read as promising nothing.
     pub fn decode(bytes: &[u8]) -> Option<Restored> {
-        crate::wire::decode(bytes).ok()
+        crate::wire::decode(bytes).ok().or_else(|| {
+            let old: RestoredBeforeViews = crate::wire::decode(bytes).ok()?;
+            Some(Restored {
+                epoch: old.epoch,
+                watermark: old.watermark,
+                names: old.names,
+                promised: Epoch(0),
+            })
+        })
     }
 
     /// The highest epoch the previous run had seen (zero if none).

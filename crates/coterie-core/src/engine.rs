@@ -43,6 +43,7 @@
 
 use crate::algorithm::{AlgoConfig, Detector, Restored, WATERMARK_RESERVE};
 use crate::detector::{FailureDetector, Verdict};
+use crate::membership::{Event, Membership, View};
 use crate::name::Name;
 use crate::outbox::{Action, Time, TimerId};
 use crate::records::Records;
@@ -71,7 +72,7 @@ enum Scope {
 }
 
 /// What the driver must do or may want to know.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Output {
     /// Deliver `envelope` to `to`.
     Send {
@@ -102,6 +103,20 @@ pub enum Output {
     PeerDown(NodeId),
     /// The node has joined: it heard from every peer or waited for them.
     Joined,
+    /// The node no longer holds lock `name`, though nobody released it:
+    /// its lease ran out, or it started over as a joiner of a new view
+    /// ([`membership`](crate::membership)). The engine released it; the
+    /// driver tells the holder, who must stop at once.
+    Lost {
+        /// The lock.
+        name: Name,
+        /// The fence of the grant lost.
+        fence: Fence,
+    },
+    /// The node installed a view ([`membership`](crate::membership)).
+    View(View),
+    /// The node gained (`true`) or lost its lease: whether it may act.
+    Quorum(bool),
     /// A peer's application task sent this ([`Envelope::Application`]):
     /// for the driver's own application task.
     Application {
@@ -263,6 +278,35 @@ pub struct Status {
     /// transport (the engine knows nothing of sessions).
     #[serde(default)]
     pub sessions: Vec<crate::session::SessionStatus>,
+    /// Who decides that a peer is down: `majority` or `detector`.
+    #[serde(default)]
+    pub partitions: String,
+    /// The view installed here (majority mode), if any.
+    #[serde(default)]
+    pub view: Option<ViewStatus>,
+    /// How long its lease has left, in milliseconds (majority mode;
+    /// `None` without one).
+    #[serde(default)]
+    pub lease_ms: Option<u64>,
+    /// Whether it holds a lease from a majority: always in detector mode.
+    #[serde(default = "yes")]
+    pub quorum: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A view as `status` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewStatus {
+    /// Its epoch, as a number (round in the high bits, proposer in the low
+    /// 16).
+    pub epoch: u64,
+    /// Its epoch as `e<round>.<proposer>`.
+    pub name: String,
+    /// Its members.
+    pub members: Vec<u32>,
 }
 
 /// How many failure timeouts more a joining node that has heard from no
@@ -274,8 +318,18 @@ pub struct Engine {
     cfg: AlgoConfig,
     /// The mutual-exclusion algorithm's registry entry.
     mutex: &'static MutexInfo,
-    election_name: &'static str,
+    election_info: &'static ElectionInfo,
     detector: FailureDetector,
+    /// Which peers the algorithms count up, in majority mode, and the
+    /// lease.
+    membership: Membership,
+    /// Outputs held back while the node may not act (no lease, or a view
+    /// change under way): the algorithms' messages and grants.
+    held: VecDeque<(Output, u64)>,
+    /// Whether it held a lease after its last input.
+    quorum: bool,
+    /// Reused buffer for the membership layer's events.
+    events: Vec<Event>,
     election: Box<dyn DynElection>,
     /// One instance of the mutex algorithm per lock.
     locks: Resources,
@@ -323,8 +377,12 @@ impl Clone for Engine {
         Engine {
             cfg: self.cfg.clone(),
             mutex: self.mutex,
-            election_name: self.election_name,
+            election_info: self.election_info,
             detector: self.detector.clone(),
+            membership: self.membership.clone(),
+            held: self.held.clone(),
+            quorum: self.quorum,
+            events: Vec::new(),
             election: self.election.clone_box(),
             locks: self.locks.clone(),
             timers: self.timers.clone(),
@@ -360,6 +418,8 @@ impl Engine {
         let at = |t: Time| crate::outbox::relative(t, now);
         self.cfg.incarnation.hash(h);
         self.detector.hash_at(h, now);
+        self.membership.hash_at(h, now);
+        self.held.hash(h);
         self.election.hash_state(h, now);
         self.hash_locks(h, now);
         for (key, &deadline) in &self.timers {
@@ -404,6 +464,8 @@ impl Engine {
     pub fn idle(&self) -> bool {
         self.timers.is_empty()
             && self.join_deadline.is_none()
+            && self.membership.idle()
+            && self.held.is_empty()
             && !self.locks.any_pending()
             && self.outputs.is_empty()
             && self.cfg.members.iter().all(|&p| self.is_up(p))
@@ -417,12 +479,31 @@ impl Engine {
         election_info: &'static ElectionInfo,
         now: Time,
     ) -> Engine {
+        let mut cfg = cfg;
+        if cfg.timing.lease.partitions == crate::membership::Partitions::Majority {
+            // Every lease needs a majority's echoes each period: every
+            // member heartbeats every other, whatever the detector.
+            cfg.timing.detector = Detector::All;
+        }
         let detector = FailureDetector::new(cfg.peers(), cfg.timing.failure_timeout, now);
+        let promised = cfg.restored.as_ref().map_or(Epoch(0), |r| r.promised);
+        let membership = Membership::new(
+            cfg.id,
+            &cfg.members,
+            cfg.timing.lease,
+            cfg.timing.failure_timeout,
+            cfg.timing.heartbeat,
+            promised,
+        );
         let lone = cfg.members.len() <= 1;
         let mut engine = Engine {
             mutex: mutex_info,
-            election_name: election_info.name,
+            election_info,
             detector,
+            quorum: membership.quorum(now),
+            membership,
+            held: VecDeque::new(),
+            events: Vec::new(),
             election: (election_info.build)(&cfg),
             locks: Resources::new(mutex_info.build, cfg.forgetting),
             timers: BTreeMap::new(),
@@ -452,7 +533,10 @@ impl Engine {
         // Heartbeats go out first thing, so that on every link the first
         // message of this incarnation announces it.
         engine.send_heartbeats(now);
-        if lone {
+        if engine.membership.majority_mode() {
+            // A lone node installs its view at once.
+            engine.membership_tick(now);
+        } else if lone {
             engine.join(now);
         }
         engine
@@ -475,7 +559,19 @@ impl Engine {
 
     /// The election algorithm's name.
     pub fn election_name(&self) -> &'static str {
-        self.election_name
+        self.election_info.name
+    }
+
+    /// The membership layer: the view, the lease.
+    pub fn membership(&self) -> &Membership {
+        &self.membership
+    }
+
+    /// Whether this node holds a lease from a majority at `now` (always
+    /// in detector mode): without one it grants nothing, and a request
+    /// made here waits until it has one again.
+    pub fn quorum(&self, now: Time) -> bool {
+        self.membership.quorum(now)
     }
 
     /// The coordinator this node follows.
@@ -548,6 +644,7 @@ impl Engine {
             Envelope::Suspect(peer) => format!("Suspect {{ peer: n{} }}", peer.0),
             Envelope::Election(b) => self.election.describe(b),
             Envelope::Application(bytes) => format!("Application {{ {} bytes }}", bytes.len()),
+            Envelope::Membership(msg) => format!("{msg:?}"),
             Envelope::Mutex { name, bytes, .. } => {
                 // Every instance decodes alike; the default one always
                 // exists.
@@ -573,7 +670,7 @@ impl Engine {
         Status {
             id: self.cfg.id.0,
             mutex: self.mutex.name.to_string(),
-            election: self.election_name.to_string(),
+            election: self.election_info.name.to_string(),
             coordinator: self.coordinator().map(|c| c.0),
             epoch: self.epoch().0,
             cs_state: self.cs_state(),
@@ -589,7 +686,29 @@ impl Engine {
             failure_timeout_ms: self.detector.timeout().as_millis() as u64,
             awareness: self.detector.awareness(),
             sessions: Vec::new(),
+            partitions: self.cfg.timing.lease.partitions.name().to_string(),
+            view: self.membership.view().map(|v| ViewStatus {
+                epoch: v.epoch.0,
+                name: v.epoch.to_string(),
+                members: v.members.iter().map(|m| m.0).collect(),
+            }),
+            lease_ms: None,
+            quorum: true,
         }
+    }
+
+    /// The status at `now`: [`status`](Self::status) with the lease's time
+    /// left.
+    pub fn status_at(&self, now: Time) -> Status {
+        let mut status = self.status();
+        if self.membership.majority_mode() {
+            let end = self.membership.lease_end();
+            status.lease_ms = end
+                .filter(|&e| e > now)
+                .map(|e| e.saturating_sub(now).as_millis().min(u128::from(u64::MAX)) as u64);
+            status.quorum = self.membership.quorum(now);
+        }
+        status
     }
 
     /// The next queued output.
@@ -626,6 +745,7 @@ impl Engine {
             self.detector.next_deadline(),
             timers,
             forget,
+            self.membership.next_deadline(self.last_tick),
         ]
         .into_iter()
         .flatten()
@@ -651,6 +771,7 @@ impl Engine {
         }
         self.locks.catch_up(name);
         self.step(now, name, |m, acts| m.handle_request(now, acts));
+        self.settle_lease(now);
         Ok(())
     }
 
@@ -694,7 +815,10 @@ impl Engine {
         if let Some(lock) = self.locks.get_mut(name) {
             lock.fence = None;
         }
+        // A grant the driver was never handed is taken back with it.
+        self.held.retain(|(o, _)| !matches!(o, Output::Granted { name: n, .. } if n == name));
         self.step(now, name, |m, acts| m.handle_release(now, acts));
+        self.settle_lease(now);
     }
 
     /// Makes lock `name`'s instance, for `permits` holders at once, if it
@@ -729,12 +853,12 @@ impl Engine {
                 epoch: r.epoch,
                 watermark: r.watermark,
                 names: r.names.get(name).map(|b| (name.clone(), b.clone())).into_iter().collect(),
+                promised: r.promised,
             }),
             forgetting: self.cfg.forgetting,
         };
         self.locks.create(&cfg);
-        let up: Vec<NodeId> = self.detector.up_peers().collect();
-        for peer in up {
+        for peer in self.counted_up() {
             self.step(now, name, |m, acts| m.handle_adopt(now, peer, acts));
         }
         if self.joined() {
@@ -783,6 +907,7 @@ impl Engine {
         }
         if let Envelope::Heartbeat(hb) = &envelope {
             if let Some(Verdict::Down(peer)) = self.detector.incarnation(from, hb.incarnation) {
+                self.membership.restarted(peer);
                 self.peer_down(now, peer);
             }
         }
@@ -808,6 +933,7 @@ impl Engine {
             self.forgotten_by(now, from, you);
         }
         self.join_if_complete(now);
+        self.settle_lease(now);
         result
     }
 
@@ -817,15 +943,42 @@ impl Engine {
         let result = match &envelope {
             Envelope::Heartbeat(hb) => {
                 Counters::bump(&mut self.counters.received, "heartbeat");
+                self.locks.observe(hb.watermark);
+                let mut events = std::mem::take(&mut self.events);
+                self.membership.on_heartbeat(from, &hb.lease, now, &mut events);
+                self.on_membership(now, &mut events);
+                self.events = events;
                 if hb.probe {
-                    self.send_heartbeat(from, false);
+                    self.send_heartbeat(from, false, now);
                 }
-                if self.join_deadline.is_some() && hb.you == Some(self.cfg.incarnation) {
+                let this_view = !self.membership.majority_mode()
+                    || hb.lease.view.is_some_and(|v| self.membership.installed_is(v));
+                if self.join_deadline.is_some() && hb.you == Some(self.cfg.incarnation) && this_view
+                {
                     self.synced.insert(from);
                 }
-                self.locks.observe(hb.watermark);
-                self.election.handle_epoch_hint(now, from, hb.epoch, hb.coordinator, &mut acts);
+                if self.membership.admits(from) {
+                    self.election.handle_epoch_hint(now, from, hb.epoch, hb.coordinator, &mut acts);
+                }
                 self.apply(now, Scope::Election, acts);
+                return Ok(());
+            }
+            Envelope::Membership(msg) => {
+                Counters::bump(&mut self.counters.received, msg.kind());
+                self.scratch = acts;
+                let mut events = std::mem::take(&mut self.events);
+                self.membership.handle(from, msg.clone(), now, &mut events);
+                self.on_membership(now, &mut events);
+                self.events = events;
+                return Ok(());
+            }
+            Envelope::Election(_) | Envelope::Mutex { .. } if !self.membership.admits(from) => {
+                // From outside the view, or of a view this node did not
+                // install, or sent before a joiner started over: the
+                // algorithms count its sender crashed, or do not know it
+                // yet.
+                Counters::bump(&mut self.counters.received, "stale");
+                self.scratch = acts;
                 return Ok(());
             }
             Envelope::Suspect(peer) => {
@@ -834,7 +987,7 @@ impl Engine {
                 // Checked here, not believed: suspected only if it does
                 // not answer this node within a failure timeout.
                 if *peer != self.cfg.id && self.detector.check_on(*peer, now) {
-                    self.send_heartbeat(*peer, true);
+                    self.send_heartbeat(*peer, true, now);
                 }
                 return Ok(());
             }
@@ -959,6 +1112,7 @@ impl Engine {
         if let Some(Verdict::Down(p)) = self.detector.link_down(peer) {
             self.peer_down(now, p);
         }
+        self.settle_lease(now);
     }
 
     /// Time passed: fires whatever is due at `now`.
@@ -1020,6 +1174,7 @@ impl Engine {
             }
         }
         self.forget_idle(now);
+        self.membership_tick(now);
     }
 
     /// One period's heartbeats ([`Detector`]): to every peer; or, on a
@@ -1035,7 +1190,7 @@ impl Engine {
         match self.cfg.timing.detector {
             Detector::All => {
                 for to in peers {
-                    self.send_heartbeat(to, false);
+                    self.send_heartbeat(to, false, now);
                 }
             }
             Detector::Ring { watch } => {
@@ -1058,7 +1213,7 @@ impl Engine {
                     // again next period.
                     let due = self.detector.watched(to) && !self.detector.heard_since(to, previous);
                     if (unsure && sweep) || (!unsure && due) {
-                        self.send_heartbeat(to, true);
+                        self.send_heartbeat(to, true, now);
                     }
                 }
             }
@@ -1102,26 +1257,32 @@ impl Engine {
     /// within a round trip while they live (a node about to hand on a
     /// grant under a lock delay asks this). The periodic heartbeats go on
     /// as before.
-    pub fn probe_peers(&mut self, _now: Time) {
+    pub fn probe_peers(&mut self, now: Time) {
         let peers: Vec<NodeId> = self.cfg.peers().filter(|&p| self.detector.is_up(p)).collect();
         for to in peers {
-            self.send_heartbeat(to, true);
+            self.send_heartbeat(to, true, now);
         }
     }
 
-    fn send_heartbeat(&mut self, to: NodeId, probe: bool) {
-        self.push_heartbeat(to, probe, false);
+    fn send_heartbeat(&mut self, to: NodeId, probe: bool, now: Time) {
+        self.push_heartbeat(to, probe, false, now);
     }
 
-    fn push_heartbeat(&mut self, to: NodeId, probe: bool, readmitted: bool) {
+    fn push_heartbeat(&mut self, to: NodeId, probe: bool, readmitted: bool, now: Time) {
+        let lease = self.membership.heartbeat(to, now);
+        // In majority mode a peer counts up here once its algorithms do:
+        // a joiner waits until every member says so before it asks for
+        // anything.
+        let counted = !self.membership.majority_mode() || self.membership.counts(to);
         let hb = Heartbeat {
             epoch: self.election.epoch(),
             coordinator: self.election.coordinator(),
             watermark: self.locks.floor(),
             incarnation: self.cfg.incarnation,
-            you: self.detector.up_incarnation(to),
+            you: self.detector.up_incarnation(to).filter(|_| counted),
             probe,
             readmitted,
+            lease,
         };
         self.push_send(to, Envelope::Heartbeat(hb), "heartbeat");
     }
@@ -1144,6 +1305,13 @@ impl Engine {
     /// (heard from, then synced): the wait ends when the arrivals stop, or
     /// with every peer synced.
     fn join_or_wait(&mut self, now: Time) {
+        if self.membership.majority_mode() {
+            // A view's members join together, once each has announced it
+            // (see `join_if_complete`); until then, look again each
+            // timeout.
+            self.join_deadline = Some(now + self.cfg.timing.failure_timeout);
+            return;
+        }
         let heard_none = self.detector.up_peers().next().is_none();
         let timeout = self.cfg.timing.failure_timeout;
         if heard_none && self.cfg.peers().next().is_some() && self.join_extended < JOIN_PATIENCE {
@@ -1187,11 +1355,24 @@ impl Engine {
     /// `peer` counts as up again; `readmitted` when it had been suspected
     /// without restarting (see [`forgotten_by`](Self::forgotten_by)).
     fn peer_up(&mut self, now: Time, peer: NodeId, readmitted: bool) {
+        if self.membership.majority_mode() {
+            // The algorithms hear of it through a view. It hears at once
+            // that it counts as up here (and whether this node vouches for
+            // it).
+            self.push_heartbeat(peer, false, false, now);
+            return;
+        }
         self.emit(Output::PeerUp(peer));
         // Tell it at once that it counts as up here, so that it joins
         // without waiting for the next round of heartbeats, and, if it was
         // suspected, that this node forgot what it had asked.
-        self.push_heartbeat(peer, false, readmitted);
+        self.push_heartbeat(peer, false, readmitted, now);
+        self.algorithms_up(now, peer, readmitted);
+    }
+
+    /// The algorithms count `peer` up: a newcomer, or (`readmitted`) one
+    /// they had suspected without its restarting.
+    fn algorithms_up(&mut self, now: Time, peer: NodeId, readmitted: bool) {
         if readmitted {
             self.step_all(now, |m, acts| m.handle_peer_back(now, peer, acts));
         } else {
@@ -1206,8 +1387,24 @@ impl Engine {
     /// this incarnation as up: heartbeats carry the epoch and the clock
     /// watermark the node must know before it elects or stamps a request
     /// (any other message proves a peer alive, but does not carry them).
+    ///
+    /// In majority mode, a node joins once every member of its view has
+    /// announced it and says it counts this node up (a heartbeat of the
+    /// view naming this incarnation): then no member leaves it out of a
+    /// request, and it has their clocks and epochs.
     fn join_if_complete(&mut self, now: Time) {
-        if self.join_deadline.is_some() && self.cfg.peers().all(|p| self.synced.contains(&p)) {
+        if self.join_deadline.is_none() {
+            return;
+        }
+        let complete = if self.membership.majority_mode() {
+            self.membership.settled()
+                && self.membership.view().is_some_and(|v| {
+                    v.members.iter().all(|&m| m == self.cfg.id || self.synced.contains(&m))
+                })
+        } else {
+            self.cfg.peers().all(|p| self.synced.contains(&p))
+        };
+        if complete {
             self.join(now);
         }
     }
@@ -1225,7 +1422,8 @@ impl Engine {
     /// under way, above all). A restarted node learns
     /// nothing here: it knows it forgot, and its peers meet it as new.
     fn forgotten_by(&mut self, now: Time, peer: NodeId, you: Option<u64>) {
-        if you != Some(self.cfg.incarnation)
+        if self.membership.majority_mode()
+            || you != Some(self.cfg.incarnation)
             || self.join_deadline.is_some()
             || !self.detector.is_up(peer)
         {
@@ -1235,7 +1433,16 @@ impl Engine {
     }
 
     fn peer_down(&mut self, now: Time, peer: NodeId) {
+        if self.membership.majority_mode() {
+            // Only a view counts it down.
+            return;
+        }
         self.emit(Output::PeerDown(peer));
+        self.algorithms_down(now, peer);
+    }
+
+    /// The algorithms count `peer` down, as crashed.
+    fn algorithms_down(&mut self, now: Time, peer: NodeId) {
         self.step_all(now, |m, acts| m.handle_peer_down(now, peer, acts));
         let mut acts = self.take_scratch();
         self.election.handle_peer_down(now, peer, &mut acts);
@@ -1292,6 +1499,189 @@ impl Engine {
         Change::Before
     }
 
+    /// The peers the algorithms count up: those the failure detector
+    /// does, or in majority mode those the view does.
+    fn counted_up(&self) -> Vec<NodeId> {
+        if self.membership.majority_mode() {
+            self.membership.counted().collect()
+        } else {
+            self.detector.up_peers().collect()
+        }
+    }
+
+    /// Whether the node may act at `now`; if so, what was held back goes
+    /// out first, in order.
+    fn may_act(&mut self, now: Time) -> bool {
+        let acting = self.membership.acting(now);
+        if acting {
+            while let Some((output, rests_on)) = self.held.pop_front() {
+                if let Output::Send { kind, .. } = &output {
+                    Counters::bump(&mut self.counters.sent, kind);
+                }
+                self.outputs.push_back((output, rests_on));
+            }
+        }
+        acting
+    }
+
+    /// After an input: a lease that ran out costs the node what it holds
+    /// (before any majority can grant it again: see
+    /// [`membership`](crate::membership)); one regained lets what was held
+    /// back go out.
+    fn settle_lease(&mut self, now: Time) {
+        if !self.membership.majority_mode() {
+            return;
+        }
+        let quorum = self.membership.quorum(now);
+        if quorum != self.quorum {
+            self.quorum = quorum;
+            self.emit(Output::Quorum(quorum));
+            if !quorum {
+                self.membership.lapse();
+                let holds: Vec<(Name, Fence)> = self
+                    .locks
+                    .in_order()
+                    .into_iter()
+                    .filter_map(|(name, lock)| lock.fence.map(|f| (name.clone(), f)))
+                    .collect();
+                for (name, fence) in holds {
+                    let seen = self.lose(name.clone(), fence);
+                    if let Some(lock) = self.locks.get_mut(&name) {
+                        lock.fence = None;
+                    }
+                    self.step(now, &name, |m, acts| m.handle_release(now, acts));
+                    if !seen {
+                        // Nobody was handed it: whoever asked still waits,
+                        // and the node asks again for them.
+                        self.step(now, &name, |m, acts| m.handle_request(now, acts));
+                    }
+                }
+            }
+        }
+        self.may_act(now);
+    }
+
+    /// The node no longer holds lock `name` (grant `fence`): the driver
+    /// hears of it, unless the grant was still held back, unseen. Whether
+    /// it was seen.
+    fn lose(&mut self, name: Name, fence: Fence) -> bool {
+        let before = self.held.len();
+        self.held.retain(|(o, _)| !matches!(o, Output::Granted { name: n, .. } if *n == name));
+        let seen = self.held.len() == before;
+        if seen {
+            self.emit(Output::Lost { name, fence });
+        }
+        seen
+    }
+
+    /// Lets time pass for the membership layer: an acceptance waited out,
+    /// a proposal given up on or made.
+    fn membership_tick(&mut self, now: Time) {
+        if !self.membership.majority_mode() {
+            return;
+        }
+        let up: Vec<NodeId> = self.detector.up_peers().collect();
+        let mut events = std::mem::take(&mut self.events);
+        self.membership.handle_timeout(now, up.into_iter(), &mut events);
+        self.on_membership(now, &mut events);
+        self.events = events;
+        self.join_if_complete(now);
+        self.settle_lease(now);
+    }
+
+    /// Carries out what the membership layer asked, in order.
+    fn on_membership(&mut self, now: Time, events: &mut Vec<Event>) {
+        for event in events.drain(..) {
+            match event {
+                Event::Send(to, msg) => {
+                    let kind = msg.kind();
+                    self.push_send(to, Envelope::Membership(msg), kind);
+                }
+                Event::Promised => {
+                    let mut record = self.records.latest().clone();
+                    record.promised = self.membership.promised();
+                    self.emit_record(record);
+                }
+                Event::Reset => self.start_over(now),
+                Event::Up(peer) => {
+                    self.emit(Output::PeerUp(peer));
+                    self.algorithms_up(now, peer, false);
+                    // It hears at once that it counts here, and so may
+                    // join without waiting for the next period.
+                    self.send_heartbeat(peer, false, now);
+                }
+                Event::Down(peer) => {
+                    self.emit(Output::PeerDown(peer));
+                    self.algorithms_down(now, peer);
+                }
+                Event::Installed => self.view_installed(now),
+            }
+        }
+    }
+
+    /// A view was installed: what was held back for a node the view does
+    /// not carry on with is dropped (to the view, that node crashed), and
+    /// every member hears this node announce the view.
+    fn view_installed(&mut self, now: Time) {
+        let Some(view) = self.membership.view().cloned() else { return };
+        let membership = &self.membership;
+        self.held.retain(|(o, _)| match o {
+            Output::Send { to, .. } => membership.continuing(*to),
+            _ => true,
+        });
+        self.emit(Output::View(view.clone()));
+        for &member in &view.members {
+            if member != self.cfg.id {
+                self.send_heartbeat(member, false, now);
+            }
+        }
+    }
+
+    /// This node installed a view as a joiner: its algorithms start over,
+    /// as after a restart, from what stable storage keeps. What it held is
+    /// lost; what it wanted, it asks for again once it has joined.
+    fn start_over(&mut self, now: Time) {
+        let mut holds = Vec::new();
+        let mut wanted = Vec::new();
+        for (name, lock) in self.locks.in_order() {
+            match lock.fence {
+                Some(fence) => holds.push((name.clone(), fence, lock.permits)),
+                None if lock.pending || lock.cs_state() == CsState::Wanting => {
+                    wanted.push((name.clone(), lock.permits));
+                }
+                None => {}
+            }
+        }
+        for (name, fence, permits) in holds {
+            if !self.lose(name.clone(), fence) {
+                // Granted, but nobody was handed it: still wanted.
+                wanted.push((name, permits));
+            }
+        }
+        self.held.clear();
+        let floor = self.locks.floor();
+        let record = self.records.latest().clone();
+        let watermark = record.watermark;
+        self.cfg.restored = Some(record);
+        self.election = (self.election_info.build)(&self.cfg);
+        self.locks = Resources::new(self.mutex.build, self.cfg.forgetting);
+        self.locks.observe(watermark.max(floor));
+        self.timers.clear();
+        self.coordinator_pending = None;
+        self.join_deadline = Some(now + self.cfg.timing.failure_timeout);
+        self.join_extended = 0;
+        self.synced.clear();
+        self.join_progress = 0;
+        let permits = u32::try_from(self.cfg.capacity).unwrap_or(u32::MAX);
+        self.lock(now, &Name::default(), permits);
+        for (name, permits) in wanted {
+            self.lock(now, &name, permits);
+            if let Some(lock) = self.locks.get_mut(&name) {
+                lock.pending = true;
+            }
+        }
+    }
+
     fn take_scratch(&mut self) -> Actions {
         std::mem::take(&mut self.scratch)
     }
@@ -1322,6 +1712,11 @@ impl Engine {
             Scope::Mutex(name) => self.locks.get(name).map_or(1, |l| l.permits),
             Scope::Election => 1,
         };
+        // A node without a lease (or in the middle of a change of view)
+        // sends and grants nothing: what its algorithms decide waits, as
+        // if the node were paused, and is dropped if a view counts it
+        // crashed meanwhile.
+        let acting = self.may_act(now);
         for action in acts.drain(..) {
             match action {
                 Action::Send { to, msg: Encoded { kind, bytes } } => {
@@ -1335,7 +1730,11 @@ impl Engine {
                     if to == self.cfg.id {
                         continue; // algorithms never message themselves
                     }
-                    self.push_send(to, envelope, kind);
+                    if acting {
+                        self.push_send(to, envelope, kind);
+                    } else {
+                        self.held.push_back((Output::Send { to, envelope, kind }, self.rests_on));
+                    }
                 }
                 Action::SetTimer { timer, at } => {
                     self.timers.insert((scope.clone(), timer), at);
@@ -1349,7 +1748,12 @@ impl Engine {
                         lock.fence = Some(fence);
                     }
                     self.cs_entries += 1;
-                    self.emit(Output::Granted { name: name.clone(), fence });
+                    let granted = Output::Granted { name: name.clone(), fence };
+                    if acting {
+                        self.emit(granted);
+                    } else {
+                        self.held.push_back((granted, self.rests_on));
+                    }
                 }
                 Action::Coordinator { leader, epoch } => {
                     self.emit(Output::Coordinator { leader, epoch });
@@ -1424,6 +1828,7 @@ mod tests {
             you: Some(0),
             probe: false,
             readmitted: false,
+            lease: crate::membership::Lease::default(),
         })
     }
 
@@ -1659,7 +2064,7 @@ mod tests {
     #[test]
     fn a_restarted_node_starts_above_the_epoch_and_clock_it_stored() {
         let restored =
-            Restored { epoch: Epoch::new(7, NodeId(3)), watermark: 5000, names: BTreeMap::new() };
+            Restored { epoch: Epoch::new(7, NodeId(3)), watermark: 5000, ..Restored::default() };
         let cfg = AlgoConfig { restored: Some(restored), ..AlgoConfig::for_test(3, 3) };
         let mut e = Engine::new(cfg, registry::mutex("ricart-agrawala").unwrap(), BULLY, ms(0));
         assert_eq!(e.epoch(), Epoch::new(7, NodeId(3)), "the highest epoch seen before");
@@ -1682,6 +2087,97 @@ mod tests {
         e.request(ms(251), &Name::default(), 1).unwrap();
         assert!(e.request_stamp(&Name::default()).is_some_and(|s| s.ts > 5000));
     }
+    /// Engines of a majority-mode cluster of `n`, for `mutex`.
+    fn majority_cluster(mutex: &str, n: u32) -> Vec<Engine> {
+        (1..=n)
+            .map(|id| {
+                let mut cfg = AlgoConfig::for_test(id, n);
+                cfg.timing.lease.partitions = crate::membership::Partitions::Majority;
+                Engine::new(cfg, registry::mutex(mutex).unwrap(), BULLY, ms(0))
+            })
+            .collect()
+    }
+
+    /// Runs `engines` from `from` to `to` (ms) in 1 ms steps, every
+    /// message delivered at the next step over the links `open` allows;
+    /// every output that is not a send, by node.
+    fn run_cluster(
+        engines: &mut [Engine],
+        from: u64,
+        to: u64,
+        open: impl Fn(NodeId, NodeId) -> bool,
+    ) -> Vec<(NodeId, Output)> {
+        let mut seen = Vec::new();
+        let mut wire: Vec<(NodeId, NodeId, Envelope)> = Vec::new();
+        for t in from..to {
+            for (from, to, envelope) in std::mem::take(&mut wire) {
+                let e = &mut engines[to.0 as usize - 1];
+                let _ = e.handle_message(ms(t), from, envelope);
+            }
+            for e in engines.iter_mut() {
+                e.handle_timeout(ms(t));
+                let id = e.id();
+                while let Some(output) = e.poll_output() {
+                    match output {
+                        Output::Send { to, envelope, .. } if open(id, to) => {
+                            wire.push((id, to, envelope));
+                        }
+                        Output::Send { .. } => {}
+                        other => seen.push((id, other)),
+                    }
+                }
+            }
+        }
+        seen
+    }
+
+    /// Majority mode, end to end in the engine: a holder cut off with a
+    /// minority loses its lock (`Lost`) when its lease runs out, before
+    /// the majority installs a view without it; the majority then grants
+    /// with a higher fence, and the minority grants nothing meanwhile.
+    #[test]
+    fn a_cut_off_holder_loses_its_lock_before_the_majority_grants_it() {
+        let mut engines = majority_cluster("centralized", 3);
+        run_cluster(&mut engines, 0, 500, |_, _| true);
+        assert!(engines.iter().all(|e| e.joined() && e.quorum(ms(500))));
+        engines[0].request(ms(500), &Name::default(), 1).unwrap();
+        let seen = run_cluster(&mut engines, 500, 600, |_, _| true);
+        let first = seen.iter().find_map(|(n, o)| match o {
+            Output::Granted { fence, .. } if *n == NodeId(1) => Some(*fence),
+            _ => None,
+        });
+        let first = first.expect("n1 holds");
+        // n1 is cut off; n2 asks for the lock at once.
+        let cut = |a: NodeId, b: NodeId| (a == NodeId(1)) == (b == NodeId(1));
+        engines[1].request(ms(600), &Name::default(), 1).unwrap();
+        let seen = run_cluster(&mut engines, 600, 2000, cut);
+        let at = |what: &dyn Fn(&(NodeId, Output)) -> bool| seen.iter().position(what);
+        let lost = at(&|(n, o)| {
+            *n == NodeId(1) && matches!(o, Output::Lost { fence, .. } if *fence == first)
+        });
+        let view = at(&|(_, o)| matches!(o, Output::View(v) if v.members.len() == 2));
+        let granted =
+            seen.iter().position(|(n, o)| *n == NodeId(2) && matches!(o, Output::Granted { .. }));
+        let (lost, view, granted) =
+            (lost.expect("lost"), view.expect("a view"), granted.expect("granted"));
+        assert!(lost < view && view < granted, "{seen:?}");
+        let Output::Granted { fence, .. } = seen[granted].1 else { unreachable!() };
+        assert!(fence > first);
+        assert!(!seen.iter().any(|(n, o)| *n == NodeId(1) && matches!(o, Output::Granted { .. })));
+        assert!(!engines[0].quorum(ms(2000)));
+        // Healed: n1 comes back as a joiner and is granted again, higher.
+        engines[1].release(ms(2000), &Name::default());
+        run_cluster(&mut engines, 2000, 3000, |_, _| true);
+        assert!(engines[0].quorum(ms(3000)));
+        engines[0].request(ms(3000), &Name::default(), 1).unwrap();
+        let seen = run_cluster(&mut engines, 3000, 3200, |_, _| true);
+        let again = seen.iter().find_map(|(n, o)| match o {
+            Output::Granted { fence: f, .. } if *n == NodeId(1) => Some(*f),
+            _ => None,
+        });
+        assert!(again.expect("n1 holds again") > fence);
+    }
+
     #[test]
     fn a_grant_rests_on_its_record_or_on_the_one_that_named_its_grantee_ahead() {
         use crate::mutex::quorum::QuorumMsg;

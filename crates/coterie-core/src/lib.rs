@@ -13,6 +13,8 @@
 //! - [`algorithm`]: the [`MutexAlgorithm`] and [`ElectionAlgorithm`] traits.
 //! - [`mutex`] and [`election`]: the algorithms, one file each.
 //! - [`detector`]: the heartbeat failure detector.
+//! - [`membership`]: views a majority agreed to, and the lease without
+//!   which a node does nothing (`partitions = "majority"`).
 //! - [`registry`]: the one table where an algorithm is added.
 //! - [`engine`]: one node's stack composed: detector → election → mutex.
 //! - [`session`]: numbered, acknowledged and resent frames: reliable links
@@ -25,6 +27,7 @@ pub mod detector;
 pub mod election;
 pub mod engine;
 pub mod erased;
+pub mod membership;
 pub mod mutex;
 pub mod name;
 pub mod outbox;
@@ -47,6 +50,7 @@ pub use algorithm::{
     Priority, Restored, Timing, UnknownPriority,
 };
 pub use engine::{Engine, EngineError, Output, Status};
+pub use membership::{LeaseTiming, Partitions, UnknownPartitions, View};
 pub use name::{Name, NameError};
 pub use outbox::{Action, Message, NoTimer, Outbox, Time, Timer, TimerId};
 pub use types::{CsState, Epoch, Fence, LamportClock, NodeId, Stamp, Way};

@@ -83,7 +83,7 @@ mod tests {
 
     fn record(epoch: u64, mutex: u8) -> Restored {
         let names = [(Name::default(), vec![mutex])].into();
-        Restored { epoch: Epoch::new(epoch, NodeId(1)), watermark: 0, names }
+        Restored { epoch: Epoch::new(epoch, NodeId(1)), watermark: 0, names, promised: Epoch(0) }
     }
 
     #[test]

@@ -13,12 +13,13 @@
 //! below it to dial it with a Hello marked [`Hello::dial_back`], and
 //! nothing more is said on that connection.
 
+use crate::membership::{Lease, ViewMsg};
 use crate::name::Name;
 use crate::types::{Epoch, NodeId};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 /// Bumped whenever a frame's encoding changes.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// The largest frame body accepted, in bytes. Every coterie message is far
 /// smaller; a larger length prefix is a broken or hostile peer.
@@ -128,6 +129,11 @@ pub struct Hello {
     /// it now (the pair's connection is the lower node's to make). Nothing
     /// follows on this connection.
     pub dial_back: bool,
+    /// Who decides that a peer is down
+    /// ([`Partitions`](crate::membership::Partitions), as named): a node
+    /// that trusts its detector would act where the other waits for a
+    /// view.
+    pub partitions: String,
 }
 
 impl Hello {
@@ -155,6 +161,12 @@ impl Hello {
                 theirs.mutex, theirs.election, self.mutex, self.election
             ));
         }
+        if theirs.partitions != self.partitions {
+            return Err(format!(
+                "partitions = {:?} (this node runs {:?})",
+                theirs.partitions, self.partitions
+            ));
+        }
         if theirs.detector != self.detector {
             return Err(format!(
                 "failure detector {} (this node runs {}; [timing] detector and watch)",
@@ -166,7 +178,7 @@ impl Hello {
 }
 
 /// What heartbeats carry besides the proof of life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Heartbeat {
     /// The epoch of the coordinator the sender follows.
     pub epoch: Epoch,
@@ -192,10 +204,13 @@ pub struct Heartbeat {
     /// as to a newcomer. Set only on the heartbeat sent at once on
     /// re-admission.
     pub readmitted: bool,
+    /// The membership layer's view and lease: what the sender installed,
+    /// its time, and the echo of the receiver's.
+    pub lease: Lease,
 }
 
 /// One message between two nodes' engines.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Envelope {
     /// Proof of life, with the sender's view of the cluster.
     Heartbeat(Heartbeat),
@@ -221,6 +236,8 @@ pub enum Envelope {
     /// ([`Detector::Ring`](crate::algorithm::Detector::Ring)): the
     /// receiver checks it for itself.
     Suspect(NodeId),
+    /// A membership-layer message: views proposed, accepted, installed.
+    Membership(ViewMsg),
 }
 
 /// A frame on a peer connection.
@@ -266,6 +283,7 @@ mod tests {
             expects: None,
             delivered: 0,
             dial_back: false,
+            partitions: "majority".into(),
         }
     }
 
@@ -333,6 +351,8 @@ mod tests {
         assert!(me.check(&stranger, &members).unwrap_err().contains("node id 9"));
         let algo = Hello { mutex: "ricart-agrawala".into(), ..ok.clone() };
         assert!(me.check(&algo, &members).unwrap_err().contains("algorithms"));
+        let partitions = Hello { partitions: "detector".into(), ..ok.clone() };
+        assert!(me.check(&partitions, &members).unwrap_err().contains("partitions = \"detector\""));
         let watching = Hello { detector: "ring, watch 2".into(), ..ok.clone() };
         assert!(me.check(&watching, &members).unwrap_err().contains("failure detector ring"));
         let version = Hello { protocol: 99, ..ok };

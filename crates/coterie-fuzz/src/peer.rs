@@ -76,6 +76,7 @@ impl Node {
             expects: None,
             delivered: 0,
             dial_back: false,
+            partitions: "detector".into(),
         };
         let mut node = Node {
             engine,

@@ -236,6 +236,7 @@ impl Conversation {
                     expects: None,
                     delivered: 0,
                     dial_back: false,
+                    partitions: "detector".into(),
                 }));
             }
             let seq = seqs.entry(*from).or_insert(0u64);

@@ -344,6 +344,30 @@ impl Agent {
         })
     }
 
+    /// Why the node takes no new request, if it holds no lease from a
+    /// majority (`partitions = "majority"`) and has had time to get one:
+    /// `no quorum: n1 hears n1, n2 of 5`. A node that started less than
+    /// two failure timeouts ago is given them to form its first view.
+    pub(crate) fn no_quorum(&self) -> Option<String> {
+        let now = self.now();
+        let s = self.lock();
+        let membership = s.engine.membership();
+        let patience = 2 * s.engine.config().timing.failure_timeout;
+        if !membership.majority_mode() || membership.quorum(now) || now < patience {
+            return None;
+        }
+        let hears: Vec<String> =
+            membership.vouchers(now).iter().map(|n| format!("n{}", n.0)).collect();
+        Some(format!(
+            "no quorum: n{} hears {} of {}; a majority ({}) must vouch for a node before it \
+             grants",
+            self.id.0,
+            hears.join(", "),
+            s.engine.config().members.len(),
+            membership.majority()
+        ))
+    }
+
     /// Whether the node has joined the cluster (the engine's view).
     pub(crate) fn joined(&self) -> bool {
         self.lock().engine.joined()
@@ -389,8 +413,9 @@ impl Agent {
 
     /// The node's status, for `coterie status`, its sessions included.
     pub(crate) fn status(&self) -> Status {
+        let now = self.now();
         let s = self.lock();
-        Status { sessions: s.links.status(), ..s.engine.status() }
+        Status { sessions: s.links.status(), ..s.engine.status_at(now) }
     }
 
     // ---- the agent's own tasks ----
@@ -558,6 +583,34 @@ impl Agent {
                 let alive: Vec<u32> = s.engine.status().alive;
                 info!(node = id, ?alive, "joined the cluster");
                 self.events.emit(NodeEvent::Joined { alive });
+            }
+            Output::Lost { name, fence } => {
+                s.holdback.forget(&name);
+                let session = self.locks.revoke(&name, fence, now);
+                warn!(
+                    node = id,
+                    %name,
+                    fence = fence.0,
+                    session,
+                    "lost the lease while holding: the holder is told to stop"
+                );
+                self.events.emit(NodeEvent::Released {
+                    name: name.to_string(),
+                    session: session.unwrap_or(0),
+                });
+                let demand = self.locks.demand(&name);
+                if demand.waiting {
+                    let _ = s.engine.request(now, &name, demand.permits);
+                }
+            }
+            Output::View(view) => {
+                let members: Vec<u32> = view.members.iter().map(|m| m.0).collect();
+                info!(node = id, view = %view.epoch, ?members, "installed a view");
+                self.metrics.view_changed();
+            }
+            Output::Quorum(true) => info!(node = id, "holds a lease from a majority: serving"),
+            Output::Quorum(false) => {
+                warn!(node = id, "lost the lease of a majority: granting nothing until it is back");
             }
         }
     }

@@ -11,6 +11,8 @@
 //! # state_dir = "state"         # what must outlive a crash (epoch, clock, quorum grants)
 //! # state_sync = true           # flush it to disk on every change
 //! # lock_delay = "0s"           # after a holder is lost, grant nothing for this long
+//! # partitions = "detector"     # who decides a peer is down: "detector" (trust the
+//! #                             # failure detector) or "majority" (views and leases)
 //!
 //! [timing]
 //! heartbeat = "50ms"
@@ -18,6 +20,9 @@
 //! # detector = "auto"           # who watches whom: "all", "ring", or "auto"
 //! #                             # (all up to 16 nodes, ring above)
 //! # watch = 2                   # ring: peers each node probes, besides its coordinator
+//! # lease = "250ms"             # majority: how long a majority's echoes let a node act
+//! #                             # (default: failure_timeout)
+//! # max_clock_drift = 0.01      # majority: bound on any clock's rate error (1 %)
 //!
 //! [security]
 //! # secret_file = "secret"      # the shared secret; COTERIE_SECRET_FILE overrides
@@ -33,7 +38,9 @@
 //! ```
 
 use coterie_core::registry::{self, ElectionInfo, MutexInfo, MutexOption};
-use coterie_core::{AlgoConfig, Detector, Fence, MutexOptions, NodeId, Priority, Timing};
+use coterie_core::{
+    AlgoConfig, Detector, Fence, LeaseTiming, MutexOptions, NodeId, Partitions, Priority, Timing,
+};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -124,6 +131,13 @@ pub struct ClusterSection {
     /// (16,777,215); set small, to watch terms renew on a real cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence_room: Option<u64>,
+    /// Who decides that a peer is down: `"detector"` (the textbook
+    /// assumption: a suspected peer has crashed; under a partition both
+    /// sides go on, and both may grant) or `"majority"` (a peer leaves
+    /// only through a view a majority agreed to, and a node acts only
+    /// while a majority vouches for it: a minority grants nothing).
+    #[serde(default, deserialize_with = "partitions_by_name", serialize_with = "partitions_name")]
+    pub partitions: Partitions,
 }
 
 impl ClusterSection {
@@ -146,6 +160,7 @@ impl ClusterSection {
             lock_delay: Duration::ZERO,
             forget_after: Self::default_forget_after(),
             fence_room: None,
+            partitions: Partitions::default(),
         }
     }
 
@@ -167,10 +182,24 @@ fn priority_name<S: serde::Serializer>(priority: &Priority, s: S) -> Result<S::O
     s.serialize_str(priority.name())
 }
 
+fn partitions_by_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Partitions, D::Error> {
+    let name = String::deserialize(d)?;
+    name.parse().map_err(serde::de::Error::custom)
+}
+
+fn partitions_name<S: serde::Serializer>(p: &Partitions, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(p.name())
+}
+
 /// The environment variables that override `[cluster]` keys, over the
 /// file (a command-line flag, where there is one, wins over both).
-pub const OVERRIDES: [&str; 4] =
-    ["COTERIE_MUTEX", "COTERIE_ELECTION", "COTERIE_COUNT", "COTERIE_LOCK_DELAY"];
+pub const OVERRIDES: [&str; 5] = [
+    "COTERIE_MUTEX",
+    "COTERIE_ELECTION",
+    "COTERIE_COUNT",
+    "COTERIE_LOCK_DELAY",
+    "COTERIE_PARTITIONS",
+];
 
 impl ClusterSection {
     /// Sets the key that `var` (one of [`OVERRIDES`]) stands for.
@@ -187,6 +216,7 @@ impl ClusterSection {
                 self.lock_delay = humantime::parse_duration(value)
                     .map_err(|e| format!("not a duration like \"2s\": {e}"))?;
             }
+            "COTERIE_PARTITIONS" => self.partitions = value.parse().map_err(|e| format!("{e}"))?,
             other => return Err(format!("{other} overrides nothing")),
         }
         Ok(())
@@ -224,6 +254,22 @@ pub struct TimingSection {
     /// its coordinator.
     #[serde(default = "default_watch")]
     pub watch: u32,
+    /// With `partitions = "majority"`: how long the echoes of a majority
+    /// let a node act, on its own clock (default: `failure_timeout`). A
+    /// node cut off from the majority stops this long after it last heard
+    /// from it; the majority counts it down no sooner than this (a little
+    /// more, for drift) after it last vouched for it.
+    #[serde(default, with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Duration>,
+    /// With `partitions = "majority"`: the most any node's clock may run
+    /// fast or slow, as a fraction of real time (0.01: 1 %). No clock
+    /// synchronisation is assumed, only this bound on rates.
+    #[serde(default = "default_drift")]
+    pub max_clock_drift: f64,
+}
+
+fn default_drift() -> f64 {
+    f64::from(LeaseTiming::default().max_clock_drift_ppm) / 1e6
 }
 
 /// `detector`: a [`Detector`], or `auto` to pick by the cluster's size
@@ -259,6 +305,8 @@ impl Default for TimingSection {
             failure_timeout: default_failure_timeout(),
             detector: DetectorChoice::default(),
             watch: default_watch(),
+            lease: None,
+            max_clock_drift: default_drift(),
         }
     }
 }
@@ -610,6 +658,21 @@ impl Config {
                 t.failure_timeout, t.heartbeat
             )));
         }
+        let lease = t.lease.unwrap_or(t.failure_timeout);
+        if lease < 2 * t.heartbeat {
+            return Err(invalid(format!(
+                "lease ({lease:?}) must be at least twice heartbeat ({:?}): a lease is renewed \
+                 by heartbeats, and one late beat must not end it",
+                t.heartbeat
+            )));
+        }
+        if !(0.0..0.5).contains(&t.max_clock_drift) {
+            return Err(invalid(format!(
+                "max_clock_drift = {}: a fraction of real time from 0 (perfect clocks) to below \
+                 0.5",
+                t.max_clock_drift
+            )));
+        }
         if t.watch == 0 {
             return Err(invalid(
                 "watch must be at least 1: a ring where nobody watches anybody finds no hang"
@@ -635,6 +698,11 @@ impl Config {
             heartbeat: self.timing.heartbeat,
             failure_timeout: self.timing.failure_timeout,
             detector,
+            lease: LeaseTiming {
+                partitions: self.cluster.partitions,
+                lease: self.timing.lease.unwrap_or(self.timing.failure_timeout),
+                max_clock_drift_ppm: (self.timing.max_clock_drift * 1e6).round() as u32,
+            },
         }
     }
 

@@ -86,6 +86,14 @@ impl Collector for Live {
         }
         let epoch = i64::try_from(status.epoch).unwrap_or(i64::MAX);
         one(e, "coterie_epoch", "The coordinator's epoch.", None, ConstGauge::new(epoch))?;
+        if let Some(view) = &status.view {
+            let epoch = i64::try_from(view.epoch).unwrap_or(i64::MAX);
+            let help = "The epoch of the view this node installed (partitions = \"majority\").";
+            one(e, "coterie_view_epoch", help, None, ConstGauge::new(epoch))?;
+        }
+        let help = "1 while the node holds a lease from a majority (always, with partitions = \
+                    \"detector\"): without one it grants nothing.";
+        one(e, "coterie_quorum", help, None, ConstGauge::new(i64::from(status.quorum)))?;
         let help = "1 once the node has joined the cluster.";
         one(e, "coterie_joined", help, None, ConstGauge::new(i64::from(status.joined)))?;
         let peers = status.alive.iter().filter(|&&n| n != status.id).count();

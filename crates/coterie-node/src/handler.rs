@@ -71,6 +71,22 @@ struct Handler {
     value: Option<String>,
 }
 
+/// The next name taken back from `session` ([`Locks::revoke`]); a
+/// receiver that lagged behind answers with no name (the handler then
+/// looks at the table).
+///
+/// [`Locks::revoke`]: crate::locks::Locks::revoke
+async fn revocation(revoked: &mut broadcast::Receiver<(u64, Name)>, session: u64) -> Option<Name> {
+    loop {
+        match revoked.recv().await {
+            Ok((s, name)) if s == session => return Some(name),
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(_)) => return None,
+            Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+        }
+    }
+}
+
 /// Serves one client connection until it closes or the node stops. The
 /// listener has admitted it (and authenticated it, with a secret).
 pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, mut shutdown: Shutdown) {
@@ -99,10 +115,21 @@ impl Handler {
     async fn run(&mut self, from: Option<std::net::SocketAddr>, shutdown: &mut Shutdown) -> Loss {
         let session = self.client.session;
         let failure_timeout = self.shared.agent.timing().1;
+        let mut revoked = self.shared.locks.revocations();
         // Without a handshake, the first request is what a silent
         // connection is dropped for lacking.
         let mut deadline = Deadline::First;
         loop {
+            if let Some(name) = self.took_back(&mut revoked) {
+                return self.revoked(&name).await;
+            }
+            let holding = !self.holding.is_empty();
+            let took_back = async {
+                match holding {
+                    true => revocation(&mut revoked, session).await,
+                    false => std::future::pending().await,
+                }
+            };
             let silence = async {
                 match deadline {
                     Deadline::First => tokio::time::sleep(FIRST_REQUEST_TIMEOUT).await,
@@ -117,6 +144,10 @@ impl Handler {
                 biased;
                 r = self.reader.next::<ClientRequest>() => r,
                 _ = shutdown.recv() => return Loss::Disconnected,
+                name = took_back => match name.or_else(|| self.lost_hold()) {
+                    Some(name) => return self.revoked(&name).await,
+                    None => continue,
+                },
                 _ = silence => {
                     if self.shared.faults.paused() {
                         // A paused node is a stopped one that can still be
@@ -205,6 +236,49 @@ impl Handler {
                 return Loss::Disconnected;
             }
         }
+    }
+
+    /// A hold of this session's the node gave up since it last looked,
+    /// if any (a lagging receiver looks at the table itself).
+    fn took_back(&self, revoked: &mut broadcast::Receiver<(u64, Name)>) -> Option<Name> {
+        let session = self.client.session;
+        loop {
+            match revoked.try_recv() {
+                Ok((s, name)) if s == session => return Some(name),
+                Ok(_) => {}
+                Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                    if let Some(name) = self.lost_hold() {
+                        return Some(name);
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// A name this session believes it holds that the table says it does
+    /// not: what a receiver that lagged behind looks for.
+    fn lost_hold(&self) -> Option<Name> {
+        let (session, locks) = (self.client.session, &self.shared.locks);
+        let lost = self.holding.iter().find(|(name, fence)| !locks.holds(session, name, *fence));
+        lost.map(|(name, _)| name.clone())
+    }
+
+    /// The node gave up `name`, which this session held: its lease ran
+    /// out, and a majority of the cluster may grant the lock again. The
+    /// client hears why, and the session ends: whatever else it held here
+    /// was given up with it.
+    async fn revoked(&mut self, name: &Name) -> Loss {
+        self.holding.retain(|(n, _)| n != name);
+        let why = format!(
+            "node {} lost its quorum's lease while this session held {name:?}: a majority may \
+             grant it again",
+            self.shared.agent.id().0
+        );
+        warn!(session = self.client.session, %name, "holder told its lock is lost: no quorum");
+        let _ = self.flush().await;
+        let _ = write_frame(&mut self.writer, &ClientResponse::Error(why)).await;
+        Loss::NoQuorum
     }
 
     /// Sends the answers held back.

@@ -156,6 +156,9 @@ impl From<Refusal> for ApiError {
             Refusal::Invalid(why) => ApiError::bad(why),
             Refusal::Conflict(why) => ApiError::new(StatusCode::CONFLICT, "conflict", why),
             Refusal::Limit(why) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "limit", why),
+            Refusal::NoQuorum(why) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no_quorum", why)
+            }
         }
     }
 }

@@ -24,7 +24,7 @@ use coterie_core::{Fence, Name};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{broadcast, oneshot, Notify};
 
 /// Who a session is, as listings show it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -178,12 +178,21 @@ pub(crate) struct Locks {
     /// Poked when a lock delay starts: the application's timer task looks
     /// at the deadline again.
     changed: Notify,
+    /// Tells each session that lost a hold the node itself gave up (its
+    /// lease ran out): the session's number and the name.
+    revoked: broadcast::Sender<(u64, Name)>,
 }
 
 impl Locks {
     /// An empty table.
     pub(crate) fn new(limits: Limits, metrics: Metrics) -> Locks {
-        Locks { table: Mutex::new(Table::default()), limits, metrics, changed: Notify::new() }
+        Locks {
+            table: Mutex::new(Table::default()),
+            limits,
+            metrics,
+            changed: Notify::new(),
+            revoked: broadcast::channel(256).0,
+        }
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
@@ -295,6 +304,37 @@ impl Locks {
             self.changed.notify_one();
         }
         held
+    }
+
+    /// The node no longer holds `name` under the grant `fence` (its lease
+    /// ran out, or it started over in a new view): the session holding it
+    /// is told, and a lost holder's lock delay ends with it. The agent must
+    /// then follow. The session it was, if any.
+    pub(crate) fn revoke(&self, name: &Name, fence: Fence, now: Duration) -> Option<u64> {
+        let mut t = self.table();
+        let local = t.names.get_mut(name)?;
+        local.orphan.take_if(|(h, _)| h.fence == fence);
+        let holder = local.holder.take_if(|h| h.fence == fence);
+        if local.unused() {
+            t.names.remove(name);
+        }
+        drop(t);
+        let holder = holder?;
+        self.metrics.held(now.saturating_sub(holder.since));
+        let _ = self.revoked.send((holder.client.session, name.clone()));
+        Some(holder.client.session)
+    }
+
+    /// Hears of the holds taken from sessions ([`revoke`](Self::revoke)).
+    pub(crate) fn revocations(&self) -> broadcast::Receiver<(u64, Name)> {
+        self.revoked.subscribe()
+    }
+
+    /// Whether `session` holds `name` with `fence`.
+    pub(crate) fn holds(&self, session: u64, name: &Name, fence: Fence) -> bool {
+        let t = self.table();
+        let holder = t.names.get(name).and_then(|l| l.holder.as_ref());
+        holder.is_some_and(|h| h.client.session == session && h.fence == fence)
     }
 
     /// What `name`'s sessions want of the engine.

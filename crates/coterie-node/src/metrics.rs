@@ -37,6 +37,9 @@ pub(crate) enum Loss {
     Silent,
     /// Its TTL ran out without a keepalive.
     Expired,
+    /// Its node lost its lease (majority mode): what it held, the node
+    /// gave up.
+    NoQuorum,
 }
 
 impl Loss {
@@ -46,6 +49,7 @@ impl Loss {
             Loss::Disconnected => "disconnected",
             Loss::Silent => "silent",
             Loss::Expired => "expired",
+            Loss::NoQuorum => "no_quorum",
         }
     }
 }
@@ -71,6 +75,7 @@ pub(crate) struct Metrics {
     busy: Counter,
     lost: Family<LossLabels, Counter>,
     coordinators: Counter,
+    views: Counter,
     redials: Counter,
     connections: Gauge,
 }
@@ -85,10 +90,11 @@ impl Default for Metrics {
             busy: Counter::default(),
             lost: Family::default(),
             coordinators: Counter::default(),
+            views: Counter::default(),
             redials: Counter::default(),
             connections: Gauge::default(),
         };
-        for reason in [Loss::Disconnected, Loss::Silent, Loss::Expired] {
+        for reason in [Loss::Disconnected, Loss::Silent, Loss::Expired, Loss::NoQuorum] {
             // Every reason is exported from the start, at 0: a rate over a
             // series that appears only with its first loss misses that loss.
             metrics.lost.get_or_create(&LossLabels { reason }).inc_by(0);
@@ -124,6 +130,11 @@ impl Metrics {
     /// The node follows a new coordinator (or a new epoch of one).
     pub(crate) fn coordinator_changed(&self) {
         self.coordinators.inc();
+    }
+
+    /// The node installed a new view (majority mode).
+    pub(crate) fn view_changed(&self) {
+        self.views.inc();
     }
 
     /// A peer connection closed and is dialled again (by this node, or by
@@ -166,6 +177,11 @@ impl Metrics {
                 "coterie_coordinator_changes",
                 "Coordinators (or epochs) this node came to follow",
                 &self.coordinators,
+            ),
+            (
+                "coterie_view_changes",
+                "Views this node installed (partitions = \"majority\")",
+                &self.views,
             ),
             (
                 "coterie_link_redials",

@@ -214,6 +214,7 @@ pub async fn run(
         expects: None,
         delivered: 0,
         dial_back: false,
+        partitions: cfg.cluster.partitions.name().to_string(),
     };
     let peers: Vec<(NodeId, String)> =
         cfg.nodes.iter().filter(|n| n.id != id).map(|n| (NodeId(n.id), n.peer.clone())).collect();
@@ -336,6 +337,8 @@ pub async fn run(
         let sessions = Arc::new(Sessions::new(api_shared.clone(), cfg.limits.max_sessions));
         let (s, stop) = (sessions.clone(), shutdown_signal.clone());
         tasks.spawn(async move { s.expire_due(stop).await }.instrument(span.clone()));
+        let (s, stop) = (sessions.clone(), shutdown_signal.clone());
+        tasks.spawn(async move { s.take_back_revoked(stop).await }.instrument(span.clone()));
         let metrics = agent.metrics();
         let exporter = Exporter::new(metrics, agent.clone(), locks.clone(), sessions.clone());
         let stop = shutdown_signal.clone();

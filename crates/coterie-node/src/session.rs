@@ -105,6 +105,11 @@ pub(crate) enum Refusal {
     /// A limit of the node's (`[limits]`) is reached.
     #[error("{0}")]
     Limit(String),
+    /// The node holds no lease from a majority (`partitions =
+    /// "majority"`): it grants nothing, so it takes no new request. The
+    /// reason starts `no quorum:`.
+    #[error("{0}")]
+    NoQuorum(String),
 }
 
 impl From<Refused> for Refusal {
@@ -146,7 +151,11 @@ impl Shared {
     /// Checks a request: its names, labels and permits. A one-line reason
     /// when it will not do.
     pub(crate) fn ask(&self, req: &Acquire) -> Result<Asked, Refusal> {
-        self.check(req).map_err(Refusal::Invalid)
+        let asked = self.check(req).map_err(Refusal::Invalid)?;
+        if let Some(why) = self.agent.no_quorum() {
+            return Err(Refusal::NoQuorum(why));
+        }
+        Ok(asked)
     }
 
     fn check(&self, req: &Acquire) -> Result<Asked, String> {

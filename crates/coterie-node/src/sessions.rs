@@ -78,6 +78,10 @@ pub(crate) enum EndReason {
     Closed,
     /// It missed its TTL.
     Expired,
+    /// Its node lost the lease of a majority while it held a lock
+    /// (`partitions = "majority"`): a majority may grant the lock again.
+    #[serde(rename = "no_quorum")]
+    NoQuorum,
 }
 
 /// A lock a session holds, as its watchers see it.
@@ -316,6 +320,56 @@ impl Sessions {
             entry.end(&id, EndReason::Expired);
             for (name, (fence, led)) in entry.holding {
                 self.shared.lose(session, &name, led.then_some(fence), Loss::Expired);
+            }
+        }
+    }
+
+    /// Ends the session that held `name` as client session `session`:
+    /// the node gave the lock up (its lease ran out), and what else the
+    /// session held here went with it.
+    fn take_back(&self, session: u64, name: &Name) {
+        let ended: Option<(String, Entry)> = {
+            let mut t = self.table();
+            let id = t
+                .iter()
+                .find(|(_, e)| e.client.session == session && e.holding.contains_key(name))
+                .map(|(id, _)| id.clone());
+            id.and_then(|id| t.remove(&id).map(|e| (id, e)))
+        };
+        let Some((id, entry)) = ended else { return };
+        info!(session, id = %&id[..8], %name, "session ended: its node lost its quorum's lease");
+        entry.end(&id, EndReason::NoQuorum);
+        for (held, (fence, led)) in entry.holding {
+            if held != *name {
+                self.shared.lose(session, &held, led.then_some(fence), Loss::NoQuorum);
+            }
+        }
+    }
+
+    /// Ends the sessions whose locks the node gives up
+    /// ([`Locks::revoke`](crate::locks::Locks::revoke)), until `shutdown`.
+    pub(crate) async fn take_back_revoked(&self, mut shutdown: Shutdown) {
+        let mut revoked = self.shared.locks.revocations();
+        loop {
+            tokio::select! {
+                r = revoked.recv() => match r {
+                    Ok((session, name)) => self.take_back(session, &name),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        // Look at the table itself for holds it lost.
+                        let lost: Vec<(u64, Name)> = self
+                            .table()
+                            .values()
+                            .flat_map(|e| e.holding.iter().map(move |(n, (f, _))| (e.client.session, n.clone(), *f)))
+                            .filter(|(s, n, f)| !self.shared.locks.holds(*s, n, *f))
+                            .map(|(s, n, _)| (s, n))
+                            .collect();
+                        for (session, name) in lost {
+                            self.take_back(session, &name);
+                        }
+                    }
+                    Err(_) => return,
+                },
+                _ = shutdown.recv() => return,
             }
         }
     }

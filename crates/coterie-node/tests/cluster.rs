@@ -347,6 +347,7 @@ async fn hello_for_another_cluster_or_node_is_refused_with_the_reason() {
         expects: None,
         delivered: 0,
         dial_back: false,
+        partitions: "detector".into(),
     };
     let cases = [
         (Hello { cluster: "prod".into(), ..hello.clone() }, "cluster"),
@@ -667,6 +668,7 @@ async fn a_member_that_lies_crashes_nothing_and_grants_nothing_unasked() {
             you: None,
             probe: true,
             readmitted: true,
+            lease: coterie_core::membership::Lease::default(),
         }),
     ];
     let mut liars = Vec::new();
@@ -683,6 +685,7 @@ async fn a_member_that_lies_crashes_nothing_and_grants_nothing_unasked() {
             expects: None,
             delivered: 0,
             dial_back: false,
+            partitions: "detector".into(),
         };
         write_frame(&mut s, &PeerFrame::Hello(hello)).await.unwrap();
         let mut buf = Vec::new();

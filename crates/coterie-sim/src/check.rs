@@ -31,7 +31,7 @@ use crate::chooser::{Choice, Enumerate};
 use crate::invariant::Invariant;
 use crate::sim::{FaultDraw, Load, SimConfig, Simulation};
 use coterie_core::registry::{ElectionInfo, MutexInfo};
-use coterie_core::Timing;
+use coterie_core::{LeaseTiming, Partitions, Timing};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -60,6 +60,8 @@ pub struct CheckConfig {
     pub partitions: u32,
     /// One-way partitions per run.
     pub one_way_partitions: u32,
+    /// Who decides that a peer is down.
+    pub partition_mode: Partitions,
     /// Steps per run before the run is cut (a bound: the report says
     /// whether it was hit).
     pub max_depth: usize,
@@ -100,6 +102,7 @@ impl CheckConfig {
             crashes: 0,
             partitions: 0,
             one_way_partitions: 0,
+            partition_mode: Partitions::Detector,
             max_depth: 5_000,
             delay_ticks: 2,
             max_states: 20_000_000,
@@ -129,7 +132,16 @@ impl CheckConfig {
             partitions: self.partitions,
             one_way_partitions: self.one_way_partitions,
             load: Load::Concurrent,
-            timing: Timing { heartbeat: tick * 4, failure_timeout: tick * 16, ..Timing::default() },
+            timing: Timing {
+                heartbeat: tick * 4,
+                failure_timeout: tick * 16,
+                lease: LeaseTiming {
+                    partitions: self.partition_mode,
+                    lease: tick * 16,
+                    ..LeaseTiming::default()
+                },
+                ..Timing::default()
+            },
             delay: (tick, tick * self.delay_ticks.max(1)),
             heartbeat_delay: Some(tick),
             hold: (tick, tick * self.hold_ticks.max(1)),

@@ -1240,6 +1240,7 @@ mod tests {
                 epoch: Epoch(0),
                 watermark: 0,
                 names: [(crate::Name::default(), crate::wire::encode(durable))].into(),
+                promised: Epoch(0),
             }),
             ..AlgoConfig::for_test(1, 3)
         };

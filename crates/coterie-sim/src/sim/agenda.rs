@@ -35,7 +35,9 @@ impl Carries {
     pub(super) fn of(envelope: &Envelope) -> Carries {
         match envelope {
             Envelope::Heartbeat(_) | Envelope::Suspect(_) => Carries::Heartbeat,
-            Envelope::Election(_) | Envelope::Application(_) => Carries::Election,
+            Envelope::Election(_) | Envelope::Application(_) | Envelope::Membership(_) => {
+                Carries::Election
+            }
             Envelope::Mutex { .. } => Carries::Mutex,
         }
     }

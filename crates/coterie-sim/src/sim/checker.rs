@@ -55,6 +55,11 @@ impl Checker {
         }
     }
 
+    /// Who holds `name` now.
+    pub(super) fn holders_of(&self, name: &Name) -> Vec<NodeId> {
+        self.holders.keys().filter(|(n, _)| n == name).map(|&(_, h)| h).collect()
+    }
+
     /// `node` crashed: it holds and waits for nothing.
     pub(super) fn crashed(&mut self, node: NodeId) {
         self.holders.retain(|(_, holder), _| *holder != node);
@@ -181,6 +186,7 @@ impl<C: Chooser> Simulation<C> {
         self.trace(|| format!("{node} ENTERS{named} with fence {fence}"));
         self.record(|r, at| r.enter(at, node, fence.0));
         self.report.entries += 1;
+        self.end_frozen_holds(&name);
         let allowed = self.cfg.checked_capacity.unwrap_or(self.cfg.capacity);
         let rising = self.cfg.capacity == 1;
         let nodes = &self.nodes;
@@ -212,6 +218,32 @@ impl<C: Chooser> Simulation<C> {
             );
         }
         self.take(node, name);
+    }
+
+    /// In majority mode, a holder whose node is paused and whose lease
+    /// has run out holds no longer: its node tells it so the moment it
+    /// runs again, before it can touch anything (the client here is frozen
+    /// with its node). Such a hold is counted as a lease overlap, not
+    /// judged as two holders, as a frozen client's is on a real cluster.
+    fn end_frozen_holds(&mut self, name: &Name) {
+        if self.cfg.timing.lease.partitions != coterie_core::Partitions::Majority {
+            return;
+        }
+        let now = self.now;
+        for holder in self.checker.holders_of(name) {
+            let over = self.faults.paused(holder)
+                && self.nodes[&holder]
+                    .engine
+                    .as_ref()
+                    .is_some_and(|e| e.membership().lease_end().is_none_or(|end| end <= now));
+            if over {
+                self.trace(|| {
+                    format!("{holder}'s lease ran out while it was paused holding {name:?}")
+                });
+                self.checker.released(holder, std::slice::from_ref(name), now);
+                self.report.lease_overlaps += 1;
+            }
+        }
     }
 
     /// Reports a deadlock once the run has been stuck (see

@@ -296,6 +296,22 @@ impl<C: Chooser> Simulation<C> {
                 self.record(|r, at| r.mark(at, Some(node), MarkKind::Suspect, text));
             }
             Output::Joined => self.trace(|| format!("{node} joined")),
+            Output::Lost { name, fence } => self.lost(node, name, fence),
+            Output::View(view) => {
+                let members: Vec<String> = view.members.iter().map(NodeId::to_string).collect();
+                let text = format!("{node} installs view {} of {}", view.epoch, members.join(" "));
+                self.trace(|| text.clone());
+                self.record(|r, at| r.mark(at, Some(node), MarkKind::Coordinator, text));
+                self.report.views += 1;
+            }
+            Output::Quorum(quorum) => {
+                let text = if quorum {
+                    format!("{node} holds a lease")
+                } else {
+                    format!("{node} lost its lease")
+                };
+                self.trace(|| text);
+            }
             // The simulator runs no application tasks.
             Output::Application { .. } => {}
             Output::Persist(record) => {
@@ -364,7 +380,10 @@ impl<C: Chooser> Simulation<C> {
                 }
             }
             Event::Release { node, incarnation } => {
-                if self.live(node, incarnation) {
+                // A client that lost its hold meanwhile has moved on.
+                if self.live(node, incarnation)
+                    && self.workload.state(node) == workload::ClientState::Holding
+                {
                     self.release(node);
                 }
             }

@@ -40,6 +40,12 @@ pub struct RunReport {
     /// Records the nodes wrote to stable storage (the durable epoch, clock
     /// reserve and mutex state), start-up included.
     pub records: u64,
+    /// Views installed, summed over the nodes (majority mode).
+    pub views: u64,
+    /// Majority mode: grants made while a paused node's client still held
+    /// the lock, that node's lease over (it tells the client so the moment
+    /// it runs again): a frozen holder's lease overlap, not two holders.
+    pub lease_overlaps: u64,
     /// Simulated time at the end, in microseconds.
     pub end_us: u64,
     /// Broken invariants, in the order seen.

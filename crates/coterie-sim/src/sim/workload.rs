@@ -25,6 +25,9 @@ struct Client {
     held: Vec<Name>,
     /// Concurrent load: entries still to make.
     remaining: u32,
+    /// It lost a lock it held while it waited for the next of its request
+    /// (its node lost its lease): the request is given up once granted.
+    lost: bool,
 }
 
 /// What a grant did to its client's request.
@@ -36,6 +39,8 @@ pub(super) enum Taken {
     /// Nobody asked for it: the client was in this state, or waited for
     /// another name.
     Unasked(ClientState),
+    /// The request had lost a name it held: it lets go at once.
+    Abandoned,
 }
 
 /// The clients' state, and what the load has still to do.
@@ -69,8 +74,13 @@ impl Workload {
             Load::Concurrent => cfg.requests,
             Load::Sequential | Load::Burst => 0,
         };
-        let client =
-            Client { state: ClientState::Thinking, want: Vec::new(), held: Vec::new(), remaining };
+        let client = Client {
+            state: ClientState::Thinking,
+            want: Vec::new(),
+            held: Vec::new(),
+            remaining,
+            lost: false,
+        };
         Workload {
             load: cfg.load,
             start: cfg.timing.failure_timeout * 3,
@@ -138,6 +148,10 @@ impl Workload {
         }
         client.want.remove(0);
         client.held.push(name);
+        if std::mem::take(&mut client.lost) {
+            client.want.clear();
+            return Taken::Abandoned;
+        }
         if !client.want.is_empty() {
             return Taken::More;
         }
@@ -148,6 +162,19 @@ impl Workload {
     /// `node`'s client lets go: the names it held, in the order taken.
     pub(super) fn release(&mut self, node: NodeId) -> Vec<Name> {
         std::mem::take(&mut self.client(node).held)
+    }
+
+    /// `node`'s client lost `name`, which its node released (its lease ran
+    /// out): the names it holds besides, which it lets go. A client that
+    /// held them all is out; one still waiting for more gives its request
+    /// up once the name it waits for comes.
+    pub(super) fn lost(&mut self, node: NodeId, name: &Name) -> Vec<Name> {
+        let client = self.client(node);
+        client.held.retain(|n| n != name);
+        if client.state == ClientState::Waiting {
+            client.lost = true;
+        }
+        std::mem::take(&mut client.held)
     }
 
     /// `node`'s entry is over: `true` if its client asks again (after
@@ -308,6 +335,27 @@ impl<C: Chooser> Simulation<C> {
         self.after_input(node);
     }
 
+    /// `node`'s node released `name`, which its client held, on its own:
+    /// its lease ran out. The client stops at once, as the node tells it
+    /// to, lets go of what else it held, and its entry is over.
+    pub(super) fn lost(&mut self, node: NodeId, name: Name, fence: Fence) {
+        let now = self.now;
+        self.trace(|| format!("{node} LOSES {name:?} (fence {fence})"));
+        let state = self.workload.state(node);
+        let others = self.workload.lost(node, &name);
+        let mut gone = others.clone();
+        gone.push(name);
+        self.checker.released(node, &gone, now);
+        self.record(|r, at| r.exit(at, node));
+        for other in others.iter().rev() {
+            self.engine(node).release(now, other);
+        }
+        self.after_input(node);
+        if state == ClientState::Holding {
+            self.after_release(node);
+        }
+    }
+
     /// `node`'s client lets go of every name it holds, last taken first.
     pub(super) fn release(&mut self, node: NodeId) {
         let now = self.now;
@@ -333,6 +381,7 @@ impl<C: Chooser> Simulation<C> {
                 let hold = self.uniform(self.cfg.hold);
                 self.push(self.now + hold, Event::Release { node, incarnation });
             }
+            Taken::Abandoned => self.release(node),
             Taken::Unasked(state) => {
                 // Judged as safety (ignored when only progress is
                 // judged): a grant nobody asked for is not handed to the

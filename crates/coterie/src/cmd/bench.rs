@@ -143,7 +143,14 @@ async fn measure_real(
     let dir =
         std::env::temp_dir().join(format!("coterie-bench-{}-{mutex}-{nodes}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let shape = Shape { nodes, mutex, election, count: 1, lock_delay: std::time::Duration::ZERO };
+    let shape = Shape {
+        nodes,
+        mutex,
+        election,
+        count: 1,
+        lock_delay: std::time::Duration::ZERO,
+        partitions: coterie_core::Partitions::default(),
+    };
     let (cluster, witness) = LocalCluster::launch(&shape, "text", &dir).await?;
     let mut cluster = Cluster::Local(cluster);
     let result = async {

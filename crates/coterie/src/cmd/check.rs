@@ -54,6 +54,11 @@ pub struct Args {
     /// One-way partitions per run.
     #[arg(long, default_value_t = 0)]
     one_way_partitions: u32,
+    /// Who decides that a peer is down: `detector` (a suspected peer has
+    /// crashed) or `majority` (views and leases; see `coterie sim
+    /// --help`).
+    #[arg(long, default_value = "detector", value_parser = super::sim::partition_mode)]
+    partition_mode: coterie_core::Partitions,
     /// A message takes one to this many ticks.
     #[arg(long, default_value_t = 2)]
     delay_ticks: u32,
@@ -100,6 +105,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         crashes: args.crashes,
         partitions: args.partitions,
         one_way_partitions: args.one_way_partitions,
+        partition_mode: args.partition_mode,
         max_depth: args.max_depth,
         delay_ticks: args.delay_ticks,
         max_states: args.max_states,

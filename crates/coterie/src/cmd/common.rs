@@ -216,6 +216,18 @@ pub struct Algorithms {
     /// count (centralized, centralized-lending, raymond-k).
     #[arg(long, default_value_t = 1)]
     pub count: usize,
+    /// Who decides that a peer is down: `detector` (a suspected peer has
+    /// crashed: under a partition both sides go on, and both may grant)
+    /// or `majority` (a peer leaves only through a view a majority agreed
+    /// to, and a node acts only under a majority's lease: a minority
+    /// grants nothing). `[cluster] partitions`.
+    #[arg(
+        long,
+        env = "COTERIE_PARTITIONS",
+        default_value = "detector",
+        value_parser = super::sim::partition_mode
+    )]
+    pub partition_mode: coterie_core::Partitions,
 }
 
 /// `--diagram`, `--shiviz` and their options, wherever a run is made or

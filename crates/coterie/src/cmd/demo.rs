@@ -121,6 +121,7 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         election: args.algorithms.election,
         count: args.algorithms.count,
         lock_delay: None,
+        partitions: args.algorithms.partition_mode,
     };
     let workload = WorkloadSpec {
         clients: args.clients,
@@ -137,6 +138,7 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         election: args.algorithms.election,
         count: args.algorithms.count,
         lock_delay: Duration::ZERO,
+        partitions: args.algorithms.partition_mode,
     };
     let (cluster, witness) = LocalCluster::launch(&shape, log_format, &dir).await?;
     if !args.json {

@@ -191,42 +191,50 @@ pub async fn hold(
 ) -> Result<ExitCode> {
     let Holding { who, what, env } = holding;
     let mut signals = Signals::new()?;
-    // The first node that answers serves the session.
-    let mut session = None;
+    // The first node that answers, and has a quorum, serves the session: a
+    // node cut off with a minority (`partitions = "majority"`) refuses,
+    // and the next one is asked.
     let mut errors = Vec::new();
+    let mut served = None;
     for node in nodes {
-        match node.connect().await {
-            Ok(c) => {
-                session = Some((c, node));
-                break;
+        let mut client = match node.connect().await {
+            Ok(c) => c,
+            Err(e) => {
+                errors.push(e.to_string());
+                continue;
             }
-            Err(e) => errors.push(e.to_string()),
-        }
+        };
+        let outcome = tokio::select! {
+            outcome = client.request(req) => match outcome {
+                Ok(outcome) => outcome,
+                Err(ClientError::Refused(why)) if why.starts_with("no quorum") => {
+                    errors.push(format!("{}: {why}", node.addr));
+                    continue;
+                }
+                Err(ClientError::Refused(why)) => {
+                    eprintln!("{who}: {} refused the request: {why}", node.addr);
+                    return Ok(ExitCode::from(EXIT_UNAVAILABLE));
+                }
+                Err(ClientError::Lost(loss)) => {
+                    eprintln!("{who}: lost {} while waiting for {what}: {loss}", node.addr);
+                    return Ok(ExitCode::from(EXIT_UNAVAILABLE));
+                }
+                Err(e) => return Err(e.into()),
+            },
+            (number, name) = signals.recv() => {
+                // Dropping the session withdraws the request (the node gives
+                // up its place, or releases a grant that raced this).
+                drop(client);
+                eprintln!("{who}: {name} while waiting for {what}; request withdrawn");
+                return Ok(ExitCode::from(128 + number as u8));
+            }
+        };
+        served = Some((client, node, outcome));
+        break;
     }
-    let Some((mut client, node)) = session else {
+    let Some((mut client, node, outcome)) = served else {
         eprintln!("{who}: no node answered and accepted us ({})", errors.join("; "));
         return Ok(ExitCode::from(EXIT_UNAVAILABLE));
-    };
-    let outcome = tokio::select! {
-        outcome = client.request(req) => match outcome {
-            Ok(outcome) => outcome,
-            Err(ClientError::Refused(why)) => {
-                eprintln!("{who}: {} refused the request: {why}", node.addr);
-                return Ok(ExitCode::from(EXIT_UNAVAILABLE));
-            }
-            Err(ClientError::Lost(loss)) => {
-                eprintln!("{who}: lost {} while waiting for {what}: {loss}", node.addr);
-                return Ok(ExitCode::from(EXIT_UNAVAILABLE));
-            }
-            Err(e) => return Err(e.into()),
-        },
-        (number, name) = signals.recv() => {
-            // Dropping the session withdraws the request (the node gives up
-            // its place, or releases a grant that raced this).
-            drop(client);
-            eprintln!("{who}: {name} while waiting for {what}; request withdrawn");
-            return Ok(ExitCode::from(128 + number as u8));
-        }
     };
     let grant = match outcome {
         Outcome::Granted(grant) => grant,

@@ -164,6 +164,7 @@ async fn play(
                 election: c.election,
                 count: c.count,
                 lock_delay: c.lock_delay.unwrap_or_default(),
+                partitions: c.partitions,
             };
             let (cluster, witness) = LocalCluster::launch(&shape, log_format, &dir).await?;
             let mut cluster = Cluster::Local(cluster);

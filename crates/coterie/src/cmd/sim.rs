@@ -3,7 +3,7 @@
 use super::common::{self, parse_duration};
 use anyhow::Result;
 use coterie_core::registry::{self, ElectionInfo, MutexInfo};
-use coterie_core::{Detector, MutexOptions, Priority, Timing};
+use coterie_core::{Detector, LeaseTiming, MutexOptions, Partitions, Priority, Timing};
 use coterie_sim::run_seeds;
 use coterie_sim::sim::{self, Load, SimConfig};
 use std::io::Write;
@@ -107,6 +107,13 @@ pub struct Args {
     /// suspicion is announced and checked by each node).
     #[arg(long, value_enum, default_value = "all")]
     detector: DetectorArg,
+    /// Who decides that a peer is down: `detector` (the textbook
+    /// assumption: a suspected peer has crashed, and both sides of a
+    /// partition go on) or `majority` (views a majority agrees to; a node
+    /// acts only under a majority's lease). `[cluster] partitions` of a
+    /// cluster file.
+    #[arg(long, default_value = "detector", value_parser = partition_mode)]
+    partition_mode: Partitions,
     /// With --detector ring: peers each node probes, besides its
     /// coordinator.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
@@ -155,6 +162,11 @@ pub struct Args {
 /// Parses a `--priority` value.
 pub fn priority(text: &str) -> Result<Priority, String> {
     text.parse().map_err(|e: coterie_core::UnknownPriority| e.to_string())
+}
+
+/// Parses `--partition-mode`.
+pub fn partition_mode(text: &str) -> Result<Partitions, String> {
+    text.parse().map_err(|e: coterie_core::UnknownPartitions| e.to_string())
 }
 
 /// Parses a `--delay-spike` range: `MIN..MAX`, two durations.
@@ -219,6 +231,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 DetectorArg::All => Detector::All,
                 DetectorArg::Ring => Detector::Ring { watch: args.watch },
             },
+            lease: LeaseTiming { partitions: args.partition_mode, ..defaults.timing.lease },
             ..defaults.timing
         },
         requests: args.requests,

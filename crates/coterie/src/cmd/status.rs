@@ -114,6 +114,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     s.id, s.failure_timeout_ms
                 );
             }
+            // partitions = "majority": a node without a majority's lease
+            // grants nothing; say where it stands.
+            if !s.quorum {
+                let view = s.view.as_ref().map_or("no view yet".to_string(), |v| {
+                    let members: Vec<String> = v.members.iter().map(u32::to_string).collect();
+                    format!("its view {} is of {}", v.name, members.join(","))
+                });
+                println!(
+                    "n{}: minority: no lease from a majority ({view}); it grants nothing",
+                    s.id
+                );
+            }
         }
     }
     Ok(if results.iter().all(Result::is_ok) { ExitCode::SUCCESS } else { ExitCode::FAILURE })

@@ -27,6 +27,8 @@ pub struct Shape {
     pub count: usize,
     /// `[cluster] lock_delay`.
     pub lock_delay: Duration,
+    /// `[cluster] partitions`.
+    pub partitions: coterie_core::Partitions,
 }
 
 /// Node processes this command started and owns.
@@ -183,6 +185,7 @@ impl LocalCluster {
         let mut cluster = ClusterSection::new("demo", shape.mutex, shape.election);
         cluster.count = shape.count;
         cluster.lock_delay = shape.lock_delay;
+        cluster.partitions = shape.partitions;
         cluster.state_dir = Some("state".into());
         cluster.state_sync = false;
         let nodes = addrs

@@ -92,6 +92,15 @@ pub struct Args {
     /// `[cluster] lock_delay`.
     #[arg(long, value_parser = common::parse_duration, default_value = "0s")]
     lock_delay: Duration,
+    /// `[cluster] partitions`: `detector` (a suspected peer has crashed)
+    /// or `majority` (views and leases: a minority grants nothing).
+    #[arg(
+        long,
+        env = "COTERIE_PARTITIONS",
+        default_value = "detector",
+        value_parser = super::sim::partition_mode
+    )]
+    partition_mode: coterie_core::Partitions,
     /// How long a client holds the lock between reading the register and
     /// writing it back.
     #[arg(long, value_parser = common::parse_duration, default_value = "20ms")]
@@ -138,6 +147,8 @@ pub struct RunReport {
     pub names: u32,
     pub seed: u64,
     pub lock_delay_ms: u64,
+    /// `[cluster] partitions`: `detector` or `majority`.
+    pub partitions: String,
     pub duration_s: f64,
     /// Where partitions were made: `netns` or `agent`.
     pub network: Network,
@@ -268,7 +279,14 @@ async fn one(
     dir: &Path,
     run: u32,
 ) -> Result<RunReport> {
-    let shape = Shape { nodes: args.nodes, mutex, election, count: 1, lock_delay: args.lock_delay };
+    let shape = Shape {
+        nodes: args.nodes,
+        mutex,
+        election,
+        count: 1,
+        lock_delay: args.lock_delay,
+        partitions: args.partition_mode,
+    };
     let clocks = kinds.contains(&Kind::Clock);
     let env = |id| if clocks { inflict::clock_env(dir, id) } else { Vec::new() };
     let mode = match args.network {
@@ -381,6 +399,7 @@ async fn one(
         names: args.names.unwrap_or(1),
         seed: args.seed,
         lock_delay_ms: args.lock_delay.as_millis() as u64,
+        partitions: args.partition_mode.name().to_string(),
         duration_s: args.duration.as_secs_f64(),
         network: mode,
         faults,
@@ -439,6 +458,9 @@ fn recheck(root: &Path, recovery_bound: Duration) -> Result<Vec<RunReport>> {
             names: number("names").max(1) as u32,
             seed: number("seed"),
             lock_delay_ms: number("lock_delay_ms"),
+            partitions: Some(field("partitions"))
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| "detector".into()),
             duration_s: old["duration_s"].as_f64().unwrap_or_default(),
             network: if field("network") == "netns" { Network::Netns } else { Network::Agent },
             faults: serde_json::from_value(old["faults"].clone())?,
@@ -530,7 +552,7 @@ fn summary_line(r: &RunReport) -> String {
 pub fn table(reports: &[RunReport]) -> String {
     use coterie_history::ViolationKind as V;
     let mut out = String::from(
-        "| mutex | election | faults | acquires ok/fail/info | overlaps | lease overlaps | fences out of order | lost (plain) | lost (fenced) | recovery | failures |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| mutex | election | partitions | faults | acquires ok/fail/info | overlaps | lease overlaps | fences out of order | lost (plain) | lost (fenced) | recovery | failures |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in reports {
         let h = &r.history;
@@ -546,9 +568,10 @@ pub fn table(reports: &[RunReport]) -> String {
         let recovery = h.recovery_ns.map_or("none".into(), |ns| format!("{} ms", ns / 1_000_000));
         let faults: u32 = r.faults.values().sum();
         out += &format!(
-            "| {} | {} | {faults} | {}/{}/{} | {} | {} | {} | {} | {} | {recovery} | {} |\n",
+            "| {} | {} | {} | {faults} | {}/{}/{} | {} | {} | {} | {} | {} | {recovery} | {} |\n",
             r.mutex,
             r.election,
+            r.partitions,
             acquire.ok,
             acquire.fail,
             acquire.info,
