@@ -1591,6 +1591,16 @@ impl Engine {
 
     /// Carries out what the membership layer asked, in order.
     fn on_membership(&mut self, now: Time, events: &mut Vec<Event>) {
+        if events.contains(&Event::Installed) {
+            // Before any step of this view can let them out: what was held
+            // back for a node the view does not carry on with is for a
+            // node that crashed, as far as the view goes.
+            let membership = &self.membership;
+            self.held.retain(|(o, _)| match o {
+                Output::Send { to, .. } => membership.continuing(*to),
+                _ => true,
+            });
+        }
         for event in events.drain(..) {
             match event {
                 Event::Send(to, msg) => {
@@ -1619,16 +1629,9 @@ impl Engine {
         }
     }
 
-    /// A view was installed: what was held back for a node the view does
-    /// not carry on with is dropped (to the view, that node crashed), and
-    /// every member hears this node announce the view.
+    /// A view was installed: every member hears this node announce it.
     fn view_installed(&mut self, now: Time) {
         let Some(view) = self.membership.view().cloned() else { return };
-        let membership = &self.membership;
-        self.held.retain(|(o, _)| match o {
-            Output::Send { to, .. } => membership.continuing(*to),
-            _ => true,
-        });
         self.emit(Output::View(view.clone()));
         for &member in &view.members {
             if member != self.cfg.id {

@@ -346,14 +346,16 @@ impl Agent {
 
     /// Why the node takes no new request, if it holds no lease from a
     /// majority (`partitions = "majority"`) and has had time to get one:
-    /// `no quorum: n1 hears n1, n2 of 5`. A node that started less than
-    /// two failure timeouts ago is given them to form its first view.
+    /// `no quorum: n1 hears n1, n2 of 5`. A node that has installed no
+    /// view yet and started less than two failure timeouts ago is given
+    /// them to form its first.
     pub(crate) fn no_quorum(&self) -> Option<String> {
         let now = self.now();
         let s = self.lock();
         let membership = s.engine.membership();
         let patience = 2 * s.engine.config().timing.failure_timeout;
-        if !membership.majority_mode() || membership.quorum(now) || now < patience {
+        let forming = membership.view().is_none() && now < patience;
+        if !membership.majority_mode() || membership.quorum(now) || forming {
             return None;
         }
         let hears: Vec<String> =

@@ -181,7 +181,14 @@ pub async fn run(
     let since_unix = wall.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let wall_origin = since_unix.saturating_sub(coterie_core::CLUSTER_ERA);
     let state_file = match &cfg.cluster.state_dir {
-        None => None,
+        None => {
+            warn!(
+                node = id,
+                "no [cluster] state_dir: what must outlive a crash is kept in memory only, so \
+                 fences may repeat after every node restarts"
+            );
+            None
+        }
         Some(dir) => {
             let error = |source| NodeError::State { path: dir.clone(), source };
             let sync = cfg.cluster.state_sync;

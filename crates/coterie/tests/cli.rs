@@ -1004,44 +1004,37 @@ fn check_reports_an_exhausted_space_and_a_found_split_brain_as_json() {
 #[test]
 fn a_minority_grants_nothing_and_its_holder_stops_before_the_majority_grants() {
     let up = Up::start_with(5, "majority", |c| c.cluster.partitions = "majority".parse().unwrap());
-    up.wait_for(|rows| {
+    let one_view_of_all = |rows: &[Value]| {
         rows.iter().all(|r| {
             r["quorum"] == true && r["view"]["members"].as_array().is_some_and(|m| m.len() == 5)
         })
-    });
+    };
+    // The fence `lock` is granted `cut` with, through `node` (or the
+    // cluster file's first node with a quorum).
+    let fence_at = |node: Option<&str>| -> u64 {
+        let mut args = vec!["lock", "--config", up.config(), "--timeout", "20s"];
+        args.extend(node.map(|n| ["--node", n]).into_iter().flatten());
+        args.extend(["cut", "--", "sh", "-c", "echo $COTERIE_FENCE"]);
+        let out = coterie(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    up.wait_for(&one_view_of_all);
     let dir = scratch("majority-holder");
     let script = "echo $$ > $D/pid; echo $COTERIE_FENCE > $D/fence; exec sleep 60";
     let holder = lock_running(up.config(), 1, &["cut"], script, &dir.0);
     appears(&dir.0.join("fence"));
     let pid: u32 = std::fs::read_to_string(dir.0.join("pid")).unwrap().trim().parse().unwrap();
     let first: u64 = std::fs::read_to_string(dir.0.join("fence")).unwrap().trim().parse().unwrap();
-    let fault = |node: &str, peers: &str| {
-        let out = coterie(&["fault", "--config", up.config(), "--node", node, "partition", peers]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    };
-    for n in ["1", "2"] {
-        fault(n, "3,4,5");
-    }
-    for n in ["3", "4", "5"] {
-        fault(n, "1,2");
+    for (nodes, peers) in [(["1", "2"].as_slice(), "3,4,5"), (["3", "4", "5"].as_slice(), "1,2")] {
+        for node in nodes {
+            let out =
+                coterie(&["fault", "--config", up.config(), "--node", node, "partition", peers]);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
     }
     // The majority's grant comes only after the holder was told.
-    let out = coterie(&[
-        "lock",
-        "--config",
-        up.config(),
-        "--node",
-        "4",
-        "--timeout",
-        "20s",
-        "cut",
-        "--",
-        "sh",
-        "-c",
-        "echo $COTERIE_FENCE",
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let second: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let second = fence_at(Some("4"));
     assert!(second > first, "the majority's fence {second} is above the minority's {first}");
     let (code, stderr) = finished(holder, &dir.0);
     assert_eq!(code, Some(76), "{stderr}");
@@ -1052,37 +1045,13 @@ fn a_minority_grants_nothing_and_its_holder_stops_before_the_majority_grants() {
     assert_eq!(out.status.code(), Some(69));
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("no quorum: n2 hears n1, n2 of 5"), "{said}");
-    let out =
-        coterie(&["lock", "--config", up.config(), "cut", "--", "sh", "-c", "echo $COTERIE_FENCE"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let third: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let third = fence_at(None);
     assert!(third > second);
     let rows = up.status();
     let minority: Vec<&Value> = rows.iter().filter(|r| r["id"] == 1 || r["id"] == 2).collect();
     assert!(minority.iter().all(|r| r["quorum"] == false), "{rows:?}");
     // Healed: one view of all five, and the old minority grants again.
-    let out = coterie(&["fault", "--config", up.config(), "heal"]);
-    assert!(out.status.success());
-    up.wait_for(|rows| {
-        rows.iter().all(|r| {
-            r["quorum"] == true && r["view"]["members"].as_array().is_some_and(|m| m.len() == 5)
-        })
-    });
-    let out = coterie(&[
-        "lock",
-        "--config",
-        up.config(),
-        "--node",
-        "1",
-        "--timeout",
-        "20s",
-        "cut",
-        "--",
-        "sh",
-        "-c",
-        "echo $COTERIE_FENCE",
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let fourth: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-    assert!(fourth > third);
+    assert!(coterie(&["fault", "--config", up.config(), "heal"]).status.success());
+    up.wait_for(&one_view_of_all);
+    assert!(fence_at(Some("1")) > third);
 }

@@ -43,11 +43,17 @@ pub struct Args {
     /// Take `coterie fault` commands: labs and tests only.
     #[arg(long)]
     allow_faults: bool,
-    /// Keep what must outlive a crash in this directory (relative to the file).
-    #[arg(long, value_name = "DIR")]
-    state_dir: Option<PathBuf>,
-    /// With --state-dir: do not sync the state file on every change.
-    #[arg(long, requires = "state_dir")]
+    /// Keep what must outlive a crash in this directory (relative to the
+    /// file): the highest epoch, a clock reserve, a quorum arbiter's grant,
+    /// a view's promise. Without it, fences may repeat after every node
+    /// restarts.
+    #[arg(long, value_name = "DIR", default_value = "state")]
+    state_dir: PathBuf,
+    /// Keep that state in memory only (see --state-dir).
+    #[arg(long, conflicts_with = "state_dir")]
+    no_state_dir: bool,
+    /// Do not sync the state file on every change.
+    #[arg(long)]
     no_state_sync: bool,
     /// After a holder is lost, hand the lock to nobody for this long.
     #[arg(long, value_parser = common::parse_duration)]
@@ -77,6 +83,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // As `up` will read it: what the builder cannot refuse, this does.
     let written = Config::parse(&text, args.out.as_deref().unwrap_or(Path::new("cluster.toml")))?;
     refuse_an_open_api(&written)?;
+    if written.cluster.partitions == coterie_core::Partitions::Majority && written.nodes.len() == 2
+    {
+        eprintln!(
+            "coterie init: note: with partitions = \"majority\" a majority of 2 nodes is both: one \
+             failure stops the cluster (3 nodes survive one, 5 survive two)"
+        );
+    }
     match &args.out {
         Some(path) => {
             std::fs::write(path, &text).with_context(|| format!("writing {}", path.display()))?
@@ -108,7 +121,7 @@ fn build(args: &Args) -> Result<Config> {
         ClusterSection::new(&args.name, args.algorithms.mutex, args.algorithms.election);
     cluster.count = args.algorithms.count;
     cluster.partitions = args.algorithms.partition_mode;
-    cluster.state_dir = args.state_dir.clone();
+    cluster.state_dir = (!args.no_state_dir).then(|| args.state_dir.clone());
     cluster.state_sync = !args.no_state_sync;
     if let Some(delay) = args.lock_delay {
         cluster.lock_delay = delay;
