@@ -1019,7 +1019,7 @@ fn a_minority_grants_nothing_and_its_holder_stops_before_the_majority_grants() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
     };
-    up.wait_for(&one_view_of_all);
+    up.wait_for(one_view_of_all);
     let dir = scratch("majority-holder");
     let script = "echo $$ > $D/pid; echo $COTERIE_FENCE > $D/fence; exec sleep 60";
     let holder = lock_running(up.config(), 1, &["cut"], script, &dir.0);
@@ -1052,6 +1052,6 @@ fn a_minority_grants_nothing_and_its_holder_stops_before_the_majority_grants() {
     assert!(minority.iter().all(|r| r["quorum"] == false), "{rows:?}");
     // Healed: one view of all five, and the old minority grants again.
     assert!(coterie(&["fault", "--config", up.config(), "heal"]).status.success());
-    up.wait_for(&one_view_of_all);
+    up.wait_for(one_view_of_all);
     assert!(fence_at(Some("1")) > third);
 }
