@@ -70,7 +70,7 @@ trap 'stop; rm -rf "$work"' EXIT
 start() {
     local mutex="$1"
     cfg="$work/$1.toml"
-    "$bin" init --name names --nodes 5 --mutex "$mutex" --free-ports \
+    "$bin" init --name names --nodes 5 --mutex "$mutex" --free-ports --no-state-dir \
         --heartbeat 50ms --failure-timeout 250ms --set "limits.max_names=$((names + 1000))" \
         --out "$cfg"
     "$bin" up --config "$cfg" >"$out/$mutex.up.log" 2>&1 &
