@@ -340,7 +340,10 @@ impl AlgoConfig {
 /// Peers start out unknown: the engine reports each one with
 /// [`handle_peer_up`](Self::handle_peer_up) when it is first heard from and
 /// [`handle_peer_down`](Self::handle_peer_down) when the failure detector
-/// suspects it.
+/// suspects it; with `partitions = "majority"`, when a view a majority
+/// agreed to counts it in or leaves it out
+/// ([`membership`](crate::membership)), so that a peer counted down has
+/// stopped acting, as these handlers assume.
 pub trait Algorithm: Send + Clone + std::hash::Hash + 'static {
     /// The algorithm's messages.
     type Msg: Message;

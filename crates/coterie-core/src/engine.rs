@@ -8,7 +8,10 @@
 //! loop is: feed inputs, drain [`poll_output`], sleep until
 //! [`next_deadline`], call [`handle_timeout`].
 //!
-//! Peer failures flow down (detector → election and mutex), coordinator
+//! Peer failures flow down (detector → election and mutex; with
+//! `partitions = "majority"`, detector → membership → election and mutex,
+//! and the node acts only under a majority's lease: see
+//! [`membership`](crate::membership)), coordinator
 //! changes flow from the election to the mutex. Before a node *joins* —
 //! every peer has sent it a heartbeat that names this very incarnation as
 //! up, or a failure timeout has passed with no new peer heard from (the

@@ -75,8 +75,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-/// How a node decides that a peer is down.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+/// How a node decides that a peer is down. In configuration files it is
+/// spelled as [`name`](Self::name) gives it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Partitions {
     /// Through views a majority agreed to, acting only under a lease: no
     /// lock is granted on both sides of a partition, and a minority

@@ -136,7 +136,7 @@ pub struct ClusterSection {
     /// sides go on, and both may grant) or `"majority"` (a peer leaves
     /// only through a view a majority agreed to, and a node acts only
     /// while a majority vouches for it: a minority grants nothing).
-    #[serde(default, deserialize_with = "partitions_by_name", serialize_with = "partitions_name")]
+    #[serde(default)]
     pub partitions: Partitions,
 }
 
@@ -180,15 +180,6 @@ fn priority_by_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Priority, 
 
 fn priority_name<S: serde::Serializer>(priority: &Priority, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(priority.name())
-}
-
-fn partitions_by_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Partitions, D::Error> {
-    let name = String::deserialize(d)?;
-    name.parse().map_err(serde::de::Error::custom)
-}
-
-fn partitions_name<S: serde::Serializer>(p: &Partitions, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(p.name())
 }
 
 /// The environment variables that override `[cluster]` keys, over the

@@ -65,15 +65,8 @@ pub struct ClusterSpec {
     #[serde(default, with = "humantime_serde::option")]
     pub lock_delay: Option<Duration>,
     /// `[cluster] partitions` of the nodes: `"detector"` or `"majority"`.
-    #[serde(default, deserialize_with = "partitions_by_name")]
+    #[serde(default)]
     pub partitions: coterie_core::Partitions,
-}
-
-fn partitions_by_name<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<coterie_core::Partitions, D::Error> {
-    let name = String::deserialize(d)?;
-    name.parse().map_err(serde::de::Error::custom)
 }
 
 fn default_nodes() -> u32 {
