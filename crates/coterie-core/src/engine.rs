@@ -312,6 +312,17 @@ pub struct ViewStatus {
     pub members: Vec<u32>,
 }
 
+impl ViewStatus {
+    /// How `view` is shown.
+    pub fn of(view: &View) -> ViewStatus {
+        ViewStatus {
+            epoch: view.epoch.0,
+            name: view.epoch.to_string(),
+            members: view.members.iter().map(|m| m.0).collect(),
+        }
+    }
+}
+
 /// How many failure timeouts more a joining node that has heard from no
 /// peer waits before it joins alone.
 pub const JOIN_PATIENCE: u32 = 4;
@@ -690,11 +701,7 @@ impl Engine {
             awareness: self.detector.awareness(),
             sessions: Vec::new(),
             partitions: self.cfg.timing.lease.partitions.name().to_string(),
-            view: self.membership.view().map(|v| ViewStatus {
-                epoch: v.epoch.0,
-                name: v.epoch.to_string(),
-                members: v.members.iter().map(|m| m.0).collect(),
-            }),
+            view: self.membership.view().map(ViewStatus::of),
             lease_ms: None,
             quorum: true,
         }
@@ -1624,6 +1631,12 @@ impl Engine {
                     self.send_heartbeat(peer, false, now);
                 }
                 Event::Down(peer) => {
+                    // What was held back for it was meant for the process
+                    // the algorithms now count crashed: a joiner's new
+                    // process must not take it for its own (it was
+                    // announced within the install, so the check above
+                    // already counted it up again).
+                    self.held.retain(|(o, _)| !matches!(o, Output::Send { to, .. } if *to == peer));
                     self.emit(Output::PeerDown(peer));
                     self.algorithms_down(now, peer);
                 }
