@@ -28,7 +28,10 @@ holder's fence is higher.
 The node's address comes from the argument ``url``, else the environment
 variable ``COTERIE_URL`` (several, comma-separated: the first that answers
 is used), else ``http://127.0.0.1:7401``; a bearer token from ``token``,
-else ``COTERIE_TOKEN``.
+else ``COTERIE_TOKEN``. Given several, ``lock`` also moves on from a node
+that answers ``503 no_quorum`` (cut off from a majority of the cluster, it
+grants nothing: docs/src/membership.md) to the next, and raises that
+error only when every node gave it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import threading
 import time
 import urllib.parse
@@ -69,14 +73,32 @@ class LockLost(Exception):
     """The lock was lost while held: another client may hold it now."""
 
 
+_UNITS = {
+    "ns": 1e-9, "nsec": 1e-9, "us": 1e-6, "usec": 1e-6, "\u00b5s": 1e-6,
+    "ms": 1e-3, "msec": 1e-3, "millis": 1e-3,
+    "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
+    "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
+    "h": 3600.0, "hr": 3600.0, "hrs": 3600.0, "hour": 3600.0, "hours": 3600.0,
+    "d": 86400.0, "day": 86400.0, "days": 86400.0,
+    "w": 604800.0, "week": 604800.0, "weeks": 604800.0,
+}
+_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z\u00b5]+)")
+
+
 def parse_duration(text: str) -> float:
-    """Seconds in a duration like ``"10s"``, ``"250ms"``, ``"1m"``."""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    text = text.strip()
-    for unit in ("ms", "s", "m", "h"):
-        if text.endswith(unit) and text[: -len(unit)].replace(".", "", 1).isdigit():
-            return float(text[: -len(unit)]) * units[unit]
-    raise ValueError(f"not a duration like '10s': {text!r}")
+    """Seconds in a duration as the server writes and reads them
+    (humantime's forms): ``"10s"``, ``"250ms"``, ``"1m 30s"``, ``"1h30m"``,
+    ``"1.5s"``, ``"2days"``."""
+    rest, total, parts = text.strip(), 0.0, 0
+    while rest:
+        match = _PART.match(rest)
+        if not match or match.group(2) not in _UNITS:
+            raise ValueError(f"not a duration like '10s' or '1m 30s': {text!r}")
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        rest, parts = rest[match.end():].strip(), parts + 1
+    if not parts:
+        raise ValueError(f"not a duration like '10s' or '1m 30s': {text!r}")
+    return total
 
 
 class Client:
@@ -91,6 +113,15 @@ class Client:
     def _connection(self, url: str, timeout: float | None) -> http.client.HTTPConnection:
         parts = urllib.parse.urlsplit(url)
         return http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+
+    def move_on(self, tried: set) -> bool:
+        """Points the client at the first of its nodes not in ``tried``;
+        False when it has tried them all."""
+        for url in self.urls:
+            if url not in tried:
+                self.url = url
+                return True
+        return False
 
     def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = 30.0):
         """One call; the JSON answer. Raises :class:`Error` for an error
@@ -284,14 +315,29 @@ class _Lock:
 
     def __enter__(self) -> Held:
         name, client, ttl, timeout, try_lock, value, on_lost, label = self.args
-        held = Held(client, name, client.session(ttl, label), on_lost)
-        try:
-            held.granted(client.acquire(name, held.session, timeout, try_lock, value=value))
-        except BaseException:
-            held.release()
-            raise
-        self.held = held
-        return held
+        tried = set()
+        while True:
+            session = client.session(ttl, label)
+            tried.add(client.url)  # where the session lives
+            try:
+                held = Held(client, name, session, on_lost)
+            except BaseException:
+                client.close(session["id"])  # not left open until its TTL
+                raise
+            try:
+                held.granted(client.acquire(name, held.session, timeout, try_lock, value=value))
+            except Error as e:
+                held.release()
+                # Sessions live at their node: a node cut off from a
+                # majority is left with its session, and the next is asked.
+                if e.error == "no_quorum" and client.move_on(tried):
+                    continue
+                raise
+            except BaseException:
+                held.release()
+                raise
+            self.held = held
+            return held
 
     def __exit__(self, kind, exc, tb):
         held = self.held
@@ -307,5 +353,6 @@ def lock(name: str, url: str | None = None, token: str | None = None, ttl: str =
     """A context manager that holds lock ``name`` while its block runs;
     ``value`` makes the holder the leader of the election by that name.
     Raises :class:`Error` with status 408 at ``timeout``, 409 when
-    ``try_lock`` finds it held."""
+    ``try_lock`` finds it held, 503 ``no_quorum`` when no node of ``url``
+    has a quorum."""
     return _Lock(name, Client(url, token), ttl, timeout, try_lock, value, on_lost, client)

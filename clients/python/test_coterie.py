@@ -1,9 +1,12 @@
 """The Python client against a real cluster, which the caller starts
 (crates/coterie/tests/python.rs does): ``COTERIE_URLS`` lists the nodes'
-HTTP addresses in node order, ``COTERIE_PIDS`` their processes. The tests
-run in the order of their names; the last kills a node.
+HTTP addresses in node order, ``COTERIE_PIDS`` their processes,
+``COTERIE_BIN`` the coterie binary and ``COTERIE_CONFIG`` the cluster file
+(with ``allow_faults``). The tests run in the order of their names; the
+last kills a node.
 
-    COTERIE_URLS=http://127.0.0.1:7401,... COTERIE_PIDS=... python3 -m unittest test_coterie
+    COTERIE_URLS=http://127.0.0.1:7401,... COTERIE_PIDS=... COTERIE_BIN=... \
+        COTERIE_CONFIG=... python3 -m unittest test_coterie
 """
 
 import os
@@ -17,6 +20,8 @@ import coterie
 
 URLS = os.environ.get("COTERIE_URLS", "http://127.0.0.1:7401").split(",")
 PIDS = [int(p) for p in os.environ.get("COTERIE_PIDS", "").split(",") if p]
+BIN = os.environ.get("COTERIE_BIN", "coterie")
+CONFIG = os.environ.get("COTERIE_CONFIG", "")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -103,6 +108,45 @@ class ClientTest(unittest.TestCase):
         out = subprocess.run(["bash", script, URLS[0]], capture_output=True, text=True, timeout=60)
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
         self.assertIn("released", out.stdout)
+
+    def test_6_a_node_without_a_quorum_sends_the_client_to_the_next(self):
+        def fault(*args):
+            out = subprocess.run([BIN, "fault", "--config", CONFIG, *args],
+                                 capture_output=True, text=True, timeout=30)
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+
+        def quorum(url):
+            return coterie.Client(url).request("GET", "/v1/status")["quorum"]
+
+        self.assertTrue(CONFIG, "COTERIE_CONFIG names the cluster file")
+        # Node 1 cut off from 2 and 3: a minority of one.
+        fault("--node", "1", "partition", "2,3")
+        for node in ("2", "3"):
+            fault("--node", node, "partition", "1")
+        try:
+            wait_until("node 1 loses its quorum", lambda: not quorum(URLS[0]))
+            with self.assertRaises(coterie.Error) as refused:
+                with coterie.lock("py/minority", url=URLS[0], timeout="5s"):
+                    self.fail("granted by a minority")
+            self.assertEqual((refused.exception.status, refused.exception.error),
+                             (503, "no_quorum"))
+            self.assertIn("no quorum", refused.exception.detail)
+            with coterie.lock("py/minority", url=",".join(URLS[:2]), timeout="5s") as held:
+                self.assertEqual(held.node, 2, "granted at the next node, which has a quorum")
+        finally:
+            fault("heal")
+        wait_until("node 1 has a quorum again", lambda: quorum(URLS[0]))
+        with coterie.lock("py/minority", url=URLS[0], timeout="5s") as again:
+            self.assertGreater(again.fence, held.fence, "fences rise across the heal")
+
+    def test_7_ttls_are_read_as_the_server_writes_them(self):
+        # The server echoes 90s as "1m 30s", humantime's form.
+        with coterie.lock("py/ttl", url=URLS[0], ttl="90s") as held:
+            self.assertEqual(held.ttl, 90.0)
+        for text, seconds in (("1500ms", 1.5), ("1h30m", 5400.0), ("1m 30s", 90.0)):
+            self.assertEqual(coterie.parse_duration(text), seconds)
+        with self.assertRaises(ValueError):
+            coterie.parse_duration("ten seconds")
 
     def test_9_killing_the_sessions_node_says_the_lock_is_lost(self):
         self.assertEqual(len(PIDS), len(URLS), "COTERIE_PIDS names every node")
