@@ -139,8 +139,9 @@ def main():
 
         page.wait_for("five nodes up, n5 coordinating",
                       "document.querySelectorAll('.node[data-state=up]').length === 5 && "
-                      "!!document.querySelector('#node-5.coordinator')")
-        print("browser test: the page shows five nodes up and n5 coordinating")
+                      "!!document.querySelector('#node-5.coordinator') && "
+                      "[...document.querySelectorAll('.node .view')].filter(v => v.innerText.endsWith(': n1 n2 n3 n4 n5')).length === 5")
+        print("browser test: the page shows five nodes up in one view of all five, and n5 coordinating")
         page.click("#node-5 button[data-action=kill]")
         page.wait_for("n5 down and n4 coordinating",
                       "document.querySelector('#node-5').dataset.state === 'down' && "
@@ -181,6 +182,18 @@ def main():
                       "document.querySelectorAll('#locks tr.lock').length === 0 && "
                       "document.querySelector('#locks td.none') !== null")
         print("browser test: once the clients let go, the table lists no lock")
+
+        # A node cut off from the others is a minority: it says so, and
+        # comes back into the majority's view once healed.
+        page.click("#node-1 button[data-action=partition]")
+        page.wait_for("n1 cut off, a minority",
+                      "document.querySelector('#node-1').dataset.state === 'minority' && "
+                      "document.querySelector('#node-1 .status').innerText === 'minority'")
+        page.click("#node-1 button[data-action=heal]")
+        page.wait_for("n1 back in a view of n1 to n4",
+                      "document.querySelector('#node-1').dataset.state === 'up' && "
+                      "document.querySelector('#node-1 .view').innerText.endsWith(': n1 n2 n3 n4')")
+        print("browser test: after a click on n1's partition the page shows n1 a minority; after heal, back in the view of n1 to n4")
         print("browser test: PASSED")
     finally:
         for d in drivers:

@@ -19,10 +19,11 @@ say() { printf '[figures] %s\n' "$*"; }
     --diagram "$OUT/sim-ricart-agrawala.svg" >/dev/null
 say "$OUT/sim-ricart-agrawala.svg"
 
-# A split brain caught by the simulator: centralized trusts timeouts, a
-# partition gives the minority side a coordinator of its own, and two
-# nodes hold at once. The window is the moment it happens.
+# A split brain caught by the simulator: in detector mode centralized
+# trusts timeouts, a partition gives the minority side a coordinator of its
+# own, and two nodes hold at once. The window is the moment it happens.
 "$BIN" sim --mutex centralized --election bully --nodes 5 --partitions 1 --seed 1 \
+    --partition-mode detector \
     --diagram "$OUT/sim-split-brain.svg" --from 1030ms --until 1070ms >/dev/null || true
 say "$OUT/sim-split-brain.svg"
 

@@ -12,7 +12,7 @@
 #
 # Usage: scripts/nemesis-report.sh
 #        DURATION=300s PAUSE_DURATION=30s DISK_CLOCK_DURATION=60s SEED=1
-#        ELECTION=bully OUT=target/nemesis
+#        ELECTION=bully PARTITIONS=majority (or detector) OUT=target/nemesis
 #        COTERIE_BIN=target/release/coterie (built when unset)
 # The histories, node logs and a timeline.svg per run are kept under OUT.
 # Run as root to partition in network namespaces (else the agents' own
@@ -23,6 +23,7 @@ duration="${DURATION:-300s}"
 pause_duration="${PAUSE_DURATION:-30s}"
 seed="${SEED:-1}"
 election="${ELECTION:-bully}"
+partitions="${PARTITIONS:-majority}"
 out="${OUT:-target/nemesis}"
 if [ -z "${COTERIE_BIN:-}" ]; then
     cargo build --release -q
@@ -39,7 +40,8 @@ run() { # name, then nemesis flags
     echo "== $name: coterie nemesis $*" >&2
     # The verdict is in the table: the run's exit status only says whether
     # any run failed, which the table shows too.
-    "$bin" nemesis --mutex all --election "$election" --seed "$seed" --out "$out/$name" "$@" \
+    "$bin" nemesis --mutex all --election "$election" --partition-mode "$partitions" \
+        --seed "$seed" --out "$out/$name" "$@" \
         > "$out/$name.txt" || true
     grep '^|' "$out/$name.txt" > "$out/$name.md"
     cat "$out/$name.md"

@@ -214,6 +214,10 @@ pub struct WatchEvent {
     pub event: NodeEvent,
 }
 
+fn yes() -> bool {
+    true
+}
+
 /// The kinds of [`WatchEvent`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NodeEvent {
@@ -228,6 +232,23 @@ pub enum NodeEvent {
         alive: Vec<u32>,
         /// Whether it has joined the cluster.
         joined: bool,
+        /// The view it installed (`partitions = "majority"`; none before
+        /// its first, and never in detector mode).
+        #[serde(default)]
+        view: Option<coterie_core::ViewStatus>,
+        /// Whether it holds a lease from a majority (always in detector
+        /// mode): without one it grants nothing.
+        #[serde(default = "yes")]
+        quorum: bool,
+    },
+    /// The node installed a view (`partitions = "majority"`): from now on
+    /// these are the members it counts up.
+    View(coterie_core::ViewStatus),
+    /// The node won (`true`) or lost (`false`) the lease of a majority:
+    /// without it, it grants nothing and its holders lose their locks.
+    Quorum {
+        /// Whether it holds one now.
+        held: bool,
     },
     /// The node joined the cluster with these nodes up (itself included).
     Joined {

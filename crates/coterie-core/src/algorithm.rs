@@ -312,14 +312,23 @@ impl Restored {
 }
 
 impl AlgoConfig {
-    /// A config for `id` in a cluster of ids `1..=n` with default timing.
+    /// A config for `id` in a cluster of ids `1..=n` with default timing,
+    /// in detector mode.
     pub fn for_test(id: u32, n: u32) -> AlgoConfig {
         AlgoConfig {
             id: NodeId(id),
             name: Name::default(),
             members: (1..=n).map(NodeId).collect(),
             capacity: 1,
-            timing: Timing::default(),
+            // The textbook's mode: the algorithms' and the engine's
+            // tests drive peer up and down from the failure detector.
+            timing: Timing {
+                lease: crate::membership::LeaseTiming {
+                    partitions: crate::membership::Partitions::Detector,
+                    ..Default::default()
+                },
+                ..Timing::default()
+            },
             incarnation: 0,
             wall_origin: Duration::ZERO,
             mutex_options: MutexOptions::default(),

@@ -49,7 +49,7 @@ pub use algorithm::{
     AlgoConfig, Algorithm, Detector, ElectionAlgorithm, Forgetting, MutexAlgorithm, MutexOptions,
     Priority, Restored, Timing, UnknownPriority,
 };
-pub use engine::{Engine, EngineError, Output, Status};
+pub use engine::{Engine, EngineError, Output, Status, ViewStatus};
 pub use membership::{LeaseTiming, Partitions, UnknownPartitions, View};
 pub use name::{Name, NameError};
 pub use outbox::{Action, Message, NoTimer, Outbox, Time, Timer, TimerId};

@@ -82,12 +82,12 @@ use std::time::Duration;
 pub enum Partitions {
     /// Through views a majority agreed to, acting only under a lease: no
     /// lock is granted on both sides of a partition, and a minority
-    /// grants nothing.
+    /// grants nothing. The default.
+    #[default]
     Majority,
     /// The failure detector's word is taken: a suspected peer has
     /// crashed (the textbook assumption). Under a partition both sides
     /// go on, and both may grant.
-    #[default]
     Detector,
 }
 
@@ -139,11 +139,10 @@ pub struct LeaseTiming {
 }
 
 impl Default for LeaseTiming {
-    /// The detector's word; a lease of 250 ms and 1 % drift for majority
-    /// mode.
+    /// Majority mode, with a lease of 250 ms and 1 % drift.
     fn default() -> LeaseTiming {
         LeaseTiming {
-            partitions: Partitions::Detector,
+            partitions: Partitions::Majority,
             lease: Duration::from_millis(250),
             max_clock_drift_ppm: 10_000,
         }
@@ -1265,7 +1264,7 @@ mod tests {
         let mut m = Membership::new(
             NodeId(1),
             &ids(&[1, 2, 3]),
-            LeaseTiming::default(),
+            LeaseTiming { partitions: Partitions::Detector, ..LeaseTiming::default() },
             ms(250),
             ms(50),
             Epoch(0),

@@ -44,7 +44,7 @@ use crate::state::StateFile;
 use crate::storage::{Durability, StateWriter};
 use coterie_core::engine::{Output, RequestError};
 use coterie_core::wire::{self, Envelope, Hello};
-use coterie_core::{CsState, Engine, Epoch, Fence, Name, NodeId, Stamp, Status};
+use coterie_core::{CsState, Engine, Epoch, Fence, Name, NodeId, Stamp, Status, ViewStatus};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, Notify};
@@ -609,10 +609,15 @@ impl Agent {
                 let members: Vec<u32> = view.members.iter().map(|m| m.0).collect();
                 info!(node = id, view = %view.epoch, ?members, "installed a view");
                 self.metrics.view_changed();
+                self.events.emit(NodeEvent::View(ViewStatus::of(&view)));
             }
-            Output::Quorum(true) => info!(node = id, "holds a lease from a majority: serving"),
-            Output::Quorum(false) => {
-                warn!(node = id, "lost the lease of a majority: granting nothing until it is back");
+            Output::Quorum(held) => {
+                if held {
+                    info!(node = id, "holds a lease from a majority: serving");
+                } else {
+                    warn!(node = id, "lost the lease of a majority: granting nothing until back");
+                }
+                self.events.emit(NodeEvent::Quorum { held });
             }
         }
     }

@@ -11,8 +11,8 @@
 //! # state_dir = "state"         # what must outlive a crash (epoch, clock, quorum grants)
 //! # state_sync = true           # flush it to disk on every change
 //! # lock_delay = "0s"           # after a holder is lost, grant nothing for this long
-//! # partitions = "detector"     # who decides a peer is down: "detector" (trust the
-//! #                             # failure detector) or "majority" (views and leases)
+//! # partitions = "majority"     # who decides a peer is down: "majority" (views and
+//! #                             # leases) or "detector" (trust the failure detector)
 //!
 //! [timing]
 //! heartbeat = "50ms"
@@ -131,11 +131,11 @@ pub struct ClusterSection {
     /// (16,777,215); set small, to watch terms renew on a real cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence_room: Option<u64>,
-    /// Who decides that a peer is down: `"detector"` (the textbook
-    /// assumption: a suspected peer has crashed; under a partition both
-    /// sides go on, and both may grant) or `"majority"` (a peer leaves
-    /// only through a view a majority agreed to, and a node acts only
-    /// while a majority vouches for it: a minority grants nothing).
+    /// Who decides that a peer is down: `"majority"`, the default (a peer
+    /// leaves only through a view a majority agreed to, and a node acts
+    /// only while a majority vouches for it: a minority grants nothing),
+    /// or `"detector"` (the textbook assumption: a suspected peer has
+    /// crashed; under a partition both sides go on, and both may grant).
     #[serde(default)]
     pub partitions: Partitions,
 }

@@ -53,6 +53,8 @@ impl Events {
             epoch: status.epoch,
             alive: status.alive,
             joined: status.joined,
+            view: status.view,
+            quorum: status.quorum,
         };
         WatchEvent { node: self.node.0, unix_us: unix_us(), event }
     }

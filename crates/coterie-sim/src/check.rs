@@ -102,7 +102,7 @@ impl CheckConfig {
             crashes: 0,
             partitions: 0,
             one_way_partitions: 0,
-            partition_mode: Partitions::Detector,
+            partition_mode: Partitions::Majority,
             max_depth: 5_000,
             delay_ticks: 2,
             max_states: 20_000_000,

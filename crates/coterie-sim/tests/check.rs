@@ -1,12 +1,20 @@
 //! `coterie check`: the exhaustive explorer finds what it should, and the
 //! state spaces it explores are pinned, so a change that alters one is
-//! noticed (as stateright's examples pin theirs).
+//! noticed (as stateright's examples pin theirs). The pins are of majority
+//! mode, the default; the tests about what the failure detector lets
+//! through say `detector`.
 
+use coterie_core::Partitions;
 use coterie_sim::check::{self, CheckConfig};
 
 /// One request per node of `mutex` and `election` on three nodes.
 fn config(mutex: &str, election: &str) -> CheckConfig {
     CheckConfig::new(mutex.parse().unwrap(), election.parse().unwrap(), 3)
+}
+
+/// The same in detector mode: a suspected peer is taken for crashed.
+fn detector(mutex: &str, election: &str) -> CheckConfig {
+    CheckConfig { partition_mode: Partitions::Detector, ..config(mutex, election) }
 }
 
 /// A timeout-trusting algorithm under a partition: the node cut off gives
@@ -20,7 +28,7 @@ fn check_finds_a_partition_breaking_a_timeout_trusting_algorithm() {
         partitions: 1,
         hold_ticks: 20,
         delay_ticks: 1,
-        ..config("centralized", "bully")
+        ..detector("centralized", "bully")
     };
     let report = check::check(&cfg, |_| {});
     assert!(report.exhausted);
@@ -48,7 +56,7 @@ fn check_finds_a_partition_breaking_a_timeout_trusting_algorithm() {
 /// holder; the checker reports the fence.
 #[test]
 fn check_finds_a_stale_fence_after_a_lost_grant() {
-    let cfg = CheckConfig { partitions: 1, delay_ticks: 1, ..config("centralized", "bully") };
+    let cfg = CheckConfig { partitions: 1, delay_ticks: 1, ..detector("centralized", "bully") };
     let report = check::check(&cfg, |_| {});
     assert!(report.exhausted);
     assert!(report.counterexamples.iter().all(|c| c.invariant == coterie_sim::Invariant::Fence));
@@ -66,8 +74,11 @@ fn check_finds_a_stale_fence_after_a_lost_grant() {
 /// violation at all; the states pin the exploration.
 #[test]
 fn check_proves_no_deadlock_after_a_one_way_partition() {
-    let cfg =
-        CheckConfig { one_way_partitions: 1, delay_ticks: 1, ..config("ricart-agrawala", "bully") };
+    let cfg = CheckConfig {
+        one_way_partitions: 1,
+        delay_ticks: 1,
+        ..detector("ricart-agrawala", "bully")
+    };
     let report = check::check(&cfg, |_| {});
     assert!(report.exhausted);
     assert!(report.counterexamples.is_empty(), "{:#?}", report.counterexamples);
@@ -75,8 +86,9 @@ fn check_proves_no_deadlock_after_a_one_way_partition() {
 }
 
 /// The algorithms that claim safety under partitions keep it (and
-/// liveness after the heal) in every schedule of one partition: every
-/// minority, every moment of the first ticks and every length.
+/// liveness after the heal) in every schedule of one partition, even in
+/// detector mode: every minority, every moment of the first ticks and
+/// every length.
 #[test]
 fn check_exhausts_partitions_of_the_partition_safe_algorithms() {
     let safe: Vec<&str> = coterie_core::registry::MUTEXES
@@ -86,7 +98,7 @@ fn check_exhausts_partitions_of_the_partition_safe_algorithms() {
         .collect();
     assert!(!safe.is_empty());
     for mutex in safe {
-        let cfg = CheckConfig { partitions: 1, delay_ticks: 1, ..config(mutex, "bully") };
+        let cfg = CheckConfig { partitions: 1, delay_ticks: 1, ..detector(mutex, "bully") };
         let report = check::check(&cfg, |_| {});
         assert!(report.exhausted, "{mutex}: a bound was hit");
         assert_eq!(report.violations, 0, "{mutex}: {:?}", report.counterexamples);
@@ -101,17 +113,17 @@ fn check_exhausts_partitions_of_the_partition_safe_algorithms() {
 /// still tried).
 const NO_FAULTS: &[(&str, [u64; 3], u32)] = &[
     // mutex, [bully, ring, garcia-molina], delay ticks
-    ("centralized", [7_226, 7_226, 19_019], 2),
-    ("centralized-lending", [7_226, 7_226, 19_019], 2),
-    ("bakery", [1_867, 1_867, 1_933], 1),
-    ("lamport", [2_250, 2_250, 2_354], 1),
-    ("ricart-agrawala", [98_263, 98_263, 103_983], 2),
-    ("roucairol-carvalho", [99_130, 99_130, 106_716], 2),
-    ("raymond-k", [98_263, 98_263, 103_983], 2),
-    ("lodha-kshemkalyani", [17_576, 17_576, 19_275], 2),
-    ("token-ring", [13_512, 13_512, 51_557], 2),
-    ("maekawa", [67_059, 67_059, 284_958], 2),
-    ("tree-quorum", [45_607, 45_607, 275_949], 2),
+    ("centralized", [9_954, 9_954, 14_087], 2),
+    ("centralized-lending", [9_954, 9_954, 14_087], 2),
+    ("bakery", [1_929, 1_929, 1_986], 1),
+    ("lamport", [2_998, 2_998, 3_055], 1),
+    ("ricart-agrawala", [276_446, 276_446, 279_971], 2),
+    ("roucairol-carvalho", [287_859, 287_859, 291_504], 2),
+    ("raymond-k", [276_446, 276_446, 279_971], 2),
+    ("lodha-kshemkalyani", [32_780, 32_780, 36_215], 2),
+    ("token-ring", [20_503, 20_503, 31_458], 2),
+    ("maekawa", [191_709, 191_709, 402_792], 2),
+    ("tree-quorum", [65_716, 65_716, 275_805], 2),
 ];
 
 #[test]
@@ -158,17 +170,17 @@ fn exhaust_pinned(
 /// needed); the order of simultaneous events is still tried every way.
 const ONE_CRASH: &[(&str, [u64; 3])] = &[
     // mutex, [bully, ring, garcia-molina]
-    ("centralized", [79_804, 82_355, 100_285]),
-    ("centralized-lending", [79_786, 82_337, 100_267]),
-    ("bakery", [63_809, 64_876, 76_704]),
-    ("lamport", [176_719, 176_561, 229_700]),
-    ("ricart-agrawala", [53_137, 53_793, 68_769]),
-    ("roucairol-carvalho", [69_859, 69_569, 91_698]),
-    ("raymond-k", [53_137, 53_793, 68_769]),
-    ("lodha-kshemkalyani", [50_042, 51_006, 62_813]),
-    ("token-ring", [84_381, 89_215, 113_965]),
-    ("maekawa", [45_799, 48_040, 60_089]),
-    ("tree-quorum", [59_021, 59_555, 79_722]),
+    ("centralized", [84_984, 86_047, 102_384]),
+    ("centralized-lending", [84_960, 86_023, 102_352]),
+    ("bakery", [73_694, 74_459, 81_804]),
+    ("lamport", [149_787, 151_968, 164_410]),
+    ("ricart-agrawala", [55_917, 56_616, 62_801]),
+    ("roucairol-carvalho", [67_340, 66_513, 73_044]),
+    ("raymond-k", [55_917, 56_616, 62_801]),
+    ("lodha-kshemkalyani", [55_762, 57_145, 62_904]),
+    ("token-ring", [84_798, 85_883, 100_371]),
+    ("maekawa", [56_878, 58_171, 66_096]),
+    ("tree-quorum", [60_037, 62_600, 69_375]),
 ];
 
 /// Locality: a node that keeps the permissions it was given re-enters on
@@ -182,7 +194,7 @@ const ONE_CRASH: &[(&str, [u64; 3])] = &[
 #[test]
 fn kept_permissions_survive_a_crash_after_a_local_re_entry() {
     let mut changed = Vec::new();
-    let pins = [1_729_202, 1_774_423, 2_175_322];
+    let pins = [1_778_858, 1_791_908, 1_976_797];
     exhaust_pinned("roucairol-carvalho", pins, &mut changed, |cfg| CheckConfig {
         requests: 2,
         crashes: 1,
@@ -205,7 +217,7 @@ fn kept_permissions_survive_a_crash_after_a_local_re_entry() {
 #[test]
 fn fences_issued_on_a_loan_stay_below_every_later_grant() {
     let mut changed = Vec::new();
-    let pins = [951_132, 951_132, 1_050_151];
+    let pins = [1_035_031, 1_035_031, 1_080_377];
     exhaust_pinned("centralized-lending", pins, &mut changed, |cfg| CheckConfig {
         requests: 3,
         delay_ticks: 1,
@@ -226,7 +238,7 @@ fn fences_issued_on_a_loan_stay_below_every_later_grant() {
 #[test]
 fn a_lent_lock_survives_a_crash_of_borrower_or_coordinator() {
     let mut changed = Vec::new();
-    let pins = [1_991_155, 2_044_436, 2_475_069];
+    let pins = [1_834_298, 1_895_561, 2_141_339];
     exhaust_pinned("centralized-lending", pins, &mut changed, |cfg| CheckConfig {
         requests: 2,
         crashes: 1,
@@ -260,17 +272,17 @@ fn exhaust_table(table: &[(&str, [u64; 3])], tweak: impl Fn(CheckConfig) -> Chec
 /// and fences are judged per lock.
 const TWO_LOCKS: &[(&str, [u64; 3])] = &[
     // mutex, [bully, ring, garcia-molina]
-    ("centralized", [6_400, 6_400, 6_796]),
-    ("centralized-lending", [6_400, 6_400, 6_796]),
-    ("bakery", [21_770, 21_770, 22_352]),
-    ("lamport", [34_594, 34_594, 36_508]),
-    ("ricart-agrawala", [5_396, 5_396, 5_706]),
-    ("roucairol-carvalho", [5_582, 5_582, 5_920]),
-    ("raymond-k", [5_396, 5_396, 5_706]),
-    ("lodha-kshemkalyani", [4_774, 4_774, 5_070]),
-    ("token-ring", [8_812, 8_812, 9_310]),
-    ("maekawa", [22_414, 22_414, 24_352]),
-    ("tree-quorum", [18_174, 18_174, 20_016]),
+    ("centralized", [8_506, 8_506, 8_968]),
+    ("centralized-lending", [8_506, 8_506, 8_968]),
+    ("bakery", [22_622, 22_622, 23_078]),
+    ("lamport", [43_834, 43_834, 44_818]),
+    ("ricart-agrawala", [6_250, 6_250, 6_706]),
+    ("roucairol-carvalho", [6_436, 6_436, 6_892]),
+    ("raymond-k", [6_250, 6_250, 6_706]),
+    ("lodha-kshemkalyani", [5_354, 5_354, 5_810]),
+    ("token-ring", [12_260, 12_260, 12_740]),
+    ("maekawa", [25_552, 25_552, 27_328]),
+    ("tree-quorum", [19_152, 19_152, 20_796]),
 ];
 
 /// Two of three locks per request, taken in name order: besides safety
@@ -278,17 +290,17 @@ const TWO_LOCKS: &[(&str, [u64; 3])] = &[
 /// (the deadlock invariant).
 const TWO_OF_THREE_LOCKS: &[(&str, [u64; 3])] = &[
     // mutex, [bully, ring, garcia-molina]
-    ("centralized", [25_978, 25_978, 28_246]),
-    ("centralized-lending", [25_978, 25_978, 28_246]),
-    ("bakery", [112_455, 112_455, 125_123]),
-    ("lamport", [407_921, 407_921, 442_123]),
-    ("ricart-agrawala", [32_756, 32_756, 35_157]),
-    ("roucairol-carvalho", [54_031, 54_031, 58_160]),
-    ("raymond-k", [32_756, 32_756, 35_157]),
-    ("lodha-kshemkalyani", [24_856, 24_856, 26_892]),
-    ("token-ring", [28_373, 28_373, 31_994]),
-    ("maekawa", [62_247, 62_247, 74_951]),
-    ("tree-quorum", [50_545, 50_545, 57_883]),
+    ("centralized", [34_281, 34_281, 36_358]),
+    ("centralized-lending", [34_281, 34_281, 36_358]),
+    ("bakery", [113_584, 113_584, 116_573]),
+    ("lamport", [496_459, 496_459, 500_541]),
+    ("ricart-agrawala", [47_019, 47_019, 48_486]),
+    ("roucairol-carvalho", [72_657, 72_657, 75_809]),
+    ("raymond-k", [47_019, 47_019, 48_486]),
+    ("lodha-kshemkalyani", [34_304, 34_304, 35_897]),
+    ("token-ring", [44_130, 44_130, 46_220]),
+    ("maekawa", [74_738, 74_738, 83_028]),
+    ("tree-quorum", [54_020, 54_020, 62_306]),
 ];
 
 /// Exhausts every pair at three nodes over `names` locks, `per_request`
@@ -339,11 +351,11 @@ fn majority_mode_closes_the_split_brain_the_detector_lets_through() {
         partitions: 1,
         hold_ticks: 20,
         delay_ticks: 1,
-        ..config("centralized", "bully")
+        ..detector("centralized", "bully")
     };
-    let detector = check::check(&base, |_| {});
-    assert!(detector.violations > 0);
-    let cfg = CheckConfig { partition_mode: coterie_core::Partitions::Majority, ..base };
+    let split = check::check(&base, |_| {});
+    assert!(split.violations > 0);
+    let cfg = CheckConfig { partition_mode: Partitions::Majority, ..base };
     let report = check::check(&cfg, |_| {});
     assert!(report.exhausted);
     assert_eq!(report.violations, 0, "{:?}", report.counterexamples);

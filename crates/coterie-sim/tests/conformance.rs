@@ -769,9 +769,21 @@ fn quorum_algorithms_stay_safe_and_live_under_partitions_and_crashes() {
     }
 }
 
-/// `cfg` with a majority deciding who is down ([`Partitions::Majority`]).
+/// `cfg` with a majority deciding who is down ([`Partitions::Majority`],
+/// the default: said where a test is about it).
 fn majority(cfg: SimConfig) -> SimConfig {
-    let lease = LeaseTiming { partitions: Partitions::Majority, ..cfg.timing.lease };
+    mode(cfg, Partitions::Majority)
+}
+
+/// `cfg` with the failure detector's word taken ([`Partitions::Detector`]):
+/// the textbook assumption, under which a partition, a pause or a long
+/// delay breaks every algorithm that trusts timeouts.
+fn detector(cfg: SimConfig) -> SimConfig {
+    mode(cfg, Partitions::Detector)
+}
+
+fn mode(cfg: SimConfig, partitions: Partitions) -> SimConfig {
+    let lease = LeaseTiming { partitions, ..cfg.timing.lease };
     SimConfig { timing: Timing { lease, ..cfg.timing }, ..cfg }
 }
 
@@ -822,7 +834,7 @@ fn every_pair_is_safe_and_live_under_every_fault_in_majority_mode() {
 #[test]
 fn timeout_algorithms_grant_on_both_sides_of_a_partition() {
     for m in mutexes().into_iter().filter(|m| !m.claims.safe_under_partitions) {
-        let cfg = SimConfig { partitions: 1, ..SimConfig::new(m, &ELECTIONS[0]) };
+        let cfg = detector(SimConfig { partitions: 1, ..SimConfig::new(m, &ELECTIONS[0]) });
         let summary = run_seeds(&cfg, 0..50, |_, _| {});
         assert!(
             summary.failures.iter().any(|f| f.invariant == Invariant::Safety),
@@ -863,14 +875,16 @@ fn without_stable_storage_a_restarted_arbiter_can_grant_twice() {
     let cases = [("tree-quorum", "ring", 3, 891), ("maekawa", "ring", 5, 7425)];
     for (mutex, election, nodes, seed) in cases {
         let (mutex, election) = (mutex.parse().unwrap(), election.parse().unwrap());
-        let base = SimConfig {
+        // Detector mode: in majority mode the paused holder's lease runs
+        // out before the arbiter can grant again.
+        let base = detector(SimConfig {
             nodes,
             crashes: if nodes == 3 { 3 } else { 2 },
             pauses: 2,
             partitions: if nodes == 3 { 1 } else { 0 },
             seed,
             ..SimConfig::new(mutex, election)
-        };
+        });
         let with = sim::run(base.clone());
         assert!(with.violations.is_empty(), "{mutex} seed {seed}: {:?}", with.violations);
         let without = sim::run(SimConfig { stable_storage: false, ..base });
@@ -896,7 +910,7 @@ fn delay_spikes_break_only_the_algorithms_that_trust_timeouts() {
     for m in mutexes() {
         let mut broken = 0;
         for e in ELECTIONS {
-            let cfg = SimConfig { crashes: 1, delays: 2, ..SimConfig::new(m, e) };
+            let cfg = detector(SimConfig { crashes: 1, delays: 2, ..SimConfig::new(m, e) });
             let summary = run_seeds(&cfg, 0..200, |_, _| {});
             assert!(summary.injected.delays > 200, "{}/{}: spikes were injected", m.name, e.name);
             if m.claims.safe_under_partitions {

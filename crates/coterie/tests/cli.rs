@@ -500,6 +500,11 @@ fn init_writes_a_cluster_file_that_up_runs() {
     assert!(said.contains("served on loopback only"), "{said}");
     let open = coterie(&[&exposed[..], &["--set", "security.api_open=true"]].concat());
     assert!(open.status.success(), "{}", String::from_utf8_lossy(&open.stderr));
+    // Two nodes in majority mode (the default): said plainly, once.
+    let said = String::from_utf8_lossy(&open.stderr);
+    assert!(said.contains("one failure stops the cluster"), "{said}");
+    let three = coterie(&["init", "--nodes", "3"]);
+    assert!(!String::from_utf8_lossy(&three.stderr).contains("one failure"));
 }
 
 #[test]
@@ -866,8 +871,19 @@ fn a_node_refuses_clients_beyond_its_limits_and_drops_silent_ones() {
 /// exactly the messages its trace lists, with the violation marked.
 #[test]
 fn a_failing_seed_is_drawn_with_exactly_the_messages_of_its_trace() {
-    // centralized trusts timeouts: a partition makes a second coordinator.
-    let sweep = coterie(&["sim", "--mutex", "centralized", "--partitions", "1", "--seeds", "5"]);
+    // centralized trusts timeouts in detector mode: a partition makes a
+    // second coordinator.
+    let sweep = coterie(&[
+        "sim",
+        "--mutex",
+        "centralized",
+        "--partitions",
+        "1",
+        "--seeds",
+        "5",
+        "--partition-mode",
+        "detector",
+    ]);
     assert!(!sweep.status.success(), "expected violations");
     let text = String::from_utf8_lossy(&sweep.stdout);
     let replay = text.lines().find(|l| l.contains("replay:")).expect("a replay line");
@@ -876,7 +892,19 @@ fn a_failing_seed_is_drawn_with_exactly_the_messages_of_its_trace() {
 
     let dir = scratch("diagram");
     let svg = dir.0.join("seed.svg");
-    let args = ["sim", "--mutex", "centralized", "--partitions", "1", "--seed", seed, "--trace"];
+    assert!(replay.contains("--partition-mode detector"), "{replay}");
+    let args = [
+        "sim",
+        "--mutex",
+        "centralized",
+        "--partitions",
+        "1",
+        "--partition-mode",
+        "detector",
+        "--seed",
+        seed,
+        "--trace",
+    ];
     let out = Command::new(BIN).args(args).arg("--diagram").arg(&svg).output().unwrap();
     let trace = String::from_utf8_lossy(&out.stdout);
     let sends = trace.lines().filter(|l| l.contains(" -> ")).count();
@@ -976,6 +1004,8 @@ fn check_reports_an_exhausted_space_and_a_found_split_brain_as_json() {
         "20",
         "--delay-ticks",
         "1",
+        "--partition-mode",
+        "detector",
         "--json",
     ]);
     assert_eq!(out.status.code(), Some(1), "a violation exits 1");
@@ -1054,4 +1084,53 @@ fn a_minority_grants_nothing_and_its_holder_stops_before_the_majority_grants() {
     assert!(coterie(&["fault", "--config", up.config(), "heal"]).status.success());
     up.wait_for(one_view_of_all);
     assert!(fence_at(Some("1")) > third);
+}
+
+/// `coterie up --config FILE &` in an interactive shell, as the README
+/// shows it: `up` runs on in the background (a read of the terminal would
+/// stop it, and a stopped job takes no SIGTERM), says it has no console,
+/// and `kill %1` stops it and its nodes.
+#[test]
+fn up_in_the_background_of_a_shell_runs_and_stops_when_killed() {
+    let dir = scratch("up-background");
+    let file = dir.0.join("three.toml");
+    let file = file.to_str().unwrap();
+    let init = coterie(&["init", "--nodes", "3", "--free-ports", "--out", file]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    // An interactive bash on a pseudo-terminal, with job control.
+    let script = r#"
+import os, pty, re, select, sys, time
+bin, config = sys.argv[1], sys.argv[2]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp("bash", ["bash", "--norc", "--noprofile", "-i"])
+seen = b""
+def until(text, limit):
+    global seen
+    end = time.time() + limit
+    while not re.search(text.encode(), seen):
+        if time.time() > end:
+            sys.exit("not within %ss: %r\n%s" % (limit, text, seen.decode(errors="replace")))
+        if select.select([fd], [], [], 0.2)[0]:
+            seen += os.read(fd, 65536)
+os.write(fd, ("%s up --config %s &\n" % (bin, config)).encode())
+until("no console", 30)
+time.sleep(1)
+os.write(fd, b"jobs; kill %1; wait; echo EXIT=$?\n")
+until("EXIT=[0-9]", 30)  # not the echo of the line typed
+print(seen.decode(errors="replace"))
+"#;
+    let out = Command::new("python3").args(["-c", script, BIN, file]).output().expect("python3");
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(!said.contains("Stopped"), "the job stopped itself: {said}");
+    assert!(said.contains("coterie up: stopping"), "{said}");
+    let cfg = coterie_node::Config::load(Path::new(file)).unwrap();
+    let peer = &cfg.nodes[0].peer;
+    let start = Instant::now();
+    while std::net::TcpStream::connect(peer).is_ok() {
+        assert!(start.elapsed() < Duration::from_secs(10), "n1 still listens on {peer}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -277,7 +277,9 @@ fn bad_names_and_too_many_names_get_a_clear_error() {
 /// stays (an HTTP one) catches up on what it missed when the node resumes.
 #[test]
 fn elect_hands_leadership_on_when_the_leaders_node_dies() {
-    let mut up = cluster(4, "centralized", "elect");
+    // Five nodes: with n1 killed and n4 hung, n2, n3 and n5 are still a
+    // majority, and grant.
+    let mut up = cluster(5, "centralized", "elect");
     let dir = scratch("elect");
     let config = up.config().to_string();
     let d = &dir.0;

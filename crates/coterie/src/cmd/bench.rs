@@ -7,7 +7,7 @@ use super::timeline::Reach;
 use super::workload;
 use anyhow::{bail, Context, Result};
 use coterie_core::registry::{self, ElectionInfo, MutexInfo, MUTEXES};
-use coterie_core::{Epoch, MutexOptions, Priority};
+use coterie_core::{Epoch, MutexOptions, Partitions, Priority};
 use coterie_sim::sim::{self, Load, SimConfig};
 use serde::Serialize;
 use std::process::ExitCode;
@@ -51,6 +51,11 @@ pub struct Args {
     /// fewest-entries or least-recent (simulator rows only).
     #[arg(long, default_value = "timestamp", value_parser = super::sim::priority)]
     priority: Priority,
+    /// Who decides that a peer is down: `majority` or `detector` (see
+    /// `coterie sim --help`). With no fault the two must cost the same
+    /// messages per entry: the lease rides on heartbeats.
+    #[arg(long, default_value = "majority", value_parser = super::sim::partition_mode)]
+    partition_mode: Partitions,
     /// Print a JSON array of rows.
     #[arg(long)]
     json: bool,
@@ -77,6 +82,7 @@ pub struct Args {
 struct Row {
     mutex: &'static MutexInfo,
     nodes: u32,
+    partitions: Partitions,
     light_messages_per_entry: f64,
     heavy_messages_per_entry: f64,
     burst_messages_per_entry: f64,
@@ -139,6 +145,7 @@ async fn measure_real(
     nodes: u32,
     duration: Duration,
     clients: usize,
+    partitions: Partitions,
 ) -> Result<Real> {
     let dir =
         std::env::temp_dir().join(format!("coterie-bench-{}-{mutex}-{nodes}", std::process::id()));
@@ -149,7 +156,7 @@ async fn measure_real(
         election,
         count: 1,
         lock_delay: std::time::Duration::ZERO,
-        partitions: coterie_core::Partitions::default(),
+        partitions,
     };
     let (cluster, witness) = LocalCluster::launch(&shape, "text", &dir).await?;
     let mut cluster = Cluster::Local(cluster);
@@ -195,8 +202,10 @@ fn measure(
     nodes: u32,
     seeds: u64,
     mutex_options: MutexOptions,
+    partitions: Partitions,
 ) -> Result<Row> {
-    let base = SimConfig { nodes, mutex_options, ..SimConfig::new(mutex, election) };
+    let mut base = SimConfig { nodes, mutex_options, ..SimConfig::new(mutex, election) };
+    base.timing.lease.partitions = partitions;
     let mean_delay = (base.delay.0 + base.delay.1).as_secs_f64() / 2.0;
     let (mut light_msgs, mut light_entries) = (0u64, 0u64);
     let (mut heavy_msgs, mut heavy_entries, mut heavy_us) = (0u64, 0u64, 0u64);
@@ -231,6 +240,7 @@ fn measure(
     Ok(Row {
         mutex,
         nodes,
+        partitions,
         light_messages_per_entry: per(light_msgs, light_entries),
         heavy_messages_per_entry: per(heavy_msgs, heavy_entries),
         burst_messages_per_entry: per(burst_msgs, burst_entries),
@@ -260,7 +270,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 priority: args.priority,
                 ..MutexOptions::default()
             };
-            rows.push(measure(mutex, args.election, n, args.seeds, options)?);
+            rows.push(measure(mutex, args.election, n, args.seeds, options, args.partition_mode)?);
         }
     }
     if args.real {
@@ -275,6 +285,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 row.nodes,
                 args.duration,
                 args.clients,
+                args.partition_mode,
             ))?;
             row.real = Some(real);
         }

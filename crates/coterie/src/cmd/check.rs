@@ -54,10 +54,9 @@ pub struct Args {
     /// One-way partitions per run.
     #[arg(long, default_value_t = 0)]
     one_way_partitions: u32,
-    /// Who decides that a peer is down: `detector` (a suspected peer has
-    /// crashed) or `majority` (views and leases; see `coterie sim
-    /// --help`).
-    #[arg(long, default_value = "detector", value_parser = super::sim::partition_mode)]
+    /// Who decides that a peer is down: `majority` (views and leases; see
+    /// `coterie sim --help`) or `detector` (a suspected peer has crashed).
+    #[arg(long, default_value = "majority", value_parser = super::sim::partition_mode)]
     partition_mode: coterie_core::Partitions,
     /// A message takes one to this many ticks.
     #[arg(long, default_value_t = 2)]

@@ -216,15 +216,16 @@ pub struct Algorithms {
     /// count (centralized, centralized-lending, raymond-k).
     #[arg(long, default_value_t = 1)]
     pub count: usize,
-    /// Who decides that a peer is down: `detector` (a suspected peer has
-    /// crashed: under a partition both sides go on, and both may grant)
-    /// or `majority` (a peer leaves only through a view a majority agreed
-    /// to, and a node acts only under a majority's lease: a minority
-    /// grants nothing). `[cluster] partitions`.
+    /// Who decides that a peer is down: `majority` (a peer leaves only
+    /// through a view a majority agreed to, and a node acts only under a
+    /// majority's lease: a minority grants nothing) or `detector` (the
+    /// textbook assumption: a suspected peer has crashed, so under a
+    /// partition both sides go on, and both may grant). `[cluster]
+    /// partitions`.
     #[arg(
         long,
         env = "COTERIE_PARTITIONS",
-        default_value = "detector",
+        default_value = "majority",
         value_parser = super::sim::partition_mode
     )]
     pub partition_mode: coterie_core::Partitions,
@@ -311,4 +312,15 @@ impl Drawing {
         }
         Ok(())
     }
+}
+
+/// What a cluster of `cfg`'s size must know about majority mode, when it
+/// is the size where that bites: two nodes, a majority of which is both.
+pub fn majority_note(cfg: &Config) -> Option<&'static str> {
+    (cfg.cluster.partitions == coterie_core::Partitions::Majority && cfg.nodes.len() == 2)
+        .then_some(
+            "with partitions = \"majority\" (the default) a majority of 2 nodes is both: one \
+         failure stops the cluster (3 nodes survive one, 5 survive two; partitions = \"detector\" \
+         keeps serving, unsafely under a partition)",
+        )
 }

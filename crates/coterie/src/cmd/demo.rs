@@ -4,12 +4,13 @@
 use super::common;
 use super::harness::play::{play, Measured};
 use super::harness::scenario::{ClusterSpec, Scenario, WorkloadSpec};
+use super::harness::step::Action;
 use super::harness::{Cluster, LocalCluster, Shape};
 use super::timeline::{self, Timeline};
 use super::workload;
 use anyhow::{bail, Context, Result};
 use coterie_core::registry::{ElectionInfo, MutexInfo};
-use coterie_core::Epoch;
+use coterie_core::{Epoch, Way};
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -21,6 +22,21 @@ enum Fault {
     Kill,
     /// SIGSTOP, a hang its sockets do not reveal, then SIGCONT.
     Stop,
+    /// Cut off from every peer (its agent drops all it sends and hears),
+    /// then healed: in majority mode a minority of one that must stop
+    /// granting, in detector mode a second coordinator.
+    Partition,
+}
+
+impl Fault {
+    /// The step that makes the fault, and the one that ends it.
+    fn steps(self) -> (Action, Action) {
+        match self {
+            Fault::Kill => (Action::Kill, Action::Restart),
+            Fault::Stop => (Action::Stop, Action::Resume),
+            Fault::Partition => (Action::Partition { peers: vec![], way: Way::Both }, Action::Heal),
+        }
+    }
 }
 
 /// Start a local cluster, run a workload, kill the coordinator part-way,
@@ -63,8 +79,9 @@ pub struct Args {
     /// Time between a release and the next request.
     #[arg(long, default_value = "2ms", value_parser = common::parse_duration)]
     think: Duration,
-    /// How the coordinator fails: `kill` (SIGKILL, then a restart) or
-    /// `stop` (SIGSTOP, a hang its sockets do not reveal, then SIGCONT).
+    /// How the coordinator fails: `kill` (SIGKILL, then a restart),
+    /// `stop` (SIGSTOP, a hang its sockets do not reveal, then SIGCONT) or
+    /// `partition` (cut off from every peer, then healed).
     #[arg(long, value_enum, default_value = "kill")]
     fault: Fault,
     /// Print a JSON report instead of text.
@@ -131,7 +148,8 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         names: args.names,
         ..WorkloadSpec::default()
     };
-    let scenario = Scenario::demo(cluster, workload, args.fault == Fault::Stop);
+    let (away, back) = args.fault.steps();
+    let scenario = Scenario::demo(cluster, workload, away, back);
     let shape = Shape {
         nodes: args.nodes,
         mutex: args.algorithms.mutex,

@@ -83,12 +83,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // As `up` will read it: what the builder cannot refuse, this does.
     let written = Config::parse(&text, args.out.as_deref().unwrap_or(Path::new("cluster.toml")))?;
     refuse_an_open_api(&written)?;
-    if written.cluster.partitions == coterie_core::Partitions::Majority && written.nodes.len() == 2
-    {
-        eprintln!(
-            "coterie init: note: with partitions = \"majority\" a majority of 2 nodes is both: one \
-             failure stops the cluster (3 nodes survive one, 5 survive two)"
-        );
+    if let Some(note) = common::majority_note(&written) {
+        eprintln!("coterie init: note: {note}");
     }
     match &args.out {
         Some(path) => {

@@ -143,7 +143,15 @@ impl Recording {
             NodeEvent::Fault(state) => {
                 self.mark(at, node, MarkKind::Degraded, format!("n{node} faults now: {state}"))
             }
+            NodeEvent::Quorum { held: false } => self.mark(
+                at,
+                node,
+                MarkKind::Degraded,
+                format!("n{node} lost a majority's lease: grants nothing"),
+            ),
             NodeEvent::Snapshot { .. }
+            | NodeEvent::View(_)
+            | NodeEvent::Quorum { .. }
             | NodeEvent::Joined { .. }
             | NodeEvent::PeerUp { .. }
             | NodeEvent::Missed { .. } => {}

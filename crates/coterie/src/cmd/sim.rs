@@ -107,12 +107,12 @@ pub struct Args {
     /// suspicion is announced and checked by each node).
     #[arg(long, value_enum, default_value = "all")]
     detector: DetectorArg,
-    /// Who decides that a peer is down: `detector` (the textbook
-    /// assumption: a suspected peer has crashed, and both sides of a
-    /// partition go on) or `majority` (views a majority agrees to; a node
-    /// acts only under a majority's lease). `[cluster] partitions` of a
-    /// cluster file.
-    #[arg(long, default_value = "detector", value_parser = partition_mode)]
+    /// Who decides that a peer is down: `majority` (views a majority
+    /// agrees to; a node acts only under a majority's lease) or `detector`
+    /// (the textbook assumption: a suspected peer has crashed, and both
+    /// sides of a partition go on). `[cluster] partitions` of a cluster
+    /// file.
+    #[arg(long, default_value = "majority", value_parser = partition_mode)]
     partition_mode: Partitions,
     /// With --detector ring: peers each node probes, besides its
     /// coordinator.
@@ -432,6 +432,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         if let Some(cap) = args.session_cap {
             extra.push_str(&format!(" --session-cap {cap}"));
+        }
+        if args.detector == DetectorArg::Ring {
+            extra.push_str(&format!(" --detector ring --watch {}", args.watch));
+        }
+        if args.partition_mode != Partitions::default() {
+            extra.push_str(&format!(" --partition-mode {}", args.partition_mode));
         }
         for f in &summary.failures {
             println!(

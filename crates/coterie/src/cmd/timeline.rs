@@ -412,6 +412,8 @@ impl State {
                 self.check_agreement(e.unix_us);
             }
             NodeEvent::Missed { .. } => note(self, "note", watchers::describe(&e.event)),
+            NodeEvent::View(_) => note(self, "view", watchers::describe(&e.event)),
+            NodeEvent::Quorum { .. } => note(self, "quorum", watchers::describe(&e.event)),
             // Grants are too many to list (they are kept, not written), and
             // faults are the driver's own steps, already on the timeline.
             NodeEvent::Granted { .. } => {
@@ -615,7 +617,7 @@ mod tests {
     }
 
     fn snapshot(coordinator: Option<u32>, epoch: u64, joined: bool) -> NodeEvent {
-        NodeEvent::Snapshot { coordinator, epoch, alive: vec![], joined }
+        NodeEvent::Snapshot { coordinator, epoch, alive: vec![], joined, view: None, quorum: true }
     }
 
     fn seen(rx: &watch::Receiver<Option<Agreement>>) -> Option<(u32, u64, u64)> {

@@ -36,6 +36,14 @@ pub struct Args {
 
 pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
     let cfg = Config::load(&args.config)?;
+    // Started in the background of an interactive shell (`coterie up &`),
+    // a read of the terminal would stop the whole process (SIGTTIN), and a
+    // stopped process takes no SIGTERM until continued. Ignored, the read
+    // fails instead, and `up` runs on without its console.
+    // SAFETY: setting a signal's disposition to SIG_IGN touches no memory.
+    unsafe {
+        libc::signal(libc::SIGTTIN, libc::SIG_IGN);
+    }
     let runtime = common::runtime()?;
     let result = runtime.block_on(async {
         let mut witness = None;
@@ -64,6 +72,9 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
             cfg.cluster.mutex,
             cfg.cluster.election
         );
+        if let Some(note) = common::majority_note(&cfg) {
+            eprintln!("coterie up: note: {note}");
+        }
         let mut cluster = Cluster::Local(local);
         // The dashboard's buttons speak the same language as stdin.
         let (control, mut orders) = mpsc::unbounded_channel::<Order>();
@@ -100,9 +111,23 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
             let (step, reply) = tokio::select! {
                 _ = &mut shutdown => break,
                 line = lines.next_line(), if stdin_open => {
-                    let Ok(Some(line)) = line else {
-                        stdin_open = false; // no (more) commands; keep running
-                        continue;
+                    let line = match line {
+                        Ok(Some(line)) => line,
+                        Ok(None) => {
+                            stdin_open = false; // no (more) commands; keep running
+                            continue;
+                        }
+                        Err(e) => {
+                            // In the background of a terminal (EIO).
+                            eprintln!(
+                                "coterie up: no console ({e}): running on; the dashboard \
+                                 (--dashboard) and `coterie fault` act on the cluster, \
+                                 kill {} stops it",
+                                std::process::id()
+                            );
+                            stdin_open = false;
+                            continue;
+                        }
                     };
                     if matches!(line.trim(), "" | "help") {
                         eprintln!("coterie up: {HELP}");

@@ -91,12 +91,19 @@ pub fn is_grant(event: &NodeEvent) -> bool {
 /// The event in words, without its node.
 pub fn describe(event: &NodeEvent) -> String {
     match event {
-        NodeEvent::Snapshot { coordinator, epoch, alive, joined } => format!(
-            "follows {} ({}), sees {alive:?} up{}",
+        NodeEvent::Snapshot { coordinator, epoch, alive, joined, view, quorum } => format!(
+            "follows {} ({}), sees {alive:?} up{}{}{}",
             coordinator.map_or("nobody".into(), |c| format!("n{c}")),
             Epoch(*epoch),
             if *joined { "" } else { ", still joining" },
+            view.as_ref().map_or(String::new(), |v| format!(", view {} {:?}", v.name, v.members)),
+            if *quorum { "" } else { ", minority: grants nothing" },
         ),
+        NodeEvent::View(view) => format!("installs view {} of {:?}", view.name, view.members),
+        NodeEvent::Quorum { held: true } => "holds a majority's lease: serves".to_string(),
+        NodeEvent::Quorum { held: false } => {
+            "lost a majority's lease: grants nothing (minority)".to_string()
+        }
         NodeEvent::Joined { alive } => format!("joined the cluster with {alive:?} up"),
         NodeEvent::PeerUp { peer } => format!("hears from n{peer}"),
         NodeEvent::PeerDown { peer } => format!("suspects n{peer}"),

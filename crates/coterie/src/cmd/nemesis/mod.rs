@@ -92,12 +92,12 @@ pub struct Args {
     /// `[cluster] lock_delay`.
     #[arg(long, value_parser = common::parse_duration, default_value = "0s")]
     lock_delay: Duration,
-    /// `[cluster] partitions`: `detector` (a suspected peer has crashed)
-    /// or `majority` (views and leases: a minority grants nothing).
+    /// `[cluster] partitions`: `majority` (views and leases: a minority
+    /// grants nothing) or `detector` (a suspected peer has crashed).
     #[arg(
         long,
         env = "COTERIE_PARTITIONS",
-        default_value = "detector",
+        default_value = "majority",
         value_parser = super::sim::partition_mode
     )]
     partition_mode: coterie_core::Partitions,
