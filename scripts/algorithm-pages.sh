@@ -172,7 +172,7 @@ election_page() {
         echo "election layer's messages in a whole run of the default workload"
         echo "(the start-up election, a coordinator's periodic"
         echo "checks where the algorithm has them, and with a crash what follows"
-        echo "it), per run"
+        echo "it), per run, in majority mode, the default"
         echo "(\`coterie sim --mutex centralized --election $name --nodes N [--crashes 1] --seeds $seeds\`)."
         echo
         echo "| N | no fault | with 1 crash |"
