@@ -33,15 +33,17 @@ print(" ".join(str(x.getsockname()[1]) for x in s))' "$1"
 }
 
 # write_cluster FILE MUTEX [FLAG...]: a 5-node bully cluster of MUTEX on
-# free loopback ports (peer, client and HTTP API each), faults allowed,
-# written by `coterie init` (with FLAGs too, e.g. --state-dir DIR) of this
-# tree's build, whichever build a script measures.
+# free loopback ports (peer, client and HTTP API each), faults allowed, in
+# partition mode PARTITIONS (majority, the default, or detector), written
+# by `coterie init` (with FLAGs too, e.g. --state-dir DIR) of this tree's
+# build, whichever build a script measures.
 write_cluster() {
     local file="$1" mutex="$2"
     shift 2
     [ -x target/release/coterie ] || cargo build --release -q
     target/release/coterie init --name bench --nodes 5 --mutex "$mutex" --election bully \
-        --free-ports --http --allow-faults "$@" --out "$file"
+        --free-ports --http --allow-faults --partition-mode "${PARTITIONS:-majority}" \
+        "$@" --out "$file"
 }
 
 # start_cluster BIN FILE LOG: `coterie up` on FILE in the background (its

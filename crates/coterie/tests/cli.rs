@@ -522,6 +522,18 @@ fn demo_runs_kills_the_coordinator_and_reports_no_violation() {
     assert!(elections[1]["epoch"].as_u64() > elections[0]["epoch"].as_u64());
     let logs = Path::new(report["logs"].as_str().unwrap());
     assert!(logs.join("node5.log").exists(), "the demo keeps each node's log");
+    // Two nodes: majority mode says why it cannot show a failover;
+    // detector mode shows one.
+    let two = coterie(&["demo", "--nodes", "2", "--duration", "2s", "--json"]);
+    assert_eq!(two.status.code(), Some(2), "refused as a usage error");
+    let said = String::from_utf8_lossy(&two.stderr);
+    assert!(said.contains("a majority of 2 is both"), "{said}");
+    let detector =
+        ["demo", "--nodes", "2", "--partition-mode", "detector", "--duration", "2s", "--json"];
+    let out = coterie(&detector);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["elections"][1]["coordinator"], 1, "n1 takes over from n2");
 }
 
 #[test]
@@ -1133,4 +1145,25 @@ print(seen.decode(errors="replace"))
         assert!(start.elapsed() < Duration::from_secs(10), "n1 still listens on {peer}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A node that `up` started and that died by itself (here SIGKILLed from
+/// outside) is said on `up`'s stderr, and `restart N` brings it back.
+#[test]
+fn up_says_when_a_node_dies_by_itself_and_restarts_it() {
+    let mut up = Up::start(3, "reap");
+    let log = Path::new(up.config()).parent().unwrap().join("up.log");
+    unsafe_kill(up.node_pid(2), 9);
+    let start = Instant::now();
+    loop {
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        if said.contains("coterie up: node 2 exited by itself") {
+            assert!(said.contains("`restart 2` starts it again"), "{said}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "up said nothing: {said}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    up.control("restart 2");
+    up.wait_for(|rows| agreed(rows).is_some_and(|(c, n_up)| c == 3 && n_up == 3));
 }

@@ -10,7 +10,7 @@ use super::timeline::{self, Timeline};
 use super::workload;
 use anyhow::{bail, Context, Result};
 use coterie_core::registry::{ElectionInfo, MutexInfo};
-use coterie_core::{Epoch, Way};
+use coterie_core::{Epoch, Partitions, Way};
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -123,6 +123,13 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
     }
     if args.nodes < 2 {
         bail!("a demo needs at least 2 nodes");
+    }
+    if args.nodes == 2 && args.algorithms.partition_mode == Partitions::Majority {
+        bail!(
+            "with 2 nodes in majority mode the demo's fault stops the cluster: a majority of 2 \
+             is both, so the survivor grants nothing and elects nobody until the coordinator \
+             is back; give --nodes 3 or more, or --partition-mode detector"
+        );
     }
     common::runtime()?.block_on(demo(args, log_format))
 }

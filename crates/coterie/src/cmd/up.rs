@@ -107,9 +107,22 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
         let mut previous = None;
         let shutdown = common::shutdown_signal();
         tokio::pin!(shutdown);
+        let mut look = tokio::time::interval(std::time::Duration::from_millis(500));
         loop {
             let (step, reply) = tokio::select! {
                 _ = &mut shutdown => break,
+                _ = look.tick() => {
+                    // A node that died by itself is said, not left silent.
+                    if let Cluster::Local(local) = &mut cluster {
+                        for (id, status) in local.reap() {
+                            eprintln!(
+                                "coterie up: node {id} exited by itself ({status}); \
+                                 `restart {id}` starts it again"
+                            );
+                        }
+                    }
+                    continue;
+                }
                 line = lines.next_line(), if stdin_open => {
                     let line = match line {
                         Ok(Some(line)) => line,

@@ -304,6 +304,21 @@ impl LocalCluster {
             .find(|_| processes.next().is_some_and(|p| p.as_mut().is_some_and(Process::exited)))
     }
 
+    /// The nodes whose processes have exited on their own since the last
+    /// look, each with how it ended; their slots are free again, so that
+    /// `start` brings them back.
+    pub fn reap(&mut self) -> Vec<(u32, std::process::ExitStatus)> {
+        let ids = self.ids();
+        let mut gone = Vec::new();
+        for (id, slot) in ids.into_iter().zip(self.processes.iter_mut()) {
+            if let Some(status) = slot.as_mut().and_then(Process::exit_status) {
+                *slot = None;
+                gone.push((id, status));
+            }
+        }
+        gone
+    }
+
     /// Stops every node (SIGTERM, after a SIGCONT for a stopped one).
     pub async fn stop_all(&mut self) {
         Process::terminate_all(self.processes.iter_mut().filter_map(Option::take)).await;

@@ -107,7 +107,12 @@ impl Process {
 
     /// Whether it has exited on its own.
     pub fn exited(&mut self) -> bool {
-        self.child.try_wait().ok().flatten().is_some()
+        self.exit_status().is_some()
+    }
+
+    /// How it ended, once it has exited on its own.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 
     /// Asks every process of `all` to stop (SIGCONT first: a stopped
