@@ -11,7 +11,9 @@
 //! Peer failures flow down (detector → election and mutex; with
 //! `partitions = "majority"`, detector → membership → election and mutex,
 //! and the node acts only under a majority's lease: see
-//! [`membership`](crate::membership)), coordinator
+//! [`membership`](crate::membership); what the algorithms send or grant
+//! without a lease waits in a held queue, and what waits there for a peer
+//! is dropped when they count that peer down), coordinator
 //! changes flow from the election to the mutex. Before a node *joins* —
 //! every peer has sent it a heartbeat that names this very incarnation as
 //! up, or a failure timeout has passed with no new peer heard from (the
@@ -1632,10 +1634,11 @@ impl Engine {
                 }
                 Event::Down(peer) => {
                     // What was held back for it was meant for the process
-                    // the algorithms now count crashed: a joiner's new
-                    // process must not take it for its own (it was
-                    // announced within the install, so the check above
-                    // already counted it up again).
+                    // the algorithms now count crashed. A joiner announced
+                    // within the install is counted down and up again in
+                    // this same batch, after the retain above has passed
+                    // it as continuing: its new process must not get its
+                    // old process's messages.
                     self.held.retain(|(o, _)| !matches!(o, Output::Send { to, .. } if *to == peer));
                     self.emit(Output::PeerDown(peer));
                     self.algorithms_down(now, peer);
