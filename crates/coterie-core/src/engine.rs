@@ -771,6 +771,7 @@ impl Engine {
     /// or when the lock is live here with another number of permits.
     pub fn request(&mut self, now: Time, name: &Name, permits: u32) -> Result<(), RequestError> {
         self.check_permits(name, permits)?;
+        self.renumber(name, permits);
         if self.cs_state_of(name) != CsState::Idle {
             return Ok(());
         }
@@ -804,11 +805,13 @@ impl Engine {
             return Err(RequestError::NotCounting { mutex: self.mutex.name, permits, counting });
         }
         match self.locks.get(name) {
-            Some(lock) if lock.permits != permits => Err(RequestError::Permits {
-                name: name.clone(),
-                live: lock.permits,
-                asked: permits,
-            }),
+            Some(lock) if lock.permits != permits && !self.locks.replaceable(name) => {
+                Err(RequestError::Permits {
+                    name: name.clone(),
+                    live: lock.permits,
+                    asked: permits,
+                })
+            }
             Some(_) => Ok(()),
             None => match self.cfg.forgetting {
                 Some(f) if self.locks.len() >= f.locks && !self.locks.has_idle() => {
@@ -816,6 +819,17 @@ impl Engine {
                 }
                 _ => Ok(()),
             },
+        }
+    }
+
+    /// A lock's permits are the name's, not the instance's: asked for (or
+    /// sent a message about) with another number while its instance here
+    /// holds nothing that would be lost, the instance is forgotten, to be
+    /// made again with the new number.
+    fn renumber(&mut self, name: &Name, permits: u32) {
+        if self.locks.get(name).is_some_and(|l| l.permits != permits) && self.locks.forget_now(name)
+        {
+            self.forgotten(vec![name.clone()]);
         }
     }
 
@@ -1051,6 +1065,7 @@ impl Engine {
             Err(RequestError::Permits { live, .. }) => return Err(refused(live)),
             Err(_) => return Err(refused(1)),
         }
+        self.renumber(name, permits);
         let made = !self.locks.contains(name);
         self.lock(now, name, permits);
         let mut acts = self.take_scratch();

@@ -271,6 +271,25 @@ impl Resources {
         self.map.get(name).is_some_and(|i| i.idle_since == Some(since) && i.forgettable())
     }
 
+    /// Whether `name`'s instance could be forgotten now with nothing lost
+    /// (not the default lock's, which lives as long as the node).
+    pub(crate) fn replaceable(&self, name: &Name) -> bool {
+        name.as_str() != Name::DEFAULT && self.map.get(name).is_some_and(Instance::forgettable)
+    }
+
+    /// Forgets `name`'s instance now, keeping its remnant, if it is
+    /// [`replaceable`](Resources::replaceable): the lock is asked for with
+    /// another number of permits while nothing of the old one is in use
+    /// here. Whether it did.
+    pub(crate) fn forget_now(&mut self, name: &Name) -> bool {
+        if !self.replaceable(name) {
+            return false;
+        }
+        self.keep_remnant(name);
+        self.map.remove(name);
+        true
+    }
+
     /// Forgets `name`'s instance, keeping its remnant, if it has stayed
     /// forgettable since `since` (an entry of the idle queue); whether it
     /// did.
@@ -278,6 +297,14 @@ impl Resources {
         if !self.still_idle(name, since) {
             return false; // busy again since, or gone
         }
+        self.keep_remnant(name);
+        self.map.remove(name);
+        true
+    }
+
+    /// Files what `name`'s instance leaves when it is forgotten, dropping
+    /// the oldest remnant (into the floor) when there are too many.
+    fn keep_remnant(&mut self, name: &Name) {
         let remnants = self.forgetting.map_or(0, |f| f.remnants);
         if let Some(remnant) = self.map.get(name).and_then(|i| i.mutex.remnant()) {
             let key = remnant_key(name);
@@ -291,8 +318,6 @@ impl Resources {
                 }
             }
         }
-        self.map.remove(name);
-        true
     }
 
     /// Gives back what the tables grew to hold once what filled them is

@@ -228,6 +228,31 @@ fn permits_that_do_not_fit_are_refused_with_a_reason() {
     ));
 }
 
+/// A lock's permits are the name's: once a semaphore is idle everywhere,
+/// the same name taken as a plain lock is granted at once (not refused
+/// until the semaphore is forgotten), and admits one holder.
+#[test]
+fn an_idle_semaphore_is_a_plain_lock_at_once() {
+    for mutex in ["centralized", "centralized-lending", "raymond-k"] {
+        let mut net = Net::with(mutex, 3, 1);
+        let now = net.now;
+        net.engine(1).request(now, &name("y"), 2).unwrap();
+        net.run_until(now + ms(50));
+        assert!(net.holds(1, "y"), "{mutex}");
+        net.release(1, "y");
+        net.run_until(net.now + ms(50));
+        for id in [1, 2] {
+            let now = net.now;
+            net.engine(id).request(now, &name("y"), 1).unwrap_or_else(|e| panic!("{mutex}: {e}"));
+            net.run_until(now + ms(50));
+        }
+        assert!(net.holds(1, "y"), "{mutex}: the plain lock is granted");
+        assert!(!net.holds(2, "y"), "{mutex}: and admits one holder");
+        net.release(1, "y");
+        assert!(net.holds(2, "y"), "{mutex}");
+    }
+}
+
 /// Three holders of a lock of three permits at once, and a fourth waits.
 #[test]
 fn a_lock_of_k_permits_admits_k_holders() {

@@ -207,6 +207,17 @@ fn permits_admit_k_holders_where_the_algorithm_counts() {
             unsafe_kill(c.id(), 15);
             let _ = exit_code(c, d);
         }
+        // The permits are the name's: with the semaphore idle, the same
+        // name is a plain lock at once, not refused until it is forgotten.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while (1..=5)
+            .any(|n| locks(&up, n).iter().any(|r| !r["holders"].as_array().unwrap().is_empty()))
+        {
+            assert!(Instant::now() < deadline, "{mutex}: the holders never left");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let plain = lock_now(&up, 1, &["pool"], &["true"]);
+        assert_eq!(plain.status.code(), Some(0), "{mutex}: {}", text(&plain.stderr));
     }
 }
 
