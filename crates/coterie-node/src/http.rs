@@ -43,14 +43,14 @@
 
 use crate::exporter::{self, Exporter};
 use crate::protocol::{Acquire, LockInfo};
-use crate::session::{Refusal, Shared, Taken};
+use crate::session::{clip, Refusal, Shared, Taken};
 use crate::sessions::{Released, SessionError, Sessions};
 use crate::shutdown::Shutdown;
 use crate::sse::{self, Events};
-use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
+use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -102,7 +102,9 @@ pub(crate) fn router(api: Arc<Api>) -> Router {
         .route("/v1/elections/{name}/resign", post(resign))
         .route("/v1/elections/{name}/observe", get(observe))
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .method_not_allowed_fallback(wrong_method)
+        // `Body` reads and limits bodies itself, draining what is over.
+        .layer(DefaultBodyLimit::disable())
         .with_state(api)
 }
 
@@ -205,15 +207,8 @@ where
 {
     type Rejection = ApiError;
 
-    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|r| match r.status() {
-            StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body too large",
-                format!("the body is over {MAX_BODY} bytes"),
-            ),
-            _ => ApiError::bad(r.body_text()),
-        })?;
+    async fn from_request(req: axum::extract::Request, _: &S) -> Result<Self, ApiError> {
+        let bytes = read_body(req.into_body()).await?;
         let text: &[u8] = if bytes.trim_ascii().is_empty() { b"{}" } else { &bytes };
         // serde would take a struct from an array of its fields too.
         if text.trim_ascii_start().first() != Some(&b'{') {
@@ -225,21 +220,92 @@ where
     }
 }
 
+/// How much of a body over [`MAX_BODY`] is read and thrown away before the
+/// 413 is sent, and for how long at most.
+const DRAIN: (usize, Duration) = (64 * 1024 * 1024, Duration::from_secs(5));
+
+/// A request body, at most [`MAX_BODY`] bytes. One over it is refused
+/// only once it has been read to its end (up to [`DRAIN`]): a client that
+/// sends its whole body before reading the answer, as most do without
+/// `Expect: 100-continue`, then reads the 413 instead of a reset, as from
+/// nginx's lingering close.
+async fn read_body(body: axum::body::Body) -> Result<Vec<u8>, ApiError> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    let mut seen = 0usize;
+    let drain_until = tokio::time::Instant::now() + DRAIN.1;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad(format!("the body could not be read: {e}")))?;
+        seen = seen.saturating_add(chunk.len());
+        if seen <= MAX_BODY {
+            bytes.extend_from_slice(&chunk);
+        } else if seen > DRAIN.0 || tokio::time::Instant::now() > drain_until {
+            break;
+        }
+    }
+    if seen > MAX_BODY {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body too large",
+            format!("the body is {seen} bytes or more; the limit is {MAX_BODY}"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// One segment of the path (a lock's or an election's name, a session's
+/// id), percent-decoded, or the API's own error.
+struct Segment(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Segment {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(text)) => Ok(Segment(text)),
+            Err(_) => Err(ApiError::bad(format!(
+                "the path {} is not percent-encoded UTF-8 (a name is UTF-8, percent-encoded \
+                 where it must be: jobs%2Fnightly)",
+                clip(parts.uri.path())
+            ))),
+        }
+    }
+}
+
 fn parse_duration(what: &str, text: &str) -> Result<Duration, ApiError> {
     humantime::parse_duration(text)
         .map_err(|e| ApiError::bad(format!("{what} {text:?} is not a duration like \"10s\": {e}")))
 }
 
 fn name(text: &str) -> Result<Name, ApiError> {
-    Name::new(text).map_err(|e| ApiError::bad(format!("{e}: {text:?}")))
+    Name::new(text).map_err(|e| ApiError::bad(format!("{e}: {}", clip(text))))
 }
 
-async fn not_found() -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "not found",
-        "no such path in coterie's API (see /v1/openapi.json)",
-    )
+/// The paths whose second part is a name.
+const NAMED: [&str; 2] = ["/v1/locks/", "/v1/elections/"];
+
+async fn not_found(uri: Uri) -> ApiError {
+    let path = uri.path();
+    let mut detail =
+        format!("no such path in coterie's API: {} (see /v1/openapi.json)", clip(path));
+    if let Some(rest) = NAMED.iter().find_map(|p| path.strip_prefix(p)) {
+        if rest.matches('/').count() > 1 || (rest.contains('/') && !rest.ends_with('/')) {
+            detail.push_str(
+                "; a name with `/` in it is percent-encoded in the path, as \
+                 /v1/locks/jobs%2Fnightly/acquire",
+            );
+        }
+    }
+    ApiError::new(StatusCode::NOT_FOUND, "not found", detail)
+}
+
+async fn wrong_method(method: Method, uri: Uri) -> ApiError {
+    let detail = format!(
+        "{} does not take {method} (see /v1/openapi.json for what it takes)",
+        clip(uri.path())
+    );
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed", detail)
 }
 
 /// The API's OpenAPI document, checked against the running server by
@@ -262,7 +328,10 @@ async fn metrics(_: Authorized, State(api): State<Arc<Api>>) -> Response {
 
 async fn status(_: Authorized, State(api): State<Arc<Api>>) -> Json<Value> {
     let status = api.shared.agent.status();
-    Json(serde_json::to_value(status).unwrap_or(Value::Null))
+    let epoch = coterie_core::Epoch(status.epoch).to_string();
+    let mut value = serde_json::to_value(status).unwrap_or(Value::Null);
+    value["epoch_name"] = json!(epoch);
+    Json(value)
 }
 
 #[derive(Deserialize)]
@@ -301,7 +370,7 @@ async fn create_session(
 async fn keepalive(
     _: Authorized,
     State(api): State<Arc<Api>>,
-    Path(id): Path<String>,
+    Segment(id): Segment,
 ) -> Result<Json<SessionView>, ApiError> {
     let ttl = api.sessions.keepalive(&id)?;
     Ok(session_view(id, ttl))
@@ -310,7 +379,7 @@ async fn keepalive(
 async fn close_session(
     _: Authorized,
     State(api): State<Arc<Api>>,
-    Path(id): Path<String>,
+    Segment(id): Segment,
 ) -> Result<Json<Value>, ApiError> {
     api.sessions.close(&id)?;
     Ok(Json(json!({ "id": id })))
@@ -338,7 +407,7 @@ struct Granted {
 async fn acquire(
     _: Authorized,
     State(api): State<Arc<Api>>,
-    Path(text): Path<String>,
+    Segment(text): Segment,
     Body(body): Body<AcquireBody>,
 ) -> Result<Json<Granted>, ApiError> {
     let wait = Wait { timeout: body.timeout, try_lock: body.try_lock };
@@ -362,6 +431,11 @@ async fn take(
     value: Option<String>,
 ) -> Result<(Name, Fence), ApiError> {
     let name = name(text)?;
+    if wait.try_lock && wait.timeout.is_some() {
+        return Err(ApiError::bad(
+            "\"try\": true answers at once and \"timeout\" waits: give one or the other",
+        ));
+    }
     let timeout = wait.timeout.as_deref().map(|t| parse_duration("timeout", t)).transpose()?;
     if !api.shared.agent.joined() {
         let detail = "this node has not joined the cluster yet: try again, or another node";
@@ -378,12 +452,12 @@ async fn take(
     match api.sessions.acquire(id, &req).await? {
         Taken::Granted(held) => Ok(held.into_iter().next().expect("one name asked, one granted")),
         Taken::Busy => {
-            Err(ApiError::new(StatusCode::CONFLICT, "busy", format!("{text:?} is held")))
+            Err(ApiError::new(StatusCode::CONFLICT, "busy", format!("{} is held", clip(text))))
         }
         Taken::TimedOut => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             "timed out",
-            format!("{text:?} was not granted within the timeout"),
+            format!("{} was not granted within the timeout", clip(text)),
         )),
         Taken::Lost(_) => Err(SessionError::Unknown(id.to_string()).into()),
         Taken::Refused(why) => Err(why.into()),
@@ -400,7 +474,7 @@ struct ReleaseBody {
 async fn release(
     _: Authorized,
     State(api): State<Arc<Api>>,
-    Path(text): Path<String>,
+    Segment(text): Segment,
     Body(body): Body<ReleaseBody>,
 ) -> Result<Json<Value>, ApiError> {
     let name = name(&text)?;
@@ -409,7 +483,12 @@ async fn release(
         Released::NotHeld => Err(ApiError::new(
             StatusCode::CONFLICT,
             "not held",
-            format!("session {} does not hold {text:?} with fence {}", body.session, body.fence),
+            format!(
+                "session {} does not hold {} with fence {}",
+                clip(&body.session),
+                clip(&text),
+                body.fence
+            ),
         )),
     }
 }
@@ -435,7 +514,7 @@ async fn list_locks(
 async fn get_lock(
     _: Authorized,
     State(api): State<Arc<Api>>,
-    Path(text): Path<String>,
+    Segment(text): Segment,
 ) -> Result<Json<LockInfo>, ApiError> {
     let (shared, name) = (&api.shared, name(&text)?);
     let patience = shared.agent.timing().1;
@@ -445,7 +524,7 @@ async fn get_lock(
 async fn watch_lock(
     _: Authorized,
     State(api): State<Arc<Api>>,
-    Path(text): Path<String>,
+    Segment(text): Segment,
 ) -> Result<Events, ApiError> {
     Ok(sse::lock(&api.shared, api.stop.clone(), name(&text)?))
 }
@@ -457,7 +536,7 @@ async fn watch_node(_: Authorized, State(api): State<Arc<Api>>) -> Events {
 async fn watch_session(
     _: Authorized,
     State(api): State<Arc<Api>>,
-    Path(id): Path<String>,
+    Segment(id): Segment,
 ) -> Result<Events, ApiError> {
     Ok(sse::session(&api.sessions, api.stop.clone(), id)?)
 }
@@ -465,7 +544,7 @@ async fn watch_session(
 async fn leader(
     _: Authorized,
     State(api): State<Arc<Api>>,
-    Path(text): Path<String>,
+    Segment(text): Segment,
 ) -> Result<Json<crate::protocol::LeaderReport>, ApiError> {
     let name = name(&text)?;
     let patience = api.shared.agent.timing().1;
@@ -475,7 +554,7 @@ async fn leader(
 async fn observe(
     _: Authorized,
     State(api): State<Arc<Api>>,
-    Path(text): Path<String>,
+    Segment(text): Segment,
 ) -> Result<Events, ApiError> {
     Ok(sse::observe(&api.shared, api.stop.clone(), name(&text)?).await)
 }
@@ -501,7 +580,7 @@ struct Leading {
 async fn campaign(
     _: Authorized,
     State(api): State<Arc<Api>>,
-    Path(text): Path<String>,
+    Segment(text): Segment,
     Body(body): Body<CampaignBody>,
 ) -> Result<Json<Leading>, ApiError> {
     let wait = Wait { timeout: body.timeout, try_lock: body.try_lock };
@@ -519,14 +598,14 @@ struct ProclaimBody {
 }
 
 fn not_leader(id: &str, text: &str) -> ApiError {
-    let detail = format!("session {id} does not lead election {text:?}");
+    let detail = format!("session {} does not lead election {}", clip(id), clip(text));
     ApiError::new(StatusCode::CONFLICT, "not leader", detail)
 }
 
 async fn proclaim(
     _: Authorized,
     State(api): State<Arc<Api>>,
-    Path(text): Path<String>,
+    Segment(text): Segment,
     Body(body): Body<ProclaimBody>,
 ) -> Result<Json<Leading>, ApiError> {
     let name = name(&text)?;
@@ -548,7 +627,7 @@ struct ResignBody {
 async fn resign(
     _: Authorized,
     State(api): State<Arc<Api>>,
-    Path(text): Path<String>,
+    Segment(text): Segment,
     Body(body): Body<ResignBody>,
 ) -> Result<Json<Value>, ApiError> {
     let name = name(&text)?;

@@ -47,6 +47,18 @@ pub const MAX_NAMES_PER_REQUEST: usize = 64;
 /// The longest value or client label, in bytes.
 pub const MAX_LABEL_LEN: usize = 4096;
 
+/// What a client sent, quoted for an error message: whole if short, else
+/// its start and its length, so that a 10,000-byte name does not make a
+/// 10,000-byte error line.
+pub(crate) fn clip(text: &str) -> String {
+    const SHOWN: usize = 48;
+    if text.len() <= SHOWN + 16 {
+        return format!("{text:?}");
+    }
+    let end = (0..=SHOWN).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    format!("{:?}... ({} bytes)", &text[..end], text.len())
+}
+
 /// What every client session of a node shares.
 pub(crate) struct Shared {
     pub(crate) agent: Arc<Agent>,
@@ -172,7 +184,7 @@ impl Shared {
         }
         let mut names = Vec::with_capacity(req.names.len().max(1));
         for text in &req.names {
-            names.push(Name::new(text).map_err(|e| format!("{e}: {text:?}"))?);
+            names.push(Name::new(text).map_err(|e| format!("{e}: {}", clip(text)))?);
         }
         if names.is_empty() {
             names.push(Name::default());

@@ -37,7 +37,11 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum SessionError {
     /// No session has this id: it never did, it expired or was closed.
-    #[error("no session {0:?} at this node: it expired, was closed, or never was")]
+    #[error(
+        "no session {} at this node: it expired or was closed, or it was made at another \
+         node (a session lives at the node that made it: call that one)",
+        crate::session::clip(.0)
+    )]
     Unknown(String),
     /// `[limits] max_sessions` sessions are open already.
     #[error("this node has {0} sessions open already ([limits] max_sessions)")]

@@ -175,61 +175,135 @@ fn bad_input_gets_a_json_error_and_changes_nothing() {
     let id = session(&n1, "5s");
     let url = format!("{n1}/v1/locks/jobs/acquire");
     let huge = format!("{{\"session\": \"{id}\", \"value\": \"{}\"}}", "x".repeat(100_000));
-    let cases: Vec<(&str, String, Option<String>, u16)> = vec![
-        ("malformed JSON", url.clone(), Some("{\"session\":".into()), 400),
-        ("an array for an object", url.clone(), Some(json!([id]).to_string()), 400),
+    let n2 = up.http(2);
+    let with_id = json!({ "session": id }).to_string();
+    let cases: Vec<(&str, String, Option<String>, u16, &str)> = vec![
+        ("malformed JSON", url.clone(), Some("{\"session\":".into()), 400, ""),
+        ("an array for an object", url.clone(), Some(json!([id]).to_string()), 400, ""),
         (
             "an unknown field",
             url.clone(),
             Some(json!({ "session": id, "colour": 1 }).to_string()),
             400,
+            "",
         ),
-        ("a huge body", url.clone(), Some(huge), 413),
+        ("a huge body", url.clone(), Some(huge), 413, ""),
         (
             "a control character in the name",
             format!("{n1}/v1/locks/a%01b/acquire"),
             Some(json!({ "session": id }).to_string()),
             400,
+            "",
         ),
         (
             "a name over 256 bytes",
             format!("{n1}/v1/locks/{}/acquire", "n".repeat(300)),
             Some(json!({ "session": id }).to_string()),
             400,
+            "",
         ),
-        ("an unknown session", url.clone(), Some(json!({ "session": "feed" }).to_string()), 404),
+        (
+            "an unknown session",
+            url.clone(),
+            Some(json!({ "session": "feed" }).to_string()),
+            404,
+            "",
+        ),
         (
             "a bad timeout",
             url.clone(),
             Some(json!({ "session": id, "timeout": "soon" }).to_string()),
             400,
+            "",
         ),
         (
             "a value over 4,096 bytes",
             url.clone(),
             Some(json!({ "session": id, "value": "v".repeat(5000) }).to_string()),
             400,
+            "",
         ),
         (
             "a ttl of zero",
             format!("{n1}/v1/sessions"),
             Some(json!({ "ttl": "0s" }).to_string()),
             400,
+            "",
         ),
         (
             "a release of nothing held",
             format!("{n1}/v1/locks/jobs/release"),
             Some(json!({ "session": id, "fence": 7 }).to_string()),
             409,
+            "",
         ),
-        ("an unknown path", format!("{n1}/v2/locks"), None, 404),
+        ("an unknown path", format!("{n1}/v2/locks"), None, 404, ""),
+        (
+            "a GET of a path that takes POST",
+            format!("{n1}/v1/sessions"),
+            None,
+            405,
+            "does not take GET",
+        ),
+        (
+            "a name that is not UTF-8",
+            format!("{n1}/v1/locks/bad%FF/acquire"),
+            Some(with_id.clone()),
+            400,
+            "percent-encoded UTF-8",
+        ),
+        (
+            "a slash left unencoded",
+            format!("{n1}/v1/locks/jobs/nightly/acquire"),
+            Some(with_id.clone()),
+            404,
+            "jobs%2Fnightly",
+        ),
+        (
+            "a 10,000-byte name",
+            format!("{n1}/v1/locks/{}/acquire", "n".repeat(10_000)),
+            Some(with_id.clone()),
+            400,
+            "(10000 bytes)",
+        ),
+        (
+            "try and a timeout",
+            url.clone(),
+            Some(json!({ "session": id, "try": true, "timeout": "1s" }).to_string()),
+            400,
+            "one or the other",
+        ),
+        (
+            "a session made at another node",
+            format!("{n2}/v1/locks/jobs/acquire"),
+            Some(with_id.clone()),
+            404,
+            "node that made it",
+        ),
     ];
-    for (what, url, body, expected) in cases {
+    for (what, url, body, expected, says) in cases {
         let method = if body.is_some() { "POST" } else { "GET" };
         let (status, answer) = call(method, &url, body.as_deref(), None);
         assert_eq!(status, expected, "{what}: {answer}");
         assert!(answer["error"].is_string() && answer["detail"].is_string(), "{what}: {answer}");
+        let detail = answer["detail"].as_str().unwrap();
+        assert!(detail.contains(says), "{what}: {detail}");
+        assert!(detail.len() < 400, "{what}: a {}-byte message", detail.len());
     }
+    // A body over the limit sent whole, without `Expect: 100-continue`,
+    // still gets its 413 (the node reads it to its end before answering).
+    let dir = scratch("http-huge-body");
+    let file = dir.0.join("body.json");
+    std::fs::write(&file, format!("{{\"value\": \"{}\"}}", "x".repeat(8 << 20))).unwrap();
+    let out = Command::new("curl")
+        .args(["-sS", "-o", "-", "-w", "\n%{http_code}", "-H", "Expect:", "--data-binary"])
+        .arg(format!("@{}", file.display()))
+        .args(["-H", "content-type: application/json", &url])
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.ends_with("\n413"), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("body too large"), "{text}");
     // Nothing changed: the session is alive and takes the lock.
     let (status, body) = acquire(&n1, "jobs", json!({ "session": id, "try": true }));
     assert_eq!(status, 200, "{body}");
@@ -394,6 +468,12 @@ fn elections_campaign_proclaim_and_resign_and_the_streams_see_each_change() {
     assert!(f2 > f1, "a later leader's fence is higher: {f1} then {f2}");
     let seen = observer.until("leader", |r| r["leader"]["node"] == 2);
     assert_eq!(seen["leader"], json!({ "node": 2, "value": "w", "fence": f2 }));
+    // Each node counts the named elections its sessions won.
+    for (base, won) in [(&n1, 1), (&n2, 1), (&n3, 0)] {
+        let text = curl(&[&format!("{base}/metrics")]);
+        let line = format!("coterie_elections_won_total {won}\n");
+        assert!(text.contains(&line), "{base}: no {line:?} in\n{text}");
+    }
 
     // Closing the leader's session ends its leadership; its watch says so.
     let (status, _) = call("DELETE", &format!("{n2}/v1/sessions/{b}"), None, None);
