@@ -72,7 +72,7 @@ start() {
     cfg="$work/$1.toml"
     "$bin" init --name names --nodes 5 --mutex "$mutex" --free-ports --no-state-dir \
         --heartbeat 50ms --failure-timeout 250ms --set "limits.max_names=$((names + 1000))" \
-        --out "$cfg"
+        --force --out "$cfg"
     "$bin" up --config "$cfg" >"$out/$mutex.up.log" 2>&1 &
     up_pid=$!
     for _ in $(seq 100); do

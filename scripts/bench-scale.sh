@@ -57,7 +57,7 @@ write_config() {
     local n="$1" dir="$2"
     head -c 32 /dev/urandom | base64 >"$dir/secret"
     "$bin" init --name "scale$n" --nodes "$n" --mutex "$mutex" --election "$election" --free-ports --no-state-dir \
-        --set security.secret_file=secret --set "timing.detector=$detector" --out "$dir/cluster.toml"
+        --set security.secret_file=secret --set "timing.detector=$detector" --force --out "$dir/cluster.toml"
 }
 
 # utime + stime of every pid given, in clock ticks, read by one process

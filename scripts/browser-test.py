@@ -172,6 +172,13 @@ def main():
                       " p.querySelector('.waiters').innerText.startsWith('1. n3 ') &&"
                       " j.querySelector('.holders').innerText.startsWith('n1 '); })()")
         print("browser test: the lock table shows printer-2 held by n2 with n3 waiting, and jobs/nightly held by n1")
+        # The strip is drawn to the span its messages take: the first arrow
+        # of the window starts near the left edge, not in the last pixels.
+        page.wait_for("the strip's arrows spread from its left edge",
+                      "(() => { const xs = [...document.querySelectorAll('#strip line')]"
+                      ".filter(l => l.querySelector('title')).map(l => +l.getAttribute('x1'));"
+                      " return xs.length >= 2 && xs.reduce((a, b) => Math.min(a, b)) < 50 + 1030 * 0.25; })()")
+        print("browser test: the strip is drawn to the span of its messages")
         if args.screenshot:
             page.screenshot(args.screenshot)
             print(f"browser test: screenshot in {args.screenshot}")

@@ -43,7 +43,7 @@ write_cluster() {
     [ -x target/release/coterie ] || cargo build --release -q
     target/release/coterie init --name bench --nodes 5 --mutex "$mutex" --election bully \
         --free-ports --http --allow-faults --partition-mode "${PARTITIONS:-majority}" \
-        "$@" --out "$file"
+        "$@" --force --out "$file"
 }
 
 # start_cluster BIN FILE LOG: `coterie up` on FILE in the background (its

@@ -49,12 +49,13 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Read {
         /// The file.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (said in the message, and so not a `source`:
+        /// a chain printed whole would say it twice).
+        error: std::io::Error,
     },
     /// The file is not valid TOML for a cluster.
     #[error("{path}: {message}")]
@@ -305,7 +306,7 @@ impl Default for TimingSection {
 /// Reads a secret file.
 pub fn read_secret(path: &Path) -> Result<crate::auth::Secret, ConfigError> {
     let bytes = std::fs::read(path)
-        .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        .map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
     crate::auth::Secret::from_file_bytes(&bytes).ok_or_else(|| ConfigError::Invalid {
         path: path.to_path_buf(),
         message: "the secret file is empty".into(),
@@ -511,7 +512,7 @@ impl Config {
     /// Reads and checks a file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+            .map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
         let mut cfg = Config::parse_with(&text, path, |var| {
             std::env::var(var).ok().filter(|value| !value.is_empty())
         })?;
@@ -551,7 +552,7 @@ impl Config {
     pub fn api_tokens(&self) -> Result<Option<Vec<Vec<u8>>>, ConfigError> {
         let Some(path) = &self.security.api_token_file else { return Ok(None) };
         let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+            .map_err(|error| ConfigError::Read { path: path.clone(), error })?;
         let tokens: Vec<Vec<u8>> = text
             .lines()
             .map(str::trim)

@@ -85,7 +85,8 @@ impl Collector for Live {
             one(e, "coterie_is_coordinator", help, None, ConstGauge::new(me))?;
         }
         let epoch = i64::try_from(status.epoch).unwrap_or(i64::MAX);
-        one(e, "coterie_epoch", "The coordinator's epoch.", None, ConstGauge::new(epoch))?;
+        let help = "The coordinator's epoch: election round * 65536 + the winner's id (status writes e7.3 for 458755).";
+        one(e, "coterie_epoch", help, None, ConstGauge::new(epoch))?;
         if let Some(view) = &status.view {
             let epoch = i64::try_from(view.epoch).unwrap_or(i64::MAX);
             let help = "The epoch of the view this node installed (partitions = \"majority\").";

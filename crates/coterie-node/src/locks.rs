@@ -360,7 +360,7 @@ impl Locks {
         while let Some(waiter) = local.waiters.pop_front() {
             taken += 1;
             if waiter.grant.send(fence).is_ok() {
-                self.metrics.granted(now.saturating_sub(waiter.since));
+                self.metrics.granted(now.saturating_sub(waiter.since), waiter.value.is_some());
                 let client = waiter.client.clone();
                 local.holder =
                     Some(Holder { client: waiter.client, fence, since: now, value: waiter.value });

@@ -71,6 +71,7 @@ pub(crate) struct Metrics {
     wait: Histogram,
     hold: Histogram,
     grants: Counter,
+    won: Counter,
     timeouts: Counter,
     busy: Counter,
     lost: Family<LossLabels, Counter>,
@@ -86,6 +87,7 @@ impl Default for Metrics {
             wait: Histogram::new(BUCKETS),
             hold: Histogram::new(BUCKETS),
             grants: Counter::default(),
+            won: Counter::default(),
             timeouts: Counter::default(),
             busy: Counter::default(),
             lost: Family::default(),
@@ -104,9 +106,14 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A name was handed to a client session after `waited`.
-    pub(crate) fn granted(&self, waited: Duration) {
+    /// A name was handed to a client session after `waited`; `campaign`:
+    /// the session asked for it as a candidate of the name's election, and
+    /// now leads it.
+    pub(crate) fn granted(&self, waited: Duration, campaign: bool) {
         self.grants.inc();
+        if campaign {
+            self.won.inc();
+        }
         self.wait.observe(waited.as_secs_f64());
     }
 
@@ -163,6 +170,11 @@ impl Metrics {
         registry.register_with_unit("coterie_hold", hold_help, Unit::Seconds, self.hold.clone());
         let counters = [
             ("coterie_grants", "Names granted to client sessions", &self.grants),
+            (
+                "coterie_elections_won",
+                "Named elections (coterie elect, an HTTP campaign) won by a session at this node",
+                &self.won,
+            ),
             (
                 "coterie_acquire_timeouts",
                 "Requests whose timeout ran out before the grant",
@@ -224,14 +236,15 @@ mod tests {
     #[test]
     fn what_is_recorded_is_exported_under_its_name() {
         let m = Metrics::default();
-        m.granted(Duration::from_millis(3));
-        m.granted(Duration::from_millis(30));
+        m.granted(Duration::from_millis(3), false);
+        m.granted(Duration::from_millis(30), true);
         m.held(Duration::from_secs(2));
         m.gave_up(true);
         m.lost(Loss::Expired);
         let open = m.connection();
         let text = exposition(&m);
         assert!(text.contains("coterie_grants_total 2\n"), "{text}");
+        assert!(text.contains("coterie_elections_won_total 1\n"), "{text}");
         assert!(text.contains("coterie_acquire_wait_seconds_count 2\n"), "{text}");
         assert!(text.contains("coterie_acquire_wait_seconds_bucket{le=\"0.005\"} 1\n"), "{text}");
         assert!(text.contains("coterie_hold_seconds_sum 2.0\n"), "{text}");

@@ -434,9 +434,9 @@ fn broken_config_gets_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unknown mutex algorithm \"paxos\""), "{err}");
     let missing = coterie(&["status", "--config", "/nonexistent/cluster.toml"]);
-    assert!(
-        String::from_utf8_lossy(&missing.stderr).contains("cannot read /nonexistent/cluster.toml")
-    );
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("cannot read /nonexistent/cluster.toml"), "{err}");
+    assert_eq!(err.matches("No such file").count(), 1, "the reason said once: {err}");
 }
 
 /// `coterie init` writes a file `coterie up` runs (here three nodes of
@@ -487,6 +487,18 @@ fn init_writes_a_cluster_file_that_up_runs() {
         "{}",
         String::from_utf8_lossy(&lock.stderr)
     );
+    // The file written is kept: init again refuses, saying how to
+    // overwrite it, and --force does.
+    let written = std::fs::read(&file).unwrap();
+    let path = file.to_str().unwrap();
+    let again = coterie(&["init", "--nodes", "5", "--out", path]);
+    assert_eq!(again.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(said.contains("exists") && said.contains("--force"), "{said}");
+    assert_eq!(std::fs::read(&file).unwrap(), written, "the file was changed");
+    let forced = coterie(&["init", "--nodes", "5", "--force", "--out", path]);
+    assert!(forced.status.success(), "{}", String::from_utf8_lossy(&forced.stderr));
+    assert_eq!(coterie_node::Config::load(&file).unwrap().nodes.len(), 5);
     let refused = coterie(&["init", "--nodes", "3", "--mutex", "maekawa", "--count", "2"]);
     assert_eq!(refused.status.code(), Some(2));
     let said = String::from_utf8_lossy(&refused.stderr);
@@ -505,6 +517,32 @@ fn init_writes_a_cluster_file_that_up_runs() {
     assert!(said.contains("one failure stops the cluster"), "{said}");
     let three = coterie(&["init", "--nodes", "3"]);
     assert!(!String::from_utf8_lossy(&three.stderr).contains("one failure"));
+}
+
+/// `demo --base-port P` runs its nodes on the ports asked for (laid out
+/// as `init --base-port` lays them), says them, and refuses clearly when
+/// one is taken.
+#[test]
+fn demo_runs_on_the_ports_it_is_given() {
+    // Seven ports in a row, free now: three nodes' two each, the witness's.
+    let base = (20_000..60_000u16)
+        .step_by(97)
+        .map(|p| p + (std::process::id() % 89) as u16)
+        .find(|&p| (p..p + 7).all(|q| std::net::TcpListener::bind(("127.0.0.1", q)).is_ok()))
+        .expect("seven free ports in a row");
+    let port = base.to_string();
+    let out = coterie(&["demo", "--nodes", "3", "--duration", "2s", "--base-port", &port]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    for (id, client) in [(1, base + 1), (3, base + 5)] {
+        assert!(said.contains(&format!("node {id} client 127.0.0.1:{client}")), "{said}");
+    }
+    assert!(said.contains(&format!("witness 127.0.0.1:{}", base + 6)), "{said}");
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", base + 6)).unwrap();
+    let out = coterie(&["demo", "--nodes", "3", "--duration", "2s", "--base-port", &port]);
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains(&format!("port 127.0.0.1:{} is taken", base + 6)), "{said}");
 }
 
 #[test]
@@ -1153,6 +1191,11 @@ print(seen.decode(errors="replace"))
 fn up_says_when_a_node_dies_by_itself_and_restarts_it() {
     let mut up = Up::start(3, "reap");
     let log = Path::new(up.config()).parent().unwrap().join("up.log");
+    // `up` says where each node serves, the HTTP API too.
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    for id in 1..=3 {
+        assert!(said.contains(&format!("{} (pid", up.http(id))), "no API address: {said}");
+    }
     unsafe_kill(up.node_pid(2), 9);
     let start = Instant::now();
     loop {

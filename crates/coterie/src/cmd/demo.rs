@@ -5,7 +5,7 @@ use super::common;
 use super::harness::play::{play, Measured};
 use super::harness::scenario::{ClusterSpec, Scenario, WorkloadSpec};
 use super::harness::step::Action;
-use super::harness::{Cluster, LocalCluster, Shape};
+use super::harness::{Cluster, LocalCluster, Placement, Shape};
 use super::timeline::{self, Timeline};
 use super::workload;
 use anyhow::{bail, Context, Result};
@@ -84,6 +84,11 @@ pub struct Args {
     /// `partition` (cut off from every peer, then healed).
     #[arg(long, value_enum, default_value = "kill")]
     fault: Fault,
+    /// Run the nodes on ports of 127.0.0.1 from this one up, as `init
+    /// --base-port` lays them out (node 1's peer port, its client port,
+    /// node 2's ...), the witness's after them; free ports by default.
+    #[arg(long, value_name = "PORT")]
+    base_port: Option<u16>,
     /// Print a JSON report instead of text.
     #[arg(long)]
     json: bool,
@@ -165,7 +170,9 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         lock_delay: Duration::ZERO,
         partitions: args.algorithms.partition_mode,
     };
-    let (cluster, witness) = LocalCluster::launch(&shape, log_format, &dir).await?;
+    let placement = Placement { base_port: args.base_port, ..Placement::LOCAL };
+    let (cluster, witness) =
+        LocalCluster::launch_with(&shape, log_format, &dir, &placement).await?;
     if !args.json {
         println!(
             "coterie demo: {} nodes running {} + {} on 127.0.0.1, witness {}",
@@ -174,6 +181,10 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
             args.algorithms.election,
             witness.addr()
         );
+        for node in cluster.nodes() {
+            println!("  node {} client {}", node.id.unwrap_or_default(), node.addr);
+        }
+        println!("config: {} (for coterie status --config)", dir.join("cluster.toml").display());
         println!("logs: {}\n", dir.display());
     }
     let timeline = Timeline::new(args.json);

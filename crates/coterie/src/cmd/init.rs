@@ -72,12 +72,22 @@ pub struct Args {
     /// that is not TOML is taken as a string). Checked as `up` reads it.
     #[arg(long, value_name = "SECTION.KEY=VALUE")]
     set: Vec<String>,
-    /// Write the file here instead of on stdout.
+    /// Write the file here instead of on stdout. A file already there is
+    /// kept, and init refuses, unless --force.
     #[arg(long, short = 'o', value_name = "FILE")]
     out: Option<PathBuf>,
+    /// Overwrite the --out file if it exists.
+    #[arg(long, short = 'f', requires = "out")]
+    force: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
+    if let Some(path) = args.out.as_deref().filter(|p| !args.force && p.exists()) {
+        anyhow::bail!(
+            "{} exists; init keeps it (--force overwrites it, or choose another --out)",
+            path.display()
+        );
+    }
     let config = build(&args)?;
     let text = set(config.to_toml(), &args.set)?;
     // As `up` will read it: what the builder cannot refuse, this does.

@@ -10,6 +10,11 @@ use std::time::Duration;
 /// Show every node's view: coordinator, epoch, critical-section state, who
 /// it believes alive, entries and message counts.
 ///
+/// EPOCH is written eROUND.LEADER: `e7.3` is election round 7, won by
+/// node 3. `--json` and the `coterie_epoch` metric give it as one number,
+/// ROUND * 65536 + LEADER (`e7.3` is 458755), and `--json` as `epoch_name`
+/// too.
+///
 /// A node that does not answer is listed as unreachable, not skipped; the
 /// exit status is non-zero if any node was unreachable.
 #[derive(clap::Args)]
@@ -39,6 +44,9 @@ pub fn to_json(node: &NodeAddr, result: &Result<Status, String>) -> Value {
     match result {
         Ok(status) => {
             let mut v = serde_json::to_value(status).expect("status serialises");
+            // The epoch as the table writes it (eROUND.LEADER) beside the
+            // number (ROUND * 65536 + LEADER), as `view` has `name`.
+            v["epoch_name"] = json!(Epoch(status.epoch).to_string());
             v["reachable"] = json!(true);
             v["addr"] = json!(node.addr);
             v

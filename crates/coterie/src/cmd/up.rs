@@ -58,8 +58,9 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
         }
         let mut local = LocalCluster::from_config(&args.config, log_format)?;
         for node in &cfg.nodes {
+            let http = node.http.as_ref().map_or(String::new(), |a| format!(" http://{a}"));
             eprintln!(
-                "coterie up: node {} peer {} client {} (pid {})",
+                "coterie up: node {} peer {} client {}{http} (pid {})",
                 node.id,
                 node.peer,
                 node.client,

@@ -55,12 +55,17 @@ pub struct Placement<'a> {
     /// Node `id`'s peer and client addresses; free ports of 127.0.0.1
     /// when `None`.
     pub addrs: Option<&'a dyn Fn(u32) -> (String, String)>,
+    /// Ports of 127.0.0.1 from this one up, laid out as `init
+    /// --base-port` lays them (node `id`'s peer port at `2 * (id - 1)`
+    /// above it, its client port next), and the witness's after the last
+    /// node's; free ports when `None`. Ignored where `addrs` is given.
+    pub base_port: Option<u16>,
 }
 
 impl Placement<'_> {
     /// Every node on 127.0.0.1, started as it is.
     pub const LOCAL: Placement<'static> =
-        Placement { env: &|_| Vec::new(), wrap: &|_| Vec::new(), addrs: None };
+        Placement { env: &|_| Vec::new(), wrap: &|_| Vec::new(), addrs: None, base_port: None };
 }
 
 impl LocalCluster {
@@ -106,11 +111,21 @@ impl LocalCluster {
         placement: &Placement<'_>,
     ) -> Result<(LocalCluster, Witness)> {
         let mut last_error = None;
-        for _attempt in 0..5 {
+        // Free ports may be taken between finding and using them: try
+        // again with others. Ports asked for are tried once.
+        let attempts = if placement.base_port.is_some() { 1 } else { 5 };
+        for _attempt in 0..attempts {
             let n = shape.nodes as usize;
-            let ports = free_ports(2 * n + 1)?;
+            let ports = match placement.base_port {
+                Some(base) => (0..=2 * n)
+                    .map(|i| u16::try_from(i).ok().and_then(|i| base.checked_add(i)))
+                    .collect::<Option<Vec<u16>>>()
+                    .with_context(|| format!("{n} nodes from port {base} go past 65535"))?,
+                None => free_ports(2 * n + 1)?,
+            };
             let witness_addr = format!("127.0.0.1:{}", ports[2 * n]);
             let Ok(listener) = tokio::net::TcpListener::bind(&witness_addr).await else {
+                last_error = Some(format!("the witness's port {witness_addr} is taken"));
                 continue;
             };
             let addrs: Vec<(String, String)> = (0..n)

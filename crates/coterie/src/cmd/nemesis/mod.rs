@@ -312,6 +312,7 @@ async fn one(
         env: &env,
         wrap: &wrap,
         addrs: network.as_ref().map(|_| &addrs as &dyn Fn(u32) -> (String, String)),
+        base_port: None,
     };
     let (cluster, witness) = LocalCluster::launch_with(&shape, "text", dir, &placement).await?;
     let cluster = Cluster::Local(cluster);
