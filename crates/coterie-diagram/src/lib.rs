@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod label;
+pub mod place;
 pub mod shiviz;
 pub mod svg;
 pub mod timeline;

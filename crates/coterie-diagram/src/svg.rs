@@ -8,6 +8,7 @@
 //! section (`data-fence`), `g.mark` per fault, suspicion or election.
 //! Pointing at an arrow shows the message in full (an SVG `<title>`).
 
+use crate::place::Placed;
 use crate::timeline::{TimeMap, GAP_PX};
 use crate::{label, MarkKind, Run};
 use std::collections::BTreeMap;
@@ -143,8 +144,9 @@ impl<'a> Canvas<'a> {
         self.node_lines(&mut svg);
         self.axis(&mut svg);
         let _ = writeln!(svg, r#"<g clip-path="url(#plot)">"#);
-        self.sections(&mut svg);
-        self.messages(&mut svg);
+        let mut placed = Placed::default();
+        self.sections(&mut svg, &mut placed);
+        self.messages(&mut svg, &mut placed);
         self.marks(&mut svg);
         let _ = writeln!(svg, "</g>");
         self.legend(&mut svg);
@@ -247,13 +249,16 @@ impl<'a> Canvas<'a> {
         }
     }
 
-    fn sections(&self, svg: &mut String) {
+    /// The critical sections, a bar each with its fence under it (kept
+    /// in `placed`, for the arrows' labels to keep off).
+    fn sections(&self, svg: &mut String, placed: &mut Placed) {
         for s in &self.run.sections {
             let end = s.exit_us.unwrap_or(self.run.end_us);
             if !self.visible(s.enter_us, Some(end)) {
                 continue;
             }
             let (x0, x1, y) = (self.x(s.enter_us), self.x(end), self.y(s.node));
+            placed.keep(&format!("f={}", label::fence_label(s.fence)), x0, y + 16.0);
             let open = if s.exit_us.is_none() { " (still held at the end)" } else { "" };
             let _ = writeln!(
                 svg,
@@ -269,7 +274,10 @@ impl<'a> Canvas<'a> {
         }
     }
 
-    fn messages(&self, svg: &mut String) {
+    /// An arrow per message; its label near the tail (where a broadcast's
+    /// arrows part ways), or further along where that covers another
+    /// label, or left out (the tooltip stays) where every place would.
+    fn messages(&self, svg: &mut String, placed: &mut Placed) {
         let drawn: Vec<_> = self
             .run
             .messages
@@ -295,13 +303,12 @@ impl<'a> Canvas<'a> {
                         t0 = m.sent_us,
                         head = arrowhead(x0, y0, x1, y1, colour),
                     );
-                    if labels {
-                        // Near the tail: a broadcast's labels part ways.
-                        let (mx, my) = (x0 + (x1 - x0) * 0.3, y0 + (y1 - y0) * 0.3);
+                    let along = [0.3, 0.45, 0.15, 0.6, 0.75, 0.9];
+                    let places = along.map(|f| (x0 + (x1 - x0) * f + 3.0, y0 + (y1 - y0) * f));
+                    if let Some((x, y)) = labels.then(|| placed.place(&short, places)).flatten() {
                         let _ = write!(
                             svg,
-                            r#"<text x="{x:.1}" y="{my:.1}" font-size="9" fill="{colour}">{short}</text>"#,
-                            x = mx + 3.0
+                            r#"<text x="{x:.1}" y="{y:.1}" font-size="9" fill="{colour}">{short}</text>"#,
                         );
                     }
                     svg.push_str("</g>\n");

@@ -133,3 +133,60 @@ fn a_shiviz_log_has_every_event_with_a_consistent_vector_clock() {
         assert_eq!(entries, report.entries, "{mutex}");
     }
 }
+
+/// The arrows' labels and the fences under the bars, as boxes of 9-pixel
+/// text (an advance of 5 pixels a character, less than any capital's).
+fn label_boxes(svg: &str) -> Vec<(f64, f64, f64, f64, String)> {
+    let mut boxes = Vec::new();
+    for start in ["<g class=\"msg\"", "<rect class=\"cs\""] {
+        for (at, _) in svg.match_indices(start) {
+            // The label is the element's first text, before the next one.
+            let rest = &svg[at..];
+            let end = rest.find('\n').unwrap_or(rest.len());
+            let Some(t) = rest[..end].find("<text x=\"") else { continue };
+            let tag = &rest[t..t + rest[t..].find('>').unwrap()];
+            let num = |name: &str| -> f64 {
+                let marker = format!(" {name}=\"");
+                let from = tag.find(&marker).unwrap() + marker.len();
+                tag[from..].split('"').next().unwrap().parse().unwrap()
+            };
+            let text = &rest[t + tag.len() + 1..];
+            let text = &text[..text.find('<').unwrap()];
+            let (x, y) = (num("x"), num("y"));
+            boxes.push((
+                x,
+                y - 7.0,
+                x + 5.0 * text.chars().count() as f64,
+                y + 1.0,
+                text.to_string(),
+            ));
+        }
+    }
+    boxes
+}
+
+/// No label of an arrow covers another, or a fence: where the arrows
+/// crowd, a label moves along its arrow or is left to its tooltip.
+#[test]
+fn no_label_covers_another() {
+    for mutex in registry::MUTEXES {
+        for seed in 0..3 {
+            let cfg = SimConfig {
+                seed,
+                requests: 3,
+                record: true,
+                ..SimConfig::new(mutex, &registry::ELECTIONS[0])
+            };
+            let report = sim::run(cfg);
+            let svg = svg::render(report.diagram.as_ref().expect("recorded"), &Options::default());
+            let boxes = label_boxes(&svg);
+            assert!(boxes.len() > 3, "{} seed {seed}: labels read back: {boxes:?}", mutex.name);
+            for (i, a) in boxes.iter().enumerate() {
+                for b in &boxes[i + 1..] {
+                    let apart = a.2 <= b.0 || b.2 <= a.0 || a.3 <= b.1 || b.3 <= a.1;
+                    assert!(apart, "{} seed {seed}: {a:?} covers {b:?}", mutex.name);
+                }
+            }
+        }
+    }
+}
