@@ -7,7 +7,7 @@
 
 use crate::name::Name;
 use crate::outbox::{Message, Outbox, Time, Timer};
-use crate::types::{CsState, Epoch, NodeId, Stamp};
+use crate::types::{CsState, Epoch, Fence, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -435,15 +435,27 @@ pub type Out<A> = Outbox<<A as Algorithm>::Msg, <A as Algorithm>::Timer>;
 /// [`handle_request`](Self::handle_request) and leaves it with
 /// [`handle_release`](Self::handle_release); between them the algorithm
 /// emits exactly one [`Action::Grant`](crate::Action::Grant). A node asks
-/// for one entry at a time (the node multiplexes its own clients). What
-/// it shares with an election (messages, timers, peers) is
-/// [`Algorithm`]'s.
+/// for one entry at a time (the node multiplexes its own clients), unless
+/// the algorithm counts sessions
+/// ([`Claims::sessions`](crate::registry::Claims::sessions)): then it may
+/// ask again while it waits or holds, up to the lock's permits, each
+/// request granted once and each grant released by its fence
+/// ([`handle_release_of`](Self::handle_release_of)). What it shares with
+/// an election (messages, timers, peers) is [`Algorithm`]'s.
 pub trait MutexAlgorithm: Algorithm {
     /// The local application wants the critical section.
     fn handle_request(&mut self, now: Time, out: &mut Out<Self>);
 
     /// The local application left the critical section.
     fn handle_release(&mut self, now: Time, out: &mut Out<Self>);
+
+    /// The local application left the critical section it entered with
+    /// `fence`. An algorithm that grants a node one entry at a time has
+    /// one to leave (the default); one that counts sessions may hold
+    /// several grants of the lock here and leaves this one.
+    fn handle_release_of(&mut self, now: Time, _fence: Fence, out: &mut Out<Self>) {
+        self.handle_release(now, out);
+    }
 
     /// This instance was just made for a lock new to this node (or one it
     /// forgot while idle), with the node running and `peer` counted up.

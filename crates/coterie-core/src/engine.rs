@@ -459,7 +459,7 @@ impl Engine {
         for (name, lock) in self.locks.in_order() {
             name.hash(h);
             lock.mutex.hash_state(h, now);
-            lock.fence.hash(h);
+            lock.fences.hash(h);
             lock.pending.hash(h);
         }
     }
@@ -617,9 +617,28 @@ impl Engine {
         self.locks.get(name).map_or(CsState::Idle, |l| l.cs_state())
     }
 
-    /// The fence of this node's grant of lock `name`, while it holds it.
+    /// The fence of this node's grant of lock `name`, while it holds it
+    /// (the oldest, if it holds several).
     pub fn fence_of(&self, name: &Name) -> Option<Fence> {
-        self.locks.get(name).and_then(|l| l.fence)
+        self.locks.get(name).and_then(|l| l.fences.first().copied())
+    }
+
+    /// The fences of every grant of lock `name` this node holds, oldest
+    /// first (one at most, but for an algorithm that counts sessions).
+    pub fn fences_of(&self, name: &Name) -> &[Fence] {
+        self.locks.get(name).map_or(&[], |l| &l.fences)
+    }
+
+    /// Whether the algorithm counts sessions, not nodes
+    /// ([`Claims::sessions`](registry::Claims::sessions)): this node may
+    /// hold several grants of a lock.
+    pub fn counts_sessions(&self) -> bool {
+        self.mutex.claims.sessions
+    }
+
+    /// How many grants of lock `name` this node holds or has asked for.
+    pub fn outstanding(&self, name: &Name) -> u32 {
+        self.locks.get(name).map_or(0, |l| l.outstanding())
     }
 
     /// How many locks have an instance here.
@@ -692,7 +711,12 @@ impl Engine {
             cs_state: self.cs_state(),
             alive,
             cs_entries: self.cs_entries,
-            fence: self.locks.in_order().into_iter().find_map(|(_, l)| l.fence).map(|f| f.0),
+            fence: self
+                .locks
+                .in_order()
+                .into_iter()
+                .find_map(|(_, l)| l.fences.first())
+                .map(|f| f.0),
             names: self.locks.len() as u64,
             remnants: self.locks.remnants() as u64,
             joined: self.joined(),
@@ -765,25 +789,34 @@ impl Engine {
     }
 
     /// The application wants lock `name`, one of its `permits` (made here
-    /// if the lock is new to this node). Nothing happens if this node
-    /// already wants or holds it: the node asks once for all its clients.
-    /// Refused when the algorithm grants one holder and `permits` is more,
-    /// or when the lock is live here with another number of permits.
+    /// if the lock is new to this node). Most algorithms grant a node one
+    /// permit at a time: nothing happens if this node already wants or
+    /// holds it, and the node asks once for all its clients. One that
+    /// counts sessions ([`Claims::sessions`](registry::Claims::sessions))
+    /// is asked for one more permit each time, up to `permits` held or
+    /// asked for here. Refused when the algorithm grants one holder and
+    /// `permits` is more, or when the lock is live here with another
+    /// number of permits.
     pub fn request(&mut self, now: Time, name: &Name, permits: u32) -> Result<(), RequestError> {
         self.check_permits(name, permits)?;
         self.renumber(name, permits);
-        if self.cs_state_of(name) != CsState::Idle {
+        let busy = match self.locks.get(name) {
+            Some(lock) if self.mutex.claims.sessions => lock.outstanding() >= permits,
+            Some(lock) => lock.cs_state() != CsState::Idle,
+            None => false,
+        };
+        if busy {
             return Ok(());
         }
         self.lock(now, name, permits);
         if !self.joined() {
             if let Some(lock) = self.locks.get_mut(name) {
-                lock.pending = true;
+                lock.pending += 1;
             }
             return Ok(());
         }
         self.locks.catch_up(name);
-        self.step(now, name, |m, acts| m.handle_request(now, acts));
+        self.ask(now, name);
         self.settle_lease(now);
         Ok(())
     }
@@ -833,17 +866,33 @@ impl Engine {
         }
     }
 
-    /// The application left lock `name`. Ignored unless held.
-    pub fn release(&mut self, now: Time, name: &Name) {
-        if self.cs_state_of(name) != CsState::Held {
-            return;
-        }
+    /// Hands lock `name`'s instance one more request.
+    fn ask(&mut self, now: Time, name: &Name) {
         if let Some(lock) = self.locks.get_mut(name) {
-            lock.fence = None;
+            lock.wanting += 1;
         }
+        self.step(now, name, |m, acts| m.handle_request(now, acts));
+    }
+
+    /// The application left lock `name` (its oldest grant, if the node
+    /// holds several). Ignored unless held.
+    pub fn release(&mut self, now: Time, name: &Name) {
+        if let Some(fence) = self.fence_of(name) {
+            self.release_grant(now, name, fence);
+        }
+    }
+
+    /// The application left lock `name`'s grant `fence`. Ignored unless
+    /// this node holds that grant.
+    pub fn release_grant(&mut self, now: Time, name: &Name, fence: Fence) {
+        let Some(lock) = self.locks.get_mut(name) else { return };
+        let Some(at) = lock.fences.iter().position(|&f| f == fence) else { return };
+        lock.fences.remove(at);
         // A grant the driver was never handed is taken back with it.
-        self.held.retain(|(o, _)| !matches!(o, Output::Granted { name: n, .. } if n == name));
-        self.step(now, name, |m, acts| m.handle_release(now, acts));
+        self.held.retain(
+            |(o, _)| !matches!(o, Output::Granted { name: n, fence: f } if n == name && *f == fence),
+        );
+        self.step(now, name, |m, acts| m.handle_release_of(now, fence, acts));
         self.settle_lease(now);
     }
 
@@ -1367,11 +1416,11 @@ impl Engine {
         self.election.handle_start(now, &mut acts);
         self.apply(now, Scope::Election, acts);
         for name in self.locks.pending() {
-            if let Some(lock) = self.locks.get_mut(&name) {
-                lock.pending = false;
-            }
+            let asked = self.locks.get_mut(&name).map_or(0, |l| std::mem::take(&mut l.pending));
             self.locks.catch_up(&name);
-            self.step(now, &name, |m, acts| m.handle_request(now, acts));
+            for _ in 0..asked {
+                self.ask(now, &name);
+            }
         }
         // What the instances made while joining hold may now be forgotten.
         for name in self.locks.names() {
@@ -1569,18 +1618,18 @@ impl Engine {
                     .locks
                     .in_order()
                     .into_iter()
-                    .filter_map(|(name, lock)| lock.fence.map(|f| (name.clone(), f)))
+                    .flat_map(|(name, lock)| lock.fences.iter().map(|&f| (name.clone(), f)))
                     .collect();
                 for (name, fence) in holds {
                     let seen = self.lose(name.clone(), fence);
                     if let Some(lock) = self.locks.get_mut(&name) {
-                        lock.fence = None;
+                        lock.fences.retain(|&f| f != fence);
                     }
-                    self.step(now, &name, |m, acts| m.handle_release(now, acts));
+                    self.step(now, &name, |m, acts| m.handle_release_of(now, fence, acts));
                     if !seen {
                         // Nobody was handed it: whoever asked still waits,
                         // and the node asks again for them.
-                        self.step(now, &name, |m, acts| m.handle_request(now, acts));
+                        self.ask(now, &name);
                     }
                 }
             }
@@ -1593,7 +1642,9 @@ impl Engine {
     /// it was seen.
     fn lose(&mut self, name: Name, fence: Fence) -> bool {
         let before = self.held.len();
-        self.held.retain(|(o, _)| !matches!(o, Output::Granted { name: n, .. } if *n == name));
+        self.held.retain(
+            |(o, _)| !matches!(o, Output::Granted { name: n, fence: f } if *n == name && *f == fence),
+        );
         let seen = self.held.len() == before;
         if seen {
             self.emit(Output::Lost { name, fence });
@@ -1679,20 +1730,20 @@ impl Engine {
     /// lost; what it wanted, it asks for again once it has joined.
     fn start_over(&mut self, now: Time) {
         let mut holds = Vec::new();
-        let mut wanted = Vec::new();
+        let mut wanted: BTreeMap<Name, (u32, u32)> = BTreeMap::new();
         for (name, lock) in self.locks.in_order() {
-            match lock.fence {
-                Some(fence) => holds.push((name.clone(), fence, lock.permits)),
-                None if lock.pending || lock.cs_state() == CsState::Wanting => {
-                    wanted.push((name.clone(), lock.permits));
-                }
-                None => {}
+            holds.extend(lock.fences.iter().map(|&fence| (name.clone(), fence)));
+            let asked = (lock.pending + lock.wanting)
+                .max(u32::from(lock.fences.is_empty() && lock.cs_state() == CsState::Wanting));
+            if asked > 0 {
+                wanted.insert(name.clone(), (lock.permits, asked));
             }
         }
-        for (name, fence, permits) in holds {
+        for (name, fence) in holds {
+            let permits = self.locks.get(&name).map_or(1, |l| l.permits);
             if !self.lose(name.clone(), fence) {
                 // Granted, but nobody was handed it: still wanted.
-                wanted.push((name, permits));
+                wanted.entry(name).or_insert((permits, 0)).1 += 1;
             }
         }
         self.held.clear();
@@ -1711,10 +1762,10 @@ impl Engine {
         self.join_progress = 0;
         let permits = u32::try_from(self.cfg.capacity).unwrap_or(u32::MAX);
         self.lock(now, &Name::default(), permits);
-        for (name, permits) in wanted {
+        for (name, (permits, asked)) in wanted {
             self.lock(now, &name, permits);
             if let Some(lock) = self.locks.get_mut(&name) {
-                lock.pending = true;
+                lock.pending = asked;
             }
         }
     }
@@ -1782,7 +1833,8 @@ impl Engine {
                 Action::Grant { fence } => {
                     let Scope::Mutex(name) = &scope else { continue };
                     if let Some(lock) = self.locks.get_mut(name) {
-                        lock.fence = Some(fence);
+                        lock.fences.push(fence);
+                        lock.wanting = lock.wanting.saturating_sub(1);
                     }
                     self.cs_entries += 1;
                     let granted = Output::Granted { name: name.clone(), fence };

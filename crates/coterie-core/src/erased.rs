@@ -8,7 +8,7 @@
 
 use crate::algorithm::{Algorithm, ElectionAlgorithm, MutexAlgorithm, Out};
 use crate::outbox::{Action, Message, Outbox, Time, Timer, TimerId};
-use crate::types::{CsState, Epoch, NodeId, Stamp};
+use crate::types::{CsState, Epoch, Fence, NodeId, Stamp};
 use crate::wire::{self, WireError};
 use std::hash::Hasher;
 
@@ -55,6 +55,8 @@ pub trait DynMutex: DynAlgorithm {
     fn handle_request(&mut self, now: Time, out: &mut Actions);
     /// See [`MutexAlgorithm::handle_release`].
     fn handle_release(&mut self, now: Time, out: &mut Actions);
+    /// See [`MutexAlgorithm::handle_release_of`].
+    fn handle_release_of(&mut self, now: Time, fence: Fence, out: &mut Actions);
     /// See [`MutexAlgorithm::handle_adopt`].
     fn handle_adopt(&mut self, now: Time, peer: NodeId, out: &mut Actions);
     /// See [`MutexAlgorithm::handle_coordinator`].
@@ -189,6 +191,9 @@ impl<A: MutexAlgorithm> DynMutex for Erased<A> {
     }
     fn handle_release(&mut self, now: Time, out: &mut Actions) {
         self.with(out, |a, o| a.handle_release(now, o));
+    }
+    fn handle_release_of(&mut self, now: Time, fence: Fence, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_release_of(now, fence, o));
     }
     fn handle_adopt(&mut self, now: Time, peer: NodeId, out: &mut Actions) {
         self.with(out, |a, o| a.handle_adopt(now, peer, o));

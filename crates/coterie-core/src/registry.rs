@@ -56,6 +56,11 @@ pub enum MutexOption {
 pub struct Claims {
     /// `count`/capacity > 1 is honoured: up to k holders at once.
     pub counting: bool,
+    /// It counts sessions, not nodes: a node may hold several of a lock's
+    /// permits at once (one per client session), asking for each on its
+    /// own and releasing each by its fence. Without it a node holds one
+    /// permit at a time, and its clients take turns with it.
+    pub sessions: bool,
     /// Entries follow request-timestamp order (no grant while an older
     /// request waits) while nothing fails.
     pub fair: bool,
@@ -73,8 +78,13 @@ pub struct Claims {
 impl Claims {
     /// The claims of a classic algorithm: one holder, no promise of order,
     /// safety resting on the failure detector, no variants.
-    pub const BASIC: Claims =
-        Claims { counting: false, fair: false, safe_under_partitions: false, options: &[] };
+    pub const BASIC: Claims = Claims {
+        counting: false,
+        sessions: false,
+        fair: false,
+        safe_under_partitions: false,
+        options: &[],
+    };
 
     /// Whether it honours `option`.
     pub fn takes(&self, option: MutexOption) -> bool {
@@ -125,7 +135,12 @@ pub const MUTEXES: &[MutexInfo] = &[
     MutexInfo {
         name: "centralized",
         summary: "coordinator with a FIFO queue; count > 1 makes it a counting semaphore",
-        claims: Claims { counting: true, options: &[MutexOption::FenceRoom], ..Claims::BASIC },
+        claims: Claims {
+            counting: true,
+            sessions: true,
+            options: &[MutexOption::FenceRoom],
+            ..Claims::BASIC
+        },
         light_load: |_, local| if local { (0, 0) } else { (3, 3) },
         // The coordinator's own entries are free; everyone enters as often.
         heavy_load: |n| (3.0 * (n - 1) as f64 / n as f64, 3.0),
@@ -137,7 +152,12 @@ pub const MUTEXES: &[MutexInfo] = &[
     MutexInfo {
         name: "centralized-lending",
         summary: "centralized, and the coordinator lends the lock to a node that asks again: its re-entries cost no message",
-        claims: Claims { counting: true, options: &[MutexOption::FenceRoom], ..Claims::BASIC },
+        claims: Claims {
+            counting: true,
+            sessions: true,
+            options: &[MutexOption::FenceRoom],
+            ..Claims::BASIC
+        },
         // Nothing on a loan; centralized's 3 otherwise, and 2 more (RECALL
         // and the loan's RELEASE) when the lock must first come back.
         light_load: |_, local| if local { (0, 2) } else { (0, 5) },

@@ -53,10 +53,13 @@ fn remnant_key(name: &Name) -> u64 {
 pub(crate) struct Instance {
     /// The algorithm.
     pub(crate) mutex: Box<dyn DynMutex>,
-    /// The fence of this node's current grant.
-    pub(crate) fence: Option<Fence>,
-    /// A request made before the node joined, held until then.
-    pub(crate) pending: bool,
+    /// The fences of this node's current grants, oldest first: one at
+    /// most, but for an algorithm that counts sessions.
+    pub(crate) fences: Vec<Fence>,
+    /// Requests made before the node joined, held until then.
+    pub(crate) pending: u32,
+    /// Requests handed to the algorithm and not granted yet.
+    pub(crate) wanting: u32,
     /// How many may hold the lock at once.
     pub(crate) permits: u32,
     /// Since when it has been forgettable, if it is.
@@ -66,15 +69,23 @@ pub(crate) struct Instance {
 impl Instance {
     /// Where this node stands with respect to this lock.
     pub(crate) fn cs_state(&self) -> CsState {
-        if self.pending {
+        if !self.fences.is_empty() {
+            CsState::Held
+        } else if self.pending > 0 {
             CsState::Wanting
         } else {
             self.mutex.cs_state()
         }
     }
 
+    /// The grants this node holds or has asked for (or will ask for once
+    /// joined).
+    pub(crate) fn outstanding(&self) -> u32 {
+        self.fences.len() as u32 + self.pending + self.wanting
+    }
+
     fn forgettable(&self) -> bool {
-        !self.pending && self.fence.is_none() && self.mutex.forgettable()
+        self.pending == 0 && self.fences.is_empty() && self.mutex.forgettable()
     }
 }
 
@@ -82,8 +93,9 @@ impl Clone for Instance {
     fn clone(&self) -> Instance {
         Instance {
             mutex: self.mutex.clone_box(),
-            fence: self.fence,
+            fences: self.fences.clone(),
             pending: self.pending,
+            wanting: self.wanting,
             permits: self.permits,
             idle_since: self.idle_since,
         }
@@ -142,7 +154,14 @@ impl Resources {
             mutex.observe_remnant(own, self.remnant_floor);
         }
         let permits = u32::try_from(cfg.capacity).unwrap_or(u32::MAX);
-        let instance = Instance { mutex, fence: None, pending: false, permits, idle_since: None };
+        let instance = Instance {
+            mutex,
+            fences: Vec::new(),
+            pending: 0,
+            wanting: 0,
+            permits,
+            idle_since: None,
+        };
         self.map.entry(cfg.name.clone()).or_insert(instance)
     }
 
@@ -367,14 +386,14 @@ impl Resources {
     /// The names with a request held back until the node joins, in order.
     pub(crate) fn pending(&self) -> Vec<Name> {
         let mut names: Vec<Name> =
-            self.map.iter().filter(|(_, i)| i.pending).map(|(n, _)| n.clone()).collect();
+            self.map.iter().filter(|(_, i)| i.pending > 0).map(|(n, _)| n.clone()).collect();
         names.sort_unstable();
         names
     }
 
     /// Whether any request is held back until the node joins.
     pub(crate) fn any_pending(&self) -> bool {
-        self.map.values().any(|i| i.pending)
+        self.map.values().any(|i| i.pending > 0)
     }
 
     /// Where the node stands over all its locks: holding one if it holds

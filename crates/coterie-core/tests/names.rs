@@ -271,6 +271,49 @@ fn a_lock_of_k_permits_admits_k_holders() {
     }
 }
 
+/// An algorithm that counts sessions grants one node several permits of
+/// a lock at once, each its own fence, and no more than the lock has: a
+/// coordinator's clients and another node's alike, the last released by
+/// its fence letting a waiter of another node in. The others grant a node
+/// one permit at a time however often it asks.
+#[test]
+fn a_node_holds_as_many_permits_as_its_clients_ask_for_where_sessions_count() {
+    for info in MUTEXES.iter().filter(|m| m.claims.counting) {
+        for node in [1, 3] {
+            let mut net = Net::with(info.name, 3, 1);
+            for _ in 0..3 {
+                let now = net.now;
+                net.engine(node).request(now, &name("pool"), 3).unwrap();
+                net.run_until(now + ms(50));
+            }
+            let mine = net.engine(node).fences_of(&name("pool")).to_vec();
+            let other = if node == 1 { 2 } else { 1 };
+            let now = net.now;
+            net.engine(other).request(now, &name("pool"), 3).unwrap();
+            net.run_until(now + ms(50));
+            if !info.claims.sessions {
+                assert_eq!(mine.len(), 1, "{}: one permit a node", info.name);
+                assert!(net.holds(other, "pool"), "{}", info.name);
+                continue;
+            }
+            assert_eq!(mine.len(), 3, "{} at n{node}: {mine:?}", info.name);
+            let distinct: std::collections::BTreeSet<_> = mine.iter().collect();
+            assert_eq!(distinct.len(), 3, "{}: each its own fence", info.name);
+            assert!(!net.holds(other, "pool"), "{}: a fourth was let in", info.name);
+            // A fourth request here waits too, and asks for nothing more.
+            let now = net.now;
+            net.engine(node).request(now, &name("pool"), 3).unwrap();
+            net.run_until(now + ms(50));
+            assert_eq!(net.engine(node).outstanding(&name("pool")), 3, "{}", info.name);
+            let now = net.now;
+            net.engine(node).release_grant(now, &name("pool"), mine[1]);
+            net.run_until(now + ms(50));
+            assert_eq!(net.engine(node).fences_of(&name("pool")), [mine[0], mine[2]]);
+            assert!(net.holds(other, "pool"), "{}: the waiter gets the permit", info.name);
+        }
+    }
+}
+
 /// A peer's message for a lock this node never had, that does not decode,
 /// leaves nothing behind.
 #[test]

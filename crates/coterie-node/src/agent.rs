@@ -35,7 +35,7 @@ use crate::faults::{Fate, Injector};
 use crate::gate::Gate;
 use crate::holdback::{Holdback, Verdict};
 use crate::links::{Inbound, PeerLinks};
-use crate::locks::{Handed, Locks};
+use crate::locks::{Demand, Handed, Locks};
 use crate::metrics::Metrics;
 use crate::peers::Peers;
 use crate::protocol::NodeEvent;
@@ -227,10 +227,10 @@ impl Agent {
         self.carry_out(&mut stack, now);
         if !self.lock_delay.is_zero() {
             for (name, fence) in stack.holdback.pending() {
-                if stack.engine.fence_of(&name) == Some(fence) {
+                if stack.engine.fences_of(&name).contains(&fence) {
                     self.grant(&mut stack, name, fence, now);
                 } else {
-                    stack.holdback.forget(&name);
+                    stack.holdback.forget_grant(&name, fence);
                 }
             }
             self.carry_out(&mut stack, now);
@@ -322,26 +322,60 @@ impl Agent {
     /// under way is left to run: what it brings back is handed to whoever
     /// waits then, or given back at once. Refused when the engine will not
     /// take the request (permits that do not fit).
+    ///
+    /// With an algorithm that counts sessions the same holds grant by
+    /// grant: each grant no session holds (or is held back for) is
+    /// released, and the node asks for one more grant for each session
+    /// that waits, up to the lock's permits.
     pub(crate) fn sync(&self, name: &Name) -> Result<(), RequestError> {
         self.input(|s, now| {
             let demand = self.locks.demand(name);
+            if s.engine.counts_sessions() {
+                return Self::follow(s, name, &demand, now);
+            }
             match s.engine.cs_state_of(name) {
-                CsState::Held if demand.holding => Ok(()),
+                CsState::Held if demand.holding() => Ok(()),
                 // A grant held back by the lock delay waits for its taker.
-                CsState::Held if demand.waiting && s.holdback.holds(name) => Ok(()),
+                CsState::Held if demand.waiting > 0 && s.holdback.holds(name) => Ok(()),
                 CsState::Held => {
                     s.holdback.forget(name);
                     s.engine.release(now, name);
-                    if demand.waiting {
+                    if demand.waiting > 0 {
                         s.engine.request(now, name, demand.permits)
                     } else {
                         Ok(())
                     }
                 }
-                CsState::Idle if demand.waiting => s.engine.request(now, name, demand.permits),
+                CsState::Idle if demand.waiting > 0 => s.engine.request(now, name, demand.permits),
                 _ => Ok(()),
             }
         })
+    }
+
+    /// [`sync`](Self::sync) for an algorithm that counts sessions.
+    fn follow(
+        s: &mut Stack,
+        name: &Name,
+        demand: &Demand,
+        now: Duration,
+    ) -> Result<(), RequestError> {
+        let held: Vec<Fence> = s.engine.fences_of(name).to_vec();
+        for fence in held {
+            let kept = demand.used.contains(&fence)
+                || (demand.waiting > 0 && s.holdback.holds_grant(name, fence));
+            if !kept {
+                s.holdback.forget_grant(name, fence);
+                s.engine.release_grant(now, name, fence);
+            }
+        }
+        while s.engine.outstanding(name) < demand.wanted() {
+            let before = s.engine.outstanding(name);
+            s.engine.request(now, name, demand.permits)?;
+            if s.engine.outstanding(name) == before {
+                break; // the engine takes no more
+            }
+        }
+        Ok(())
     }
 
     /// Why the node takes no new request, if it holds no lease from a
@@ -601,7 +635,9 @@ impl Agent {
                     session: session.unwrap_or(0),
                 });
                 let demand = self.locks.demand(&name);
-                if demand.waiting {
+                if s.engine.counts_sessions() {
+                    let _ = Self::follow(s, &name, &demand, now);
+                } else if demand.waiting > 0 {
                     let _ = s.engine.request(now, &name, demand.permits);
                 }
             }
@@ -700,7 +736,7 @@ impl Agent {
             Handed::Nobody => {
                 // Everyone who asked has gone: give it back.
                 debug!(node = id, %name, fence = fence.0, "grant with no waiter, releasing");
-                s.engine.release(now, &name);
+                s.engine.release_grant(now, &name, fence);
                 return;
             }
         };

@@ -77,7 +77,9 @@ enum Talk {
 struct Part {
     name: String,
     permits: u32,
-    holder: Option<HolderInfo>,
+    /// The node's holders: one at most, but for an algorithm that counts
+    /// sessions.
+    holders: Vec<HolderInfo>,
     /// Its waiting clients, in the order the node will serve them.
     waiters: Vec<WaiterInfo>,
     /// The stamp of the node's request for the lock, when the algorithm
@@ -341,7 +343,7 @@ impl Cluster {
                     if q.awaiting.remove(&from) {
                         q.parts.extend(parts.into_iter().map(|mut p| {
                             // A node speaks for its own clients only.
-                            if let Some(h) = &mut p.holder {
+                            for h in &mut p.holders {
                                 h.node = from.0;
                             }
                             for w in &mut p.waiters {
@@ -406,7 +408,7 @@ impl Cluster {
             .map(|(name, mut parts)| {
                 let permits = parts.iter().map(|p| p.permits).max().unwrap_or(1);
                 let mut holders: Vec<HolderInfo> =
-                    parts.iter().filter_map(|p| p.holder.clone()).collect();
+                    parts.iter().flat_map(|p| p.holders.iter().cloned()).collect();
                 holders.sort_by_key(|h| h.fence);
                 let timestamp = self.timestamp_order && parts.iter().any(|p| p.stamp.is_some());
                 if timestamp {
@@ -478,20 +480,24 @@ fn part(node: u32, now: Duration, l: LocalLock, view: LockView) -> Part {
     let ms = |since: Duration| now.saturating_sub(since).as_millis() as u64;
     // A holder the node lost is listed without a client, for as long as
     // the node holds on its behalf.
-    let holder = l.holder.as_ref().map(|h| HolderInfo {
-        node,
-        client: (!l.orphaned).then(|| h.client.label.clone()),
-        fence: h.fence.0,
-        held_ms: ms(h.since),
-        value: h.value.clone().filter(|_| !l.orphaned),
-    });
+    let holders = l
+        .holders
+        .iter()
+        .map(|(h, orphaned)| HolderInfo {
+            node,
+            client: (!orphaned).then(|| h.client.label.clone()),
+            fence: h.fence.0,
+            held_ms: ms(h.since),
+            value: h.value.clone().filter(|_| !orphaned),
+        })
+        .collect();
     let waiters = l
         .waiters
         .iter()
         .map(|(c, since)| WaiterInfo { node, client: c.label.clone(), waited_ms: ms(*since) })
         .collect();
     let stamp = view.stamp.filter(|_| view.state == CsState::Wanting).map(|s| (s.ts, s.node.0));
-    Part { name: l.name.to_string(), permits: l.permits, holder, waiters, stamp }
+    Part { name: l.name.to_string(), permits: l.permits, holders, waiters, stamp }
 }
 
 fn encode(talk: &Talk) -> Vec<u8> {

@@ -22,18 +22,19 @@ use std::time::Duration;
 /// One grant held back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Held {
-    fence: Fence,
     /// When the grant came.
     arrived: Duration,
     /// Looked at again by then at the latest, while peers are awaited.
     recheck: Option<Duration>,
 }
 
-/// The grants held back, by name; see the module documentation.
+/// The grants held back, by name and fence (a node may hold several
+/// grants of a lock whose algorithm counts sessions); see the module
+/// documentation.
 #[derive(Debug, Default)]
 pub(crate) struct Holdback {
     blocked_until: Duration,
-    held: BTreeMap<Name, Held>,
+    held: BTreeMap<(Name, Fence), Held>,
 }
 
 /// Whether a grant may be handed on now.
@@ -71,37 +72,62 @@ impl Holdback {
         heartbeat: Duration,
         heard_since: impl Fn(Duration) -> bool,
     ) -> Verdict {
-        let held = self.held.get(name).filter(|h| h.fence == fence);
+        let key = (name.clone(), fence);
+        let held = self.held.get(&key);
         let arrived = held.map_or(now, |h| h.arrived);
         let verdict = if !heard_since(arrived) {
             Verdict::AwaitPeers { arrived, probe: held.is_none() }
         } else if now < self.blocked_until {
             Verdict::Blocked
         } else {
-            self.held.remove(name);
+            self.held.remove(&key);
             return Verdict::Hand;
         };
         let recheck = match verdict {
             Verdict::AwaitPeers { .. } => Some(now + heartbeat / 5),
             _ => None,
         };
-        self.held.insert(name.clone(), Held { fence, arrived, recheck });
+        self.held.insert(key, Held { arrived, recheck });
         verdict
     }
 
-    /// Forgets `name`'s grant, if one is held back (the engine let it go).
-    pub(crate) fn forget(&mut self, name: &Name) -> bool {
-        self.held.remove(name).is_some()
+    /// `name`'s grants held back, by fence.
+    fn of<'a>(&'a self, name: &'a Name) -> impl Iterator<Item = Fence> + 'a {
+        let from = (name.clone(), Fence(0));
+        self.held
+            .range(from..)
+            .map(|((n, f), _)| (n, *f))
+            .take_while(move |(n, _)| *n == name)
+            .map(|(_, f)| f)
     }
 
-    /// Whether `name`'s grant is held back.
+    /// Forgets `name`'s grants held back, if any (the engine let them go).
+    pub(crate) fn forget(&mut self, name: &Name) -> bool {
+        let fences: Vec<Fence> = self.of(name).collect();
+        for fence in &fences {
+            self.held.remove(&(name.clone(), *fence));
+        }
+        !fences.is_empty()
+    }
+
+    /// Forgets `name`'s grant `fence`, if it is held back.
+    pub(crate) fn forget_grant(&mut self, name: &Name, fence: Fence) {
+        self.held.remove(&(name.clone(), fence));
+    }
+
+    /// Whether a grant of `name` is held back.
     pub(crate) fn holds(&self, name: &Name) -> bool {
-        self.held.contains_key(name)
+        self.of(name).next().is_some()
+    }
+
+    /// Whether `name`'s grant `fence` is held back.
+    pub(crate) fn holds_grant(&self, name: &Name, fence: Fence) -> bool {
+        self.held.contains_key(&(name.clone(), fence))
     }
 
     /// The grants held back, to be judged again.
     pub(crate) fn pending(&self) -> Vec<(Name, Fence)> {
-        self.held.iter().map(|(n, h)| (n.clone(), h.fence)).collect()
+        self.held.keys().cloned().collect()
     }
 
     /// When a held grant is next worth judging again.

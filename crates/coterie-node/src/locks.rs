@@ -1,9 +1,11 @@
 //! The application's locks, after the picture in Jones's lecture notes
-//! (22C:116, Iowa, 2002): the algorithms grant the *node*, one holder a
-//! lock at a time, and the node hands each grant to one of its client
-//! sessions at a time, in the order they asked. This is that table: for
-//! every name this node's clients hold or want, who holds the node's grant
-//! of it and who waits, with what they said of themselves.
+//! (22C:116, Iowa, 2002): the algorithms grant the *node*, and the node
+//! hands each grant to one of its client sessions, in the order they
+//! asked. Most algorithms grant a node one permit of a lock at a time; one
+//! that counts sessions grants it as many as its sessions ask for, up to
+//! the lock's permits, each grant to a session of its own. This is that
+//! table: for every name this node's clients hold or want, who holds the
+//! node's grants of it and who waits, with what they said of themselves.
 //!
 //! It is the demand the agent serves: the agent reads what a name's
 //! sessions want ([`Locks::demand`]) and asks or releases the engine so
@@ -59,34 +61,46 @@ struct Waiter {
 /// One name at this node.
 struct Local {
     permits: u32,
-    holder: Option<Holder>,
+    /// The sessions holding the node's grants, in the order granted.
+    holders: Vec<Holder>,
     waiters: VecDeque<Waiter>,
-    /// A session was lost while holding: the node holds on its behalf
-    /// until then (what it held is kept for listings).
-    orphan: Option<(Holder, Duration)>,
+    /// Sessions lost while holding: the node holds on their behalf until
+    /// then (what they held is kept for listings).
+    orphans: Vec<(Holder, Duration)>,
 }
 
 impl Local {
     fn unused(&self) -> bool {
-        self.holder.is_none() && self.waiters.is_empty() && self.orphan.is_none()
+        self.holders.is_empty() && self.waiters.is_empty() && self.orphans.is_empty()
     }
 }
 
 /// What a name's sessions want of the engine ([`Locks::demand`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Demand {
     /// The permits they ask it with.
     pub(crate) permits: u32,
-    /// A session holds the node's grant (or the node holds it for a lost
-    /// one).
-    pub(crate) holding: bool,
-    /// A session waits for it.
-    pub(crate) waiting: bool,
+    /// The grants its sessions hold, and the node holds for lost ones.
+    pub(crate) used: Vec<Fence>,
+    /// How many sessions wait for it.
+    pub(crate) waiting: u32,
 }
 
 impl Demand {
     /// Nobody holds or wants it.
-    pub(crate) const NONE: Demand = Demand { permits: 1, holding: false, waiting: false };
+    pub(crate) const NONE: Demand = Demand { permits: 1, used: Vec::new(), waiting: 0 };
+
+    /// Whether a session holds a grant of it (or the node holds one for a
+    /// lost session).
+    pub(crate) fn holding(&self) -> bool {
+        !self.used.is_empty()
+    }
+
+    /// The grants the node should hold or ask for: one per session that
+    /// holds or waits (and per lost holder), no more than the permits.
+    pub(crate) fn wanted(&self) -> u32 {
+        (self.used.len() as u32 + self.waiting).min(self.permits)
+    }
 }
 
 /// What became of a grant handed to the table.
@@ -135,11 +149,9 @@ pub(crate) struct LocalLock {
     pub(crate) name: Name,
     /// Its permits.
     pub(crate) permits: u32,
-    /// The session holding the node's grant (or that held it, if the
-    /// node holds it for that session, lost: [`orphaned`](Self::orphaned)).
-    pub(crate) holder: Option<Holder>,
-    /// Whether the node holds it for a lost session (the lock delay).
-    pub(crate) orphaned: bool,
+    /// The sessions holding the node's grants, and whether the node
+    /// holds it for that session, lost (the lock delay).
+    pub(crate) holders: Vec<(Holder, bool)>,
     /// Sessions waiting, first served first: who, and since when.
     pub(crate) waiters: Vec<(Client, Duration)>,
 }
@@ -156,7 +168,7 @@ pub(crate) struct Limits {
 /// How much of the table is in use ([`Locks::load`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Load {
-    /// Names a session holds, or the node holds for a lost one.
+    /// Grants a session holds, or the node holds for a lost one.
     pub(crate) held: usize,
     /// Sessions waiting.
     pub(crate) waiting: usize,
@@ -232,9 +244,9 @@ impl Locks {
             }
             None => t.names.entry(name.clone()).or_insert(Local {
                 permits,
-                holder: None,
+                holders: Vec::new(),
                 waiters: VecDeque::new(),
-                orphan: None,
+                orphans: Vec::new(),
             }),
         };
         if local.permits != permits {
@@ -242,7 +254,7 @@ impl Locks {
             return Err(Refused::Permits { name: name.clone(), live, asked: permits });
         }
         let mine = |c: &Client| c.session == client.session;
-        if local.holder.as_ref().is_some_and(|h| mine(&h.client))
+        if local.holders.iter().any(|h| mine(&h.client))
             || local.waiters.iter().any(|w| mine(&w.client))
         {
             return Err(Refused::Twice(name.clone()));
@@ -263,13 +275,15 @@ impl Locks {
     /// with that fence.
     pub(crate) fn proclaim(&self, session: u64, name: &Name, fence: Fence, value: String) -> bool {
         let mut t = self.table();
-        let holder = t.names.get_mut(name).and_then(|l| l.holder.as_mut());
+        let Some(local) = t.names.get_mut(name) else { return false };
+        let holder =
+            local.holders.iter_mut().find(|h| h.client.session == session && h.fence == fence);
         match holder {
-            Some(h) if h.client.session == session && h.fence == fence => {
+            Some(h) => {
                 h.value = Some(value);
                 true
             }
-            _ => false,
+            None => false,
         }
     }
 
@@ -289,11 +303,12 @@ impl Locks {
         let before = local.waiters.len();
         local.waiters.retain(|w| w.client.session != session);
         let left = before - local.waiters.len();
-        let holder = local.holder.take_if(|h| h.client.session == session);
+        let at = local.holders.iter().position(|h| h.client.session == session);
+        let holder = at.map(|at| local.holders.remove(at));
         let held = holder.is_some();
         if let Some(holder) = holder {
             self.metrics.held(now.saturating_sub(holder.since));
-            local.orphan = until.map(|until| (holder, until));
+            local.orphans.extend(until.map(|until| (holder, until)));
         }
         if local.unused() {
             t.names.remove(name);
@@ -313,8 +328,9 @@ impl Locks {
     pub(crate) fn revoke(&self, name: &Name, fence: Fence, now: Duration) -> Option<u64> {
         let mut t = self.table();
         let local = t.names.get_mut(name)?;
-        local.orphan.take_if(|(h, _)| h.fence == fence);
-        let holder = local.holder.take_if(|h| h.fence == fence);
+        local.orphans.retain(|(h, _)| h.fence != fence);
+        let at = local.holders.iter().position(|h| h.fence == fence);
+        let holder = at.map(|at| local.holders.remove(at));
         if local.unused() {
             t.names.remove(name);
         }
@@ -333,8 +349,8 @@ impl Locks {
     /// Whether `session` holds `name` with `fence`.
     pub(crate) fn holds(&self, session: u64, name: &Name, fence: Fence) -> bool {
         let t = self.table();
-        let holder = t.names.get(name).and_then(|l| l.holder.as_ref());
-        holder.is_some_and(|h| h.client.session == session && h.fence == fence)
+        let holders = t.names.get(name).map_or(&[][..], |l| &l.holders);
+        holders.iter().any(|h| h.client.session == session && h.fence == fence)
     }
 
     /// What `name`'s sessions want of the engine.
@@ -344,8 +360,13 @@ impl Locks {
             None => Demand::NONE,
             Some(l) => Demand {
                 permits: l.permits,
-                holding: l.holder.is_some() || l.orphan.is_some(),
-                waiting: !l.waiters.is_empty(),
+                used: l
+                    .holders
+                    .iter()
+                    .chain(l.orphans.iter().map(|(h, _)| h))
+                    .map(|h| h.fence)
+                    .collect(),
+                waiting: l.waiters.len() as u32,
             },
         }
     }
@@ -362,8 +383,9 @@ impl Locks {
             if waiter.grant.send(fence).is_ok() {
                 self.metrics.granted(now.saturating_sub(waiter.since), waiter.value.is_some());
                 let client = waiter.client.clone();
-                local.holder =
-                    Some(Holder { client: waiter.client, fence, since: now, value: waiter.value });
+                let holder =
+                    Holder { client: waiter.client, fence, since: now, value: waiter.value };
+                local.holders.push(holder);
                 handed = Handed::To(client);
                 break;
             }
@@ -377,7 +399,7 @@ impl Locks {
 
     /// When the next lock delay for a lost holder ends.
     pub(crate) fn deadline(&self) -> Option<Duration> {
-        self.table().names.values().filter_map(|l| l.orphan.as_ref().map(|(_, t)| *t)).min()
+        self.table().names.values().flat_map(|l| l.orphans.iter().map(|(_, t)| *t)).min()
     }
 
     /// Ends the lock delays due by `now`: the names the agent must follow.
@@ -385,8 +407,9 @@ impl Locks {
         let mut t = self.table();
         let mut due = Vec::new();
         for (name, local) in t.names.iter_mut() {
-            if local.orphan.as_ref().is_some_and(|(_, until)| *until <= now) {
-                local.orphan = None;
+            let before = local.orphans.len();
+            local.orphans.retain(|(_, until)| *until > now);
+            if local.orphans.len() < before {
                 due.push(name.clone());
             }
         }
@@ -434,8 +457,12 @@ impl Locks {
             .map(|(name, l)| LocalLock {
                 name: name.clone(),
                 permits: l.permits,
-                holder: l.holder.clone().or_else(|| l.orphan.as_ref().map(|(h, _)| h.clone())),
-                orphaned: l.orphan.is_some(),
+                holders: l
+                    .holders
+                    .iter()
+                    .map(|h| (h.clone(), false))
+                    .chain(l.orphans.iter().map(|(h, _)| (h.clone(), true)))
+                    .collect(),
                 waiters: l.waiters.iter().map(|w| (w.client.clone(), w.since)).collect(),
             })
             .collect()
@@ -444,7 +471,7 @@ impl Locks {
     /// How many names are held here, and how many sessions wait.
     pub(crate) fn load(&self) -> Load {
         let t = self.table();
-        let held = t.names.values().filter(|l| l.holder.is_some() || l.orphan.is_some()).count();
+        let held = t.names.values().map(|l| l.holders.len() + l.orphans.len()).sum();
         Load { held, waiting: t.waiting }
     }
 
@@ -483,17 +510,47 @@ mod tests {
         let (tx_b, mut rx_b) = oneshot::channel();
         locks.wait(a.clone(), &name("x"), 1, None, ms(0), tx_a).unwrap();
         locks.wait(b.clone(), &name("x"), 1, Some("v".into()), ms(1), tx_b).unwrap();
-        assert_eq!(locks.demand(&name("x")), Demand { permits: 1, holding: false, waiting: true });
+        assert_eq!(locks.demand(&name("x")), Demand { permits: 1, used: vec![], waiting: 2 });
         drop(rx_a); // a went away
         assert_eq!(locks.grant(&name("x"), Fence(7), ms(2)), Handed::To(b.clone()));
         assert_eq!(rx_b.try_recv(), Ok(Fence(7)));
         let snap = locks.snapshot("");
-        assert_eq!(snap[0].holder.as_ref().unwrap().value.as_deref(), Some("v"));
+        assert_eq!(snap[0].holders[0].0.value.as_deref(), Some("v"));
         assert_eq!(locks.load(), Load { held: 1, waiting: 0 });
         assert!(locks.leave(b.session, &name("x"), ms(3)));
         assert_eq!(locks.demand(&name("x")), Demand::NONE);
         assert_eq!(locks.len(), 0, "an unused name is forgotten");
         assert_eq!(locks.grant(&name("x"), Fence(8), ms(3)), Handed::Nobody);
+    }
+
+    /// Grants of a lock of several permits go to as many sessions, each
+    /// with its own fence; the demand counts them and what still waits.
+    #[test]
+    fn several_grants_of_one_name_go_to_as_many_sessions() {
+        let locks = locks();
+        let (a, b, c) = (client(&locks), client(&locks), client(&locks));
+        let mut rx = Vec::new();
+        for who in [&a, &b, &c] {
+            let (tx, r) = oneshot::channel();
+            locks.wait(who.clone(), &name("x"), 2, None, ms(0), tx).unwrap();
+            rx.push(r);
+        }
+        assert_eq!(locks.demand(&name("x")).wanted(), 2, "no more than the permits");
+        assert_eq!(locks.grant(&name("x"), Fence(5), ms(1)), Handed::To(a.clone()));
+        assert_eq!(locks.grant(&name("x"), Fence(6), ms(1)), Handed::To(b.clone()));
+        let demand = locks.demand(&name("x"));
+        assert_eq!(
+            (demand.used, demand.waiting, locks.load().held),
+            (vec![Fence(5), Fence(6)], 1, 2)
+        );
+        assert!(locks.holds(a.session, &name("x"), Fence(5)));
+        assert!(!locks.holds(a.session, &name("x"), Fence(6)), "b's grant");
+        assert!(locks.leave(a.session, &name("x"), ms(2)));
+        assert_eq!(locks.demand(&name("x")).used, vec![Fence(6)]);
+        assert_eq!(locks.grant(&name("x"), Fence(7), ms(3)), Handed::To(c.clone()));
+        let holders: Vec<u64> =
+            locks.snapshot("x")[0].holders.iter().map(|(h, _)| h.fence.0).collect();
+        assert_eq!(holders, [6, 7]);
     }
 
     #[test]
@@ -508,7 +565,7 @@ mod tests {
         assert!(!locks.proclaim(a.session, &name("y"), Fence(4), "y".into()), "not held");
         assert!(locks.proclaim(a.session, &name("x"), Fence(4), "v2".into()));
         let snap = locks.snapshot("x");
-        assert_eq!(snap[0].holder.as_ref().unwrap().value.as_deref(), Some("v2"));
+        assert_eq!(snap[0].holders[0].0.value.as_deref(), Some("v2"));
     }
 
     #[test]
@@ -519,7 +576,7 @@ mod tests {
         locks.wait(a.clone(), &name("x"), 1, None, ms(0), tx).unwrap();
         locks.grant(&name("x"), Fence(1), ms(0));
         assert!(locks.lose(a.session, &name("x"), ms(0), Some(ms(500))));
-        assert!(locks.demand(&name("x")).holding, "held for the lost session");
+        assert!(locks.demand(&name("x")).holding(), "held for the lost session");
         assert_eq!(locks.load(), Load { held: 1, waiting: 0 }, "held for the lost session");
         assert_eq!(locks.deadline(), Some(ms(500)));
         assert!(locks.expire(ms(499)).is_empty());

@@ -4,7 +4,8 @@
 //! Systems*, 1995, §3.2: a manager with a `resourceIsFree` flag and a FIFO
 //! queue) and the message-passing semaphore server of Jones's lecture
 //! notes (22C:116, Iowa, 2002: a `count` and a queue of blocked clients). With a capacity `k > 1` the
-//! coordinator is a counting semaphore: up to `k` nodes hold at once.
+//! coordinator is a counting semaphore: up to `k` client sessions hold at
+//! once, in any mix of nodes.
 //!
 //! **Assumptions.** Reliable FIFO links while both ends are up; crash-stop
 //! failures reported by the failure detector; an election layer that names
@@ -43,6 +44,19 @@
 //! a grant on the way: on the re-admission the coordinator sends it once
 //! more, and a client takes a grant only for the request it waits with,
 //! so a copy that finds it past that request is handed back or ignored.
+//!
+//! **Semaphores of sessions.** A node asks for a permit per client session
+//! that wants one, each request with its own stamp, and holds as many
+//! grants as the coordinator gives it, each with its own fence; it
+//! releases each by its fence (the RELEASE names it). Its first request is
+//! a REQUEST; one made while it holds or waits for others is its whole
+//! state (STATE_REPORT with every request waiting and every fence held),
+//! which the coordinator takes in place of what it knew of the node, as
+//! it takes any report, so a RELEASE lost with a broken session is
+//! repaired by the next. Messages per entry stay 3 (0 at the
+//! coordinator); a report is larger than a REQUEST by a stamp or a fence
+//! per permit the node holds or wants. A report of more entries than the
+//! lock has permits, or with another node's stamps, is ignored.
 //!
 //! **Many locks.** Every lock name has an instance of its own at every
 //! node that uses it, and its coordinator's instance rebuilds the way any
@@ -136,7 +150,7 @@ pub enum CentralizedMsg {
 }
 
 /// One client's account of itself, for a coordinator that rebuilds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub enum Report {
     /// Not interested.
     Idle,
@@ -144,6 +158,45 @@ pub enum Report {
     Waiting(Stamp),
     /// Inside the critical section with this fence.
     Holding(Fence),
+    /// Several of the lock's permits held or asked for here, one per
+    /// client session: the requests waiting (oldest first) and the fences
+    /// of the grants held.
+    Many {
+        /// The requests waiting.
+        waiting: Vec<Stamp>,
+        /// The grants held.
+        holding: Vec<Fence>,
+    },
+}
+
+impl Report {
+    /// The report of a client waiting with `waiting` and holding `holding`.
+    fn of(waiting: &[Stamp], holding: &[Fence]) -> Report {
+        match (waiting, holding) {
+            ([], []) => Report::Idle,
+            ([stamp], []) => Report::Waiting(*stamp),
+            ([], [fence]) => Report::Holding(*fence),
+            _ => Report::Many { waiting: waiting.to_vec(), holding: holding.to_vec() },
+        }
+    }
+
+    /// The requests it says wait.
+    fn waiting(&self) -> &[Stamp] {
+        match self {
+            Report::Waiting(stamp) => std::slice::from_ref(stamp),
+            Report::Many { waiting, .. } => waiting,
+            Report::Idle | Report::Holding(_) => &[],
+        }
+    }
+
+    /// The grants it says are held.
+    fn holding(&self) -> &[Fence] {
+        match self {
+            Report::Holding(fence) => std::slice::from_ref(fence),
+            Report::Many { holding, .. } => holding,
+            Report::Idle | Report::Waiting(_) => &[],
+        }
+    }
 }
 
 impl Message for CentralizedMsg {
@@ -167,10 +220,10 @@ struct Manager {
     /// Peers whose state report is still missing; nothing is granted until
     /// it is empty.
     awaiting: BTreeSet<NodeId>,
-    /// Who holds, and with which grant.
-    holders: BTreeMap<NodeId, Holder>,
-    /// Who waits, in order of arrival (at most one entry per node); sorted
-    /// by stamp once, when a rebuild completes.
+    /// Who holds, by the fence of their grant.
+    holders: BTreeMap<Fence, Holder>,
+    /// Who waits, in order of arrival (a request per client session that
+    /// waits); sorted by stamp once, when a rebuild completes.
     queue: VecDeque<Stamp>,
     /// Whether the rebuilt queue has been put in stamp order.
     ordered: bool,
@@ -185,6 +238,7 @@ struct Manager {
 /// One holder, as the coordinator knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Holder {
+    node: NodeId,
     fence: Fence,
     /// The request this coordinator granted (none for a holder it learnt of
     /// from a report).
@@ -225,41 +279,30 @@ impl Manager {
 
     /// Records `node`'s state as reported (or implied by a request). A new
     /// report replaces whatever the manager believed of that node, except
-    /// one that still shows waiting with a request already granted: the
-    /// grant is on its way and the report predates it. (If the grant was
-    /// lost instead, with a session that broke, the re-admission that
-    /// follows sends it again: see `handle_peer_back`.)
-    fn absorb(&mut self, node: NodeId, state: Report) {
-        if let Report::Waiting(stamp) = state {
-            if self.holders.get(&node).is_some_and(|h| h.granted_for == Some(stamp)) {
-                return;
-            }
-        }
+    /// for a request it still shows waiting that was granted already: the
+    /// grant is on its way and the report predates it, so the grant stays
+    /// and the request is not queued again. (If the grant was lost
+    /// instead, with a session that broke, the re-admission that follows
+    /// sends it again: see `handle_peer_back`.)
+    fn absorb(&mut self, node: NodeId, state: &Report) {
+        let in_flight = |h: &Holder| h.granted_for.is_some_and(|s| state.waiting().contains(&s));
         self.queue.retain(|s| s.node != node);
-        self.holders.remove(&node);
-        match state {
-            Report::Idle => {}
-            Report::Waiting(stamp) => {
+        self.holders.retain(|_, h| h.node != node || in_flight(h));
+        for &stamp in state.waiting() {
+            if !self.holders.values().any(|h| h.granted_for == Some(stamp)) {
                 self.queue.push_back(stamp);
             }
-            Report::Holding(fence) => {
-                self.holders.insert(node, Holder { fence, granted_for: None, loan: Lent::No });
-            }
+        }
+        for &fence in state.holding() {
+            let holder = Holder { node, fence, granted_for: None, loan: Lent::No };
+            self.holders.insert(fence, holder);
         }
     }
 
     fn forget(&mut self, node: NodeId) {
-        self.absorb(node, Report::Idle);
+        self.absorb(node, &Report::Idle);
         self.awaiting.remove(&node);
     }
-}
-
-/// Where this node stands as a client.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Client {
-    Idle,
-    Waiting(Stamp),
-    Holding(Fence),
 }
 
 /// The lock as lent to this node (`centralized-lending`).
@@ -305,7 +348,12 @@ pub struct Centralized {
     clock: LamportClock,
     /// The coordinator this node follows and its epoch.
     view: Option<(NodeId, Epoch)>,
-    me: Client,
+    /// This node's requests that wait, oldest first: one at most unless
+    /// the node's clients hold several permits (`centralized` counts
+    /// sessions), each asked for on its own.
+    waiting: Vec<Stamp>,
+    /// The fences of the grants this node holds, oldest first.
+    holding: Vec<Fence>,
     /// The lock as lent to this node, if it is.
     loan: Option<Loan>,
     manager: Option<Manager>,
@@ -331,7 +379,8 @@ impl Centralized {
             alive: BTreeSet::new(),
             clock: LamportClock::default(),
             view: None,
-            me: Client::Idle,
+            waiting: Vec::new(),
+            holding: Vec::new(),
             loan: None,
             manager: None,
             remnant: None,
@@ -354,11 +403,21 @@ impl Centralized {
     }
 
     fn report(&self) -> Report {
-        match self.me {
-            Client::Idle => Report::Idle,
-            Client::Waiting(stamp) => Report::Waiting(stamp),
-            Client::Holding(fence) => Report::Holding(fence),
+        Report::of(&self.waiting, &self.holding)
+    }
+
+    /// What tells the coordinator of `epoch` that this node waits: a
+    /// REQUEST when its one request is all it has, or its whole state.
+    fn ask(&self, epoch: Epoch) -> CentralizedMsg {
+        match self.report() {
+            Report::Waiting(stamp) => CentralizedMsg::Request { epoch, stamp },
+            state => CentralizedMsg::StateReport { epoch, state },
         }
+    }
+
+    /// Whether the grant on loan here is in use.
+    fn on_loan(&self) -> bool {
+        self.loan.is_some_and(|l| self.holding.contains(&l.last))
     }
 
     /// Coordinator only: grants the head of the queue while there is room.
@@ -381,11 +440,14 @@ impl Centralized {
             m.grants += 1;
             let fence = Fence::new(m.epoch.0, m.grants);
             // Lent to a peer that asks again with nobody else waiting, if
-            // the term's grant counter has room for the loan's fences.
+            // the term's grant counter has room for the loan's fences. A
+            // node whose clients hold or want other permits (it counts
+            // sessions) gets plain grants: a loan is the node's one permit.
             let lend = self.lending
                 && stamp.node != self.id
                 && m.last == Some(stamp.node)
                 && m.queue.is_empty()
+                && !m.holders.values().any(|h| h.node == stamp.node)
                 && m.grants - 1 + LOAN <= self.room;
             let lent_until = lend.then(|| {
                 m.grants += LOAN - 1;
@@ -393,9 +455,11 @@ impl Centralized {
             });
             m.last = Some(stamp.node);
             let loan = lent_until.map_or(Lent::No, Lent::Yes);
-            m.holders.insert(stamp.node, Holder { fence, granted_for: Some(stamp), loan });
+            let holder = Holder { node: stamp.node, fence, granted_for: Some(stamp), loan };
+            m.holders.insert(fence, holder);
             if stamp.node == self.id {
-                self.me = Client::Holding(fence);
+                self.waiting.retain(|&s| s != stamp);
+                self.holding.push(fence);
                 out.grant(fence);
             } else {
                 let clock = self.clock.tick();
@@ -410,10 +474,11 @@ impl Centralized {
         // Someone waits with no room: recall the lock from whoever has it
         // on loan.
         if !m.queue.is_empty() {
-            for (&node, holder) in &mut m.holders {
+            for holder in m.holders.values_mut() {
                 if matches!(holder.loan, Lent::Yes(_)) {
                     holder.loan = Lent::Recalled;
-                    out.send(node, CentralizedMsg::Recall { epoch: m.epoch, grant: holder.fence });
+                    let recall = CentralizedMsg::Recall { epoch: m.epoch, grant: holder.fence };
+                    out.send(holder.node, recall);
                 }
             }
         }
@@ -442,7 +507,7 @@ impl Centralized {
                 .filter(|f| f.major() == Fence::new(epoch.0, 0).major())
                 .map_or(0, Fence::minor),
         };
-        m.absorb(self.id, self.report());
+        m.absorb(self.id, &self.report());
         self.manager = Some(m);
         out.broadcast(self.alive.iter().copied(), CentralizedMsg::StateQuery { epoch });
         self.dispatch(out);
@@ -475,7 +540,7 @@ impl Algorithm for Centralized {
                 }
                 self.heard_of(epoch);
                 if let Some(m) = self.manager_for(epoch) {
-                    m.absorb(from, Report::Waiting(stamp));
+                    m.absorb(from, &Report::Waiting(stamp));
                     self.dispatch(out);
                 }
             }
@@ -484,19 +549,18 @@ impl Algorithm for Centralized {
                 if self.view != Some((from, epoch)) {
                     return; // from a coordinator this node no longer follows
                 }
-                if self.me == Client::Waiting(request) {
-                    self.me = Client::Holding(fence);
-                    // A loan's fences are the grant's term's.
+                if let Some(at) = self.waiting.iter().position(|&s| s == request) {
+                    self.waiting.remove(at);
+                    self.holding.push(fence);
+                    // A loan's fences are the grant's term's. A plain grant
+                    // beside a loan in use leaves the loan as it is.
                     let lent = lent_until.filter(|&u| u > fence && u.major() == fence.major());
-                    self.loan = lent.map(|until| Loan {
-                        epoch,
-                        grant: fence,
-                        last: fence,
-                        until,
-                        recalled: false,
-                    });
+                    if let Some(until) = lent {
+                        self.loan =
+                            Some(Loan { epoch, grant: fence, last: fence, until, recalled: false });
+                    }
                     out.grant(fence);
-                } else if self.me == Client::Holding(fence)
+                } else if self.holding.contains(&fence)
                     || self.loan.is_some_and(|l| l.grant == fence)
                 {
                     // The same grant again, sent after a re-admission: taken
@@ -513,7 +577,7 @@ impl Algorithm for Centralized {
                 if self.view != Some((from, epoch)) {
                     return; // from a coordinator this node no longer follows
                 }
-                let held = matches!(self.me, Client::Holding(_));
+                let held = self.on_loan();
                 let lent = self.loan.as_mut().filter(|l| l.epoch == epoch && l.grant == grant);
                 match lent {
                     Some(loan) if held => loan.recalled = true,
@@ -530,8 +594,8 @@ impl Algorithm for Centralized {
             }
             CentralizedMsg::Release { epoch, fence } => {
                 if let Some(m) = self.manager_for(epoch) {
-                    if m.holders.get(&from).is_some_and(|h| h.fence == fence) {
-                        m.holders.remove(&from);
+                    if m.holders.get(&fence).is_some_and(|h| h.node == from) {
+                        m.holders.remove(&fence);
                         self.dispatch(out);
                     }
                 }
@@ -551,14 +615,17 @@ impl Algorithm for Centralized {
                 out.send(from, CentralizedMsg::StateReport { epoch, state });
             }
             CentralizedMsg::StateReport { epoch, state } => {
-                if let Report::Waiting(stamp) = state {
+                for stamp in state.waiting() {
                     self.clock.observe(stamp.ts);
-                    if stamp.node != from {
-                        return;
-                    }
+                }
+                // A report with another node's stamps, or more than the
+                // lock's permits, is a confused or hostile peer's.
+                let entries = state.waiting().len() + state.holding().len();
+                if state.waiting().iter().any(|s| s.node != from) || entries > self.capacity {
+                    return;
                 }
                 if let Some(m) = self.manager_for(epoch) {
-                    m.absorb(from, state);
+                    m.absorb(from, &state);
                     m.awaiting.remove(&from);
                     self.dispatch(out);
                 }
@@ -590,22 +657,18 @@ impl Algorithm for Centralized {
     fn handle_peer_back(&mut self, now: Time, peer: NodeId, out: &mut Out<Centralized>) {
         if let Some(m) = &self.manager {
             let epoch = m.epoch;
-            let holder = m.holders.get(&peer).copied();
-            if let Some(grant) = holder.and_then(|h| h.grant(epoch, self.clock.now())) {
-                out.send(peer, grant);
+            for holder in m.holders.values().filter(|h| h.node == peer) {
+                if let Some(grant) = holder.grant(epoch, self.clock.now()) {
+                    out.send(peer, grant);
+                }
             }
         }
         self.handle_peer_up(now, peer, out);
         let Some((leader, epoch)) = self.view.filter(|(l, _)| *l == peer) else { return };
         // A coordinator that went down lent nothing that still stands.
         self.loan = None;
-        match self.me {
-            Client::Idle => {}
-            Client::Waiting(stamp) => out.send(leader, CentralizedMsg::Request { epoch, stamp }),
-            Client::Holding(fence) => {
-                let state = Report::Holding(fence);
-                out.send(leader, CentralizedMsg::StateReport { epoch, state });
-            }
+        if self.report() != Report::Idle {
+            out.send(leader, self.ask(epoch));
         }
     }
 
@@ -623,50 +686,64 @@ impl Algorithm for Centralized {
 }
 
 impl MutexAlgorithm for Centralized {
+    /// Asks for one more permit: the only one, or (`centralized` counts
+    /// sessions) another beside those this node holds or waits for.
     fn handle_request(&mut self, _now: Time, out: &mut Out<Centralized>) {
-        if self.me != Client::Idle {
+        if self.waiting.len() + self.holding.len() >= self.capacity {
             return;
         }
-        // On loan: enter with its next fence, no message. A spent loan goes
-        // back, and the request goes out as any other.
-        if let Some(loan) = self.loan.as_mut() {
-            let current = self.view.is_some_and(|(_, epoch)| epoch == loan.epoch);
-            if let Some(fence) = loan.next().filter(|_| current) {
-                loan.last = fence;
-                self.me = Client::Holding(fence);
-                out.grant(fence);
-                return;
+        // On loan and the loan not in use: enter with its next fence, no
+        // message. A spent loan goes back, and the request goes out as any
+        // other.
+        if !self.on_loan() {
+            if let Some(loan) = self.loan.as_mut() {
+                let current = self.view.is_some_and(|(_, epoch)| epoch == loan.epoch);
+                if let Some(fence) = loan.next().filter(|_| current) {
+                    loan.last = fence;
+                    self.holding.push(fence);
+                    out.grant(fence);
+                    return;
+                }
+                self.return_loan(out);
             }
-            self.return_loan(out);
         }
         let stamp = Stamp { ts: self.clock.tick(), node: self.id };
-        self.me = Client::Waiting(stamp);
+        self.waiting.push(stamp);
         match self.view {
             Some((leader, _)) if leader == self.id => {
+                let state = self.report();
                 if let Some(m) = self.manager.as_mut() {
-                    m.absorb(self.id, Report::Waiting(stamp));
+                    m.absorb(self.id, &state);
                 }
                 self.dispatch(out);
             }
-            Some((leader, epoch)) => out.send(leader, CentralizedMsg::Request { epoch, stamp }),
+            Some((leader, epoch)) => out.send(leader, self.ask(epoch)),
             // No coordinator yet: the request goes out once one is named.
             None => {}
         }
     }
 
-    fn handle_release(&mut self, _now: Time, out: &mut Out<Centralized>) {
-        let Client::Holding(fence) = self.me else { return };
-        self.me = Client::Idle;
+    /// Leaves the oldest grant held here.
+    fn handle_release(&mut self, now: Time, out: &mut Out<Centralized>) {
+        if let Some(&fence) = self.holding.first() {
+            self.handle_release_of(now, fence, out);
+        }
+    }
+
+    fn handle_release_of(&mut self, _now: Time, fence: Fence, out: &mut Out<Centralized>) {
+        let Some(at) = self.holding.iter().position(|&f| f == fence) else { return };
+        self.holding.remove(at);
         // A loan stays here until recalled.
-        match self.loan {
-            Some(loan) if loan.recalled => return self.return_loan(out),
-            Some(_) => return,
-            None => {}
+        if let Some(loan) = self.loan.filter(|l| l.last == fence) {
+            if loan.recalled {
+                self.return_loan(out);
+            }
+            return;
         }
         match self.view {
             Some((leader, _)) if leader == self.id => {
                 if let Some(m) = self.manager.as_mut() {
-                    m.holders.remove(&self.id);
+                    m.holders.remove(&fence);
                 }
                 self.dispatch(out);
             }
@@ -700,17 +777,19 @@ impl MutexAlgorithm for Centralized {
             self.manager = None;
             // A coordinator that rebuilds would ask anyway, but one that was
             // re-confirmed to a newcomer will not: tell it.
-            if let Client::Waiting(stamp) = self.me {
-                out.send(leader, CentralizedMsg::Request { epoch, stamp });
+            if !self.waiting.is_empty() {
+                out.send(leader, self.ask(epoch));
             }
         }
     }
 
     fn cs_state(&self) -> CsState {
-        match self.me {
-            Client::Idle => CsState::Idle,
-            Client::Waiting(_) => CsState::Wanting,
-            Client::Holding(_) => CsState::Held,
+        if !self.holding.is_empty() {
+            CsState::Held
+        } else if !self.waiting.is_empty() {
+            CsState::Wanting
+        } else {
+            CsState::Idle
         }
     }
 
@@ -722,7 +801,8 @@ impl MutexAlgorithm for Centralized {
     /// rebuild done. An idle loan is forgotten with the rest: a recall
     /// finds no loan and is answered by a release.
     fn forgettable(&self) -> bool {
-        self.me == Client::Idle
+        self.waiting.is_empty()
+            && self.holding.is_empty()
             && self.early.is_none()
             && self
                 .manager
@@ -772,6 +852,68 @@ mod tests {
         c.handle_message(T, n(1), StateReport { epoch: Epoch(1), state: Report::Idle }, &mut out);
         c.handle_message(T, n(2), StateReport { epoch: Epoch(1), state: Report::Idle }, &mut out);
         c
+    }
+
+    /// A node whose clients want several permits asks for each on its
+    /// own: the first with a REQUEST, the next with its whole state (the
+    /// coordinator replaces what it knew of the node), and releases each
+    /// grant by its fence. The coordinator grants a node as many as there
+    /// are permits, each its own fence.
+    #[test]
+    fn a_node_asks_for_a_permit_per_session_and_releases_each_by_fence() {
+        let mut client = node(1, 3, 3);
+        let mut out = Out::<Centralized>::new();
+        client.handle_coordinator(T, n(3), Epoch(1), &mut out);
+        client.handle_request(T, &mut out);
+        client.handle_request(T, &mut out);
+        let (a, b) = (stamp(1, 1), stamp(2, 1));
+        let many = Report::Many { waiting: vec![a, b], holding: vec![] };
+        assert_eq!(
+            out.take(),
+            vec![
+                Action::Send { to: n(3), msg: Request { epoch: Epoch(1), stamp: a } },
+                Action::Send {
+                    to: n(3),
+                    msg: StateReport { epoch: Epoch(1), state: many.clone() }
+                },
+            ]
+        );
+        let mut coordinator = serving_coordinator(3);
+        coordinator.handle_message(T, n(1), Request { epoch: Epoch(1), stamp: a }, &mut out);
+        coordinator.handle_message(T, n(1), StateReport { epoch: Epoch(1), state: many }, &mut out);
+        let grants: Vec<(Stamp, Fence)> = out
+            .take()
+            .into_iter()
+            .filter_map(|act| match act {
+                Action::Send { msg: Grant { request, fence, .. }, .. } => Some((request, fence)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(grants, vec![(a, Fence::new(1, 1)), (b, Fence::new(1, 2))], "each its fence");
+        for (request, fence) in &grants {
+            let grant = Grant {
+                epoch: Epoch(1),
+                request: *request,
+                fence: *fence,
+                clock: 9,
+                lent_until: None,
+            };
+            client.handle_message(T, n(3), grant, &mut out);
+        }
+        assert_eq!(
+            out.take(),
+            vec![Action::Grant { fence: grants[0].1 }, Action::Grant { fence: grants[1].1 }]
+        );
+        assert_eq!(
+            client.report(),
+            Report::Many { waiting: vec![], holding: vec![grants[0].1, grants[1].1] }
+        );
+        // The later grant goes first: the other stays held.
+        client.handle_release_of(T, grants[1].1, &mut out);
+        let release = Release { epoch: Epoch(1), fence: grants[1].1 };
+        assert_eq!(out.take(), vec![Action::Send { to: n(3), msg: release }]);
+        assert_eq!(client.report(), Report::Holding(grants[0].1));
+        assert_eq!(client.cs_state(), CsState::Held);
     }
 
     #[test]

@@ -49,6 +49,12 @@
 //! new term's fences are above the old term's by the epoch in their high
 //! bits.
 //!
+//! **Semaphores of sessions.** As `centralized`, a node asks for a permit
+//! per client session. A loan is a node's one permit: the coordinator
+//! lends only to a node that holds and wants nothing else, a node enters
+//! on its loan only while the loan is not in use here, and a plain grant
+//! made beside a loan leaves the loan as it was.
+//!
 //! The state machine is [`Centralized`]'s, built with lending on.
 
 use super::centralized::Centralized;
