@@ -296,3 +296,28 @@ fn operations_are_counted_by_how_they_ended() {
     assert_eq!((acquire.ok, acquire.fail, acquire.info), (5, 1, 2));
     assert!(report.valid);
 }
+
+/// A semaphore's history: with several permits, as many holders at once
+/// pass and one more is an overlap; fences out of time order pass (k
+/// holders' grants are not ordered) but a fence granted twice does not;
+/// the registers, written by several holders at once, are not judged.
+#[test]
+fn with_several_permits_only_too_many_holders_and_repeated_fences_count() {
+    let mut h = clean();
+    // Process 4 is granted a lower fence while process 3 holds.
+    h.acquire(4, 44, 15);
+    h.release(4, 47);
+    let two = Options { permits: 2, ..Options::default() };
+    let report = check(&h.finish(200), &two);
+    assert!(report.valid, "{:#?}", report.violations);
+    assert_eq!(report.names[0].max_holders, 2);
+    assert!(report.names[0].registers.is_empty(), "registers judged with two holders");
+    // A third holder at once is one too many; a repeated fence is caught.
+    let mut h = clean();
+    h.acquire(4, 44, 15);
+    h.acquire(5, 45, 30);
+    h.release(4, 47);
+    h.release(5, 48);
+    let report = check(&h.finish(200), &two);
+    assert_eq!(kinds(&report), [ViolationKind::Overlap, ViolationKind::DuplicateFence]);
+}

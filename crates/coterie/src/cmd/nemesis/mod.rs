@@ -65,6 +65,15 @@ pub struct Args {
     /// Recorded client processes (spread over the nodes).
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=64))]
     clients: u32,
+    /// A semaphore of this many permits (`[cluster] count`, for the
+    /// algorithms that count; with `--mutex all` the others are left out):
+    /// every client asks for one of them, so that clients sharing a node
+    /// hold at once. The history is judged against as many holders at
+    /// once; fences only for repeats (with several holders, grants are not
+    /// ordered), and the registers not at all (several holders write them
+    /// at once by design).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    count: u32,
     /// Spread the clients' operations over this many locks (`r0` ..
     /// `rK-1`, each with its register; default: the `default` lock
     /// alone): every check is made per lock.
@@ -143,6 +152,8 @@ pub struct RunReport {
     pub election: String,
     pub nodes: u32,
     pub clients: u32,
+    /// Permits of the lock (the cluster's `count`).
+    pub count: u32,
     /// Locks the operations were spread over.
     pub names: u32,
     pub seed: u64,
@@ -177,7 +188,20 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS });
     }
     use coterie_core::registry::{self, ELECTIONS, MUTEXES};
-    let mutexes = expand(&args.mutex, MUTEXES, registry::mutex)?;
+    let mut mutexes = expand(&args.mutex, MUTEXES, registry::mutex)?;
+    if args.count > 1 {
+        let counting: Vec<&str> =
+            MUTEXES.iter().filter(|m| m.claims.counting).map(|m| m.name).collect();
+        if args.mutex == "all" {
+            mutexes.retain(|m| m.claims.counting);
+        } else if let Some(m) = mutexes.iter().find(|m| !m.claims.counting) {
+            bail!(
+                "--count {} does not fit {m}, which admits one holder at a time; these count: {}",
+                args.count,
+                counting.join(", ")
+            );
+        }
+    }
     let elections = expand(&args.election, ELECTIONS, registry::election)?;
     let kinds = kinds(&args.faults)?;
     let keep = args.out.clone();
@@ -283,7 +307,7 @@ async fn one(
         nodes: args.nodes,
         mutex,
         election,
-        count: 1,
+        count: args.count as usize,
         lock_delay: args.lock_delay,
         partitions: args.partition_mode,
     };
@@ -386,7 +410,7 @@ async fn one(
     );
     std::fs::write(dir.join("timeline.svg"), coterie_history::plot::svg(&history, &title))?;
     let options = Options {
-        permits: 1,
+        permits: args.count,
         recovery_bound_ns: args.recovery_bound.as_nanos() as u64,
         ..Options::default()
     };
@@ -397,6 +421,7 @@ async fn one(
         election: election.to_string(),
         nodes: args.nodes,
         clients: args.clients,
+        count: args.count,
         names: args.names.unwrap_or(1),
         seed: args.seed,
         lock_delay_ms: args.lock_delay.as_millis() as u64,
@@ -445,8 +470,12 @@ fn recheck(root: &Path, recovery_bound: Duration) -> Result<Vec<RunReport>> {
         let old: serde_json::Value = serde_json::from_str(&text)
             .with_context(|| format!("{}/report.json", dir.display()))?;
         let history = coterie_history::read(&[dir.join("history.jsonl")])?;
-        let options =
-            Options { recovery_bound_ns: recovery_bound.as_nanos() as u64, ..Options::default() };
+        let count = old["count"].as_u64().map_or(1, |c| c.max(1) as u32);
+        let options = Options {
+            permits: count,
+            recovery_bound_ns: recovery_bound.as_nanos() as u64,
+            ..Options::default()
+        };
         let checked = coterie_history::check(&history, &options);
         let field = |k: &str| old[k].as_str().unwrap_or_default().to_string();
         let number = |k: &str| old[k].as_u64().unwrap_or_default();
@@ -456,6 +485,7 @@ fn recheck(root: &Path, recovery_bound: Duration) -> Result<Vec<RunReport>> {
             election: field("election"),
             nodes: number("nodes") as u32,
             clients: number("clients") as u32,
+            count,
             names: number("names").max(1) as u32,
             seed: number("seed"),
             lock_delay_ms: number("lock_delay_ms"),
@@ -534,14 +564,23 @@ async fn settle(cluster: &LocalCluster) -> Vec<u32> {
     }
 }
 
+/// The run's mutex as the tables name it: with its permits when several.
+fn mutex_cell(r: &RunReport) -> String {
+    if r.count > 1 {
+        format!("{} (-n {})", r.mutex, r.count)
+    } else {
+        r.mutex.clone()
+    }
+}
+
 /// One line per run: the verdict.
 fn summary_line(r: &RunReport) -> String {
     if r.failures.is_empty() {
-        format!("nemesis {} + {}: no failure", r.mutex, r.election)
+        format!("nemesis {} + {}: no failure", mutex_cell(r), r.election)
     } else {
         format!(
             "nemesis {} + {}: FAILED: {} (see {})",
-            r.mutex,
+            mutex_cell(r),
             r.election,
             r.failures.join("; "),
             r.dir
@@ -570,7 +609,7 @@ pub fn table(reports: &[RunReport]) -> String {
         let faults: u32 = r.faults.values().sum();
         out += &format!(
             "| {} | {} | {} | {faults} | {}/{}/{} | {} | {} | {} | {} | {} | {recovery} | {} |\n",
-            r.mutex,
+            mutex_cell(r),
             r.election,
             r.partitions,
             acquire.ok,
@@ -616,7 +655,7 @@ pub fn by_fault_table(reports: &[RunReport]) -> String {
                 }
             })
             .collect();
-        out += &format!("| {} | {} | {} |\n", r.mutex, r.election, cells.join(" | "));
+        out += &format!("| {} | {} | {} |\n", mutex_cell(r), r.election, cells.join(" | "));
     }
     out
 }
