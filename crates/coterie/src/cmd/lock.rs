@@ -64,8 +64,11 @@ pub struct Args {
     /// The locks to take (default: `default`).
     #[arg(value_name = "NAME")]
     names: Vec<String>,
-    /// Hold one of K permits of each lock: a counting semaphore (centralized
-    /// and raymond-k; the others admit one holder).
+    /// Hold one of K permits of each lock: a counting semaphore
+    /// (centralized, centralized-lending and raymond-k; the others admit
+    /// one holder). Under centralized and centralized-lending the permits
+    /// go to clients wherever they are, several through one node;
+    /// raymond-k gives a node one at a time.
     #[arg(short = 'n', long = "permits", value_name = "K")]
     permits: Option<u32>,
     /// A value to hold the locks with, shown to whoever lists them.
