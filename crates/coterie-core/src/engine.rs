@@ -889,9 +889,7 @@ impl Engine {
         let Some(at) = lock.fences.iter().position(|&f| f == fence) else { return };
         lock.fences.remove(at);
         // A grant the driver was never handed is taken back with it.
-        self.held.retain(
-            |(o, _)| !matches!(o, Output::Granted { name: n, fence: f } if n == name && *f == fence),
-        );
+        self.take_back(name, fence);
         self.step(now, name, |m, acts| m.handle_release_of(now, fence, acts));
         self.settle_lease(now);
     }
@@ -1641,15 +1639,21 @@ impl Engine {
     /// hears of it, unless the grant was still held back, unseen. Whether
     /// it was seen.
     fn lose(&mut self, name: Name, fence: Fence) -> bool {
-        let before = self.held.len();
-        self.held.retain(
-            |(o, _)| !matches!(o, Output::Granted { name: n, fence: f } if *n == name && *f == fence),
-        );
-        let seen = self.held.len() == before;
+        let seen = !self.take_back(&name, fence);
         if seen {
             self.emit(Output::Lost { name, fence });
         }
         seen
+    }
+
+    /// Takes grant `fence` of lock `name` back from the outputs held back
+    /// for the driver; whether it was there (never handed on).
+    fn take_back(&mut self, name: &Name, fence: Fence) -> bool {
+        let before = self.held.len();
+        self.held.retain(
+            |(o, _)| !matches!(o, Output::Granted { name: n, fence: f } if n == name && *f == fence),
+        );
+        self.held.len() < before
     }
 
     /// Lets time pass for the membership layer: an acceptance waited out,
