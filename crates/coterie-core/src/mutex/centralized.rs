@@ -254,9 +254,18 @@ impl Holder {
         let request = self.granted_for?;
         let lent_until = match self.loan {
             Lent::Yes(until) => Some(until),
-            Lent::No | Lent::Recalled => None,
+            Lent::No | Lent::Recalled(_) => None,
         };
         Some(CentralizedMsg::Grant { epoch, request, fence: self.fence, clock, lent_until })
+    }
+
+    /// Whether the holder may be in the critical section with `fence`:
+    /// its grant's, or one its loan issues.
+    fn covers(&self, fence: Fence) -> bool {
+        match self.loan {
+            Lent::No => self.fence == fence,
+            Lent::Yes(until) | Lent::Recalled(until) => (self.fence..=until).contains(&fence),
+        }
     }
 }
 
@@ -268,8 +277,8 @@ enum Lent {
     /// Lent, with fences up to this one: the holder keeps the lock until
     /// recalled.
     Yes(Fence),
-    /// Recalled: on its way back.
-    Recalled,
+    /// Recalled, with fences up to this one: on its way back.
+    Recalled(Fence),
 }
 
 impl Manager {
@@ -283,17 +292,25 @@ impl Manager {
     /// grant is on its way and the report predates it, so the grant stays
     /// and the request is not queued again. (If the grant was lost
     /// instead, with a session that broke, the re-admission that follows
-    /// sends it again: see `handle_peer_back`.)
+    /// sends it again: see `handle_peer_back`.) A loan in use stays a
+    /// loan too: a node with several sessions reports the fence it issued
+    /// on it beside its other permits, and hands the loan back only when
+    /// recalled.
     fn absorb(&mut self, node: NodeId, state: &Report) {
         let in_flight = |h: &Holder| h.granted_for.is_some_and(|s| state.waiting().contains(&s));
+        let lent_in_use =
+            |h: &Holder| h.loan != Lent::No && state.holding().iter().any(|&fence| h.covers(fence));
         self.queue.retain(|s| s.node != node);
-        self.holders.retain(|_, h| h.node != node || in_flight(h));
+        self.holders.retain(|_, h| h.node != node || in_flight(h) || lent_in_use(h));
         for &stamp in state.waiting() {
             if !self.holders.values().any(|h| h.granted_for == Some(stamp)) {
                 self.queue.push_back(stamp);
             }
         }
         for &fence in state.holding() {
+            if self.holders.values().any(|h| h.node == node && h.covers(fence)) {
+                continue;
+            }
             let holder = Holder { node, fence, granted_for: None, loan: Lent::No };
             self.holders.insert(fence, holder);
         }
@@ -475,8 +492,8 @@ impl Centralized {
         // on loan.
         if !m.queue.is_empty() {
             for holder in m.holders.values_mut() {
-                if matches!(holder.loan, Lent::Yes(_)) {
-                    holder.loan = Lent::Recalled;
+                if let Lent::Yes(until) = holder.loan {
+                    holder.loan = Lent::Recalled(until);
                     let recall = CentralizedMsg::Recall { epoch: m.epoch, grant: holder.fence };
                     out.send(holder.node, recall);
                 }

@@ -53,7 +53,11 @@
 //! per client session. A loan is a node's one permit: the coordinator
 //! lends only to a node that holds and wants nothing else, a node enters
 //! on its loan only while the loan is not in use here, and a plain grant
-//! made beside a loan leaves the loan as it was.
+//! made beside a loan leaves the loan as it was. A node that asks for a
+//! second permit while its loan is in use reports the fence it issued on
+//! the loan; the coordinator keeps the loan as lent (it comes back only
+//! when recalled), not as a plain holder that would wait for a RELEASE the
+//! borrower never sends.
 //!
 //! The state machine is [`Centralized`]'s, built with lending on.
 
@@ -263,6 +267,42 @@ mod tests {
         assert_eq!(
             out.take(),
             vec![Action::Send { to: n(3), msg: Release { epoch: Epoch(1), fence: grant } }]
+        );
+    }
+
+    /// A borrower whose second session asks while the loan is in use
+    /// gets a plain permit beside the loan, and the loan stays lent.
+    #[test]
+    fn a_second_session_beside_a_loan_in_use_gets_a_plain_permit() {
+        let build = |id| {
+            let mut cfg = AlgoConfig::for_test(id, 3);
+            cfg.capacity = 2;
+            with_up(CentralizedLending::lending(&cfg), cfg.peers())
+        };
+        let (mut c, mut client) = (build(3), build(1));
+        let mut out = Out::<Centralized>::new();
+        c.handle_coordinator(T, n(3), Epoch(1), &mut out);
+        for peer in [n(1), n(2)] {
+            let idle = StateReport { epoch: Epoch(1), state: Report::Idle };
+            c.handle_message(T, peer, idle, &mut out);
+        }
+        client.handle_coordinator(T, n(3), Epoch(1), &mut out);
+        out.take();
+        enter_and_leave(&mut c, &mut client);
+        enter_and_leave(&mut c, &mut client);
+        client.handle_request(T, &mut out);
+        let first = out.take();
+        assert!(matches!(&first[..], [Action::Grant { .. }]), "entered on the loan: {first:?}");
+        client.handle_request(T, &mut out);
+        let (_, grants) = settle(&mut c, &mut client, &mut out);
+        assert_eq!(grants.len(), 1, "a plain permit beside the loan");
+        // The coordinator still counts the loan as lent: another node's
+        // request recalls it (a plain holder it would wait on forever, as
+        // the borrower sends no RELEASE for a loan's fence).
+        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(90, 2) }, &mut out);
+        assert!(
+            matches!(&out.take()[..], [Action::Send { to, msg: Recall { .. } }] if *to == n(1)),
+            "the loan is recalled"
         );
     }
 
