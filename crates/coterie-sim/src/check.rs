@@ -54,6 +54,10 @@ pub struct CheckConfig {
     pub names: u32,
     /// Locks each request takes at once, in name order.
     pub per_request: u32,
+    /// Clients at each node, each its own session.
+    pub sessions: u32,
+    /// Holders allowed at once (a semaphore's permits).
+    pub count: usize,
     /// Crash-and-restart faults per run.
     pub crashes: u32,
     /// Partitions per run.
@@ -99,6 +103,8 @@ impl CheckConfig {
             requests: 1,
             names: 1,
             per_request: 1,
+            sessions: 1,
+            count: 1,
             crashes: 0,
             partitions: 0,
             one_way_partitions: 0,
@@ -128,6 +134,8 @@ impl CheckConfig {
             requests: self.requests,
             names: self.names,
             per_request: self.per_request,
+            sessions: self.sessions,
+            capacity: self.count,
             crashes: self.crashes,
             partitions: self.partitions,
             one_way_partitions: self.one_way_partitions,
@@ -191,6 +199,10 @@ pub struct CheckReport {
     pub names: u32,
     /// Locks each request takes at once.
     pub per_request: u32,
+    /// Clients at each node.
+    pub sessions: u32,
+    /// Holders allowed at once.
+    pub count: usize,
     /// Crashes per run.
     pub crashes: u32,
     /// Partitions per run (two-way).
@@ -274,6 +286,8 @@ pub fn check(cfg: &CheckConfig, mut progress: impl FnMut(Progress)) -> CheckRepo
         requests: cfg.requests,
         names: cfg.names,
         per_request: cfg.per_request,
+        sessions: cfg.sessions,
+        count: cfg.count,
         crashes: cfg.crashes,
         partitions: cfg.partitions,
         one_way_partitions: cfg.one_way_partitions,

@@ -21,7 +21,7 @@ pub(crate) struct Recorder {
     /// and number.
     in_flight: BTreeMap<(u32, u32, u64), usize>,
     /// Each holder's open section.
-    holding: BTreeMap<u32, usize>,
+    holding: BTreeMap<(u32, u64), usize>,
     /// Marks that last, still open: by node (or none) and kind.
     open: BTreeMap<(Option<u32>, MarkKind), usize>,
 }
@@ -74,13 +74,24 @@ impl Recorder {
     /// `node` entered the critical section with `fence`.
     pub(crate) fn enter(&mut self, at: u64, node: NodeId, fence: u64) {
         self.run.sections.push(Section { node: node.0, fence, enter_us: at, exit_us: None });
-        self.holding.insert(node.0, self.run.sections.len() - 1);
+        self.holding.insert((node.0, fence), self.run.sections.len() - 1);
     }
 
-    /// `node` left it (or died in it).
-    pub(crate) fn exit(&mut self, at: u64, node: NodeId) {
-        if let Some(index) = self.holding.remove(&node.0) {
+    /// `node` left the section it entered with `fence`.
+    pub(crate) fn exit(&mut self, at: u64, node: NodeId, fence: u64) {
+        if let Some(index) = self.holding.remove(&(node.0, fence)) {
             self.run.sections[index].exit_us = Some(at);
+        }
+    }
+
+    /// `node` died in every section it was in.
+    pub(crate) fn exit_all(&mut self, at: u64, node: NodeId) {
+        let gone: Vec<(u32, u64)> =
+            self.holding.range((node.0, 0)..=(node.0, u64::MAX)).map(|(&k, _)| k).collect();
+        for key in gone {
+            if let Some(index) = self.holding.remove(&key) {
+                self.run.sections[index].exit_us = Some(at);
+            }
         }
     }
 

@@ -59,6 +59,9 @@ fn replay_hint(cfg: &SimConfig, seed: u64) -> String {
     if cfg.names > 1 {
         options.push_str(&format!(" --names {} --per-request {}", cfg.names, cfg.per_request));
     }
+    if cfg.sessions > 1 {
+        options.push_str(&format!(" --sessions {}", cfg.sessions));
+    }
     let defaults = SimConfig::new(cfg.mutex, cfg.election);
     if cfg.requests != defaults.requests {
         options.push_str(&format!(" --requests {}", cfg.requests));
@@ -348,6 +351,71 @@ fn counting_semaphores_admit_k_holders_and_no_more() {
             let summary = run_seeds(&cfg, 0..200, |_, _| {});
             assert_clean(&cfg, &summary);
         }
+    }
+}
+
+/// Several clients at each node, each its own session (as several
+/// processes taking locks through one node), through crashes and resets:
+/// where the algorithm counts sessions they hold a semaphore's permits side
+/// by side, otherwise they take turns with their node's grant. Safety is
+/// judged by grant, wherever its holder is.
+#[test]
+fn several_clients_at_a_node_share_its_permits_or_take_turns() {
+    every_pair(|base| {
+        let count = if base.mutex.claims.counting { 2 } else { 1 };
+        let cfg =
+            SimConfig { nodes: 3, sessions: 3, capacity: count, crashes: 1, resets: 1, ..base };
+        let summary = run_seeds(&cfg, 0..300, |_, _| {});
+        assert_clean(&cfg, &summary);
+    });
+}
+
+/// The same across many locks, two taken at once, for the counting
+/// algorithms: each lock's permits go to sessions one lock at a time.
+#[test]
+fn several_clients_at_a_node_take_several_locks_each() {
+    for m in mutexes().into_iter().filter(|m| m.claims.counting) {
+        for e in ELECTIONS {
+            let base = SimConfig::new(m, e);
+            let cfg = SimConfig {
+                sessions: 2,
+                capacity: 2,
+                names: 4,
+                per_request: 2,
+                crashes: 1,
+                ..base
+            };
+            let summary = run_seeds(&cfg, 0..100, |_, _| {});
+            assert_clean(&cfg, &summary);
+        }
+    }
+}
+
+/// With permits counted by session, two clients of one node are inside
+/// at once: judged against one holder, the checker says so.
+#[test]
+fn the_checker_sees_two_clients_of_one_node_inside_together() {
+    for m in mutexes().into_iter().filter(|m| m.claims.sessions) {
+        let base = SimConfig::new(m, &ELECTIONS[0]);
+        let cfg =
+            SimConfig { nodes: 2, sessions: 3, capacity: 3, checked_capacity: Some(1), ..base };
+        let summary = run_seeds(&cfg, 0..20, |_, _| {});
+        let together = summary.failures.iter().any(|f| {
+            // "n1.2 entered while n1 held (capacity 1)"
+            let mut words = f.detail.split_whitespace();
+            let (Some(who), Some(_), Some(_), Some(held)) =
+                (words.next(), words.next(), words.next(), words.next())
+            else {
+                return false;
+            };
+            let node = |c: &str| c.split('.').next().map(str::to_string);
+            f.invariant == Invariant::Safety && node(who) == node(held.trim_end_matches(','))
+        });
+        assert!(
+            together,
+            "{m}: no two clients of one node inside together: {:?}",
+            summary.failures
+        );
     }
 }
 

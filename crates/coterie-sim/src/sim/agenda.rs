@@ -1,6 +1,7 @@
 //! The agenda: every event a run has still to carry out, by the moment it
 //! is due, and the events themselves.
 
+use super::workload::ClientId;
 use super::Chooser;
 use coterie_core::wire::Envelope;
 use coterie_core::{NodeId, Time, Way};
@@ -88,15 +89,15 @@ pub(super) enum Event {
         node: NodeId,
         incarnation: u32,
     },
-    /// The node's client asks for the critical section: for the next
-    /// name of its request under way, or for a new request's first.
+    /// A client asks for the critical section: for the next name of its
+    /// request under way, or for a new request's first.
     Request {
-        node: NodeId,
+        client: ClientId,
         incarnation: u32,
     },
-    /// The node's client leaves the critical section.
+    /// A client leaves the critical section.
     Release {
-        node: NodeId,
+        client: ClientId,
         incarnation: u32,
     },
     /// Draw the fault schedule now (see
@@ -166,9 +167,8 @@ impl Event {
             Event::Deliver { to, .. } | Event::Hello { to, .. } => Some(*to),
             Event::Welcome { from, .. } => Some(*from),
             Event::LinkDown { observer, .. } => Some(*observer),
-            Event::Wake { node, .. }
-            | Event::Request { node, .. }
-            | Event::Release { node, .. } => Some(*node),
+            Event::Wake { node, .. } => Some(*node),
+            Event::Request { client, .. } | Event::Release { client, .. } => Some(client.node),
             _ => None,
         }
     }

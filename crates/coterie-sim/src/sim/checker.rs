@@ -5,7 +5,7 @@
 //! [`crate::invariant`].
 
 use super::fingerprint::state_hasher;
-use super::workload::ClientState;
+use super::workload::{ClientId, ClientState};
 use super::*;
 use coterie_core::Stamp;
 
@@ -13,12 +13,12 @@ use coterie_core::Stamp;
 /// and releases say, and every fence granted.
 #[derive(Clone, Default)]
 pub(super) struct Checker {
-    /// Who holds which lock now, and with which fence.
-    holders: BTreeMap<(Name, NodeId), Fence>,
+    /// Which client holds which lock now, and with which fence.
+    holders: BTreeMap<(Name, ClientId), Fence>,
     /// Every fence granted so far, by lock.
     fences: BTreeMap<Name, BTreeSet<Fence>>,
     /// Which lock each waiting client waits for, and since when.
-    asked: BTreeMap<NodeId, (Name, Time)>,
+    asked: BTreeMap<ClientId, (Name, Time)>,
     /// A release with someone waiting, not yet followed by a grant.
     release_pending: Option<Time>,
     /// Since when, and in which state of the algorithms, the run has been
@@ -33,22 +33,22 @@ pub(super) struct Verdict {
     /// How long after the last release with someone waiting it came.
     pub(super) sync_delay: Option<Duration>,
     /// The holders it joined, when they were already as many as allowed.
-    pub(super) crowd: Option<Vec<NodeId>>,
+    pub(super) crowd: Option<Vec<ClientId>>,
     /// The highest fence granted before, when this one is not above it
     /// (or was granted before).
     pub(super) stale: Option<Fence>,
 }
 
 impl Checker {
-    /// `node`'s client asks for `name` now.
-    pub(super) fn asked(&mut self, node: NodeId, name: Name, now: Time) {
-        self.asked.insert(node, (name, now));
+    /// `client` asks for `name` now.
+    pub(super) fn asked(&mut self, client: ClientId, name: Name, now: Time) {
+        self.asked.insert(client, (name, now));
     }
 
-    /// `node`'s client lets go of `held` now.
-    pub(super) fn released(&mut self, node: NodeId, held: &[Name], now: Time) {
+    /// `client` lets go of `held` now.
+    pub(super) fn released(&mut self, client: ClientId, held: &[Name], now: Time) {
         for name in held {
-            self.holders.remove(&(name.clone(), node));
+            self.holders.remove(&(name.clone(), client));
         }
         if !self.asked.is_empty() {
             self.release_pending = Some(now);
@@ -56,36 +56,35 @@ impl Checker {
     }
 
     /// Who holds `name` now.
-    pub(super) fn holders_of(&self, name: &Name) -> Vec<NodeId> {
+    pub(super) fn holders_of(&self, name: &Name) -> Vec<ClientId> {
         self.holders.keys().filter(|(n, _)| n == name).map(|&(_, h)| h).collect()
     }
 
-    /// `node` crashed: it holds and waits for nothing.
+    /// `node` crashed: its clients hold and wait for nothing.
     pub(super) fn crashed(&mut self, node: NodeId) {
-        self.holders.retain(|(_, holder), _| *holder != node);
-        self.asked.remove(&node);
+        self.holders.retain(|(_, holder), _| holder.node != node);
+        self.asked.retain(|client, _| client.node != node);
     }
 
-    /// Judges the grant of `name` to `node` with `fence` now, with
+    /// Judges the grant of `name` to `client` with `fence` now, with
     /// `allowed` holders at once (and fences that must rise with every
     /// grant when `rising`); `stamp` gives a node's request timestamp for
     /// a lock where the algorithm orders requests by timestamp.
     pub(super) fn granted(
         &mut self,
-        node: NodeId,
+        client: ClientId,
         name: &Name,
         fence: Fence,
         now: Time,
         (allowed, rising): (usize, bool),
         stamp: impl Fn(NodeId) -> Option<Stamp>,
     ) -> Verdict {
-        let overtook = match self.asked.remove(&node) {
-            Some((_, asked_at)) => self.overtakes(node, name, asked_at, stamp),
+        let overtook = match self.asked.remove(&client) {
+            Some((_, asked_at)) => self.overtakes(client, name, asked_at, stamp),
             None => false,
         };
         let sync_delay = self.release_pending.take().map(|released| now - released);
-        let holding: Vec<NodeId> =
-            self.holders.keys().filter(|(n, _)| n == name).map(|&(_, h)| h).collect();
+        let holding = self.holders_of(name);
         let crowd = (holding.len() >= allowed).then_some(holding);
         // A mutex's fences must rise with every grant. With k holders a
         // grant may land after later ones (and after their release), so the
@@ -95,24 +94,24 @@ impl Checker {
         let below = rising && max.is_some_and(|m| fence <= m);
         let twice = !fences.insert(fence);
         let stale = (below || twice).then(|| max.unwrap_or_default());
-        self.holders.insert((name.clone(), node), fence);
+        self.holders.insert((name.clone(), client), fence);
         Verdict { overtook, sync_delay, crowd, stale }
     }
 
-    /// Whether `node`, which asked at `asked_at`, enters `name` ahead of a
-    /// waiting node that asked for it before: by request timestamp when
-    /// the algorithm orders requests by timestamp, by the time of asking
-    /// otherwise.
+    /// Whether `client`, which asked at `asked_at`, enters `name` ahead of
+    /// a waiting client that asked for it before: by its node's request
+    /// timestamp when the algorithm orders requests by timestamp, by the
+    /// time of asking otherwise.
     fn overtakes(
         &self,
-        node: NodeId,
+        client: ClientId,
         name: &Name,
         asked_at: Time,
         stamp: impl Fn(NodeId) -> Option<Stamp>,
     ) -> bool {
         let rivals = || self.asked.iter().filter(|(_, (n, _))| n == name);
-        match stamp(node) {
-            Some(mine) => rivals().filter_map(|(&id, _)| stamp(id)).any(|other| other < mine),
+        match stamp(client.node) {
+            Some(mine) => rivals().filter_map(|(id, _)| stamp(id.node)).any(|other| other < mine),
             None => rivals().any(|(_, &(_, other))| other < asked_at),
         }
     }
@@ -183,7 +182,17 @@ impl<C: Chooser> Simulation<C> {
 
     pub(super) fn on_grant(&mut self, node: NodeId, name: Name, fence: Fence) {
         let named = self.named(&name);
-        self.trace(|| format!("{node} ENTERS{named} with fence {fence}"));
+        let Some(client) = self.workload.taker(node, &name) else {
+            // Judged as safety (ignored when only progress is judged): a
+            // grant nobody asked for is not handed to any client.
+            let states = self.workload.states_at(node);
+            self.violation(
+                Invariant::Safety,
+                format!("{node} was granted{named} while no client of it waited ({states:?})"),
+            );
+            return;
+        };
+        self.trace(|| format!("{client} ENTERS{named} with fence {fence}"));
         self.record(|r, at| r.enter(at, node, fence.0));
         self.report.entries += 1;
         self.end_frozen_holds(&name);
@@ -191,7 +200,8 @@ impl<C: Chooser> Simulation<C> {
         let rising = self.cfg.capacity == 1;
         let nodes = &self.nodes;
         let stamp = |id: NodeId| nodes[&id].engine.as_ref().and_then(|e| e.request_stamp(&name));
-        let verdict = self.checker.granted(node, &name, fence, self.now, (allowed, rising), stamp);
+        let verdict =
+            self.checker.granted(client, &name, fence, self.now, (allowed, rising), stamp);
         if verdict.overtook {
             self.report.out_of_order += 1;
         }
@@ -202,11 +212,11 @@ impl<C: Chooser> Simulation<C> {
             self.report.coordinator_entries += 1;
         }
         if let Some(crowd) = verdict.crowd {
-            let holders: Vec<String> = crowd.iter().map(NodeId::to_string).collect();
+            let holders: Vec<String> = crowd.iter().map(ClientId::to_string).collect();
             self.violation(
                 Invariant::Safety,
                 format!(
-                    "{node} entered{named} while {} held (capacity {allowed})",
+                    "{client} entered{named} while {} held (capacity {allowed})",
                     holders.join(", ")
                 ),
             );
@@ -214,10 +224,10 @@ impl<C: Chooser> Simulation<C> {
         if let Some(max) = verdict.stale {
             self.violation(
                 Invariant::Fence,
-                format!("{node} was granted{named} fence {fence}, not above the earlier {max}"),
+                format!("{client} was granted{named} fence {fence}, not above the earlier {max}"),
             );
         }
-        self.take(node, name);
+        self.take(client, name, fence);
     }
 
     /// In majority mode, a holder whose node is paused and whose lease
@@ -231,8 +241,8 @@ impl<C: Chooser> Simulation<C> {
         }
         let now = self.now;
         for holder in self.checker.holders_of(name) {
-            let over = self.faults.paused(holder)
-                && self.nodes[&holder]
+            let over = self.faults.paused(holder.node)
+                && self.nodes[&holder.node]
                     .engine
                     .as_ref()
                     .is_some_and(|e| e.membership().lease_end().is_none_or(|end| end <= now));
@@ -305,7 +315,7 @@ impl<C: Chooser> Simulation<C> {
             .select(which)
             .into_iter()
             .filter_map(|id| {
-                let e = self.nodes[&id].engine.as_ref()?;
+                let e = self.nodes[&id.node].engine.as_ref()?;
                 let coordinator = e.coordinator().map_or("none".into(), |c| c.to_string());
                 Some(format!(
                     "{id} ({:?}, engine {}, coordinator {coordinator})",

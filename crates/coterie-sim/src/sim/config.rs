@@ -115,7 +115,12 @@ pub struct SimConfig {
     /// one after the other in name order, before entering; at most
     /// `names`).
     pub per_request: u32,
-    /// Critical-section entries each node's client makes (concurrent load),
+    /// Clients at each node (concurrent and burst load), each its own
+    /// session, as several processes taking locks through one node: where
+    /// the algorithm counts sessions they hold permits side by side, and
+    /// otherwise take turns with their node's grant.
+    pub sessions: u32,
+    /// Critical-section entries each client makes (concurrent load),
     /// entries in all (sequential load), or bursts (burst load).
     pub requests: u32,
     /// Heartbeat and failure-detection periods.
@@ -182,6 +187,7 @@ impl SimConfig {
             names: 1,
             forgetting: None,
             per_request: 1,
+            sessions: 1,
             requests: 10,
             timing: Timing::default(),
             delay: (Duration::from_micros(500), Duration::from_millis(5)),

@@ -158,7 +158,7 @@ impl<C: Chooser> Simulation<C> {
         self.trace(|| format!("{node} CRASHES{}", if silent { " (silently)" } else { "" }));
         let text = format!("{node} crashes{}", if silent { " (silently)" } else { "" });
         self.record(|r, at| {
-            r.exit(at, node);
+            r.exit_all(at, node);
             r.end(at, Some(node), MarkKind::Pause);
             r.mark(at, Some(node), MarkKind::Crash, text)
         });
@@ -335,13 +335,13 @@ impl<C: Chooser> Simulation<C> {
         let n = self.nodes.get_mut(&node).expect("known");
         n.incarnation += 1;
         let incarnation = n.incarnation;
-        let resume = self.workload.restarted(node);
+        let resumed = self.workload.restarted(node);
         self.boot(node);
         // Its dials reach the peers, which dial it back.
         self.dial_peers(node);
-        if resume {
+        for client in resumed {
             let at = self.now + self.uniform(self.cfg.think);
-            self.push(at, Event::Request { node, incarnation });
+            self.push(at, Event::Request { client, incarnation });
         }
     }
 }

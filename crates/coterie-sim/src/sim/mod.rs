@@ -20,7 +20,7 @@ use checker::Checker;
 use coterie_core::engine::Output;
 use coterie_core::session::{Received, Sent, Session};
 use coterie_core::wire::{self, Envelope};
-use coterie_core::{AlgoConfig, Engine, Epoch, Fence, Name, NodeId, Time, Way};
+use coterie_core::{AlgoConfig, CsState, Engine, Epoch, Fence, Name, NodeId, Time, Way};
 use coterie_diagram::MarkKind;
 use faults::Faults;
 use std::collections::{BTreeMap, BTreeSet};
@@ -374,17 +374,17 @@ impl<C: Chooser> Simulation<C> {
                 self.engine(node).handle_timeout(now);
                 self.after_input(node);
             }
-            Event::Request { node, incarnation } => {
-                if self.live(node, incarnation) {
-                    self.request(node);
+            Event::Request { client, incarnation } => {
+                if self.live(client.node, incarnation) {
+                    self.request(client);
                 }
             }
-            Event::Release { node, incarnation } => {
+            Event::Release { client, incarnation } => {
                 // A client that lost its hold meanwhile has moved on.
-                if self.live(node, incarnation)
-                    && self.workload.state(node) == workload::ClientState::Holding
+                if self.live(client.node, incarnation)
+                    && self.workload.state(client) == workload::ClientState::Holding
                 {
-                    self.release(node);
+                    self.release(client);
                 }
             }
             Event::DrawFaults => self.schedule_faults(),

@@ -1,11 +1,32 @@
-//! The clients: one per node, with what it wants and holds, and when each
-//! asks for the critical section and leaves it, under concurrent,
-//! sequential and burst load ([`Workload`] keeps their state; the
-//! simulation queues their steps).
+//! The clients: `sessions` per node, each with what it wants and holds,
+//! and when each asks for the critical section and leaves it, under
+//! concurrent, sequential and burst load ([`Workload`] keeps their state;
+//! the simulation queues their steps). A node serves its clients as a
+//! real node serves its sessions (see [`Simulation::sync`]): where the
+//! algorithm counts sessions it asks for a permit per waiting client;
+//! otherwise its clients take turns with the node's one grant.
 
 use super::*;
 
-/// Where a node's client stands.
+/// A client: the `slot`-th session at `node`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) struct ClientId {
+    pub(super) node: NodeId,
+    pub(super) slot: u32,
+}
+
+impl std::fmt::Display for ClientId {
+    /// `n2` for a node's first client, `n2.2` for its second, and so on:
+    /// a run with one client per node reads as it always did.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.slot {
+            0 => write!(f, "{}", self.node),
+            slot => write!(f, "{}.{}", self.node, slot + 1),
+        }
+    }
+}
+
+/// Where a client stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum ClientState {
     Thinking,
@@ -14,15 +35,15 @@ pub(super) enum ClientState {
     Done,
 }
 
-/// A node's client.
+/// A client.
 #[derive(Clone, Debug, Hash)]
 struct Client {
     state: ClientState,
     /// The names its request still has to take, in the order it takes
     /// them (ascending).
     want: Vec<Name>,
-    /// The names it holds.
-    held: Vec<Name>,
+    /// The names it holds, each with the fence of its grant.
+    held: Vec<(Name, Fence)>,
     /// Concurrent load: entries still to make.
     remaining: u32,
     /// It lost a lock it held while it waited for the next of its request
@@ -36,11 +57,17 @@ pub(super) enum Taken {
     More,
     /// The request holds every name it wanted: it is in.
     Entered,
-    /// Nobody asked for it: the client was in this state, or waited for
-    /// another name.
-    Unasked(ClientState),
     /// The request had lost a name it held: it lets go at once.
     Abandoned,
+}
+
+/// What a node's clients hold and want of one lock: what the node asks
+/// its engine for.
+pub(super) struct Demand {
+    /// The fences of the grants its clients hold.
+    pub(super) used: Vec<Fence>,
+    /// How many of its clients wait for it.
+    pub(super) waiting: u32,
 }
 
 /// The clients' state, and what the load has still to do.
@@ -53,7 +80,11 @@ pub(super) struct Workload {
     names: Vec<Name>,
     /// Names each request takes at once (at most as many as there are).
     per_request: usize,
-    clients: BTreeMap<NodeId, Client>,
+    clients: BTreeMap<ClientId, Client>,
+    /// Each node's waiting clients, in the order they asked: a grant goes
+    /// to the first that waits for its lock, as a node hands a lock to
+    /// its sessions in the order they asked.
+    lines: BTreeMap<NodeId, Vec<u32>>,
     /// Sequential load: the entry in progress (requester, mutex messages
     /// sent before it, requester was coordinator), and entries left.
     sequential: Option<(NodeId, u64, bool)>,
@@ -81,12 +112,20 @@ impl Workload {
             remaining,
             lost: false,
         };
+        // Sequential load runs one request at a time in the whole
+        // cluster: one client per node is all it uses.
+        let sessions = if cfg.load == Load::Sequential { 1 } else { cfg.sessions.max(1) };
+        let clients = (1..=cfg.nodes)
+            .flat_map(|id| (0..sessions).map(move |slot| ClientId { node: NodeId(id), slot }))
+            .map(|c| (c, client.clone()))
+            .collect();
         Workload {
             load: cfg.load,
             start: cfg.timing.failure_timeout * 3,
             per_request: (cfg.per_request.max(1) as usize).min(names.len()),
             names,
-            clients: (1..=cfg.nodes).map(|id| (NodeId(id), client.clone())).collect(),
+            clients,
+            lines: BTreeMap::new(),
             sequential: None,
             sequential_left: cfg.requests,
             bursts_left: cfg.requests,
@@ -105,9 +144,20 @@ impl Workload {
         self.names.len() > 1
     }
 
-    /// Where `node`'s client stands.
-    pub(super) fn state(&self, node: NodeId) -> ClientState {
-        self.clients[&node].state
+    /// Every client, node by node.
+    pub(super) fn clients(&self) -> Vec<ClientId> {
+        self.clients.keys().copied().collect()
+    }
+
+    /// `node`'s clients.
+    fn at(&self, node: NodeId) -> impl Iterator<Item = ClientId> + '_ {
+        let first = ClientId { node, slot: 0 };
+        self.clients.range(first..).map(|(&c, _)| c).take_while(move |c| c.node == node)
+    }
+
+    /// Where `client` stands.
+    pub(super) fn state(&self, client: ClientId) -> ClientState {
+        self.clients[&client].state
     }
 
     /// Whether any client waits.
@@ -115,17 +165,17 @@ impl Workload {
         self.clients.values().any(|c| c.state == ClientState::Waiting)
     }
 
-    fn client(&mut self, node: NodeId) -> &mut Client {
-        self.clients.get_mut(&node).expect("a client per node")
+    fn client(&mut self, client: ClientId) -> &mut Client {
+        self.clients.get_mut(&client).expect("a known client")
     }
 
-    /// The name `node`'s client asks for next, and it waits: the next of
-    /// its request under way, or the first of a new request, drawn now
-    /// from `chooser`. One name is drawn without a choice, so runs on the
+    /// The name `client` asks for next, and it waits: the next of its
+    /// request under way, or the first of a new request, drawn now from
+    /// `chooser`. One name is drawn without a choice, so runs on the
     /// default lock alone replay the seeds they always did.
-    pub(super) fn ask(&mut self, node: NodeId, chooser: &mut impl Chooser) -> Name {
+    pub(super) fn ask(&mut self, client: ClientId, chooser: &mut impl Chooser) -> Name {
         let per_request = self.per_request;
-        if self.clients[&node].want.is_empty() {
+        if self.clients[&client].want.is_empty() {
             let mut pool: Vec<Name> = self.names.clone();
             let mut want: Vec<Name> = Vec::with_capacity(per_request);
             while want.len() < per_request {
@@ -133,68 +183,114 @@ impl Workload {
                 want.push(pool.swap_remove(i));
             }
             want.sort();
-            self.client(node).want = want;
+            self.client(client).want = want;
         }
-        let client = self.client(node);
-        client.state = ClientState::Waiting;
-        client.want[0].clone()
+        self.lines.entry(client.node).or_default().push(client.slot);
+        let c = self.client(client);
+        c.state = ClientState::Waiting;
+        c.want[0].clone()
     }
 
-    /// `node`'s client was granted `name`.
-    pub(super) fn granted(&mut self, node: NodeId, name: Name) -> Taken {
-        let client = self.client(node);
-        if client.state != ClientState::Waiting || client.want.first() != Some(&name) {
-            return Taken::Unasked(client.state);
+    /// What `node`'s clients hold and want of `name`.
+    pub(super) fn demand(&self, node: NodeId, name: &Name) -> Demand {
+        let used = self
+            .at(node)
+            .flat_map(|id| &self.clients[&id].held)
+            .filter(|(n, _)| n == name)
+            .map(|&(_, f)| f)
+            .collect();
+        Demand { used, waiting: self.in_line(node, name).count() as u32 }
+    }
+
+    /// `node`'s clients that have asked for `name` and wait for it, in the
+    /// order they asked. (A client granted one name of its request waits
+    /// for the next only once it has asked.)
+    fn in_line<'a>(&'a self, node: NodeId, name: &'a Name) -> impl Iterator<Item = ClientId> + 'a {
+        let line = self.lines.get(&node).map_or(&[][..], Vec::as_slice);
+        line.iter().map(move |&slot| ClientId { node, slot }).filter(move |id| {
+            let c = &self.clients[id];
+            c.state == ClientState::Waiting && c.want.first() == Some(name)
+        })
+    }
+
+    /// The client of `node` a grant of `name` goes to: the first in line
+    /// that waits for it.
+    pub(super) fn taker(&self, node: NodeId, name: &Name) -> Option<ClientId> {
+        self.in_line(node, name).next()
+    }
+
+    /// The states of `node`'s clients, for a grant nobody took.
+    pub(super) fn states_at(&self, node: NodeId) -> Vec<ClientState> {
+        self.at(node).map(|id| self.clients[&id].state).collect()
+    }
+
+    /// The client of `node` that holds `name` with `fence`.
+    pub(super) fn holder(&self, node: NodeId, name: &Name, fence: Fence) -> Option<ClientId> {
+        self.at(node).find(|id| self.clients[id].held.iter().any(|(n, f)| n == name && *f == fence))
+    }
+
+    /// `client`, the taker of a grant, was granted `name` with `fence`.
+    pub(super) fn granted(&mut self, client: ClientId, name: Name, fence: Fence) -> Taken {
+        if let Some(line) = self.lines.get_mut(&client.node) {
+            line.retain(|&slot| slot != client.slot);
+            if line.is_empty() {
+                self.lines.remove(&client.node);
+            }
         }
-        client.want.remove(0);
-        client.held.push(name);
-        if std::mem::take(&mut client.lost) {
-            client.want.clear();
+        let c = self.client(client);
+        c.want.remove(0);
+        c.held.push((name, fence));
+        if std::mem::take(&mut c.lost) {
+            c.want.clear();
             return Taken::Abandoned;
         }
-        if !client.want.is_empty() {
+        if !c.want.is_empty() {
             return Taken::More;
         }
-        client.state = ClientState::Holding;
+        c.state = ClientState::Holding;
         Taken::Entered
     }
 
-    /// `node`'s client lets go: the names it held, in the order taken.
-    pub(super) fn release(&mut self, node: NodeId) -> Vec<Name> {
-        std::mem::take(&mut self.client(node).held)
+    /// `client` lets go: the names it held, in the order taken.
+    pub(super) fn release(&mut self, client: ClientId) -> Vec<(Name, Fence)> {
+        std::mem::take(&mut self.client(client).held)
     }
 
-    /// `node`'s client lost `name`, which its node released (its lease ran
-    /// out): the names it holds besides, which it lets go. A client that
-    /// held them all is out; one still waiting for more gives its request
-    /// up once the name it waits for comes.
-    pub(super) fn lost(&mut self, node: NodeId, name: &Name) -> Vec<Name> {
-        let client = self.client(node);
-        client.held.retain(|n| n != name);
-        if client.state == ClientState::Waiting {
-            client.lost = true;
+    /// `client` lost `name`, which its node released (its lease ran out):
+    /// the names it holds besides, which it lets go. A client that held
+    /// them all is out; one still waiting for more gives its request up
+    /// once the name it waits for comes.
+    pub(super) fn lost(&mut self, client: ClientId, name: &Name) -> Vec<(Name, Fence)> {
+        let c = self.client(client);
+        c.held.retain(|(n, _)| n != name);
+        if c.state == ClientState::Waiting {
+            c.lost = true;
         }
-        std::mem::take(&mut client.held)
+        std::mem::take(&mut c.held)
     }
 
-    /// `node`'s entry is over: `true` if its client asks again (after
-    /// thinking), under concurrent load with requests left.
-    pub(super) fn entry_over(&mut self, node: NodeId) -> bool {
+    /// `client`'s entry is over: `true` if it asks again (after thinking),
+    /// under concurrent load with requests left.
+    pub(super) fn entry_over(&mut self, client: ClientId) -> bool {
         let concurrent = self.load == Load::Concurrent;
-        let client = self.client(node);
-        client.remaining = client.remaining.saturating_sub(1);
-        let again = concurrent && client.remaining > 0;
-        client.state = if again { ClientState::Thinking } else { ClientState::Done };
+        let c = self.client(client);
+        c.remaining = c.remaining.saturating_sub(1);
+        let again = concurrent && c.remaining > 0;
+        c.state = if again { ClientState::Thinking } else { ClientState::Done };
         again
     }
 
-    /// `node` crashed: its client wants and holds nothing (it stays where
+    /// `node` crashed: its clients want and hold nothing (each stays where
     /// it stood until the node restarts). `true` if the sequential entry
     /// under way was its: that entry is given up.
     pub(super) fn crashed(&mut self, node: NodeId) -> bool {
-        let client = self.client(node);
-        client.want.clear();
-        client.held.clear();
+        let ids: Vec<ClientId> = self.at(node).collect();
+        for id in ids {
+            let c = self.client(id);
+            c.want.clear();
+            c.held.clear();
+        }
+        self.lines.remove(&node);
         if self.sequential.is_some_and(|(requester, _, _)| requester == node) {
             self.sequential = None;
             return true;
@@ -202,19 +298,26 @@ impl Workload {
         false
     }
 
-    /// `node` restarted: `true` if its client carries on (concurrent load,
-    /// requests left), thinking; otherwise it is done.
-    pub(super) fn restarted(&mut self, node: NodeId) -> bool {
+    /// `node` restarted: the clients that carry on (concurrent load,
+    /// requests left), thinking; the others are done.
+    pub(super) fn restarted(&mut self, node: NodeId) -> Vec<ClientId> {
         let concurrent = self.load == Load::Concurrent;
-        let client = self.client(node);
-        let resume = client.state != ClientState::Done && concurrent;
-        client.state = if resume { ClientState::Thinking } else { ClientState::Done };
-        resume
+        let ids: Vec<ClientId> = self.at(node).collect();
+        let mut resumed = Vec::new();
+        for id in ids {
+            let c = self.client(id);
+            let resume = c.state != ClientState::Done && concurrent;
+            c.state = if resume { ClientState::Thinking } else { ClientState::Done };
+            if resume {
+                resumed.push(id);
+            }
+        }
+        resumed
     }
 
     /// Whether every client `live` says is up is done.
     fn all_done(&self, live: impl Fn(NodeId) -> bool) -> bool {
-        self.clients.iter().all(|(&id, c)| !live(id) || c.state == ClientState::Done)
+        self.clients.iter().all(|(id, c)| !live(id.node) || c.state == ClientState::Done)
     }
 
     /// Whether the workload has finished on every node `live` says is up.
@@ -237,16 +340,18 @@ impl Workload {
         false
     }
 
-    /// Burst load: a burst begins now, if any is left; every client in
-    /// `live` thinks, about to ask.
-    pub(super) fn burst(&mut self, live: &[NodeId]) -> bool {
+    /// Burst load: a burst begins now, if any is left: every client of a
+    /// node in `live` thinks, about to ask; they are returned (none when
+    /// no burst is left).
+    pub(super) fn burst(&mut self, live: &[NodeId]) -> Vec<ClientId> {
         self.burst_due = false;
-        let Some(left) = self.bursts_left.checked_sub(1) else { return false };
+        let Some(left) = self.bursts_left.checked_sub(1) else { return Vec::new() };
         self.bursts_left = left;
-        for node in live {
-            self.client(*node).state = ClientState::Thinking;
+        let ids: Vec<ClientId> = live.iter().flat_map(|&node| self.at(node)).collect();
+        for &id in &ids {
+            self.client(id).state = ClientState::Thinking;
         }
-        true
+        ids
     }
 
     /// Sequential load: the entry under way, if one is, is over; returns
@@ -279,8 +384,8 @@ impl Workload {
         true
     }
 
-    /// The live clients `which` picks, for a violation's detail.
-    pub(super) fn select(&self, which: impl Fn(ClientState) -> bool) -> Vec<NodeId> {
+    /// The clients `which` picks, for a violation's detail.
+    pub(super) fn select(&self, which: impl Fn(ClientState) -> bool) -> Vec<ClientId> {
         self.clients.iter().filter(|(_, c)| which(c.state)).map(|(&id, _)| id).collect()
     }
 
@@ -290,6 +395,7 @@ impl Workload {
     pub(super) fn hash_state<H: std::hash::Hasher>(&self, h: &mut H) {
         use std::hash::Hash;
         self.clients.hash(h);
+        self.lines.hash(h);
         self.sequential.map(|(node, _, local)| (node, local)).hash(h);
         self.sequential_left.hash(h);
         self.bursts_left.hash(h);
@@ -311,10 +417,9 @@ impl<C: Chooser> Simulation<C> {
         let start = self.workload.start();
         match self.cfg.load {
             Load::Concurrent => {
-                let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
-                for node in ids {
+                for client in self.workload.clients() {
                     let at = start + self.uniform(self.cfg.think);
-                    self.push(at, Event::Request { node, incarnation: 0 });
+                    self.push(at, Event::Request { client, incarnation: 0 });
                 }
             }
             Load::Sequential => self.push(start, Event::NextSequential),
@@ -322,96 +427,138 @@ impl<C: Chooser> Simulation<C> {
         }
     }
 
-    /// `node`'s client asks for the next name of its request.
-    pub(super) fn request(&mut self, node: NodeId) {
+    /// `client` asks for the next name of its request.
+    pub(super) fn request(&mut self, client: ClientId) {
         let now = self.now;
-        let name = self.workload.ask(node, &mut self.chooser);
-        self.checker.asked(node, name.clone(), now);
-        self.trace(|| format!("{node} requests {name}"));
-        let permits = u32::try_from(self.cfg.capacity).unwrap_or(u32::MAX);
-        if let Err(e) = self.engine(node).request(now, &name, permits) {
-            panic!("the simulator's own request for {name} was refused: {e}");
-        }
-        self.after_input(node);
+        let name = self.workload.ask(client, &mut self.chooser);
+        self.checker.asked(client, name.clone(), now);
+        self.trace(|| format!("{client} requests {name}"));
+        self.sync(client.node, &name);
+        self.after_input(client.node);
     }
 
-    /// `node`'s node released `name`, which its client held, on its own:
-    /// its lease ran out. The client stops at once, as the node tells it
-    /// to, lets go of what else it held, and its entry is over.
+    /// Brings what `node` asks its engine for of `name` in line with what
+    /// its clients hold and want, as a real node's agent does for its
+    /// sessions. Where the algorithm counts sessions, each grant no client
+    /// holds is released and a permit is asked for per waiting client.
+    /// Otherwise the node has one grant at most: released once no client
+    /// holds it, and asked for again while a client waits.
+    fn sync(&mut self, node: NodeId, name: &Name) {
+        let now = self.now;
+        let demand = self.workload.demand(node, name);
+        let permits = u32::try_from(self.cfg.capacity).unwrap_or(u32::MAX);
+        let engine = self.engine(node);
+        let asked = if engine.counts_sessions() {
+            let held: Vec<Fence> = engine.fences_of(name).to_vec();
+            for fence in held.into_iter().filter(|f| !demand.used.contains(f)) {
+                engine.release_grant(now, name, fence);
+            }
+            let wanted = demand.used.len() as u32 + demand.waiting;
+            let mut asked = Ok(());
+            while asked.is_ok() && engine.outstanding(name) < wanted {
+                let before = engine.outstanding(name);
+                asked = engine.request(now, name, permits);
+                if engine.outstanding(name) == before {
+                    break; // the engine takes no more
+                }
+            }
+            asked
+        } else {
+            match engine.cs_state_of(name) {
+                CsState::Held if !demand.used.is_empty() => Ok(()),
+                CsState::Held => {
+                    engine.release(now, name);
+                    if demand.waiting > 0 {
+                        engine.request(now, name, permits)
+                    } else {
+                        Ok(())
+                    }
+                }
+                CsState::Idle if demand.waiting > 0 => engine.request(now, name, permits),
+                _ => Ok(()),
+            }
+        };
+        if let Err(e) = asked {
+            panic!("the simulator's own request for {name} was refused: {e}");
+        }
+    }
+
+    /// `node`'s node released `name`, granted with `fence`, on its own:
+    /// its lease ran out. The client that held it stops at once, as the
+    /// node tells it to, lets go of what else it held, and its entry is
+    /// over.
     pub(super) fn lost(&mut self, node: NodeId, name: Name, fence: Fence) {
         let now = self.now;
         self.trace(|| format!("{node} LOSES {name:?} (fence {fence})"));
-        let state = self.workload.state(node);
-        let others = self.workload.lost(node, &name);
-        let mut gone = others.clone();
-        gone.push(name);
-        self.checker.released(node, &gone, now);
-        self.record(|r, at| r.exit(at, node));
-        for other in others.iter().rev() {
-            self.engine(node).release(now, other);
+        let Some(client) = self.workload.holder(node, &name, fence) else {
+            return; // no client held it any more
+        };
+        let state = self.workload.state(client);
+        let others = self.workload.lost(client, &name);
+        let mut gone: Vec<Name> = others.iter().map(|(n, _)| n.clone()).collect();
+        gone.push(name.clone());
+        self.checker.released(client, &gone, now);
+        self.record(|r, at| r.exit(at, node, fence.0));
+        for (other, other_fence) in others.iter().rev() {
+            self.record(|r, at| r.exit(at, node, other_fence.0));
+            self.sync(node, other);
         }
+        // Another client of the node may wait for the lock lost.
+        self.sync(node, &name);
         self.after_input(node);
         if state == ClientState::Holding {
-            self.after_release(node);
+            self.after_release(client);
         }
     }
 
-    /// `node`'s client lets go of every name it holds, last taken first.
-    pub(super) fn release(&mut self, node: NodeId) {
+    /// `client` lets go of every name it holds, last taken first.
+    pub(super) fn release(&mut self, client: ClientId) {
         let now = self.now;
-        let held = self.workload.release(node);
-        self.checker.released(node, &held, now);
+        let node = client.node;
+        let held = self.workload.release(client);
+        let names: Vec<Name> = held.iter().map(|(n, _)| n.clone()).collect();
+        self.checker.released(client, &names, now);
         self.report.workload_us = now.saturating_sub(self.workload.start()).as_micros() as u64;
-        self.trace(|| format!("{node} releases"));
-        self.record(|r, at| r.exit(at, node));
-        for name in held.iter().rev() {
-            self.engine(node).release(now, name);
+        self.trace(|| format!("{client} releases"));
+        for (name, fence) in held.iter().rev() {
+            self.record(|r, at| r.exit(at, node, fence.0));
+            self.sync(node, name);
         }
         self.after_input(node);
-        self.after_release(node);
+        self.after_release(client);
     }
 
-    /// `node`'s client was granted `name`: it asks for its request's next
-    /// name at once, or holds for a while.
-    pub(super) fn take(&mut self, node: NodeId, name: Name) {
-        let incarnation = self.nodes[&node].incarnation;
-        match self.workload.granted(node, name.clone()) {
-            Taken::More => self.push(self.now, Event::Request { node, incarnation }),
+    /// `client` was granted `name` with `fence`: it asks for its request's
+    /// next name at once, or holds for a while.
+    pub(super) fn take(&mut self, client: ClientId, name: Name, fence: Fence) {
+        let incarnation = self.nodes[&client.node].incarnation;
+        match self.workload.granted(client, name, fence) {
+            Taken::More => self.push(self.now, Event::Request { client, incarnation }),
             Taken::Entered => {
                 let hold = self.uniform(self.cfg.hold);
-                self.push(self.now + hold, Event::Release { node, incarnation });
+                self.push(self.now + hold, Event::Release { client, incarnation });
             }
-            Taken::Abandoned => self.release(node),
-            Taken::Unasked(state) => {
-                // Judged as safety (ignored when only progress is
-                // judged): a grant nobody asked for is not handed to the
-                // client.
-                let named = self.named(&name);
-                self.violation(
-                    Invariant::Safety,
-                    format!("{node} was granted{named} while its client was {state:?}"),
-                );
-            }
+            Taken::Abandoned => self.release(client),
         }
     }
 
-    fn after_release(&mut self, node: NodeId) {
+    fn after_release(&mut self, client: ClientId) {
         match self.cfg.load {
             Load::Concurrent => {
-                if self.workload.entry_over(node) {
-                    let incarnation = self.nodes[&node].incarnation;
+                if self.workload.entry_over(client) {
+                    let incarnation = self.nodes[&client.node].incarnation;
                     let at = self.now + self.uniform(self.cfg.think);
-                    self.push(at, Event::Request { node, incarnation });
+                    self.push(at, Event::Request { client, incarnation });
                 }
             }
             Load::Sequential => {
-                self.workload.entry_over(node);
+                self.workload.entry_over(client);
                 // Leave time for every message the entry caused to land.
                 let quiet = self.cfg.delay.1 * 4 + STEP;
                 self.push(self.now + quiet, Event::NextSequential);
             }
             Load::Burst => {
-                self.workload.entry_over(node);
+                self.workload.entry_over(client);
                 self.after_burst_entry();
             }
         }
@@ -435,13 +582,14 @@ impl<C: Chooser> Simulation<C> {
             return;
         }
         let live: Vec<NodeId> = self.live_nodes().collect();
-        if !self.workload.burst(&live) {
+        let clients = self.workload.burst(&live);
+        if clients.is_empty() {
             return;
         }
-        self.trace(|| "BURST: every live node asks".to_string());
-        for node in live {
-            let incarnation = self.nodes[&node].incarnation;
-            self.push(self.now, Event::Request { node, incarnation });
+        self.trace(|| "BURST: every live client asks".to_string());
+        for client in clients {
+            let incarnation = self.nodes[&client.node].incarnation;
+            self.push(self.now, Event::Request { client, incarnation });
         }
     }
 
@@ -474,7 +622,7 @@ impl<C: Chooser> Simulation<C> {
         }
         let node = chosen.expect("picked");
         let incarnation = self.nodes[&node].incarnation;
-        self.handle(Event::Request { node, incarnation });
+        self.handle(Event::Request { client: ClientId { node, slot: 0 }, incarnation });
     }
 
     /// Whether the workload has finished on every node that is up.

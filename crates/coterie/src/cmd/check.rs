@@ -33,7 +33,7 @@ pub struct Args {
     /// Cluster size.
     #[arg(long, default_value_t = 3)]
     nodes: u32,
-    /// Critical-section entries each node asks for.
+    /// Critical-section entries each client asks for.
     #[arg(long, default_value_t = 1)]
     requests: u32,
     /// Locks the requests spread over (`r0`, `r1`, ...; 1: the default
@@ -45,6 +45,15 @@ pub struct Args {
     /// multi-lock requests is checked too.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     per_request: u32,
+    /// Clients at each node, each its own session: where the algorithm
+    /// counts sessions they hold --count permits side by side, otherwise
+    /// they take turns with their node's grant.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
+    sessions: u32,
+    /// Holders allowed at once (a semaphore's permits), for the counting
+    /// algorithms.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    count: u64,
     /// Crash-and-restart faults per run.
     #[arg(long, default_value_t = 0)]
     crashes: u32,
@@ -97,10 +106,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
             args.names
         );
     }
+    if args.count > 1 && !args.mutex.claims.counting {
+        anyhow::bail!("{} admits one holder at a time: --count must be 1", args.mutex);
+    }
     let cfg = CheckConfig {
         requests: args.requests,
         names: args.names,
         per_request: args.per_request,
+        sessions: args.sessions,
+        count: args.count as usize,
         crashes: args.crashes,
         partitions: args.partitions,
         one_way_partitions: args.one_way_partitions,
@@ -131,11 +145,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        let locks = match (report.names, report.per_request) {
+        let mut locks = match (report.names, report.per_request) {
             (1, _) => String::new(),
             (k, 1) => format!(" over {k} locks"),
             (k, m) => format!(" of {m} locks each, over {k}"),
         };
+        if report.sessions > 1 {
+            locks.push_str(&format!(", {} clients per node", report.sessions));
+        }
+        if report.count > 1 {
+            locks.push_str(&format!(", {} permits", report.count));
+        }
         println!(
             "{} + {} on {} nodes, {} request(s) each{locks}, {} crash(es), {} partition(s), {} one-way: {}",
             report.mutex,

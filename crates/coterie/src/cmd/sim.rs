@@ -136,6 +136,13 @@ pub struct Args {
     /// order, before it enters; a stall of such requests is a deadlock.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
     per_request: u32,
+    /// Clients at each node, each its own session (as several processes
+    /// taking locks through one node): where the algorithm counts
+    /// sessions they hold --count permits side by side, otherwise they
+    /// take turns with their node's grant. Not with --sequential.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64),
+          conflicts_with = "sequential")]
+    sessions: u32,
     /// Forget a lock nobody at a node holds or wants after it has stayed
     /// so this long (and make it anew on its next use), as a node does
     /// with `forget_after`; default: never.
@@ -237,6 +244,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         requests: args.requests,
         names: args.names,
         per_request: args.per_request,
+        sessions: args.sessions,
         forgetting: args
             .forget_after
             .map(|after| coterie_core::Forgetting { after, ..coterie_core::Forgetting::default() }),
@@ -414,6 +422,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         if args.per_request != 1 {
             extra.push_str(&format!(" --per-request {}", args.per_request));
+        }
+        if args.sessions != 1 {
+            extra.push_str(&format!(" --sessions {}", args.sessions));
         }
         if let Some(after) = args.forget_after {
             extra.push_str(&format!(" --forget-after {}", humantime::format_duration(after)));
