@@ -51,6 +51,7 @@ use crate::detector::{FailureDetector, Verdict};
 use crate::membership::{Event, Membership, View};
 use crate::name::Name;
 use crate::outbox::{Action, Time, TimerId};
+use crate::parked::{Lot, Parked};
 use crate::records::Records;
 use crate::registry::{self, Actions, DynElection, ElectionInfo, Encoded, MutexInfo};
 use crate::resources::Resources;
@@ -159,7 +160,12 @@ pub enum EngineError {
     },
     /// The sender's instance of a lock admits another number of holders
     /// than this node's: the two were asked for with different permits.
-    #[error("message from {from} for lock {name:?} of {theirs} permits; it has {ours} here")]
+    /// The message waits until the lock is idle here (see
+    /// [`parked`](crate::parked)), unless there is no room left for it.
+    #[error(
+        "message from {from} for lock {name:?} of {theirs} permits; it has {ours} here: {}",
+        if *kept { "kept until the lock is idle here" } else { "dropped, no room to keep it" }
+    )]
     Permits {
         /// The sender.
         from: NodeId,
@@ -169,6 +175,9 @@ pub enum EngineError {
         theirs: u32,
         /// The permits this node's has.
         ours: u32,
+        /// Whether the message was kept, to be delivered once the lock is
+        /// idle here.
+        kept: bool,
     },
 }
 
@@ -349,6 +358,9 @@ pub struct Engine {
     election: Box<dyn DynElection>,
     /// One instance of the mutex algorithm per lock.
     locks: Resources,
+    /// Messages for a lock in use here with other permits, until it is
+    /// idle.
+    parked: Lot,
     /// Armed algorithm timers.
     timers: BTreeMap<(Scope, TimerId), Time>,
     next_heartbeat: Time,
@@ -397,6 +409,7 @@ impl Clone for Engine {
             detector: self.detector.clone(),
             membership: self.membership.clone(),
             held: self.held.clone(),
+            parked: self.parked.clone(),
             quorum: self.quorum,
             events: Vec::new(),
             election: self.election.clone_box(),
@@ -519,6 +532,7 @@ impl Engine {
             quorum: membership.quorum(now),
             membership,
             held: VecDeque::new(),
+            parked: Lot::default(),
             events: Vec::new(),
             election: (election_info.build)(&cfg),
             locks: Resources::new(mutex_info.build, cfg.forgetting),
@@ -891,6 +905,7 @@ impl Engine {
         // A grant the driver was never handed is taken back with it.
         self.take_back(name, fence);
         self.step(now, name, |m, acts| m.handle_release_of(now, fence, acts));
+        self.unpark(now);
         self.settle_lease(now);
     }
 
@@ -1006,6 +1021,7 @@ impl Engine {
             self.forgotten_by(now, from, you);
         }
         self.join_if_complete(now);
+        self.unpark(now);
         self.settle_lease(now);
         result
     }
@@ -1093,10 +1109,35 @@ impl Engine {
         }
     }
 
+    /// Delivers the parked messages of every lock where one of them fits
+    /// now (the lock idle here, forgotten, or made anew with their
+    /// permits), in the order they came, each from a sender still in the
+    /// view; one that does not fit parks anew, and its sender's later ones
+    /// behind it.
+    fn unpark(&mut self, now: Time) {
+        if self.parked.is_empty() {
+            return;
+        }
+        for name in self.parked.names() {
+            let fits = self.parked.permits(&name).any(|p| self.check_permits(&name, p).is_ok());
+            if !fits {
+                continue;
+            }
+            for p in self.parked.take(&name) {
+                if self.membership.admits(p.from) {
+                    // What it says was said when it arrived.
+                    let _ = self.deliver_to_lock(now, p.from, &name, p.permits, &p.bytes);
+                }
+            }
+        }
+    }
+
     /// Hands a message to lock `name`'s instance, made here first (for the
     /// sender's `permits`) if the lock is new to this node. A message whose
-    /// permits differ from the instance's, or that does not decode, is
-    /// refused, and an instance made for it alone is dropped again.
+    /// permits differ from those of the instance in use here is parked
+    /// until the instance is idle (see [`parked`](crate::parked)), as is
+    /// every later one of its sender for the lock; one that does not decode
+    /// is refused, and an instance made for it alone is dropped again.
     fn deliver_to_lock(
         &mut self,
         now: Time,
@@ -1105,12 +1146,27 @@ impl Engine {
         permits: u32,
         bytes: &[u8],
     ) -> Result<(), EngineError> {
-        let refused =
-            |ours: u32| EngineError::Permits { from, name: name.clone(), theirs: permits, ours };
-        match self.check_permits(name, permits) {
-            Ok(()) | Err(RequestError::TooManyLocks(_)) => {}
-            Err(RequestError::Permits { live, .. }) => return Err(refused(live)),
-            Err(_) => return Err(refused(1)),
+        let ours = self.locks.get(name).map_or(permits, |l| l.permits);
+        let refused = |kept: bool| EngineError::Permits {
+            from,
+            name: name.clone(),
+            theirs: permits,
+            ours,
+            kept,
+        };
+        let busy = match self.check_permits(name, permits) {
+            Ok(()) | Err(RequestError::TooManyLocks(_)) => false,
+            Err(RequestError::Permits { .. }) => true,
+            Err(_) => return Err(refused(false)),
+        };
+        if busy || self.parked.holds(name, from) {
+            // The default lock's permits are the cluster's, the same at
+            // every node: a message that differs never fits, and waits for
+            // nothing.
+            let kept = name.as_str() != Name::DEFAULT
+                && self.parked.park(name, Parked { from, permits, bytes: bytes.to_vec() });
+            Counters::bump(&mut self.counters.received, if kept { "parked" } else { "refused" });
+            return if busy { Err(refused(kept)) } else { Ok(()) };
         }
         self.renumber(name, permits);
         let made = !self.locks.contains(name);
@@ -1186,6 +1242,7 @@ impl Engine {
         if let Some(Verdict::Down(p)) = self.detector.link_down(peer) {
             self.peer_down(now, p);
         }
+        self.unpark(now);
         self.settle_lease(now);
     }
 
@@ -1248,6 +1305,7 @@ impl Engine {
             }
         }
         self.forget_idle(now);
+        self.unpark(now);
         self.membership_tick(now);
     }
 
@@ -1517,6 +1575,7 @@ impl Engine {
 
     /// The algorithms count `peer` down, as crashed.
     fn algorithms_down(&mut self, now: Time, peer: NodeId) {
+        self.parked.forget_peer(peer);
         self.step_all(now, |m, acts| m.handle_peer_down(now, peer, acts));
         let mut acts = self.take_scratch();
         self.election.handle_peer_down(now, peer, &mut acts);

@@ -17,6 +17,8 @@
 //!   which a node does nothing (`partitions = "majority"`).
 //! - [`registry`]: the one table where an algorithm is added.
 //! - [`engine`]: one node's stack composed: detector → election → mutex.
+//! - [`parked`]: messages for a lock in use here with other permits, kept
+//!   until it is idle.
 //! - [`session`]: numbered, acknowledged and resent frames: reliable links
 //!   across broken connections.
 //! - [`wire`]: frames, the codec and the peer handshake.
@@ -31,6 +33,7 @@ pub mod membership;
 pub mod mutex;
 pub mod name;
 pub mod outbox;
+pub mod parked;
 mod records;
 pub mod registry;
 mod resources;

@@ -253,6 +253,31 @@ fn an_idle_semaphore_is_a_plain_lock_at_once() {
     }
 }
 
+/// A request with other permits than the lock has where it is in use is
+/// not lost there: its messages wait until the lock is idle at that node,
+/// and it is served then (dropped, the requester waited for ever).
+#[test]
+fn a_request_with_other_permits_waits_for_the_lock_to_go_idle() {
+    for mutex in ["centralized", "centralized-lending", "raymond-k"] {
+        let mut net = Net::with(mutex, 3, 1);
+        let now = net.now;
+        net.engine(2).request(now, &name("z"), 2).unwrap();
+        net.run_until(now + ms(50));
+        assert!(net.holds(2, "z"), "{mutex}");
+        let now = net.now;
+        net.engine(1).request(now, &name("z"), 1).unwrap_or_else(|e| panic!("{mutex}: {e}"));
+        net.run_until(now + ms(50));
+        assert!(!net.holds(1, "z"), "{mutex}: not beside a holder of the 2-permit lock");
+        net.release(2, "z");
+        net.run_until(net.now + ms(50));
+        assert!(net.holds(1, "z"), "{mutex}: served once the lock is idle");
+        let now = net.now;
+        net.engine(2).request(now, &name("z"), 1).unwrap_or_else(|e| panic!("{mutex}: {e}"));
+        net.run_until(now + ms(50));
+        assert!(!net.holds(2, "z"), "{mutex}: the lock has one permit now");
+    }
+}
+
 /// Three holders of a lock of three permits at once, and a fourth waits.
 #[test]
 fn a_lock_of_k_permits_admits_k_holders() {

@@ -1032,6 +1032,31 @@ fn watch_draws_a_real_run_with_every_message_the_nodes_counted() {
 }
 
 #[test]
+fn check_drives_several_clients_per_node_and_refuses_permits_a_mutex_lacks() {
+    let out = coterie(&[
+        "check",
+        "--mutex",
+        "centralized",
+        "--nodes",
+        "2",
+        "--sessions",
+        "2",
+        "--count",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((r["sessions"].as_u64(), r["count"].as_u64()), (Some(2), Some(2)), "{r}");
+    assert_eq!((r["exhausted"].as_bool(), r["violations"].as_u64()), (Some(true), Some(0)));
+
+    let out = coterie(&["check", "--mutex", "lamport", "--count", "2"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("lamport admits one holder at a time"), "{err}");
+}
+
+#[test]
 fn check_reports_an_exhausted_space_and_a_found_split_brain_as_json() {
     let out = coterie(&["check", "--mutex", "token-ring", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));

@@ -297,6 +297,34 @@ fn a_semaphores_permits_go_to_sessions_at_one_node() {
     }
 }
 
+/// A plain lock asked for through one node while a semaphore of the same
+/// name is held through another is granted once the semaphore is let go:
+/// the node where the name is in use with two permits keeps the request's
+/// messages until the name is idle there (it used to drop them, and the
+/// plain lock waited until its timeout ran out, exit 75).
+#[test]
+fn a_plain_lock_waits_for_a_semaphore_held_elsewhere_and_then_gets_it() {
+    for mutex in ["centralized", "raymond-k"] {
+        let up = cluster(3, mutex, "other-permits");
+        let dir = scratch(&format!("other-permits-{mutex}"));
+        let d = &dir.0;
+        let hold = "touch $D/in; while [ ! -e $D/go ]; do sleep 0.05; done";
+        let holder = lock(&up, 2, &["z"], &["-n", "2"], hold, d);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !d.join("in").exists() {
+            assert!(Instant::now() < deadline, "{mutex}: the semaphore was not granted");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let plain = lock(&up, 1, &["z"], &["--timeout", "20s"], "touch $D/plain", d);
+        std::thread::sleep(Duration::from_millis(1000));
+        assert!(!d.join("plain").exists(), "{mutex}: a plain lock beside the semaphore");
+        std::fs::write(d.join("go"), "").unwrap();
+        assert_eq!(exit_code(holder, d), Some(0), "{mutex}");
+        assert_eq!(exit_code(plain, d), Some(0), "{mutex}: the plain lock once the name is idle");
+        assert!(d.join("plain").exists(), "{mutex}");
+    }
+}
+
 /// Several names are taken all or none: one that stays busy makes the
 /// request time out holding nothing.
 #[test]
