@@ -44,7 +44,9 @@ use crate::state::StateFile;
 use crate::storage::{Durability, StateWriter};
 use coterie_core::engine::{Output, RequestError};
 use coterie_core::wire::{self, Envelope, Hello};
-use coterie_core::{CsState, Engine, Epoch, Fence, Name, NodeId, Stamp, Status, ViewStatus};
+use coterie_core::{
+    CsState, Engine, EngineError, Epoch, Fence, Name, NodeId, Stamp, Status, ViewStatus,
+};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, Notify};
@@ -98,6 +100,9 @@ pub(crate) enum Delivery {
     Taken,
     /// It could not be used, for this reason (logged by the caller).
     Dropped(String),
+    /// It waits until the lock it is for is idle here, for this reason
+    /// (logged by the caller): its sender asked with other permits.
+    Parked(String),
     /// A newer connection from the peer took over: stop reading this one.
     Superseded,
 }
@@ -295,6 +300,7 @@ impl Agent {
                     }
                     Delivery::Taken
                 }
+                Err(e @ EngineError::Permits { kept: true, .. }) => Delivery::Parked(e.to_string()),
                 Err(e) => Delivery::Dropped(e.to_string()),
             }
         })

@@ -412,6 +412,11 @@ async fn read_frames(t: &Transport, peer: NodeId, link: (u64, u64), reader: Owne
                             );
                         }
                     }
+                    Delivery::Parked(e) => {
+                        if let Some(also) = drops.admit(std::time::Instant::now()) {
+                            info!(peer = peer.0, also_since_last_line = also, "{e}");
+                        }
+                    }
                     Delivery::Superseded => {
                         debug!(peer = peer.0, "a newer connection with the peer took over");
                         return End::Superseded;
