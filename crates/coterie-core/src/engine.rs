@@ -179,6 +179,19 @@ pub enum EngineError {
         /// idle here.
         kept: bool,
     },
+    /// The sender's instance of a lock has permits no instance here may
+    /// have (none, or several under an algorithm that admits one holder).
+    #[error("message from {from} for lock {name:?} of {theirs} permits refused: {reason}")]
+    BadPermits {
+        /// The sender.
+        from: NodeId,
+        /// The lock.
+        name: Name,
+        /// The permits the sender's instance has.
+        theirs: u32,
+        /// Why no instance here may have them.
+        reason: RequestError,
+    },
 }
 
 /// Why the application's request for a lock was refused.
@@ -1157,7 +1170,10 @@ impl Engine {
         let busy = match self.check_permits(name, permits) {
             Ok(()) | Err(RequestError::TooManyLocks(_)) => false,
             Err(RequestError::Permits { .. }) => true,
-            Err(_) => return Err(refused(false)),
+            Err(reason) => {
+                let name = name.clone();
+                return Err(EngineError::BadPermits { from, name, theirs: permits, reason });
+            }
         };
         if busy || self.parked.holds(name, from) {
             // The default lock's permits are the cluster's, the same at

@@ -224,8 +224,14 @@ fn permits_that_do_not_fit_are_refused_with_a_reason() {
     let now = net.now;
     assert!(matches!(
         net.engine(1).handle_message(now, NodeId(2), wrong),
-        Err(EngineError::Permits { theirs: 1, ours: 3, .. })
+        Err(EngineError::Permits { theirs: 1, ours: 3, kept: true, .. })
     ));
+    // Permits no lock may have are refused outright.
+    let bytes = coterie_core::wire::encode(&0u8);
+    let none = Envelope::Mutex { name: name("t"), permits: 0, bytes };
+    let err = net.engine(1).handle_message(now, NodeId(2), none).unwrap_err();
+    assert!(matches!(err, EngineError::BadPermits { theirs: 0, .. }), "{err}");
+    assert!(err.to_string().contains("at least 1 permit"), "{err}");
 }
 
 /// A lock's permits are the name's: once a semaphore is idle everywhere,
