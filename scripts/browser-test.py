@@ -174,6 +174,15 @@ def main():
         print("browser test: the lock table shows printer-2 held by n2 with n3 waiting, and jobs/nightly held by n1")
         # The strip is drawn to the span its messages take: the first arrow
         # of the window starts near the left edge, not in the last pixels.
+        # A client taking and leaving a lock of its own meanwhile keeps
+        # messages coming, so that the window before the event shown holds
+        # some whenever the page is looked at (a quiet cluster's last event
+        # may have nothing before it in the window).
+        churn = subprocess.Popen(
+            ["sh", "-c", f"while [ ! -e {release} ]; do {args.bin} lock --config {config} "
+                         f"--node 3 strip-churn -- sleep 0.02; done"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(churn)
         page.wait_for("the strip's arrows spread from its left edge",
                       "(() => { const xs = [...document.querySelectorAll('#strip line')]"
                       ".filter(l => l.querySelector('title')).map(l => +l.getAttribute('x1'));"
@@ -185,6 +194,8 @@ def main():
         open(release, "w").close()
         if waiter.wait(timeout=PATIENCE) != 0 or night.wait(timeout=PATIENCE) != 0:
             fail("a lock client failed")
+        if churn.wait(timeout=PATIENCE) != 0:
+            fail("the client churning a lock for the strip failed")
         page.wait_for("no lock left once the clients let go",
                       "document.querySelectorAll('#locks tr.lock').length === 0 && "
                       "document.querySelector('#locks td.none') !== null")
