@@ -437,7 +437,7 @@ pub type Out<A> = Outbox<<A as Algorithm>::Msg, <A as Algorithm>::Timer>;
 /// emits exactly one [`Action::Grant`](crate::Action::Grant). A node asks
 /// for one entry at a time (the node multiplexes its own clients), unless
 /// the algorithm counts sessions
-/// ([`Claims::sessions`](crate::registry::Claims::sessions)): then it may
+/// ([`Claims::counting`](crate::registry::Claims::counting)): then it may
 /// ask again while it waits or holds, up to the lock's permits, each
 /// request granted once and each grant released by its fence
 /// ([`handle_release_of`](Self::handle_release_of)). What it shares with

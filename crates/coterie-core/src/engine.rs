@@ -656,11 +656,11 @@ impl Engine {
         self.locks.get(name).map_or(&[], |l| &l.fences)
     }
 
-    /// Whether the algorithm counts sessions, not nodes
-    /// ([`Claims::sessions`](registry::Claims::sessions)): this node may
+    /// Whether the algorithm counts (permits go to sessions, not nodes:
+    /// [`Claims::counting`](registry::Claims::counting)): this node may
     /// hold several grants of a lock.
     pub fn counts_sessions(&self) -> bool {
-        self.mutex.claims.sessions
+        self.mutex.claims.counting
     }
 
     /// How many grants of lock `name` this node holds or has asked for.
@@ -816,10 +816,10 @@ impl Engine {
     }
 
     /// The application wants lock `name`, one of its `permits` (made here
-    /// if the lock is new to this node). Most algorithms grant a node one
-    /// permit at a time: nothing happens if this node already wants or
-    /// holds it, and the node asks once for all its clients. One that
-    /// counts sessions ([`Claims::sessions`](registry::Claims::sessions))
+    /// if the lock is new to this node). An algorithm with one holder
+    /// grants a node the lock once at a time: nothing happens if this node
+    /// already wants or holds it, and the node asks once for all its
+    /// clients. One that counts ([`Claims::counting`](registry::Claims::counting))
     /// is asked for one more permit each time, up to `permits` held or
     /// asked for here. Refused when the algorithm grants one holder and
     /// `permits` is more, or when the lock is live here with another
@@ -828,7 +828,7 @@ impl Engine {
         self.check_permits(name, permits)?;
         self.renumber(name, permits);
         let busy = match self.locks.get(name) {
-            Some(lock) if self.mutex.claims.sessions => lock.outstanding() >= permits,
+            Some(lock) if self.mutex.claims.counting => lock.outstanding() >= permits,
             Some(lock) => lock.cs_state() != CsState::Idle,
             None => false,
         };

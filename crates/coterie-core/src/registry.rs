@@ -54,13 +54,12 @@ pub enum MutexOption {
 /// and its line in [`MUTEXES`], nothing more.
 #[derive(Clone, Copy, Debug)]
 pub struct Claims {
-    /// `count`/capacity > 1 is honoured: up to k holders at once.
+    /// `count`/capacity > 1 is honoured: up to k holders at once, counted
+    /// by client session, not by node: a node may hold several of a lock's
+    /// permits at once (one per session), asking for each on its own and
+    /// releasing each by its fence. Without it a lock has one holder, and
+    /// a node asks once for all its clients, which take turns.
     pub counting: bool,
-    /// It counts sessions, not nodes: a node may hold several of a lock's
-    /// permits at once (one per client session), asking for each on its
-    /// own and releasing each by its fence. Without it a node holds one
-    /// permit at a time, and its clients take turns with it.
-    pub sessions: bool,
     /// Entries follow request-timestamp order (no grant while an older
     /// request waits) while nothing fails.
     pub fair: bool,
@@ -78,13 +77,8 @@ pub struct Claims {
 impl Claims {
     /// The claims of a classic algorithm: one holder, no promise of order,
     /// safety resting on the failure detector, no variants.
-    pub const BASIC: Claims = Claims {
-        counting: false,
-        sessions: false,
-        fair: false,
-        safe_under_partitions: false,
-        options: &[],
-    };
+    pub const BASIC: Claims =
+        Claims { counting: false, fair: false, safe_under_partitions: false, options: &[] };
 
     /// Whether it honours `option`.
     pub fn takes(&self, option: MutexOption) -> bool {
@@ -137,7 +131,6 @@ pub const MUTEXES: &[MutexInfo] = &[
         summary: "coordinator with a FIFO queue; count > 1 makes it a counting semaphore",
         claims: Claims {
             counting: true,
-            sessions: true,
             options: &[MutexOption::FenceRoom],
             ..Claims::BASIC
         },
@@ -154,7 +147,6 @@ pub const MUTEXES: &[MutexInfo] = &[
         summary: "centralized, and the coordinator lends the lock to a node that asks again: its re-entries cost no message",
         claims: Claims {
             counting: true,
-            sessions: true,
             options: &[MutexOption::FenceRoom],
             ..Claims::BASIC
         },
@@ -213,13 +205,18 @@ pub const MUTEXES: &[MutexInfo] = &[
     },
     MutexInfo {
         name: "raymond-k",
-        summary: "Ricart-Agrawala for k holders: enter with at most k-1 replies outstanding",
-        claims: Claims { counting: true, fair: true, options: &[MutexOption::FaultTolerant, MutexOption::Priority], ..Claims::BASIC },
+        summary: "Ricart-Agrawala for k holders: enter once the requests in the way number at most k-1",
+        claims: Claims {
+            counting: true,
+            fair: true,
+            options: &[MutexOption::FaultTolerant, MutexOption::Priority],
+            ..Claims::BASIC
+        },
         light_load: |n, _| (2 * (n - 1), 2 * (n - 1)),
         heavy_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),
         burst_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),
         burst_kinds: &["request", "reply"],
-        build: |cfg| erase_mutex(RaymondK::with_capacity(cfg)),
+        build: |cfg| erase_mutex(RaymondK::new(cfg)),
     },
     MutexInfo {
         name: "lodha-kshemkalyani",

@@ -221,19 +221,16 @@ fn permits_admit_k_holders_where_the_algorithm_counts() {
     }
 }
 
-/// A semaphore counts sessions, not nodes, where the algorithm does:
-/// three `coterie lock -n 3 pool` through one node hold at once, each with
-/// its own fence, and a fourth (a CLI try, an HTTP session's) is refused
-/// until one lets go. Where the algorithm grants a node one permit at a
-/// time, the node's clients take turns.
+/// A semaphore counts sessions, not nodes, under every algorithm that
+/// counts: three `coterie lock -n 3 pool` through one node hold at once,
+/// each with its own fence, and a fourth (a CLI try, an HTTP session's) is
+/// refused until one lets go.
 #[test]
 fn a_semaphores_permits_go_to_sessions_at_one_node() {
     for mutex in ["centralized", "centralized-lending", "raymond-k"] {
-        let sessions = coterie_core::registry::mutex(mutex).unwrap().claims.sessions;
         let up = cluster(3, mutex, "sessions");
         let dir = scratch(&format!("sessions-{mutex}"));
         let d = &dir.0;
-        let inside = if sessions { 3 } else { 1 };
         let holders: Vec<Child> = (1..=3)
             .map(|i| {
                 let script = format!(
@@ -244,56 +241,47 @@ fn a_semaphores_permits_go_to_sessions_at_one_node() {
             .collect();
         let deadline = Instant::now() + Duration::from_secs(30);
         let count = || (1..=3).filter(|i| d.join(format!("in-{i}")).exists()).count();
-        while count() < inside {
+        while count() < 3 {
             assert!(Instant::now() < deadline, "{mutex}: {} inside", count());
             std::thread::sleep(Duration::from_millis(50));
         }
         std::thread::sleep(Duration::from_millis(300));
-        assert_eq!(count(), inside, "{mutex}: holders through one node");
+        assert_eq!(count(), 3, "{mutex}: holders through one node");
         let rows = locks(&up, 2);
         let held = rows[0]["holders"].as_array().unwrap();
-        assert_eq!(held.len(), inside, "{mutex}: {rows:?}");
+        assert_eq!(held.len(), 3, "{mutex}: {rows:?}");
         assert!(held.iter().all(|h| h["node"] == 1), "{mutex}: {rows:?}");
-        if sessions {
-            let fences: std::collections::BTreeSet<String> = (1..=3)
-                .map(|i| std::fs::read_to_string(d.join(format!("in-{i}"))).unwrap())
-                .collect();
-            assert_eq!(fences.len(), 3, "{mutex}: each holder its own fence: {fences:?}");
-            let fourth = lock_now(&up, 1, &["-n", "3", "--try", "pool"], &["true"]);
-            assert_eq!(fourth.status.code(), Some(75), "{mutex}: a fourth was let in");
-            // An HTTP session at the same node: refused while three hold,
-            // granted once one lets go.
-            let n1 = up.http(1);
-            let post = |path: &str, body: &str| {
-                curl(&[
-                    "-X",
-                    "POST",
-                    "-H",
-                    "content-type: application/json",
-                    "-d",
-                    body,
-                    &format!("{n1}{path}"),
-                ])
-            };
-            let id: Value = serde_json::from_str(&post("/v1/sessions", "{}")).unwrap();
-            let id = id["id"].as_str().unwrap().to_string();
-            let ask = format!(r#"{{"session": "{id}", "permits": 3, "try": true}}"#);
-            let busy: Value = serde_json::from_str(&post("/v1/locks/pool/acquire", &ask)).unwrap();
-            assert_eq!(busy["error"], "busy", "{mutex}: {busy}");
-            std::fs::write(d.join("go"), "").unwrap();
-            for c in holders {
-                assert_eq!(exit_code(c, d), Some(0), "{mutex}");
-            }
-            let ask = format!(r#"{{"session": "{id}", "permits": 3, "timeout": "10s"}}"#);
-            let granted: Value =
-                serde_json::from_str(&post("/v1/locks/pool/acquire", &ask)).unwrap();
-            assert!(granted["fence"].is_u64(), "{mutex}: {granted}");
-        } else {
-            std::fs::write(d.join("go"), "").unwrap();
-            for c in holders {
-                assert_eq!(exit_code(c, d), Some(0), "{mutex}: the others in turn");
-            }
+        let fences: std::collections::BTreeSet<String> =
+            (1..=3).map(|i| std::fs::read_to_string(d.join(format!("in-{i}"))).unwrap()).collect();
+        assert_eq!(fences.len(), 3, "{mutex}: each holder its own fence: {fences:?}");
+        let fourth = lock_now(&up, 1, &["-n", "3", "--try", "pool"], &["true"]);
+        assert_eq!(fourth.status.code(), Some(75), "{mutex}: a fourth was let in");
+        // An HTTP session at the same node: refused while three hold,
+        // granted once one lets go.
+        let n1 = up.http(1);
+        let post = |path: &str, body: &str| {
+            curl(&[
+                "-X",
+                "POST",
+                "-H",
+                "content-type: application/json",
+                "-d",
+                body,
+                &format!("{n1}{path}"),
+            ])
+        };
+        let id: Value = serde_json::from_str(&post("/v1/sessions", "{}")).unwrap();
+        let id = id["id"].as_str().unwrap().to_string();
+        let ask = format!(r#"{{"session": "{id}", "permits": 3, "try": true}}"#);
+        let busy: Value = serde_json::from_str(&post("/v1/locks/pool/acquire", &ask)).unwrap();
+        assert_eq!(busy["error"], "busy", "{mutex}: {busy}");
+        std::fs::write(d.join("go"), "").unwrap();
+        for c in holders {
+            assert_eq!(exit_code(c, d), Some(0), "{mutex}");
         }
+        let ask = format!(r#"{{"session": "{id}", "permits": 3, "timeout": "10s"}}"#);
+        let granted: Value = serde_json::from_str(&post("/v1/locks/pool/acquire", &ask)).unwrap();
+        assert!(granted["fence"].is_u64(), "{mutex}: {granted}");
     }
 }
 

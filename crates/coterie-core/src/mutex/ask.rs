@@ -1,5 +1,5 @@
 //! The life of one request in the timestamp-ordered algorithms (`lamport`,
-//! `ricart-agrawala`, `raymond-k`): idle, wanting with a stamp and the
+//! `ricart-agrawala`): idle, wanting with a stamp and the
 //! peers still to hear from, holding. Not an algorithm: a part they share.
 
 use crate::types::{CsState, NodeId, Stamp};

@@ -99,9 +99,8 @@
 //! the replies carried would die with a holder that crashes, and the next
 //! entrant could not know to exceed it.
 //!
-//! With k holders (`raymond-k`) grants are not totally ordered in time and
-//! a fence need only be unique, which a round stamp is: neither (a) nor (b)
-//! holds a request back there.
+//! [`raymond_k`](super::raymond_k) is this algorithm for k holders, with
+//! several requests per node and counts in the answers.
 //!
 //! Every REPLY and NACK names the round it answers, so an answer to an
 //! abandoned round never counts.
@@ -192,9 +191,6 @@ impl Timer for RaTimer {
 #[derive(Debug, Clone, Hash)]
 pub struct RicartAgrawala {
     id: NodeId,
-    /// Holders allowed at once: a node enters with at most `capacity - 1`
-    /// replies outstanding (1 here; `raymond-k` builds it with k).
-    capacity: usize,
     alive: BTreeSet<NodeId>,
     clock: LamportClock,
     state: Ask,
@@ -236,7 +232,6 @@ impl RicartAgrawala {
         let opts = cfg.mutex_options;
         RicartAgrawala {
             id: cfg.id,
-            capacity: 1,
             alive: BTreeSet::new(),
             clock: LamportClock::default(),
             state: Ask::Idle,
@@ -255,25 +250,17 @@ impl RicartAgrawala {
         }
     }
 
-    /// The same machine admitting `capacity` holders at once: Raymond's
-    /// k-exclusion (see `raymond_k`).
-    pub fn with_capacity(cfg: &AlgoConfig) -> Self {
-        RicartAgrawala { capacity: cfg.capacity.max(1), ..RicartAgrawala::new(cfg) }
-    }
-
-    /// Enters once at most `capacity - 1` replies are outstanding (none,
-    /// for a mutex) and the round's stamp is above the floor; asks again
-    /// with a fresh stamp if it is not.
+    /// Enters once no reply is outstanding and the round's stamp is above
+    /// the floor; asks again with a fresh stamp if it is not.
     fn try_enter(&mut self, now: Time, out: &mut Out<RicartAgrawala>) {
         let Ask::Wanting { stamp, awaiting } = &self.state else {
             return;
         };
-        if awaiting.len() >= self.capacity {
+        if !awaiting.is_empty() {
             return;
         }
         let stamp = *stamp;
-        // With k holders a fence need only be unique, and a round stamp is.
-        if self.capacity == 1 && self.floor.is_some_and(|floor| floor >= stamp) {
+        if self.floor.is_some_and(|floor| floor >= stamp) {
             // A request this node let through may enter first with a
             // larger stamp: announce a larger one before entering.
             self.ask_again(now, out);
