@@ -164,9 +164,15 @@ class Client:
         return self.request("DELETE", f"/v1/sessions/{session}")
 
     def acquire(self, name: str, session: str, timeout: str | None = None, try_lock: bool = False,
-                permits: int = 0, value: str | None = None) -> dict:
-        """Takes ``name`` for ``session``: ``{"name", "fence", "node"}``."""
+                permits: int = 0, value: str | None = None, reentrant: bool = False) -> dict:
+        """Takes ``name`` for ``session``: ``{"name", "fence", "node", "count"}``.
+        With ``reentrant``, a session that holds ``name`` already takes it
+        again at once with the same fence (``count`` says how often it
+        holds it; as many releases let it go); without, that is refused
+        (409)."""
         body: dict = {"session": session}
+        if reentrant:
+            body["reentrant"] = True
         if permits:
             body["permits"] = permits
         if timeout:
@@ -180,6 +186,8 @@ class Client:
         return self.request("POST", f"/v1/locks/{quote(name)}/acquire", body, timeout=None)
 
     def release(self, name: str, session: str, fence: int) -> dict:
+        """Releases ``name`` once: ``{"name", "fence", "count"}``, ``count``
+        what the session still holds of it (0: let go)."""
         body = {"session": session, "fence": fence}
         return self.request("POST", f"/v1/locks/{quote(name)}/release", body)
 

@@ -148,6 +148,29 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             coterie.parse_duration("ten seconds")
 
+    def test_8_a_reentrant_session_counts_and_the_last_release_lets_go(self):
+        client = coterie.Client(URLS[0])
+        sid = client.session(ttl="10s")["id"]
+        try:
+            first = client.acquire("py/again", sid)
+            self.assertEqual(first["count"], 1)
+            with self.assertRaises(coterie.Error) as refused:
+                client.acquire("py/again", sid, try_lock=True)
+            self.assertEqual(refused.exception.status, 409)
+            self.assertIn("reentrant", str(refused.exception))
+            again = client.acquire("py/again", sid, reentrant=True)
+            self.assertEqual((again["fence"], again["count"]), (first["fence"], 2))
+            self.assertEqual(client.release("py/again", sid, first["fence"])["count"], 1)
+            other = coterie.Client(URLS[1])
+            oid = other.session(ttl="10s")["id"]
+            with self.assertRaises(coterie.Error):
+                other.acquire("py/again", oid, try_lock=True)
+            self.assertEqual(client.release("py/again", sid, first["fence"])["count"], 0)
+            self.assertGreater(other.acquire("py/again", oid, timeout="10s")["fence"], first["fence"])
+            other.close(oid)
+        finally:
+            client.close(sid)
+
     def test_9_killing_the_sessions_node_says_the_lock_is_lost(self):
         self.assertEqual(len(PIDS), len(URLS), "COTERIE_PIDS names every node")
         lost = threading.Event()

@@ -84,6 +84,14 @@ pub struct HttpGrant {
     pub fence: u64,
     /// The node that granted it.
     pub node: u32,
+    /// How often the session now holds it: 1, or more when taken again
+    /// with [`acquire_reentrant`](HttpClient::acquire_reentrant).
+    #[serde(default = "one")]
+    pub count: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// What a name's path segment escapes: everything but letters, digits and
@@ -137,14 +145,41 @@ impl HttpClient {
         Ok(())
     }
 
-    /// Takes lock `name` for `session`, waiting as `wait` says.
+    /// Takes lock `name` for `session`, waiting as `wait` says. A session
+    /// that holds it already is refused (`409`).
     pub async fn acquire(
         &mut self,
         name: &str,
         session: &str,
         wait: Wait,
     ) -> Result<HttpGrant, HttpError> {
+        self.take(name, session, wait, false).await
+    }
+
+    /// Takes lock `name` for `session` as [`acquire`](Self::acquire) does,
+    /// or, if `session` holds it already, again at once with the same
+    /// fence: the grant's `count` says how often it now holds it, and as
+    /// many [`release`](Self::release)s let it go.
+    pub async fn acquire_reentrant(
+        &mut self,
+        name: &str,
+        session: &str,
+        wait: Wait,
+    ) -> Result<HttpGrant, HttpError> {
+        self.take(name, session, wait, true).await
+    }
+
+    async fn take(
+        &mut self,
+        name: &str,
+        session: &str,
+        wait: Wait,
+        reentrant: bool,
+    ) -> Result<HttpGrant, HttpError> {
         let mut body = json!({ "session": session });
+        if reentrant {
+            body["reentrant"] = json!(true);
+        }
         match wait {
             Wait::Try => body["try"] = json!(true),
             Wait::Block(Some(limit)) => {
@@ -158,16 +193,19 @@ impl HttpClient {
             .map_err(|_| HttpError::Answer { status: 200, text: answer.to_string() })
     }
 
-    /// Releases lock `name`, held by `session` with `fence`.
+    /// Releases lock `name`, held by `session` with `fence`, once: how
+    /// often the session still holds it (0: let go; more only after
+    /// [`acquire_reentrant`](Self::acquire_reentrant)).
     pub async fn release(
         &mut self,
         name: &str,
         session: &str,
         fence: u64,
-    ) -> Result<(), HttpError> {
+    ) -> Result<u32, HttpError> {
         let path = format!("/v1/locks/{}/release", segment(name));
-        self.call(Method::POST, &path, Some(json!({ "session": session, "fence": fence }))).await?;
-        Ok(())
+        let body = json!({ "session": session, "fence": fence });
+        let answer = self.call(Method::POST, &path, Some(body)).await?;
+        Ok(answer["count"].as_u64().and_then(|c| u32::try_from(c).ok()).unwrap_or(0))
     }
 
     /// Any call: `method` on `path` with a JSON `body`, the JSON answer, or
@@ -226,6 +264,17 @@ fn segment(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_grant_counts_one_unless_the_node_says_more() {
+        let older: HttpGrant =
+            serde_json::from_value(json!({ "name": "a", "fence": 7, "node": 1 })).unwrap();
+        assert_eq!(older.count, 1, "a node from before reentrancy");
+        let again: HttpGrant =
+            serde_json::from_value(json!({ "name": "a", "fence": 7, "node": 1, "count": 3 }))
+                .unwrap();
+        assert_eq!(again.count, 3);
+    }
 
     #[test]
     fn a_name_is_one_path_segment() {

@@ -395,6 +395,9 @@ struct AcquireBody {
     #[serde(default, rename = "try")]
     try_lock: bool,
     value: Option<String>,
+    /// A session that holds the lock already takes it again: a count.
+    #[serde(default)]
+    reentrant: bool,
 }
 
 #[derive(Serialize)]
@@ -402,6 +405,9 @@ struct Granted {
     name: String,
     fence: u64,
     node: u32,
+    /// How often the session now holds it (more than 1 only when taken
+    /// again with `"reentrant": true`).
+    count: u32,
 }
 
 async fn acquire(
@@ -410,18 +416,29 @@ async fn acquire(
     Segment(text): Segment,
     Body(body): Body<AcquireBody>,
 ) -> Result<Json<Granted>, ApiError> {
-    let wait = Wait { timeout: body.timeout, try_lock: body.try_lock };
-    let (name, fence) = take(&api, &text, &body.session, body.permits, wait, body.value).await?;
-    Ok(Json(Granted { name: name.to_string(), fence: fence.0, node: api.shared.agent.id().0 }))
+    if body.reentrant && body.value.is_some() {
+        return Err(ApiError::bad(
+            "\"reentrant\" is for locks, and \"value\" makes the holder an election's leader, \
+             which it is once: give one or the other",
+        ));
+    }
+    let wait = Wait { timeout: body.timeout, try_lock: body.try_lock, reentrant: body.reentrant };
+    let (name, fence, count) =
+        take(&api, &text, &body.session, body.permits, wait, body.value).await?;
+    let node = api.shared.agent.id().0;
+    Ok(Json(Granted { name: name.to_string(), fence: fence.0, node, count }))
 }
 
-/// How long an acquire or a campaign waits.
+/// How long an acquire or a campaign waits, and whether a session that
+/// holds the name already takes it again.
 struct Wait {
     timeout: Option<String>,
     try_lock: bool,
+    reentrant: bool,
 }
 
 /// Takes lock `text` for session `id`: what acquire and campaign share.
+/// With the fence, how often the session now holds it.
 async fn take(
     api: &Api,
     text: &str,
@@ -429,7 +446,7 @@ async fn take(
     permits: u32,
     wait: Wait,
     value: Option<String>,
-) -> Result<(Name, Fence), ApiError> {
+) -> Result<(Name, Fence, u32), ApiError> {
     let name = name(text)?;
     if wait.try_lock && wait.timeout.is_some() {
         return Err(ApiError::bad(
@@ -449,8 +466,12 @@ async fn take(
         value,
         client: String::new(),
     };
-    match api.sessions.acquire(id, &req).await? {
-        Taken::Granted(held) => Ok(held.into_iter().next().expect("one name asked, one granted")),
+    let (taken, count) = api.sessions.acquire(id, &req, wait.reentrant).await?;
+    match taken {
+        Taken::Granted(held) => {
+            let (name, fence) = held.into_iter().next().expect("one name asked, one granted");
+            Ok((name, fence, count))
+        }
         Taken::Busy => {
             Err(ApiError::new(StatusCode::CONFLICT, "busy", format!("{} is held", clip(text))))
         }
@@ -479,7 +500,9 @@ async fn release(
 ) -> Result<Json<Value>, ApiError> {
     let name = name(&text)?;
     match api.sessions.release(&body.session, &name, Fence(body.fence))? {
-        Released::Done => Ok(Json(json!({ "name": text, "fence": body.fence }))),
+        Released::Done(count) => {
+            Ok(Json(json!({ "name": text, "fence": body.fence, "count": count })))
+        }
         Released::NotHeld => Err(ApiError::new(
             StatusCode::CONFLICT,
             "not held",
@@ -583,9 +606,9 @@ async fn campaign(
     Segment(text): Segment,
     Body(body): Body<CampaignBody>,
 ) -> Result<Json<Leading>, ApiError> {
-    let wait = Wait { timeout: body.timeout, try_lock: body.try_lock };
+    let wait = Wait { timeout: body.timeout, try_lock: body.try_lock, reentrant: false };
     let value = Some(body.value.clone());
-    let (name, fence) = take(&api, &text, &body.session, 0, wait, value).await?;
+    let (name, fence, _) = take(&api, &text, &body.session, 0, wait, value).await?;
     let node = api.shared.agent.id().0;
     Ok(Json(Leading { name: name.to_string(), fence: fence.0, value: body.value, node }))
 }

@@ -17,7 +17,7 @@
 use crate::locks::Client;
 use crate::metrics::Loss;
 use crate::protocol::Acquire;
-use crate::session::{Lease, Shared, Taken};
+use crate::session::{clip, Asked, Lease, Refusal, Shared, Taken};
 use crate::shutdown::Shutdown;
 use coterie_core::{Fence, Name};
 use serde::Serialize;
@@ -56,12 +56,22 @@ struct Entry {
     client: Client,
     ttl: Duration,
     expires: Instant,
-    /// What it holds: each name's fence, and whether it leads the name's
-    /// election (it gave a value).
-    holding: BTreeMap<Name, (Fence, bool)>,
+    /// What it holds, by name.
+    holding: BTreeMap<Name, Hold>,
     /// Set when the session ends: its waiting requests give up, its
     /// watchers are told.
     ended: watch::Sender<Option<End>>,
+}
+
+/// A lock a session holds.
+#[derive(Clone, Copy, Debug)]
+struct Hold {
+    fence: Fence,
+    /// Whether the session leads the name's election (it gave a value).
+    led: bool,
+    /// How often the session took it (`"reentrant": true`): as many
+    /// releases let it go.
+    count: u32,
 }
 
 /// How a session ended, as its watchers are told
@@ -106,7 +116,7 @@ pub(crate) struct SessionNow {
 impl Entry {
     fn held(&self) -> Vec<HeldView> {
         let h = self.holding.iter();
-        h.map(|(name, (fence, _))| HeldView { name: name.to_string(), fence: fence.0 }).collect()
+        h.map(|(name, hold)| HeldView { name: name.to_string(), fence: hold.fence.0 }).collect()
     }
 
     /// Ends the session: its waits give up and its watchers are told.
@@ -119,8 +129,9 @@ impl Entry {
 /// What came of releasing a lock by its fence.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Released {
-    /// Released.
-    Done,
+    /// Released once: the session still holds it this many times more
+    /// (0: let go).
+    Done(u32),
     /// The session does not hold that lock with that fence.
     NotHeld,
 }
@@ -189,8 +200,8 @@ impl Sessions {
     pub(crate) fn close(&self, id: &str) -> Result<(), SessionError> {
         let entry = self.table().remove(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
         entry.end(id, EndReason::Closed);
-        for (name, (fence, led)) in entry.holding {
-            self.shared.release(entry.client.session, &name, fence, led);
+        for (name, hold) in entry.holding {
+            self.shared.release(entry.client.session, &name, hold.fence, hold.led);
         }
         Ok(())
     }
@@ -218,7 +229,9 @@ impl Sessions {
     ) -> Result<Option<Fence>, SessionError> {
         let t = self.table();
         let entry = t.get(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
-        let Some(&(fence, true)) = entry.holding.get(name) else { return Ok(None) };
+        let Some(&Hold { fence, led: true, .. }) = entry.holding.get(name) else {
+            return Ok(None);
+        };
         let session = entry.client.session;
         drop(t);
         // A release that comes between is safe: the table refuses a fence
@@ -239,10 +252,18 @@ impl Sessions {
     }
 
     /// Takes lock `req` names (one) for session `id`, waiting as `req`
-    /// says while the session lives. If the request is dropped while it
-    /// waits (its HTTP client went away), the wait is withdrawn, and a
+    /// says while the session lives; with it, how often the session now
+    /// holds it. A session that holds the name already and asks
+    /// `reentrant` takes it again at once, with the same fence (a count);
+    /// without `reentrant` it is refused. If the request is dropped while
+    /// it waits (its HTTP client went away), the wait is withdrawn, and a
     /// grant that came meanwhile let go.
-    pub(crate) async fn acquire(&self, id: &str, req: &Acquire) -> Result<Taken, SessionError> {
+    pub(crate) async fn acquire(
+        &self,
+        id: &str,
+        req: &Acquire,
+        reentrant: bool,
+    ) -> Result<(Taken, u32), SessionError> {
         let (client, ended) = {
             let t = self.table();
             let entry = t.get(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
@@ -250,21 +271,25 @@ impl Sessions {
         };
         let asked = match self.shared.ask(req) {
             Ok(asked) => asked,
-            Err(why) => return Ok(Taken::Refused(why)),
+            Err(why) => return Ok((Taken::Refused(why), 0)),
         };
+        if let Some(again) = self.again(id, &asked, reentrant)? {
+            return Ok(again);
+        }
         let mut guard =
             Withdraw { shared: &self.shared, session: client.session, names: &asked.names };
         let taken = self.shared.take(&client, &asked, &mut Ttl { ended }).await;
         guard.names = &[];
-        let Taken::Granted(held) = taken else { return Ok(taken) };
+        let Taken::Granted(held) = taken else { return Ok((taken, 0)) };
         let led = asked.value.is_some();
         let mut t = self.table();
         match t.get_mut(id) {
             Some(entry) => {
                 for (name, fence) in &held {
-                    entry.holding.insert(name.clone(), (*fence, led));
+                    let hold = Hold { fence: *fence, led, count: 1 };
+                    entry.holding.insert(name.clone(), hold);
                 }
-                Ok(Taken::Granted(held))
+                Ok((Taken::Granted(held), 1))
             }
             None => {
                 // It ended between the grant and now: what came is its
@@ -278,15 +303,58 @@ impl Sessions {
         }
     }
 
-    /// Releases lock `name`, held by session `id` with fence `fence`.
+    /// Session `id` asks for the one name of `asked` again, if it holds
+    /// it: a count where it asks `reentrant`, else a refusal that says
+    /// why. `None` where it does not hold the name (or leads its
+    /// election: the table refuses that). Other permits than the lock's
+    /// were refused before, by [`Shared::ask`].
+    fn again(
+        &self,
+        id: &str,
+        asked: &Asked,
+        reentrant: bool,
+    ) -> Result<Option<(Taken, u32)>, SessionError> {
+        let [name] = asked.names.as_slice() else { return Ok(None) };
+        let mut t = self.table();
+        let entry = t.get_mut(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
+        let Some(hold) = entry.holding.get_mut(name).filter(|h| !h.led) else {
+            return Ok(None);
+        };
+        if asked.value.is_some() {
+            return Ok(None);
+        }
+        if reentrant {
+            hold.count = hold.count.saturating_add(1);
+            return Ok(Some((Taken::Granted(vec![(name.clone(), hold.fence)]), hold.count)));
+        }
+        let refused = format!(
+            "this session holds {} already: ask with \"reentrant\": true to take it again (a \
+             count, with the same fence; as many releases let it go)",
+            clip(name.as_str())
+        );
+        Ok(Some((Taken::Refused(Refusal::Conflict(refused)), 0)))
+    }
+
+    /// Releases lock `name`, held by session `id` with fence `fence`: once,
+    /// where the session took it more than once.
     pub(crate) fn release(
         &self,
         id: &str,
         name: &Name,
         fence: Fence,
     ) -> Result<Released, SessionError> {
+        {
+            let mut t = self.table();
+            let entry = t.get_mut(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
+            if let Some(hold) = entry.holding.get_mut(name) {
+                if hold.fence == fence && hold.count > 1 {
+                    hold.count -= 1;
+                    return Ok(Released::Done(hold.count));
+                }
+            }
+        }
         let released = self.let_go(id, name, |held, _| held == fence)?;
-        Ok(if released.is_some() { Released::Done } else { Released::NotHeld })
+        Ok(if released.is_some() { Released::Done(0) } else { Released::NotHeld })
     }
 
     /// Lets go of lock `name` for session `id`, if it holds it as `which`
@@ -299,7 +367,9 @@ impl Sessions {
     ) -> Result<Option<Fence>, SessionError> {
         let mut t = self.table();
         let entry = t.get_mut(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
-        let Some(&(fence, led)) = entry.holding.get(name).filter(|&&(f, l)| which(f, l)) else {
+        let Some(&Hold { fence, led, .. }) =
+            entry.holding.get(name).filter(|h| which(h.fence, h.led))
+        else {
             return Ok(None);
         };
         entry.holding.remove(name);
@@ -322,8 +392,8 @@ impl Sessions {
             let held = entry.holding.len();
             info!(session, id = %&id[..8], held, "session missed its ttl: lost");
             entry.end(&id, EndReason::Expired);
-            for (name, (fence, led)) in entry.holding {
-                self.shared.lose(session, &name, led.then_some(fence), Loss::Expired);
+            for (name, hold) in entry.holding {
+                self.shared.lose(session, &name, hold.led.then_some(hold.fence), Loss::Expired);
             }
         }
     }
@@ -343,9 +413,9 @@ impl Sessions {
         let Some((id, entry)) = ended else { return };
         info!(session, id = %&id[..8], %name, "session ended: its node lost its quorum's lease");
         entry.end(&id, EndReason::NoQuorum);
-        for (held, (fence, led)) in entry.holding {
+        for (held, hold) in entry.holding {
             if held != *name {
-                self.shared.lose(session, &held, led.then_some(fence), Loss::NoQuorum);
+                self.shared.lose(session, &held, hold.led.then_some(hold.fence), Loss::NoQuorum);
             }
         }
     }
@@ -363,7 +433,7 @@ impl Sessions {
                         let lost: Vec<(u64, Name)> = self
                             .table()
                             .values()
-                            .flat_map(|e| e.holding.iter().map(move |(n, (f, _))| (e.client.session, n.clone(), *f)))
+                            .flat_map(|e| e.holding.iter().map(move |(n, h)| (e.client.session, n.clone(), h.fence)))
                             .filter(|(s, n, f)| !self.shared.locks.holds(*s, n, *f))
                             .map(|(s, n, _)| (s, n))
                             .collect();

@@ -66,6 +66,52 @@ fn keep_alive(base: String, id: String, stop: std::sync::Arc<std::sync::atomic::
     });
 }
 
+/// Reentrancy by choice: a session that holds a lock and asks again is
+/// refused with a reason that names `"reentrant"`; with it, it gets a
+/// count and the same fence, and the lock goes at the last release, not
+/// before. A reentrant ask with other permits than the lock's, or with a
+/// `value`, is refused and changes nothing.
+#[test]
+fn a_reentrant_session_counts_up_and_down_and_the_last_release_frees_the_lock() {
+    let up = Up::start(3, "http-reentrant");
+    let (n1, n2) = (up.http(1), up.http(2));
+    let a = session(&n1, "10s");
+    let b = session(&n2, "10s");
+    let (status, first) = acquire(&n1, "reports", json!({ "session": a }));
+    assert_eq!((status, first["count"].as_u64()), (200, Some(1)), "{first}");
+    let fence = first["fence"].as_u64().unwrap();
+    let (status, twice) = acquire(&n1, "reports", json!({ "session": a, "try": true }));
+    assert_eq!(status, 409, "{twice}");
+    assert!(twice["detail"].as_str().unwrap().contains("\"reentrant\": true"), "{twice}");
+    for _ in 0..2 {
+        let (status, again) = acquire(&n1, "reports", json!({ "session": a, "reentrant": true }));
+        assert_eq!(status, 200, "{again}");
+        assert_eq!(again["fence"].as_u64(), Some(fence), "the first grant's fence: {again}");
+    }
+    let (_, third) = acquire(&n1, "reports", json!({ "session": a, "reentrant": true }));
+    assert_eq!(third["count"].as_u64(), Some(4), "{third}");
+    let odd = json!({ "session": a, "reentrant": true, "permits": 2 });
+    let (status, other) = acquire(&n1, "reports", odd);
+    assert_eq!(status, 400, "other permits: {other}");
+    let led = json!({ "session": a, "reentrant": true, "value": "x" });
+    let (status, bad) = acquire(&n1, "reports", led);
+    assert_eq!((status, bad["error"].as_str()), (400, Some("bad request")), "{bad}");
+    // Three releases of four leave it held: another session waits.
+    for left in [3, 2, 1] {
+        let (status, done) = release(&n1, "reports", &a, fence);
+        assert_eq!((status, done["count"].as_u64()), (200, Some(left)), "{done}");
+        let (status, busy) = acquire(&n2, "reports", json!({ "session": b, "try": true }));
+        assert_eq!(status, 409, "held {left} more times: {busy}");
+    }
+    let (status, done) = release(&n1, "reports", &a, fence);
+    assert_eq!((status, done["count"].as_u64()), (200, Some(0)), "{done}");
+    let (status, next) = acquire(&n2, "reports", json!({ "session": b, "timeout": "10s" }));
+    assert_eq!(status, 200, "the last release let it go: {next}");
+    assert!(next["fence"].as_u64().unwrap() > fence, "{next}");
+    let (status, _) = release(&n1, "reports", &a, fence);
+    assert_eq!(status, 409, "nothing left to release");
+}
+
 #[test]
 fn sessions_take_and_release_named_locks_beside_the_cli() {
     let up = Up::start(3, "http-basic");
