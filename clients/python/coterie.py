@@ -19,7 +19,13 @@ taken for lost at the first of:
 - no keepalive has succeeded for a whole TTL (the node may have given the
   lock up by now).
 
-Then ``held.lost`` is set, ``on_lost`` (if given) is called from the
+Someone may ask the holder to let go (``coterie revoke NAME``, or
+:meth:`Client.revoke`): then ``held.revoke_asked`` is set,
+``held.revoke_reason`` says why, and ``on_revoke`` (if given) is called
+from the watching thread. Nothing is taken: the holder decides whether
+and when to leave the block.
+
+When the lock is lost, ``held.lost`` is set, ``on_lost`` (if given) is called from the
 watching thread, ``held.check()`` raises, and leaving the ``with`` block
 raises :class:`LockLost`, so that work done after the loss is not taken
 for safe. Pass the fence to every resource that can check it: a later
@@ -195,6 +201,12 @@ class Client:
         query = f"?prefix={urllib.parse.quote(prefix)}" if prefix else ""
         return self.request("GET", f"/v1/locks{query}")
 
+    def revoke(self, name: str, reason: str | None = None) -> dict:
+        """Asks every holder of ``name`` to let go: ``{"name", "holders",
+        "unreachable"}``. Each holder decides; 409 if nobody holds it."""
+        body = {"reason": reason} if reason is not None else {}
+        return self.request("POST", f"/v1/locks/{quote(name)}/revoke", body)
+
     def get_lock(self, name: str) -> dict:
         return self.request("GET", f"/v1/locks/{quote(name)}")
 
@@ -243,7 +255,7 @@ class Held:
     while it waits for the lock too: a waiter that stops its keepalives is
     never granted."""
 
-    def __init__(self, client: Client, name: str, session: dict, on_lost=None):
+    def __init__(self, client: Client, name: str, session: dict, on_lost=None, on_revoke=None):
         self.client = client
         self.name = name
         self.session = session["id"]
@@ -253,6 +265,9 @@ class Held:
         self.lost = threading.Event()
         self.why = None
         self._on_lost = on_lost
+        self.revoke_asked = threading.Event()
+        self.revoke_reason = None
+        self._on_revoke = on_revoke
         self._done = threading.Event()
         self._last_ok = time.monotonic()
         threading.Thread(target=self._keep_alive, daemon=True).start()
@@ -277,6 +292,12 @@ class Held:
         if self._on_lost:
             self._on_lost(self)
 
+    def _asked(self, reason: str | None) -> None:
+        self.revoke_reason = reason
+        self.revoke_asked.set()
+        if self._on_revoke:
+            self._on_revoke(self)
+
     def _keep_alive(self) -> None:
         while not self._done.wait(self.ttl / 3):
             try:
@@ -296,6 +317,13 @@ class Held:
                 for kind, data in self.client.events(f"/v1/sessions/{self.session}/watch"):
                     if kind == "ended":
                         return self._lose(f"the session ended: {data['reason']}")
+                    if kind == "revoke" and data.get("name") == self.name:
+                        self._asked(data.get("reason"))
+                    # A plea made before the stream was open shows here.
+                    if kind == "session" and not self.revoke_asked.is_set():
+                        for h in data.get("held", []):
+                            if h["name"] == self.name and h.get("revoke") is not None:
+                                self._asked(h["revoke"] or None)
             except Error as e:
                 if e.status == 404:
                     return self._lose("the session is gone at its node")
@@ -317,18 +345,18 @@ class Held:
 
 
 class _Lock:
-    def __init__(self, name, client, ttl, timeout, try_lock, value, on_lost, label):
-        self.args = (name, client, ttl, timeout, try_lock, value, on_lost, label)
+    def __init__(self, name, client, ttl, timeout, try_lock, value, on_lost, label, on_revoke):
+        self.args = (name, client, ttl, timeout, try_lock, value, on_lost, label, on_revoke)
         self.held: Held | None = None
 
     def __enter__(self) -> Held:
-        name, client, ttl, timeout, try_lock, value, on_lost, label = self.args
+        name, client, ttl, timeout, try_lock, value, on_lost, label, on_revoke = self.args
         tried = set()
         while True:
             session = client.session(ttl, label)
             tried.add(client.url)  # where the session lives
             try:
-                held = Held(client, name, session, on_lost)
+                held = Held(client, name, session, on_lost, on_revoke)
             except BaseException:
                 client.close(session["id"])  # not left open until its TTL
                 raise
@@ -357,10 +385,12 @@ class _Lock:
 
 def lock(name: str, url: str | None = None, token: str | None = None, ttl: str = "10s",
          timeout: str | None = None, try_lock: bool = False, value: str | None = None,
-         on_lost=None, client: str | None = None) -> _Lock:
+         on_lost=None, client: str | None = None, on_revoke=None) -> _Lock:
     """A context manager that holds lock ``name`` while its block runs;
-    ``value`` makes the holder the leader of the election by that name.
+    ``value`` makes the holder the leader of the election by that name;
+    ``on_revoke(held)`` is called when someone asks the holder to let go.
     Raises :class:`Error` with status 408 at ``timeout``, 409 when
     ``try_lock`` finds it held, 503 ``no_quorum`` when no node of ``url``
     has a quorum."""
-    return _Lock(name, Client(url, token), ttl, timeout, try_lock, value, on_lost, client)
+    return _Lock(name, Client(url, token), ttl, timeout, try_lock, value, on_lost, client,
+                 on_revoke)

@@ -171,6 +171,25 @@ class ClientTest(unittest.TestCase):
         finally:
             client.close(sid)
 
+    def test_8b_a_revoke_reaches_the_holder_which_decides(self):
+        other = coterie.Client(URLS[2])
+        with self.assertRaises(coterie.Error) as free:
+            other.revoke("py/revoked")
+        self.assertEqual(free.exception.status, 409)
+        self.assertIn("free", str(free.exception))
+        asked = threading.Event()
+        with coterie.lock("py/revoked", url=URLS[0], on_revoke=lambda h: asked.set()) as held:
+            answer = other.revoke("py/revoked", reason="maintenance")
+            self.assertEqual((answer["name"], answer["holders"]), ("py/revoked", 1))
+            wait_until("the holder hears it", asked.is_set)
+            self.assertEqual(held.revoke_reason, "maintenance")
+            # Nothing was taken: it still holds, and the listing says it was asked.
+            holders = self.holders("py/revoked", URLS[1])
+            self.assertEqual([(h["fence"], h["revoke"]) for h in holders],
+                             [(held.fence, "maintenance")])
+            held.check()
+        wait_until("py/revoked is free", lambda: not self.holders("py/revoked"))
+
     def test_9_killing_the_sessions_node_says_the_lock_is_lost(self):
         self.assertEqual(len(PIDS), len(URLS), "COTERIE_PIDS names every node")
         lost = threading.Event()

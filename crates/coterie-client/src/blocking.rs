@@ -44,7 +44,7 @@
 
 use crate::client::{keepalive, Client as AsyncClient, FIRST_KEEPALIVE};
 use crate::codec::take_frame;
-use crate::protocol::{ClientRequest, ClientResponse};
+use crate::protocol::{ClientRequest, ClientResponse, RevokeAsked};
 use crate::{ClientError, Credentials, LockRequest, Loss, Outcome};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -85,6 +85,8 @@ struct Session {
     last_sent: Instant,
     /// How the session was lost, once it was.
     lost: Option<Loss>,
+    /// Pleas to let go that came, not yet taken ([`Client::revoke_asked`]).
+    pleas: Vec<RevokeAsked>,
 }
 
 /// Locks `mutex` whether or not a panic poisoned it: the session's state
@@ -132,6 +134,7 @@ impl Client {
             ping_sent: now,
             last_sent: now,
             lost: None,
+            pleas: Vec::new(),
         };
         let shared = Arc::new(Shared {
             session: Mutex::new(session),
@@ -180,6 +183,14 @@ impl Client {
     /// Whatever the session held is then no longer held.
     pub fn lost(&self) -> Option<Loss> {
         lock(&self.shared.session).lost.clone()
+    }
+
+    /// The pleas to let go of a lock this session holds that came since
+    /// the last call (someone ran `coterie revoke`), oldest first. Look
+    /// now and then while holding: revocation is cooperative, the node
+    /// takes nothing, the holder decides whether and when to let go.
+    pub fn revoke_asked(&self) -> Vec<RevokeAsked> {
+        std::mem::take(&mut lock(&self.shared.session).pleas)
     }
 }
 
@@ -248,7 +259,7 @@ impl Session {
         }
         let loss = match self.send(&[ClientRequest::Ping]).and_then(|()| self.next(true)) {
             Ok(None) => return,
-            Ok(Some(ClientResponse::Error(why))) => Loss::Revoked(why),
+            Ok(Some(ClientResponse::Error(why))) => Loss::TakenBack(why),
             Ok(Some(other)) => Loss::Broken(format!("unexpected {other:?}")),
             Err(loss) => loss,
         };
@@ -296,6 +307,7 @@ impl Session {
                     }
                     continue;
                 }
+                Ok(Some(ClientResponse::RevokeAsked(plea))) => self.pleas.push(plea),
                 Ok(Some(answer)) => return Ok(Some(answer)),
                 Ok(None) => {}
             }

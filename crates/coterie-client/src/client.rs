@@ -4,10 +4,11 @@ use crate::auth::{self, AuthError, Role, Secret};
 use crate::codec::{write_frame, FrameError, FrameReader};
 use crate::protocol::{
     Acquire, ClientRequest, ClientResponse, FaultCommand, FaultState, LeaderReport, LockInfo,
-    WatchEvent, WitnessReport, WitnessRequest, WitnessResponse,
+    RevokeAsked, WatchEvent, WitnessReport, WitnessRequest, WitnessResponse,
 };
 use coterie_core::Status;
 use serde::{de::DeserializeOwned, Serialize};
+use std::collections::VecDeque;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -66,6 +67,9 @@ struct Conn {
     reader: FrameReader<TcpStream>,
     /// Keepalive pings written whose PONG has not been read yet.
     pings_due: u32,
+    /// Pleas to let go that came between answers, not yet taken
+    /// ([`Client::hold_event`]).
+    pleas: VecDeque<RevokeAsked>,
 }
 
 impl Conn {
@@ -80,7 +84,7 @@ impl Conn {
             }
         };
         stream.set_nodelay(true).map_err(FrameError::Io)?;
-        Ok(Conn { reader: FrameReader::new(stream), pings_due: 0 })
+        Ok(Conn { reader: FrameReader::new(stream), pings_due: 0, pleas: VecDeque::new() })
     }
 
     fn stream(&mut self) -> &mut TcpStream {
@@ -112,12 +116,14 @@ impl Conn {
         self.answer().await
     }
 
-    /// The next answer that is not a keepalive's.
+    /// The next answer that is not a keepalive's (a plea to let go that
+    /// comes first is kept aside).
     async fn answer(&mut self) -> Result<ClientResponse, ClientError> {
         loop {
             match self.read().await?.ok_or(ClientError::Closed)? {
                 // The answer to a keepalive that went before.
                 ClientResponse::Pong { .. } if self.pings_due > 0 => self.pings_due -= 1,
+                ClientResponse::RevokeAsked(plea) => self.pleas.push_back(plea),
                 answer => return Ok(answer),
             }
         }
@@ -142,7 +148,7 @@ pub enum Loss {
     /// The node took back what the session held, saying why (it lost its
     /// quorum's lease: a majority of the cluster may grant the lock to
     /// someone else).
-    Revoked(String),
+    TakenBack(String),
 }
 
 impl std::fmt::Display for Loss {
@@ -155,9 +161,18 @@ impl std::fmt::Display for Loss {
                 humantime::format_duration(Duration::from_millis(d.as_millis() as u64))
             ),
             Loss::Broken(why) => write!(f, "the connection broke: {why}"),
-            Loss::Revoked(why) => write!(f, "the node took the lock back: {why}"),
+            Loss::TakenBack(why) => write!(f, "the node took the lock back: {why}"),
         }
     }
+}
+
+/// What a holding session hears ([`Client::hold_event`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HoldEvent {
+    /// Someone asks the holders of a lock this session holds to let go.
+    RevokeAsked(RevokeAsked),
+    /// The session is lost, and what it held with it.
+    Lost(Loss),
 }
 
 /// How often a session pings, and how long a ping may go unanswered,
@@ -344,18 +359,40 @@ impl Client {
     /// it held. So call this for as long as you hold, and stop only to
     /// release or ask something else; dropping the future loses nothing.
     /// ([`acquire`](Self::acquire) pings by itself while it waits.)
+    ///
+    /// Pleas to let go ([`hold_event`](Self::hold_event)) that come
+    /// meanwhile are passed over.
     pub async fn lost(&mut self) -> Loss {
-        match self.next_answer().await {
-            Ok(ClientResponse::Error(why)) => Loss::Revoked(why),
-            Ok(other) => Loss::Broken(format!("unexpected {other:?}")),
-            Err(loss) => loss,
+        loop {
+            if let HoldEvent::Lost(loss) = self.hold_event().await {
+                return loss;
+            }
+        }
+    }
+
+    /// What a holding session hears next: a plea to let go of a lock it
+    /// holds (someone ran `coterie revoke`, or called `POST
+    /// /v1/locks/{name}/revoke`), or its loss ([`lost`](Self::lost)).
+    /// Keeps the session alive meanwhile, as `lost` does. Revocation is
+    /// cooperative: the node takes nothing, the holder decides whether
+    /// and when to let go.
+    pub async fn hold_event(&mut self) -> HoldEvent {
+        if let Some(plea) = self.conn.pleas.pop_front() {
+            return HoldEvent::RevokeAsked(plea);
+        }
+        match self.next_answer(true).await {
+            Ok(ClientResponse::RevokeAsked(plea)) => HoldEvent::RevokeAsked(plea),
+            Ok(ClientResponse::Error(why)) => HoldEvent::Lost(Loss::TakenBack(why)),
+            Ok(other) => HoldEvent::Lost(Loss::Broken(format!("unexpected {other:?}"))),
+            Err(loss) => HoldEvent::Lost(loss),
         }
     }
 
     /// The node's next answer that is not a keepalive's, pinging as the
     /// lease requires meanwhile; `Err` once the session is lost (see
-    /// [`lost`](Self::lost)).
-    async fn next_answer(&mut self) -> Result<ClientResponse, Loss> {
+    /// [`lost`](Self::lost)). A plea to let go is an answer with `pleas`,
+    /// and is kept aside without.
+    async fn next_answer(&mut self, pleas: bool) -> Result<ClientResponse, Loss> {
         let mut next_ping = Instant::now() + self.keepalive.0;
         loop {
             let failure_timeout = self.keepalive.1;
@@ -379,6 +416,9 @@ impl Client {
                         self.conn.pings_due = self.conn.pings_due.saturating_sub(1);
                         self.keepalive = keepalive(heartbeat_ms, failure_timeout_ms);
                         next_ping = Instant::now() + self.keepalive.0;
+                    }
+                    Ok(Some(ClientResponse::RevokeAsked(plea))) if !pleas => {
+                        self.conn.pleas.push_back(plea);
                     }
                     Ok(Some(other)) => return Ok(other),
                     Ok(None) => return Err(Loss::Closed),
@@ -483,7 +523,7 @@ impl Client {
     async fn outcome(&mut self) -> Result<Outcome, ClientError> {
         // A waiting session is a lease too: the node hands a grant only to
         // a client that is there to take it.
-        Outcome::of(self.next_answer().await.map_err(ClientError::Lost)?)
+        Outcome::of(self.next_answer(false).await.map_err(ClientError::Lost)?)
     }
 
     /// Every live lock whose name starts with `prefix`, cluster wide, and
@@ -491,6 +531,24 @@ impl Client {
     pub async fn locks(&mut self, prefix: &str) -> Result<(Vec<LockInfo>, Vec<u32>), ClientError> {
         match self.conn.call(&ClientRequest::Locks { prefix: prefix.to_string() }).await? {
             ClientResponse::Locks { locks, unreachable } => Ok((locks, unreachable)),
+            ClientResponse::Error(why) => Err(ClientError::Refused(why)),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Asks every holder of lock `name`, cluster wide, to let go, saying
+    /// `reason` (`coterie revoke`): how many holders were asked, and the
+    /// nodes that did not answer in time. Each holder decides; nothing is
+    /// taken from it. A lock nobody holds is refused
+    /// ([`ClientError::Refused`]).
+    pub async fn revoke(
+        &mut self,
+        name: &str,
+        reason: Option<String>,
+    ) -> Result<(u32, Vec<u32>), ClientError> {
+        let req = ClientRequest::Revoke { name: name.to_string(), reason };
+        match self.conn.call(&req).await? {
+            ClientResponse::Revoked { holders, unreachable, .. } => Ok((holders, unreachable)),
             ClientResponse::Error(why) => Err(ClientError::Refused(why)),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
@@ -585,7 +643,7 @@ impl Observer {
     /// stopped or died), [`ClientError::Lost`] if it left a ping
     /// unanswered for its failure timeout or the connection broke.
     pub async fn next(&mut self) -> Result<Option<LeaderReport>, ClientError> {
-        match self.client.next_answer().await {
+        match self.client.next_answer(false).await {
             Ok(ClientResponse::Leader(report)) => Ok(Some(report)),
             Ok(ClientResponse::Error(why)) => Err(ClientError::Refused(why)),
             Ok(other) => Err(ClientError::Unexpected(format!("{other:?}"))),
@@ -637,6 +695,12 @@ impl Lock {
     /// [`Client::lost`]): from then on another client may hold it.
     pub async fn lost(&mut self) -> Loss {
         self.client.lost().await
+    }
+
+    /// A plea to let go, or the loss, whichever comes first (see
+    /// [`Client::hold_event`]).
+    pub async fn hold_event(&mut self) -> HoldEvent {
+        self.client.hold_event().await
     }
 
     /// Lets go; returns the session for more requests.

@@ -208,6 +208,16 @@ impl HttpClient {
         Ok(answer["count"].as_u64().and_then(|c| u32::try_from(c).ok()).unwrap_or(0))
     }
 
+    /// Asks every holder of lock `name`, cluster wide, to let go, saying
+    /// `reason`: how many were asked. Each hears it as a `revoke` event on
+    /// its session's stream (`GET /v1/sessions/{id}/watch`), or as its
+    /// CLI's chosen signal, and decides; `409` if nobody holds the lock.
+    pub async fn revoke(&mut self, name: &str, reason: Option<&str>) -> Result<u32, HttpError> {
+        let path = format!("/v1/locks/{}/revoke", segment(name));
+        let answer = self.call(Method::POST, &path, Some(json!({ "reason": reason }))).await?;
+        Ok(answer["holders"].as_u64().and_then(|c| u32::try_from(c).ok()).unwrap_or(0))
+    }
+
     /// Any call: `method` on `path` with a JSON `body`, the JSON answer, or
     /// the API's error.
     pub async fn call(

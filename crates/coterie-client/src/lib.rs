@@ -38,7 +38,7 @@ pub mod http;
 pub mod protocol;
 
 pub use client::{
-    client_label, Acquired, Client, ClientError, Credentials, Entry, Grant, Lock, LockRequest,
-    Loss, Observer, Outcome, Watch, WitnessClient,
+    client_label, Acquired, Client, ClientError, Credentials, Entry, Grant, HoldEvent, Lock,
+    LockRequest, Loss, Observer, Outcome, Watch, WitnessClient,
 };
 pub use http::{HttpClient, HttpError, HttpGrant, Wait};

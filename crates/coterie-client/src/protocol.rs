@@ -58,6 +58,17 @@ pub enum ClientRequest {
         /// The election.
         name: String,
     },
+    /// Ask every holder of lock `name`, cluster wide, to let go (`coterie
+    /// revoke`): each is sent a [`ClientResponse::RevokeAsked`] (an HTTP
+    /// holder, a `revoke` event on its session's stream) and decides for
+    /// itself; nothing is taken from it. Answered with
+    /// [`ClientResponse::Revoked`], or an error if nobody holds the lock.
+    Revoke {
+        /// The lock.
+        name: String,
+        /// Why, as the holders are told.
+        reason: Option<String>,
+    },
 }
 
 /// A request for locks ([`ClientRequest::Acquire`]).
@@ -160,6 +171,9 @@ pub struct HolderInfo {
     pub held_ms: u64,
     /// The value it gave (a campaign's).
     pub value: Option<String>,
+    /// Whether someone asked it to let go (`coterie revoke`), and why:
+    /// the reason given, empty if none was.
+    pub revoke: Option<String>,
 }
 
 /// One waiter for a lock.
@@ -459,6 +473,34 @@ pub enum ClientResponse {
         /// How long a ping may go unanswered.
         failure_timeout_ms: u64,
     },
+    /// The answer to a [`ClientRequest::Revoke`]: how many holders were
+    /// asked to let go, and the nodes that did not answer in time (a
+    /// holder there may not have been asked).
+    Revoked {
+        /// The lock.
+        name: String,
+        /// The holders asked.
+        holders: u32,
+        /// The nodes that did not answer in time.
+        unreachable: Vec<u32>,
+    },
+    /// Sent unasked to a session holding lock `name` when someone asks
+    /// its holders to let go ([`ClientRequest::Revoke`]), between any two
+    /// answers. Revocation is cooperative: the session decides whether
+    /// and when to release.
+    RevokeAsked(RevokeAsked),
+}
+
+/// A request to let go of a lock, as its holder hears it
+/// ([`ClientResponse::RevokeAsked`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokeAsked {
+    /// The lock.
+    pub name: String,
+    /// The fence of the holder's grant.
+    pub fence: u64,
+    /// Why, as whoever asked said.
+    pub reason: Option<String>,
 }
 
 /// A request to the witness.

@@ -628,7 +628,7 @@ impl Agent {
             }
             Output::Lost { name, fence } => {
                 s.holdback.forget(&name);
-                let session = self.locks.revoke(&name, fence, now);
+                let session = self.locks.take_back(&name, fence, now);
                 warn!(
                     node = id,
                     %name,

@@ -1,6 +1,7 @@
 //! The application's view of the whole cluster: who holds and who waits
-//! for each lock at every node (`coterie locks`), and the leaders of the
-//! applications' elections (`coterie elect`, `coterie leader`).
+//! for each lock at every node (`coterie locks`), the leaders of the
+//! applications' elections (`coterie elect`, `coterie leader`), and
+//! requests to a lock's holders to let go (`coterie revoke`).
 //!
 //! The algorithms know which *node* holds a lock; which of its clients,
 //! since when and with what value only that node knows. So a listing asks
@@ -9,7 +10,9 @@
 //! engine's own ([`Envelope::Application`](coterie_core::wire::Envelope)),
 //! waits for the answers ([`Talk::Tell`]) for at most a failure timeout,
 //! and merges them with its own part; a peer that does not answer is
-//! named in the answer, not guessed at.
+//! named in the answer, not guessed at. A revocation (`coterie revoke`)
+//! travels the same way ([`Talk::Revoke`]): each node asks its own
+//! holders of the name to let go, and answers how many it asked.
 //!
 //! An election is a lock whose holder gave a value: the holder is the
 //! leader. Its node tells every peer when a leader takes over or lets go
@@ -70,6 +73,22 @@ enum Talk {
         /// The fence of the leadership that began or ended.
         fence: u64,
     },
+    /// Ask your clients holding lock `name` to let go.
+    Revoke {
+        /// The question's number at the asker, for the answer.
+        id: u64,
+        /// The lock.
+        name: String,
+        /// Why, as the holders are told.
+        reason: Option<String>,
+    },
+    /// The answer to [`Talk::Revoke`].
+    Revoked {
+        /// The question's number.
+        id: u64,
+        /// How many holders were asked.
+        asked: u32,
+    },
 }
 
 /// One node's part of one lock.
@@ -87,10 +106,12 @@ struct Part {
     stamp: Option<(u64, u32)>,
 }
 
-/// A listing under way: the peers still to answer, and the answers.
+/// A question under way: the peers still to answer, and the answers
+/// (parts of locks for a listing, holders asked for a revocation).
 struct Query {
     awaiting: BTreeSet<NodeId>,
     parts: Vec<Part>,
+    asked: u32,
     done: Option<oneshot::Sender<()>>,
 }
 
@@ -160,6 +181,32 @@ impl Cluster {
         prefix: &str,
         patience: Duration,
     ) -> (Vec<LockInfo>, Vec<u32>) {
+        let (query, unreachable) =
+            self.ask(|id| Talk::Ask { id, prefix: prefix.to_string() }, patience).await;
+        let mut parts = self.parts(prefix);
+        parts.extend(query.parts);
+        (self.merge(parts), unreachable)
+    }
+
+    /// Asks every holder of lock `name`, cluster wide, to let go, for
+    /// `reason` ([`Locks::ask_to_let_go`]): how many were asked, and the
+    /// nodes that did not answer within `patience`.
+    pub(crate) async fn revoke(
+        &self,
+        name: &Name,
+        reason: Option<String>,
+        patience: Duration,
+    ) -> (u32, Vec<u32>) {
+        let asked = self.locks.ask_to_let_go(name, reason.clone());
+        let talk = |id| Talk::Revoke { id, name: name.to_string(), reason: reason.clone() };
+        let (query, unreachable) = self.ask(talk, patience).await;
+        (asked + query.asked, unreachable)
+    }
+
+    /// Sends `talk` (given the question's number) to every peer counted
+    /// up and waits at most `patience` for their answers: the answers,
+    /// and the members that did not give one.
+    async fn ask(&self, talk: impl FnOnce(u64) -> Talk, patience: Duration) -> (Query, Vec<u32>) {
         let peers = self.agent.peers_up();
         let (tx, rx) = oneshot::channel();
         let id = {
@@ -168,19 +215,17 @@ impl Cluster {
             let id = s.next_query;
             let awaiting: BTreeSet<NodeId> = peers.iter().copied().collect();
             let done = if awaiting.is_empty() { None } else { Some(tx) };
-            s.queries.insert(id, Query { awaiting, parts: Vec::new(), done });
+            s.queries.insert(id, Query { awaiting, parts: Vec::new(), asked: 0, done });
             id
         };
-        let ask = encode(&Talk::Ask { id, prefix: prefix.to_string() });
+        let question = encode(&talk(id));
         for &peer in &peers {
-            self.agent.send_application(peer, ask.clone());
+            self.agent.send_application(peer, question.clone());
         }
         if !peers.is_empty() {
             let _ = tokio::time::timeout(patience, rx).await;
         }
         let query = self.state().queries.remove(&id).expect("registered above");
-        let mut parts = self.parts(prefix);
-        parts.extend(query.parts);
         let unreachable: Vec<u32> = self
             .agent
             .members()
@@ -190,7 +235,7 @@ impl Cluster {
             })
             .map(|m| m.0)
             .collect();
-        (self.merge(parts), unreachable)
+        (query, unreachable)
     }
 
     /// Lock `name` as the cluster's nodes report it now: free, with
@@ -337,30 +382,39 @@ impl Cluster {
                 let parts = self.parts(&prefix);
                 self.agent.send_application(from, encode(&Talk::Tell { id, parts }));
             }
-            Talk::Tell { id, parts } => {
-                let mut s = self.state();
-                if let Some(q) = s.queries.get_mut(&id) {
-                    if q.awaiting.remove(&from) {
-                        q.parts.extend(parts.into_iter().map(|mut p| {
-                            // A node speaks for its own clients only.
-                            for h in &mut p.holders {
-                                h.node = from.0;
-                            }
-                            for w in &mut p.waiters {
-                                w.node = from.0;
-                            }
-                            p
-                        }));
-                        if q.awaiting.is_empty() {
-                            q.done.take().map(|done| done.send(()));
-                        }
+            Talk::Tell { id, parts } => self.answered(from, id, |q| {
+                q.parts.extend(parts.into_iter().map(|mut p| {
+                    // A node speaks for its own clients only.
+                    for h in &mut p.holders {
+                        h.node = from.0;
                     }
-                }
+                    for w in &mut p.waiters {
+                        w.node = from.0;
+                    }
+                    p
+                }))
+            }),
+            Talk::Revoke { id, name, reason } => {
+                let asked = Name::new(&name).map_or(0, |n| self.locks.ask_to_let_go(&n, reason));
+                self.agent.send_application(from, encode(&Talk::Revoked { id, asked }));
             }
+            Talk::Revoked { id, asked } => self.answered(from, id, |q| q.asked += asked),
             Talk::Leader { name, leader, fence } => {
                 let Ok(name) = Name::new(&name) else { return };
                 let leader = leader.map(|l| Leader { node: from.0, ..l });
                 self.learn(&name, leader, fence, Heard::Announced);
+            }
+        }
+    }
+
+    /// `from` answered question `id`: `take` takes the answer in, once.
+    fn answered(&self, from: NodeId, id: u64, take: impl FnOnce(&mut Query)) {
+        let mut s = self.state();
+        let Some(q) = s.queries.get_mut(&id) else { return };
+        if q.awaiting.remove(&from) {
+            take(q);
+            if q.awaiting.is_empty() {
+                q.done.take().map(|done| done.send(()));
             }
         }
     }
@@ -489,6 +543,7 @@ fn part(node: u32, now: Duration, l: LocalLock, view: LockView) -> Part {
             fence: h.fence.0,
             held_ms: ms(h.since),
             value: h.value.clone().filter(|_| !orphaned),
+            revoke: h.revoke.clone().filter(|_| !orphaned),
         })
         .collect();
     let waiters = l

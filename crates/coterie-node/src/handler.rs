@@ -16,9 +16,11 @@
 //! off, as is one whose connection closes.
 
 use crate::codec::{write_frame, FrameError, FrameReader};
-use crate::locks::Client;
+use crate::locks::{plea_for, Client};
 use crate::metrics::Loss;
-use crate::protocol::{Acquire, ClientRequest, ClientResponse, FaultCommand, NodeEvent};
+use crate::protocol::{
+    Acquire, ClientRequest, ClientResponse, FaultCommand, NodeEvent, RevokeAsked,
+};
 use crate::session::{Lease, Shared, Taken};
 use crate::shutdown::Shutdown;
 use coterie_core::{Fence, Name};
@@ -71,14 +73,14 @@ struct Handler {
     value: Option<String>,
 }
 
-/// The next name taken back from `session` ([`Locks::revoke`]); a
+/// The next name taken back from `session` ([`Locks::take_back`]); a
 /// receiver that lagged behind answers with no name (the handler then
 /// looks at the table).
 ///
-/// [`Locks::revoke`]: crate::locks::Locks::revoke
-async fn revocation(revoked: &mut broadcast::Receiver<(u64, Name)>, session: u64) -> Option<Name> {
+/// [`Locks::take_back`]: crate::locks::Locks::take_back
+async fn taking_back(taken: &mut broadcast::Receiver<(u64, Name)>, session: u64) -> Option<Name> {
     loop {
-        match revoked.recv().await {
+        match taken.recv().await {
             Ok((s, name)) if s == session => return Some(name),
             Ok(_) => {}
             Err(broadcast::error::RecvError::Lagged(_)) => return None,
@@ -115,18 +117,28 @@ impl Handler {
     async fn run(&mut self, from: Option<std::net::SocketAddr>, shutdown: &mut Shutdown) -> Loss {
         let session = self.client.session;
         let failure_timeout = self.shared.agent.timing().1;
-        let mut revoked = self.shared.locks.revocations();
+        let mut taken = self.shared.locks.takings_back();
+        let mut pleas = self.shared.locks.pleas();
         // Without a handshake, the first request is what a silent
         // connection is dropped for lacking.
         let mut deadline = Deadline::First;
         loop {
-            if let Some(name) = self.took_back(&mut revoked) {
-                return self.revoked(&name).await;
+            if let Some(name) = self.took_back(&mut taken) {
+                return self.taken_back(&name).await;
             }
             let holding = !self.holding.is_empty();
             let took_back = async {
                 match holding {
-                    true => revocation(&mut revoked, session).await,
+                    true => taking_back(&mut taken, session).await,
+                    false => std::future::pending().await,
+                }
+            };
+            let asked = async {
+                match holding {
+                    true => match plea_for(&mut pleas, session).await {
+                        Some(plea) => plea,
+                        None => std::future::pending().await,
+                    },
                     false => std::future::pending().await,
                 }
             };
@@ -145,9 +157,25 @@ impl Handler {
                 r = self.reader.next::<ClientRequest>() => r,
                 _ = shutdown.recv() => return Loss::Disconnected,
                 name = took_back => match name.or_else(|| self.lost_hold()) {
-                    Some(name) => return self.revoked(&name).await,
+                    Some(name) => return self.taken_back(&name).await,
                     None => continue,
                 },
+                plea = asked => {
+                    // Told between answers: the client takes it aside.
+                    if self.holding.iter().any(|(n, f)| *n == plea.name && *f == plea.fence) {
+                        let asked = RevokeAsked {
+                            name: plea.name.to_string(),
+                            fence: plea.fence.0,
+                            reason: plea.reason,
+                        };
+                        let push = ClientResponse::RevokeAsked(asked);
+                        coterie_core::wire::write_frame(&push, &mut self.unsent);
+                        if self.flush().await.is_err() {
+                            return Loss::Disconnected;
+                        }
+                    }
+                    continue;
+                }
                 _ = silence => {
                     if self.shared.faults.paused() {
                         // A paused node is a stopped one that can still be
@@ -203,6 +231,9 @@ impl Handler {
                     ),
                     Err(e) => ClientResponse::Error(e.to_string()),
                 },
+                Ok(Some(ClientRequest::Revoke { name, reason })) => {
+                    self.revoke(&name, reason, failure_timeout).await
+                }
                 Ok(Some(ClientRequest::Observe { name })) => match Name::new(&name) {
                     Ok(name) => {
                         self.observe(&name, shutdown).await;
@@ -240,10 +271,10 @@ impl Handler {
 
     /// A hold of this session's the node gave up since it last looked,
     /// if any (a lagging receiver looks at the table itself).
-    fn took_back(&self, revoked: &mut broadcast::Receiver<(u64, Name)>) -> Option<Name> {
+    fn took_back(&self, taken: &mut broadcast::Receiver<(u64, Name)>) -> Option<Name> {
         let session = self.client.session;
         loop {
-            match revoked.try_recv() {
+            match taken.try_recv() {
                 Ok((s, name)) if s == session => return Some(name),
                 Ok(_) => {}
                 Err(broadcast::error::TryRecvError::Lagged(_)) => {
@@ -268,7 +299,7 @@ impl Handler {
     /// out, and a majority of the cluster may grant the lock again. The
     /// client hears why, and the session ends: whatever else it held here
     /// was given up with it.
-    async fn revoked(&mut self, name: &Name) -> Loss {
+    async fn taken_back(&mut self, name: &Name) -> Loss {
         self.holding.retain(|(n, _)| n != name);
         let why = format!(
             "node {} lost its quorum's lease while this session held {name:?}: a majority may \
@@ -279,6 +310,21 @@ impl Handler {
         let _ = self.flush().await;
         let _ = write_frame(&mut self.writer, &ClientResponse::Error(why)).await;
         Loss::NoQuorum
+    }
+
+    /// Asks every holder of `name` to let go ([`ClientRequest::Revoke`]).
+    async fn revoke(
+        &self,
+        name: &str,
+        reason: Option<String>,
+        patience: Duration,
+    ) -> ClientResponse {
+        match self.shared.revoke(name, reason, patience).await {
+            Ok((holders, unreachable)) => {
+                ClientResponse::Revoked { name: name.to_string(), holders, unreachable }
+            }
+            Err(e) => ClientResponse::Error(e.to_string()),
+        }
     }
 
     /// Sends the answers held back.

@@ -13,6 +13,7 @@
 //! | `DELETE /v1/sessions/{id}` | | `{"id"}`; what it held is released |
 //! | `POST /v1/locks/{name}/acquire` | `{"session", "permits", "timeout": "5s" \| "try": true, "value"}` | `{"name", "fence", "node"}`; 409 busy, 408 timed out |
 //! | `POST /v1/locks/{name}/release` | `{"session", "fence"}` | `{"name", "fence"}`; 409 not held |
+//! | `POST /v1/locks/{name}/revoke` | `{"reason"}` (optional) | `{"name", "holders", "unreachable"}`: the holders asked to let go; 409 nobody holds it |
 //! | `GET /v1/locks[?prefix=P]` | | every live lock, as `coterie locks --json` |
 //! | `GET /v1/locks/{name}` | | one lock: `{"name", "permits", "holders", "waiters", "order"}` |
 //! | `POST /v1/elections/{name}/campaign` | `{"session", "value", "timeout" \| "try"}` | `{"name", "fence", "value", "node"}` once leader |
@@ -96,6 +97,7 @@ pub(crate) fn router(api: Arc<Api>) -> Router {
         .route("/v1/locks/{name}/acquire", post(acquire))
         .route("/v1/locks/{name}/release", post(release))
         .route("/v1/locks/{name}/watch", get(watch_lock))
+        .route("/v1/locks/{name}/revoke", post(revoke))
         .route("/v1/elections/{name}", get(leader))
         .route("/v1/elections/{name}/campaign", post(campaign))
         .route("/v1/elections/{name}/proclaim", post(proclaim))
@@ -550,6 +552,35 @@ async fn watch_lock(
     Segment(text): Segment,
 ) -> Result<Events, ApiError> {
     Ok(sse::lock(&api.shared, api.stop.clone(), name(&text)?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RevokeBody {
+    reason: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Revoking {
+    name: String,
+    /// The holders asked to let go.
+    holders: u32,
+    /// The nodes that did not answer in time: a holder there may not
+    /// have been asked.
+    unreachable: Vec<u32>,
+}
+
+/// Asks every holder of a lock to let go: each hears it on its session's
+/// stream (`revoke`), or as its CLI's chosen signal, and decides.
+async fn revoke(
+    _: Authorized,
+    State(api): State<Arc<Api>>,
+    Segment(text): Segment,
+    Body(body): Body<RevokeBody>,
+) -> Result<Json<Revoking>, ApiError> {
+    let patience = api.shared.agent.timing().1;
+    let (holders, unreachable) = api.shared.revoke(&text, body.reason, patience).await?;
+    Ok(Json(Revoking { name: text, holders, unreachable }))
 }
 
 async fn watch_node(_: Authorized, State(api): State<Arc<Api>>) -> Events {

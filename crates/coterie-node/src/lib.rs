@@ -67,6 +67,6 @@ pub use config::Config;
 /// serves what they say.
 pub use coterie_client::{auth, codec, protocol};
 pub use coterie_client::{
-    client_label, Acquired, Client, ClientError, Credentials, Entry, Grant, Lock, LockRequest,
-    Loss, Observer, Outcome, Watch, WitnessClient,
+    client_label, Acquired, Client, ClientError, Credentials, Entry, Grant, HoldEvent, Lock,
+    LockRequest, Loss, Observer, Outcome, Watch, WitnessClient,
 };

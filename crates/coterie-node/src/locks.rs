@@ -48,6 +48,23 @@ pub(crate) struct Holder {
     pub(crate) since: Duration,
     /// What it said it holds the lock for (a campaign's value).
     pub(crate) value: Option<String>,
+    /// Why it was asked to let go, once someone asked
+    /// ([`Locks::ask_to_let_go`]): the reason given, empty if none was.
+    pub(crate) revoke: Option<String>,
+}
+
+/// A request to a session to let go of a name it holds
+/// ([`Locks::ask_to_let_go`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Plea {
+    /// The session asked.
+    pub(crate) session: u64,
+    /// The name.
+    pub(crate) name: Name,
+    /// The fence of the session's grant.
+    pub(crate) fence: Fence,
+    /// Why, as whoever asked said.
+    pub(crate) reason: Option<String>,
 }
 
 /// A session waiting for a name.
@@ -192,7 +209,9 @@ pub(crate) struct Locks {
     changed: Notify,
     /// Tells each session that lost a hold the node itself gave up (its
     /// lease ran out): the session's number and the name.
-    revoked: broadcast::Sender<(u64, Name)>,
+    taken_back: broadcast::Sender<(u64, Name)>,
+    /// Tells each session asked to let go of a name it holds.
+    pleas: broadcast::Sender<Plea>,
 }
 
 impl Locks {
@@ -203,7 +222,8 @@ impl Locks {
             limits,
             metrics,
             changed: Notify::new(),
-            revoked: broadcast::channel(256).0,
+            taken_back: broadcast::channel(256).0,
+            pleas: broadcast::channel(256).0,
         }
     }
 
@@ -325,7 +345,7 @@ impl Locks {
     /// ran out, or it started over in a new view): the session holding it
     /// is told, and a lost holder's lock delay ends with it. The agent must
     /// then follow. The session it was, if any.
-    pub(crate) fn revoke(&self, name: &Name, fence: Fence, now: Duration) -> Option<u64> {
+    pub(crate) fn take_back(&self, name: &Name, fence: Fence, now: Duration) -> Option<u64> {
         let mut t = self.table();
         let local = t.names.get_mut(name)?;
         local.orphans.retain(|(h, _)| h.fence != fence);
@@ -337,13 +357,57 @@ impl Locks {
         drop(t);
         let holder = holder?;
         self.metrics.held(now.saturating_sub(holder.since));
-        let _ = self.revoked.send((holder.client.session, name.clone()));
+        let _ = self.taken_back.send((holder.client.session, name.clone()));
         Some(holder.client.session)
     }
 
-    /// Hears of the holds taken from sessions ([`revoke`](Self::revoke)).
-    pub(crate) fn revocations(&self) -> broadcast::Receiver<(u64, Name)> {
-        self.revoked.subscribe()
+    /// Hears of the holds taken from sessions ([`take_back`](Self::take_back)).
+    pub(crate) fn takings_back(&self) -> broadcast::Receiver<(u64, Name)> {
+        self.taken_back.subscribe()
+    }
+
+    /// Asks every session holding `name` here to let go, for `reason`
+    /// (cooperative revocation: nothing is taken from them). Each is
+    /// told ([`pleas`](Self::pleas)), and listings show that it was
+    /// asked. Holders the node keeps for lost sessions are not asked:
+    /// nobody is there to hear. How many were asked.
+    pub(crate) fn ask_to_let_go(&self, name: &Name, reason: Option<String>) -> u32 {
+        let mut t = self.table();
+        let Some(local) = t.names.get_mut(name) else { return 0 };
+        let asked: Vec<Plea> = local
+            .holders
+            .iter_mut()
+            .map(|h| {
+                h.revoke = Some(reason.clone().unwrap_or_default());
+                Plea {
+                    session: h.client.session,
+                    name: name.clone(),
+                    fence: h.fence,
+                    reason: reason.clone(),
+                }
+            })
+            .collect();
+        drop(t);
+        for plea in &asked {
+            let _ = self.pleas.send(plea.clone());
+        }
+        let asked = asked.len() as u32;
+        self.metrics.asked_to_let_go(asked);
+        asked
+    }
+
+    /// Why `session` was asked to let go of `name`, if it holds it and
+    /// was asked: the reason given, empty if none was.
+    pub(crate) fn asked(&self, session: u64, name: &Name) -> Option<String> {
+        let t = self.table();
+        let holders = t.names.get(name).map_or(&[][..], |l| &l.holders);
+        holders.iter().find(|h| h.client.session == session).and_then(|h| h.revoke.clone())
+    }
+
+    /// Hears of the sessions asked to let go
+    /// ([`ask_to_let_go`](Self::ask_to_let_go)).
+    pub(crate) fn pleas(&self) -> broadcast::Receiver<Plea> {
+        self.pleas.subscribe()
     }
 
     /// Whether `session` holds `name` with `fence`.
@@ -383,8 +447,8 @@ impl Locks {
             if waiter.grant.send(fence).is_ok() {
                 self.metrics.granted(now.saturating_sub(waiter.since), waiter.value.is_some());
                 let client = waiter.client.clone();
-                let holder =
-                    Holder { client: waiter.client, fence, since: now, value: waiter.value };
+                let (value, since) = (waiter.value, now);
+                let holder = Holder { client: waiter.client, fence, since, value, revoke: None };
                 local.holders.push(holder);
                 handed = Handed::To(client);
                 break;
@@ -479,6 +543,20 @@ impl Locks {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.table().names.len()
+    }
+}
+
+/// The next plea to `session` to let go of a lock it holds
+/// ([`Locks::ask_to_let_go`]); `None` once the table is gone. Pleas lost
+/// to a receiver that lagged behind are not made good: a revocation
+/// asks, it takes nothing.
+pub(crate) async fn plea_for(pleas: &mut broadcast::Receiver<Plea>, session: u64) -> Option<Plea> {
+    loop {
+        match pleas.recv().await {
+            Ok(plea) if plea.session == session => return Some(plea),
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => return None,
+        }
     }
 }
 

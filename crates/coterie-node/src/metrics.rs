@@ -78,6 +78,7 @@ pub(crate) struct Metrics {
     coordinators: Counter,
     views: Counter,
     redials: Counter,
+    revokes: Counter,
     connections: Gauge,
 }
 
@@ -94,6 +95,7 @@ impl Default for Metrics {
             coordinators: Counter::default(),
             views: Counter::default(),
             redials: Counter::default(),
+            revokes: Counter::default(),
             connections: Gauge::default(),
         };
         for reason in [Loss::Disconnected, Loss::Silent, Loss::Expired, Loss::NoQuorum] {
@@ -150,6 +152,12 @@ impl Metrics {
         self.redials.inc();
     }
 
+    /// `holders` of this node's sessions were asked to let go of a lock
+    /// they hold (`coterie revoke`).
+    pub(crate) fn asked_to_let_go(&self, holders: u32) {
+        self.revokes.inc_by(holders.into());
+    }
+
     /// A binary-protocol client connection opened; it counts until the
     /// guard is dropped.
     pub(crate) fn connection(&self) -> Connected {
@@ -199,6 +207,11 @@ impl Metrics {
                 "coterie_link_redials",
                 "Peer connections that closed and were dialled again",
                 &self.redials,
+            ),
+            (
+                "coterie_revoke_asked",
+                "Holders at this node asked to let go of a lock (coterie revoke)",
+                &self.revokes,
             ),
         ];
         for (name, help, counter) in counters {

@@ -345,7 +345,7 @@ pub async fn run(
         let (s, stop) = (sessions.clone(), shutdown_signal.clone());
         tasks.spawn(async move { s.expire_due(stop).await }.instrument(span.clone()));
         let (s, stop) = (sessions.clone(), shutdown_signal.clone());
-        tasks.spawn(async move { s.take_back_revoked(stop).await }.instrument(span.clone()));
+        tasks.spawn(async move { s.end_taken_back(stop).await }.instrument(span.clone()));
         let metrics = agent.metrics();
         let exporter = Exporter::new(metrics, agent.clone(), locks.clone(), sessions.clone());
         let stop = shutdown_signal.clone();

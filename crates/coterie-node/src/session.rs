@@ -327,6 +327,39 @@ impl Shared {
         true
     }
 
+    /// Asks every holder of lock `text`, cluster wide, to let go, for
+    /// `reason` (cooperative revocation: each decides): how many were
+    /// asked, and the nodes that did not answer within `patience`.
+    /// Refused for a bad name or an overlong reason, and for a lock that
+    /// nobody holds (at the nodes that answered): there is no one to ask.
+    pub(crate) async fn revoke(
+        &self,
+        text: &str,
+        reason: Option<String>,
+        patience: Duration,
+    ) -> Result<(u32, Vec<u32>), Refusal> {
+        let name = Name::new(text).map_err(|e| Refusal::Invalid(format!("{e}: {}", clip(text))))?;
+        if let Some(r) = reason.as_ref().filter(|r| r.len() > MAX_REASON) {
+            let len = r.len();
+            return Err(Refusal::Invalid(format!(
+                "the reason is {len} bytes long; at most {MAX_REASON} are kept"
+            )));
+        }
+        let (holders, unreachable) = self.cluster.revoke(&name, reason, patience).await;
+        if holders == 0 {
+            let mut why = format!("lock {name:?} is free: nobody holds it to be asked to let go");
+            if !unreachable.is_empty() {
+                why = format!(
+                    "nobody holds lock {name:?} at the nodes that answered; node(s) {unreachable:?} \
+                     did not answer"
+                );
+            }
+            return Err(Refusal::Conflict(why));
+        }
+        info!(%name, holders, "holders asked to let go");
+        Ok((holders, unreachable))
+    }
+
     fn release_all(&self, session: u64, held: Vec<(Name, Fence)>, led: bool) {
         for (name, fence) in held {
             self.release(session, &name, fence, led);
@@ -359,6 +392,9 @@ impl Shared {
         }
     }
 }
+
+/// The longest reason a revocation may give, in bytes.
+pub(crate) const MAX_REASON: usize = 1024;
 
 /// Why a wait ended without the lock.
 enum Gone {

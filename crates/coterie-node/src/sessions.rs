@@ -14,7 +14,7 @@
 //! table and what it holds. An expiry task ([`Sessions::expire_due`])
 //! ends the sessions whose TTL ran out.
 
-use crate::locks::Client;
+use crate::locks::{Client, Plea};
 use crate::metrics::Loss;
 use crate::protocol::Acquire;
 use crate::session::{clip, Asked, Lease, Refusal, Shared, Taken};
@@ -24,7 +24,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{broadcast, watch, Notify};
 use tokio::time::Instant;
 use tracing::info;
 
@@ -103,6 +103,9 @@ pub(crate) enum EndReason {
 pub(crate) struct HeldView {
     pub(crate) name: String,
     pub(crate) fence: u64,
+    /// Why the session was asked to let go of it, once it was (a watcher
+    /// that comes late learns so here): the reason, empty if none.
+    pub(crate) revoke: Option<String>,
 }
 
 /// A session as its watchers see it first.
@@ -114,16 +117,38 @@ pub(crate) struct SessionNow {
 }
 
 impl Entry {
-    fn held(&self) -> Vec<HeldView> {
+    /// What it holds, and whether it was asked to let go of each
+    /// (`asked`, as the application's table says).
+    fn held(&self, asked: impl Fn(&Name) -> Option<String>) -> Vec<HeldView> {
         let h = self.holding.iter();
-        h.map(|(name, hold)| HeldView { name: name.to_string(), fence: hold.fence.0 }).collect()
+        h.map(|(name, hold)| HeldView {
+            name: name.to_string(),
+            fence: hold.fence.0,
+            revoke: asked(name),
+        })
+        .collect()
     }
 
     /// Ends the session: its waits give up and its watchers are told.
     fn end(&self, id: &str, reason: EndReason) {
-        let end = End { id: id.to_string(), reason, held: self.held() };
+        let end = End { id: id.to_string(), reason, held: self.held(|_| None) };
         self.ended.send_replace(Some(end));
     }
+}
+
+/// A session watched ([`Sessions::watch`]).
+pub(crate) struct Watched {
+    /// The session as it stands.
+    pub(crate) now: SessionNow,
+    /// Set when it ends.
+    pub(crate) ended: watch::Receiver<Option<End>>,
+    /// Its number in the application's table, which pleas name.
+    pub(crate) session: u64,
+    /// Every plea to let go ([`Locks::ask_to_let_go`]), the session's
+    /// among them.
+    ///
+    /// [`Locks::ask_to_let_go`]: crate::locks::Locks::ask_to_let_go
+    pub(crate) pleas: broadcast::Receiver<Plea>,
 }
 
 /// What came of releasing a lock by its fence.
@@ -206,16 +231,19 @@ impl Sessions {
         Ok(())
     }
 
-    /// Session `id` as it stands, and what tells when it ends.
-    pub(crate) fn watch(
-        &self,
-        id: &str,
-    ) -> Result<(SessionNow, watch::Receiver<Option<End>>), SessionError> {
+    /// Session `id` as it stands, what tells when it ends, and what tells
+    /// when it is asked to let go of a lock it holds.
+    pub(crate) fn watch(&self, id: &str) -> Result<Watched, SessionError> {
+        // Heard from before the session is read, so that no plea falls
+        // between.
+        let pleas = self.shared.locks.pleas();
         let t = self.table();
         let entry = t.get(id).ok_or_else(|| SessionError::Unknown(id.to_string()))?;
         let ttl = humantime::format_duration(entry.ttl).to_string();
-        let now = SessionNow { id: id.to_string(), ttl, held: entry.held() };
-        Ok((now, entry.ended.subscribe()))
+        let session = entry.client.session;
+        let held = entry.held(|name| self.shared.locks.asked(session, name));
+        let now = SessionNow { id: id.to_string(), ttl, held };
+        Ok(Watched { now, ended: entry.ended.subscribe(), session, pleas })
     }
 
     /// Session `id`, leading election `name`, proclaims `value` as the
@@ -421,12 +449,12 @@ impl Sessions {
     }
 
     /// Ends the sessions whose locks the node gives up
-    /// ([`Locks::revoke`](crate::locks::Locks::revoke)), until `shutdown`.
-    pub(crate) async fn take_back_revoked(&self, mut shutdown: Shutdown) {
-        let mut revoked = self.shared.locks.revocations();
+    /// ([`Locks::take_back`](crate::locks::Locks::take_back)), until `shutdown`.
+    pub(crate) async fn end_taken_back(&self, mut shutdown: Shutdown) {
+        let mut taken = self.shared.locks.takings_back();
         loop {
             tokio::select! {
-                r = revoked.recv() => match r {
+                r = taken.recv() => match r {
                     Ok((session, name)) => self.take_back(session, &name),
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                         // Look at the table itself for holds it lost.

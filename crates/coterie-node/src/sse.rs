@@ -8,7 +8,7 @@
 //! | `GET /v1/watch` | `event`: the node's events, each as `coterie watch --json` prints it, a `Snapshot` first |
 //! | `GET /v1/locks/{name}/watch` | `lock`: the lock as `GET /v1/locks/{name}` shows it, now and at every change of its holders or waiters |
 //! | `GET /v1/elections/{name}/observe` | `leader`: as `GET /v1/elections/{name}`, now and at every change of leader or value |
-//! | `GET /v1/sessions/{id}/watch` | `session` now; `ended` once it ends, with why and what it held, and the stream ends |
+//! | `GET /v1/sessions/{id}/watch` | `session` now; `revoke` each time someone asks it to let go of a lock it holds (`POST /v1/locks/{name}/revoke`), with the name, the fence and the reason; `ended` once it ends, with why and what it held, and the stream ends |
 //!
 //! A lock's holders and waiters live at every node; its watch re-reads
 //! the cluster's view ([`Cluster::locks`](crate::cluster::Cluster)) when
@@ -18,9 +18,10 @@
 //! messages per peer per heartbeat while it is watched, and nothing
 //! when it is not.
 
+use crate::locks::plea_for;
 use crate::protocol::{LockInfo, NodeEvent, WatchEvent};
 use crate::session::Shared;
-use crate::sessions::{End, SessionError, Sessions};
+use crate::sessions::{End, SessionError, Sessions, Watched};
 use crate::shutdown::Shutdown;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -136,19 +137,40 @@ pub(crate) fn lock(shared: &Arc<Shared>, stop: Shutdown, name: Name) -> Events {
     })
 }
 
-/// `GET /v1/sessions/{id}/watch`: the session now, and its end.
+/// A plea to let go, as a session's stream tells it.
+#[derive(Serialize)]
+struct RevokeView {
+    name: String,
+    fence: u64,
+    reason: Option<String>,
+}
+
+/// `GET /v1/sessions/{id}/watch`: the session now, each plea to let go
+/// of a lock it holds, and its end.
 pub(crate) fn session(
     sessions: &Sessions,
     stop: Shutdown,
     id: String,
 ) -> Result<Events, SessionError> {
-    let (now, mut ended) = sessions.watch(&id)?;
+    let Watched { now, mut ended, session, mut pleas } = sessions.watch(&id)?;
     Ok(stream(stop, |feed| async move {
         feed.send("session", &now).await?;
-        // A closed channel is an ended session whose end was told already.
-        let end: Option<End> = match ended.wait_for(Option::is_some).await {
-            Ok(end) => end.clone(),
-            Err(_) => None,
+        let end: Option<End> = loop {
+            tokio::select! {
+                // A closed channel is an ended session whose end was told
+                // already.
+                end = async { ended.wait_for(Option::is_some).await.ok().map(|e| e.clone()) } => {
+                    break end.flatten();
+                }
+                Some(plea) = plea_for(&mut pleas, session) => {
+                    let view = RevokeView {
+                        name: plea.name.to_string(),
+                        fence: plea.fence.0,
+                        reason: plea.reason,
+                    };
+                    feed.send("revoke", &view).await?;
+                }
+            }
         };
         if let Some(end) = end {
             feed.send("ended", &end).await?;

@@ -278,6 +278,49 @@ async fn client_that_vanishes_while_holding_is_released() {
     assert!(matches!(second.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));
 }
 
+/// A plea to let go reaches a Rust holder between answers, in any of its
+/// calls: `hold_event` hears it (one the holder's own call read first is
+/// kept for it), `lost` passes over it, and nothing is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plea_to_let_go_reaches_the_holder_and_takes_nothing() {
+    let cluster = TestCluster::start(3, "ricart-agrawala").await;
+    let mut holder = cluster.client(1).await;
+    let Acquired::Granted(fence) = holder.acquire(Some(PATIENCE), false).await.unwrap() else {
+        panic!("not granted");
+    };
+    let mut other = cluster.client(3).await;
+    let asked = other.revoke("default", Some("rotate".into())).await.unwrap();
+    assert_eq!(asked, (1, vec![]));
+    let want = coterie_node::protocol::RevokeAsked {
+        name: "default".into(),
+        fence,
+        reason: Some("rotate".into()),
+    };
+    let heard = tokio::time::timeout(PATIENCE, holder.hold_event()).await.unwrap();
+    assert_eq!(heard, coterie_node::HoldEvent::RevokeAsked(want.clone()));
+    // Asked while the holder waits for another answer: kept for it.
+    other.revoke("default", Some("rotate".into())).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(holder.status().await.unwrap().cs_state, coterie_core::CsState::Held);
+    let heard = tokio::time::timeout(PATIENCE, holder.hold_event()).await.unwrap();
+    assert_eq!(heard, coterie_node::HoldEvent::RevokeAsked(want));
+    // `lost` passes over pleas (and keeps the lease): the holder still
+    // holds after one.
+    let keeping = tokio::spawn(async move {
+        let kept = tokio::time::timeout(Duration::from_millis(1000), holder.lost()).await;
+        (holder, kept)
+    });
+    other.revoke("default", None).await.unwrap();
+    assert_eq!(other.acquire(None, true).await.unwrap(), Acquired::Busy, "nothing was taken");
+    let (mut holder, kept) = keeping.await.unwrap();
+    assert!(kept.is_err(), "a plea is no loss: {kept:?}");
+    holder.release().await.unwrap();
+    let free = other.revoke("default", None).await;
+    assert!(
+        matches!(free, Err(coterie_node::ClientError::Refused(ref why)) if why.contains("free"))
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_that_vanishes_while_waiting_gives_up_its_place() {
     let cluster = TestCluster::start(3, "centralized").await;

@@ -42,6 +42,8 @@ enum Command {
     Lock(cmd::lock::Args),
     /// List the cluster's live locks: who holds each, who waits.
     Locks(cmd::locks::Args),
+    /// Ask a lock's holders to let go (each decides: nothing is forced).
+    Revoke(cmd::revoke::Args),
     // The help text is cmd::elect::Args's: campaigns and observers.
     Elect(cmd::elect::Args),
     /// Print the leader of an application's election.
@@ -89,6 +91,7 @@ fn main() -> std::process::ExitCode {
         Command::Watch(args) => cmd::watch::run(args),
         Command::Lock(args) => cmd::lock::run(args),
         Command::Locks(args) => cmd::locks::run(args),
+        Command::Revoke(args) => cmd::revoke::run(args),
         Command::Elect(args) => cmd::elect::run(args),
         Command::Leader(args) => cmd::elect::leader(args),
         Command::Workload(args) => cmd::workload::run(args),

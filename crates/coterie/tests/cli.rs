@@ -168,6 +168,67 @@ fn lock_passes_signals_on_to_the_command() {
     assert!(next.status.success(), "{}", String::from_utf8_lossy(&next.stderr));
 }
 
+/// `coterie revoke` asks; each holder decides. Under ricart-agrawala (the
+/// request travels as the application's, whatever the algorithm), a
+/// holder at node 2 with `--on-revoke USR1` gets SIGUSR1 with the reason
+/// reported, and its command ends by itself; one without the flag is told
+/// nothing and keeps the lock (`coterie locks` shows it was asked).
+/// Revoking a free lock exits 1, a bad name 2, a bad signal is refused.
+#[test]
+fn a_revoke_reaches_a_cli_holder_as_its_chosen_signal_and_forces_nothing() {
+    let up = Up::start_with(3, "revoke", |cfg| {
+        cfg.cluster.mutex = coterie_core::registry::mutex("ricart-agrawala").unwrap();
+    });
+    let dir = scratch("revoke");
+    let script = "trap 'touch $D/asked; exit 0' USR1; touch $D/started; \
+                  while :; do sleep 0.05; done";
+    let lock = lock_running(up.config(), 2, &["--on-revoke", "usr1", "job"], script, &dir.0);
+    appears(&dir.0.join("started"));
+    let asked = coterie(&[
+        "revoke",
+        "--config",
+        up.config(),
+        "--node",
+        "3",
+        "job",
+        "--reason",
+        "deploy",
+        "--json",
+    ]);
+    assert!(asked.status.success(), "{}", String::from_utf8_lossy(&asked.stderr));
+    let report: Value = serde_json::from_slice(&asked.stdout).unwrap();
+    assert_eq!(report, serde_json::json!({ "name": "job", "holders": 1, "unreachable": [] }));
+    let (code, stderr) = finished(lock, &dir.0);
+    assert_eq!(code, Some(0), "the command chose to end: {stderr}");
+    assert!(dir.0.join("asked").exists(), "no SIGUSR1 reached the command: {stderr}");
+    assert!(stderr.contains("asked to let go of \"job\" (deploy); sent SIGUSR1"), "{stderr}");
+
+    let free = coterie(&["revoke", "--config", up.config(), "job"]);
+    let err = String::from_utf8_lossy(&free.stderr);
+    assert_eq!(free.status.code(), Some(1), "{err}");
+    assert!(err.contains("free"), "{err}");
+    let bad = coterie(&["revoke", "--config", up.config(), ""]);
+    assert_eq!(bad.status.code(), Some(2));
+    let signal = coterie(&["lock", "--config", up.config(), "--on-revoke", "NOPE", "--", "true"]);
+    assert_eq!(signal.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&signal.stderr).contains("USR1"));
+
+    // Without --on-revoke the command is not told, and keeps the lock.
+    let quiet = scratch("revoke-quiet");
+    let script = "touch $D/started; sleep 2; touch $D/finished";
+    let lock = lock_running(up.config(), 1, &["job"], script, &quiet.0);
+    appears(&quiet.0.join("started"));
+    let asked = coterie(&["revoke", "--config", up.config(), "--node", "2", "job"]);
+    assert!(asked.status.success(), "{}", String::from_utf8_lossy(&asked.stderr));
+    let listed = coterie(&["locks", "--config", up.config()]);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains("asked to let go"), "{listed}");
+    let (code, stderr) = finished(lock, &quiet.0);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(quiet.0.join("finished").exists(), "the command ran to its end");
+    assert!(stderr.contains("not told"), "{stderr}");
+}
+
 /// With a lock delay, a holder lost with its node (SIGKILL): the next
 /// grant, at another node, comes no sooner than the delay after the loss.
 #[test]

@@ -112,6 +112,72 @@ fn a_reentrant_session_counts_up_and_down_and_the_last_release_frees_the_lock() 
     assert_eq!(status, 409, "nothing left to release");
 }
 
+/// Cooperative revocation over HTTP: a revoke at any node reaches each
+/// holder's session stream as a `revoke` event with the reason, wherever
+/// the holder's node is; nothing is taken (the holder still holds, and
+/// listings say it was asked); a watcher that opens late learns of the
+/// plea from the first `session` event. Revoking a free lock is a 409,
+/// and a bad body a 400, both changing nothing.
+#[test]
+fn a_revoke_reaches_the_http_holders_as_an_event_and_takes_nothing() {
+    let up = Up::start(3, "http-revoke");
+    let (n1, n2, n3) = (up.http(1), up.http(2), up.http(3));
+    let revoke =
+        |base: &str, name: &str, body: Value| post(&format!("{base}/v1/locks/{name}/revoke"), body);
+    let (status, free) = revoke(&n3, "pool", json!({}));
+    assert_eq!((status, free["error"].as_str()), (409, Some("conflict")), "{free}");
+    assert!(free["detail"].as_str().unwrap().contains("free"), "{free}");
+
+    // Two holders of a two-permit lock, at two nodes, each watching.
+    let (a, b) = (session(&n1, "10s"), session(&n2, "10s"));
+    let (_, first) = acquire(&n1, "pool", json!({ "session": a, "permits": 2 }));
+    let (_, second) = acquire(&n2, "pool", json!({ "session": b, "permits": 2 }));
+    let fences = [first["fence"].as_u64().unwrap(), second["fence"].as_u64().unwrap()];
+    let watch_a = Events::open(&format!("{n1}/v1/sessions/{a}/watch"));
+    let watch_b = Events::open(&format!("{n2}/v1/sessions/{b}/watch"));
+    for (watch, fence) in [(&watch_a, fences[0]), (&watch_b, fences[1])] {
+        let (kind, now) = watch.next();
+        assert_eq!(kind, "session");
+        assert_eq!(now["held"], json!([{ "name": "pool", "fence": fence, "revoke": null }]));
+    }
+
+    let (status, bad) = revoke(&n3, "pool", json!({ "why": "x" }));
+    assert_eq!(status, 400, "{bad}");
+    let long = "x".repeat(2000);
+    let (status, bad) = revoke(&n3, "pool", json!({ "reason": long }));
+    assert_eq!(status, 400, "an overlong reason: {bad}");
+    assert!(holders(&n3, "pool").iter().all(|h| h["revoke"].is_null()), "nobody was asked");
+
+    let (status, asked) = revoke(&n3, "pool", json!({ "reason": "resize" }));
+    assert_eq!(status, 200, "{asked}");
+    assert_eq!(asked, json!({ "name": "pool", "holders": 2, "unreachable": [] }));
+    for (watch, fence) in [(&watch_a, fences[0]), (&watch_b, fences[1])] {
+        let (kind, plea) = watch.next();
+        assert_eq!(kind, "revoke");
+        assert_eq!(plea, json!({ "name": "pool", "fence": fence, "reason": "resize" }));
+    }
+    for (base, asked) in [(&n1, 1), (&n2, 1), (&n3, 0)] {
+        let text = curl(&[&format!("{base}/metrics")]);
+        let line = format!("coterie_revoke_asked_total {asked}\n");
+        assert!(text.contains(&line), "{base}: no {line:?} in\n{text}");
+    }
+    let listed = holders(&n1, "pool");
+    assert_eq!(listed.len(), 2, "nothing was taken: {listed:?}");
+    assert!(listed.iter().all(|h| h["revoke"] == "resize"), "{listed:?}");
+    let late = Events::open(&format!("{n1}/v1/sessions/{a}/watch"));
+    let (_, now) = late.next();
+    assert_eq!(now["held"][0]["revoke"], "resize", "{now}");
+
+    // The holders decide: one lets go, and the next holder is not asked.
+    let (status, _) = release(&n1, "pool", &a, fences[0]);
+    assert_eq!(status, 200);
+    let c = session(&n3, "10s");
+    let (status, third) = acquire(&n3, "pool", json!({ "session": c, "permits": 2 }));
+    assert_eq!(status, 200, "{third}");
+    let asked: Vec<bool> = holders(&n2, "pool").iter().map(|h| !h["revoke"].is_null()).collect();
+    assert_eq!(asked, [true, false], "only the holders of the moment were asked");
+}
+
 #[test]
 fn sessions_take_and_release_named_locks_beside_the_cli() {
     let up = Up::start(3, "http-basic");
@@ -528,7 +594,11 @@ fn elections_campaign_proclaim_and_resign_and_the_streams_see_each_change() {
     assert_eq!(kind, "ended");
     assert_eq!(
         end,
-        json!({ "id": b, "reason": "closed", "held": [{ "name": "sched", "fence": f2 }] })
+        json!({
+            "id": b,
+            "reason": "closed",
+            "held": [{ "name": "sched", "fence": f2, "revoke": null }]
+        })
     );
     observer.until("leader", |r| r["leader"].is_null());
     watch.until("lock", |l| l["holders"].as_array().is_some_and(Vec::is_empty));

@@ -61,6 +61,11 @@ pub struct Args {
     /// exit 76 when it ends).
     #[arg(long)]
     no_kill: bool,
+    /// When someone asks the leader to step down (`coterie revoke NAME`),
+    /// send CMD's process group this signal (USR1, HUP, 10 ...); CMD
+    /// decides whether to end, and so resign.
+    #[arg(long, value_name = "SIGNAL", value_parser = lock::parse_signal, conflicts_with = "observe")]
+    on_revoke: Option<lock::Signo>,
     /// The command to run while leader, after `--`.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -91,6 +96,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         try_lock: args.try_lock,
         kill_grace: args.kill_grace,
         no_kill: args.no_kill,
+        on_revoke: args.on_revoke,
         command: args.command,
     };
     let holding =

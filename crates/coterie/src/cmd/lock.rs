@@ -4,7 +4,7 @@
 
 use super::common::{self, NodeAddr, Target};
 use anyhow::{Context, Result};
-use coterie_node::{ClientError, Grant, LockRequest, Loss, Outcome};
+use coterie_node::{ClientError, Grant, HoldEvent, LockRequest, Loss, Outcome};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -96,9 +96,49 @@ pub struct RunArgs {
     /// exit 76 when it ends).
     #[arg(long)]
     pub no_kill: bool,
+    /// When someone asks the holders to let go (`coterie revoke`), send
+    /// CMD's process group this signal (USR1, SIGUSR2, HUP, 10 ...); CMD
+    /// decides what to do. Without it, the request is only reported.
+    #[arg(long, value_name = "SIGNAL", value_parser = parse_signal)]
+    pub on_revoke: Option<Signo>,
     /// The command to run, after `--`.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// A signal's number, with the name it was given by.
+#[derive(Clone, Copy, Debug)]
+pub struct Signo(i32, &'static str);
+
+/// The signals `--on-revoke` takes by name.
+const SIGNALS: &[(&str, i32)] = &[
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("TERM", libc::SIGTERM),
+    ("USR1", libc::SIGUSR1),
+    ("USR2", libc::SIGUSR2),
+    ("WINCH", libc::SIGWINCH),
+    ("ALRM", libc::SIGALRM),
+    ("KILL", libc::SIGKILL),
+];
+
+/// A signal by name (`USR1`, `SIGUSR1`, `usr1`) or number.
+pub fn parse_signal(text: &str) -> Result<Signo, String> {
+    let upper = text.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let known = |n: i32| SIGNALS.iter().find(|(_, k)| *k == n).map(|(name, _)| *name);
+    let found = match bare.parse::<i32>() {
+        Ok(n) => known(n).map(|name| (n, name)),
+        Err(_) => SIGNALS.iter().find(|(name, _)| *name == bare).map(|(name, n)| (*n, *name)),
+    };
+    let names: Vec<&str> = SIGNALS.iter().map(|(name, _)| *name).collect();
+    found.map(|(n, name)| Signo(n, name)).ok_or_else(|| {
+        format!(
+            "{text:?} is not a signal coterie sends: one of {}, or its number",
+            names.join(", ")
+        )
+    })
 }
 
 /// The signals passed on to CMD.
@@ -279,7 +319,22 @@ pub async fn hold(
         };
         tokio::select! {
             exit = child.wait() => break exit.context("waiting for the command")?,
-            loss = client.lost(), if lost.is_none() => {
+            event = client.hold_event(), if lost.is_none() => {
+                let loss = match event {
+                    HoldEvent::Lost(loss) => loss,
+                    HoldEvent::RevokeAsked(asked) => {
+                        let why = asked.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
+                        let action = match run.on_revoke {
+                            Some(Signo(number, name)) => {
+                                signal_group(pgid, number);
+                                format!("sent SIG{name} to {program}")
+                            }
+                            None => "no --on-revoke: CMD was not told".to_string(),
+                        };
+                        eprintln!("{who}: asked to let go of {:?}{why}; {action}", asked.name);
+                        continue;
+                    }
+                };
                 let when = humantime::format_rfc3339_millis(SystemTime::now());
                 let action = if run.no_kill {
                     "letting it run on (--no-kill)".to_string()

@@ -70,8 +70,13 @@ fn table(locks: &[LockInfo]) -> String {
         for h in &lock.holders {
             let client = h.client.as_deref().unwrap_or("(lost: held for the lock delay)");
             let value = h.value.as_deref().map(|v| format!(", value {v:?}")).unwrap_or_default();
+            let asked = match h.revoke.as_deref() {
+                Some("") => ", asked to let go".to_string(),
+                Some(why) => format!(", asked to let go ({why})"),
+                None => String::new(),
+            };
             out.push_str(&format!(
-                "  held by   n{} {client}, fence {}, for {}{value}\n",
+                "  held by   n{} {client}, fence {}, for {}{value}{asked}\n",
                 h.node,
                 h.fence,
                 ms(h.held_ms)

@@ -17,6 +17,7 @@ pub mod locks;
 pub mod nemesis;
 pub mod node;
 pub mod recording;
+pub mod revoke;
 pub mod run;
 pub mod sim;
 pub mod status;
