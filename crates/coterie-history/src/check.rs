@@ -9,10 +9,14 @@
 //!   overlap* when one of the holds ended in a loss (the client was told
 //!   later that its lease had run out or its node had died, or its release
 //!   got no answer), else an *overlap*: two clients each granted the lock
-//!   and each releasing it as its own.
+//!   and each releasing it as its own. Readers (acquires with `mode:
+//!   read`) may hold together, any number of them; a writer holds alone,
+//!   so a writer's hold overlapping any other is a violation.
 //! - **Fence order.** If one acquire was acknowledged before another was
 //!   invoked, real time orders them, and so must their fences: the later
-//!   grant's fence must be greater. Two grants with one fence are a
+//!   grant's fence must be greater, except that a reader's need only be
+//!   above the writers' before it (readers that hold together are not
+//!   ordered among themselves). Two grants with one fence are a
 //!   violation even when concurrent: a resource could not tell them apart.
 //!   With several permits only the repeats are judged: k holders' grants
 //!   are not ordered in time (Raymond's come from request stamps), so a
@@ -36,7 +40,7 @@
 //! before: a paused node acts on what it believed just after it resumes),
 //! so a report can say which faults cost what.
 
-use crate::op::{Func, Kind, Op, Register, NEMESIS};
+use crate::op::{Func, Kind, Mode, Op, Register, NEMESIS};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -173,6 +177,8 @@ pub struct NameReport {
     pub name: String,
     /// Acquires acknowledged.
     pub grants: u64,
+    /// Of them, readers' (`mode: read`).
+    pub read_grants: u64,
     /// Holds that ended in a loss (`lose`).
     pub holds_lost: u64,
     /// The most acknowledged holds at one instant.
@@ -227,6 +233,8 @@ struct Hold {
     fence: Option<u64>,
     /// Ended in a loss: `lose`, or a release whose outcome is unknown.
     lost: bool,
+    /// Shared with other readers, or alone.
+    mode: Mode,
 }
 
 /// Judges `history` (in time order, as [`read`](crate::read) returns it).
@@ -270,6 +278,7 @@ pub fn check(history: &[Op], options: &Options) -> Report {
         reports.push(NameReport {
             name: name.clone(),
             grants: holds.len() as u64,
+            read_grants: holds.iter().filter(|h| h.mode == Mode::Read).count() as u64,
             holds_lost: history
                 .iter()
                 .filter(|op| op.f == Func::Lose && &op.name == name && op.process != NEMESIS)
@@ -384,6 +393,7 @@ fn holds_of(history: &[Op], completions: &[Option<usize>], name: &str, end: u64)
                             end,
                             fence: ok.fence,
                             lost: false,
+                            mode: op.mode,
                         },
                     );
                 }
@@ -500,7 +510,8 @@ impl<'a> Found<'a> {
         });
     }
 
-    /// More than `permits` holds at once; returns the most seen at once.
+    /// More than `permits` writers' holds at once, or a writer's with a
+    /// reader's; returns the most holds seen at once.
     fn overlaps(&mut self, name: &str, holds: &[Hold]) -> u32 {
         let permits = self.options.permits.max(1) as usize;
         let mut active: Vec<&Hold> = Vec::new();
@@ -509,15 +520,22 @@ impl<'a> Found<'a> {
             active.retain(|h| h.end > hold.start);
             active.push(hold);
             most = most.max(active.len());
-            if active.len() > permits {
+            let writers = active.iter().filter(|h| h.mode == Mode::Write).count();
+            let readers = active.len() - writers;
+            let clash = if readers == 0 { writers > permits } else { writers > 0 };
+            if clash {
                 let first_end = active.iter().map(|h| h.end).min().unwrap_or(hold.start);
                 let from = active.iter().map(|h| h.start).min().unwrap_or(hold.start);
                 let who: Vec<String> = active
                     .iter()
-                    .map(|h| format!("process {} (fence {})", h.process, fence_text(h.fence)))
+                    .map(|h| {
+                        let read = if h.mode == Mode::Read { ", read" } else { "" };
+                        format!("process {} (fence {}{read})", h.process, fence_text(h.fence))
+                    })
                     .collect();
+                let what = if readers > 0 { ", a writer among readers" } else { "" };
                 let detail = format!(
-                    "{} acknowledged holds at once (permits {permits}): {}",
+                    "{} acknowledged holds at once (permits {permits}{what}): {}",
                     active.len(),
                     who.join(", ")
                 );
@@ -558,21 +576,29 @@ impl<'a> Found<'a> {
         }
         // Sweep the grants in the order they were asked, folding in every
         // grant acknowledged before each was asked: the highest fence so
-        // far must be below it.
+        // far must be below it (for a reader, the highest writer's).
         let mut asked: Vec<&Hold> = holds.iter().filter(|h| h.fence.is_some()).collect();
         asked.sort_by_key(|h| h.invoked);
         let mut acked: Vec<&Hold> = asked.clone();
         acked.sort_by_key(|h| h.start);
         let mut next = 0;
         let mut highest: Option<&Hold> = None;
+        let mut highest_writer: Option<&Hold> = None;
+        fn raise<'h>(high: &mut Option<&'h Hold>, h: &'h Hold) {
+            if high.is_none_or(|top| h.fence > top.fence) {
+                *high = Some(h);
+            }
+        }
         for hold in asked {
             while next < acked.len() && acked[next].start < hold.invoked {
-                if highest.is_none_or(|h| acked[next].fence > h.fence) {
-                    highest = Some(acked[next]);
+                raise(&mut highest, acked[next]);
+                if acked[next].mode == Mode::Write {
+                    raise(&mut highest_writer, acked[next]);
                 }
                 next += 1;
             }
-            if let Some(before) = highest.filter(|h| h.fence > hold.fence) {
+            let above = if hold.mode == Mode::Read { highest_writer } else { highest };
+            if let Some(before) = above.filter(|h| h.fence > hold.fence) {
                 let detail = format!(
                     "process {} was granted fence {} after process {} had been granted {}",
                     hold.process,

@@ -36,7 +36,7 @@ pub mod plot;
 pub mod recorder;
 
 pub use check::{check, Options, Report, Violation, ViolationKind};
-pub use op::{Func, Kind, Op, Register, NEMESIS};
+pub use op::{Func, Kind, Mode, Op, Register, NEMESIS};
 pub use recorder::{monotonic_ns, Recorder};
 
 /// Why a history could not be read.

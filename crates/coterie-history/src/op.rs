@@ -5,7 +5,11 @@
 //! {"time_ns":9410210,"process":3,"type":"ok","f":"acquire","name":"default","node":2,"fence":4294967313}
 //! {"time_ns":9530114,"process":3,"type":"ok","f":"read","name":"default","register":"fenced","fence":4294967313,"value":41}
 //! {"time_ns":9990000,"process":0,"type":"info","f":"fault","detail":"pause n2 for 1.2s"}
+//! {"time_ns":9990412,"process":4,"type":"invoke","f":"acquire","name":"config","mode":"read"}
 //! ```
+//!
+//! An acquire may say how it holds the lock (`mode`): `read`, shared with
+//! other readers, or `write` (the default, left out), alone.
 //!
 //! Each client process has at most one operation in flight: its `invoke`
 //! is followed by that operation's completion (`ok`, `fail` or `info`) or
@@ -58,6 +62,23 @@ pub enum Func {
     End,
 }
 
+/// How a lock is held: shared with other readers, or alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Any number of readers at once, never with a writer.
+    Read,
+    /// Alone: no other holder, reader or writer.
+    #[default]
+    Write,
+}
+
+impl Mode {
+    fn is_write(&self) -> bool {
+        *self == Mode::Write
+    }
+}
+
 /// Which copy of the register.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -83,6 +104,9 @@ pub struct Op {
     /// The lock's name.
     #[serde(default = "default_name", skip_serializing_if = "is_default_name")]
     pub name: String,
+    /// How an acquire holds the lock (`write`, the default, is left out).
+    #[serde(default, skip_serializing_if = "Mode::is_write")]
+    pub mode: Mode,
     /// The node the client talks to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<u32>,
@@ -121,6 +145,7 @@ impl Op {
             kind,
             f,
             name: name.to_string(),
+            mode: Mode::Write,
             node: None,
             fence: None,
             register: None,
@@ -133,6 +158,12 @@ impl Op {
     /// The same operation, completed as `kind` at `time_ns`.
     pub fn complete(&self, time_ns: u64, kind: Kind) -> Op {
         Op { time_ns, kind, ..self.clone() }
+    }
+
+    /// With the mode.
+    pub fn mode(mut self, mode: Mode) -> Op {
+        self.mode = mode;
+        self
     }
 
     /// With the node.
@@ -190,6 +221,23 @@ mod tests {
             r#"{"time_ns":7,"process":3,"type":"ok","f":"acquire","name":"jobs/nightly","node":2,"fence":99}"#
         );
         assert_eq!(serde_json::from_str::<Op>(&line).unwrap(), op);
+    }
+
+    #[test]
+    fn a_read_says_so_and_a_write_is_the_default() {
+        let read = Op::new(7, 3, Kind::Invoke, Func::Acquire, "config").mode(Mode::Read);
+        assert_eq!(
+            read.to_json(),
+            r#"{"time_ns":7,"process":3,"type":"invoke","f":"acquire","name":"config","mode":"read"}"#
+        );
+        assert_eq!(serde_json::from_str::<Op>(&read.to_json()).unwrap(), read);
+        let write = Op::new(7, 3, Kind::Invoke, Func::Acquire, "config");
+        assert!(!write.to_json().contains("mode"));
+        let said: Op = serde_json::from_str(
+            r#"{"time_ns":7,"process":3,"type":"invoke","f":"acquire","mode":"write"}"#,
+        )
+        .unwrap();
+        assert_eq!(said.mode, Mode::Write);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! it. Each check is shown failing on a history that differs from a clean
 //! one by the one thing it looks for.
 
-use coterie_history::{check, Func, Kind, Op, Options, Register, ViolationKind, NEMESIS};
+use coterie_history::{check, Func, Kind, Mode, Op, Options, Register, ViolationKind, NEMESIS};
 
 const MS: u64 = 1_000_000;
 
@@ -25,6 +25,14 @@ impl H {
     fn acquire(&mut self, p: u32, at: u64, fence: u64) {
         self.push(at, p, Kind::Invoke, Func::Acquire);
         self.push(at + 1, p, Kind::Ok, Func::Acquire).fence = Some(fence);
+    }
+
+    /// Process `p` asks to read at `at` and is granted `fence` 1 ms later.
+    fn acquire_read(&mut self, p: u32, at: u64, fence: u64) {
+        self.push(at, p, Kind::Invoke, Func::Acquire).mode = Mode::Read;
+        let ok = self.push(at + 1, p, Kind::Ok, Func::Acquire);
+        ok.mode = Mode::Read;
+        ok.fence = Some(fence);
     }
 
     fn release(&mut self, p: u32, at: u64) {
@@ -320,4 +328,52 @@ fn with_several_permits_only_too_many_holders_and_repeated_fences_count() {
     h.release(5, 48);
     let report = check(&h.finish(200), &two);
     assert_eq!(kinds(&report), [ViolationKind::Overlap, ViolationKind::DuplicateFence]);
+}
+
+/// Readers hold together; a writer holds alone. Three readers overlapping
+/// between two writers' sections are fine, and so are their fences, which
+/// need only be above the writers' before them; a writer that overlaps a
+/// reader, or a reader whose fence is below a writer's granted before it
+/// asked, is caught.
+#[test]
+fn readers_share_and_a_writer_is_alone() {
+    let mut h = clean();
+    // Between process 2's section (20..29) and process 3's (40..49):
+    // three readers, 30..38, granted out of their order of asking.
+    h.acquire_read(4, 30, 23);
+    h.acquire_read(5, 31, 22);
+    h.acquire_read(6, 32, 21);
+    for p in [4, 5, 6] {
+        h.release(p, 37);
+    }
+    let report = check(&h.finish(200), &Options::default());
+    assert!(report.valid, "{:#?}", report.violations);
+    assert_eq!((report.names[0].max_holders, report.names[0].read_grants), (3, 3));
+
+    // A writer granted while a reader holds.
+    let mut w = clean();
+    w.acquire_read(4, 30, 23);
+    w.acquire(5, 33, 24);
+    w.release(5, 35);
+    w.release(4, 37);
+    let report = check(&w.finish(200), &Options::default());
+    assert_eq!(kinds(&report), [ViolationKind::Overlap]);
+    let v = &report.violations[0];
+    assert!(v.detail.contains("a writer among readers"), "{}", v.detail);
+    assert!(v.detail.contains("process 4 (fence 23, read)"), "{}", v.detail);
+
+    // A reader granted while a writer holds, even with one permit more.
+    let mut r = clean();
+    r.acquire_read(4, 42, 35);
+    r.release(4, 45);
+    let two = Options { permits: 2, ..Options::default() };
+    assert_eq!(check(&r.finish(200), &two).count(ViolationKind::Overlap), 1);
+
+    // A reader's fence below a writer's granted before it asked.
+    let mut f = clean();
+    f.acquire_read(4, 52, 25);
+    f.release(4, 55);
+    let report = check(&f.finish(200), &Options::default());
+    assert_eq!(kinds(&report), [ViolationKind::FenceOrder]);
+    assert!(report.violations[0].detail.contains("after process 3 had been granted 30"));
 }
