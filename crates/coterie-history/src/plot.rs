@@ -198,8 +198,9 @@ fn nice_step(span: f64) -> f64 {
     [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * base).find(|&s| s >= raw).unwrap_or(base * 10.0)
 }
 
+/// `text` as SVG text or an attribute's value.
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 #[cfg(test)]
@@ -218,12 +219,12 @@ mod tests {
         h.push(op(1000, NEMESIS, Kind::Info, Func::Heal).detail("pause: SIGCONT n2"));
         h.push(op(1100, 1, Kind::Info, Func::Lose));
         h.push(op(1200, NEMESIS, Kind::Info, Func::End));
-        let svg = svg(&h, "a <test>");
+        let svg = svg(&h, "a <\"test\">");
         assert_eq!(svg.matches("<circle").count(), 2 + 3, "two acquires and the legend");
         assert!(svg.contains(r##"fill="#d62728" fill-opacity"##));
         assert!(svg.contains(">pause</text>"));
         assert!(svg.contains("nemesis ends"));
-        assert!(svg.contains("a &lt;test&gt;"));
+        assert!(svg.contains("a &lt;&quot;test&quot;&gt;"));
         assert_eq!(svg.matches("<path").count(), 1);
     }
 }

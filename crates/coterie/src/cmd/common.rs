@@ -42,6 +42,16 @@ impl NodeAddr {
     }
 }
 
+/// `n` ports free on `host` now: bound together, read, and let go (a
+/// process that starts meanwhile may take one first).
+pub fn free_ports(host: &str, n: usize) -> Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind((host, 0)))
+        .collect::<std::io::Result<Vec<_>>>()
+        .with_context(|| format!("finding free ports on {host}"))?;
+    listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+}
+
 /// Asks each node in turn (each within `limit`, if given) until one
 /// answers `ask`; else every node's error, `addr: error`, joined.
 pub async fn first_answer<T, F, Fut>(

@@ -108,7 +108,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
 fn build(args: &Args) -> Result<Config> {
     let per_node = if args.http { 3 } else { 2 };
     let ports: Vec<u16> = if args.free_ports {
-        free_ports(&args.host, per_node * args.nodes as usize)?
+        common::free_ports(&args.host, per_node * args.nodes as usize)?
     } else {
         let mut ports = Vec::new();
         for i in 1..=args.nodes {
@@ -195,13 +195,4 @@ fn set(text: String, sets: &[String]) -> Result<String> {
 
 fn is_loopback(host: &str) -> bool {
     host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// `n` ports free on `host` now (bound together, then let go).
-fn free_ports(host: &str, n: usize) -> Result<Vec<u16>> {
-    let listeners = (0..n)
-        .map(|_| std::net::TcpListener::bind((host, 0)))
-        .collect::<std::io::Result<Vec<_>>>()
-        .with_context(|| format!("finding free ports on {host}"))?;
-    listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }

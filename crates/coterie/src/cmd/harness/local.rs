@@ -3,7 +3,7 @@
 //! --real`), or from a user's configuration file (`up`).
 
 use super::process::{Process, Signal};
-use crate::cmd::common::NodeAddr;
+use crate::cmd::common::{self, NodeAddr};
 use anyhow::{bail, Context, Result};
 use coterie_core::registry::{ElectionInfo, MutexInfo};
 use coterie_core::Status;
@@ -72,7 +72,7 @@ impl LocalCluster {
     /// Starts every node of the configuration file `config`, their logs
     /// on this command's stderr (`up`).
     pub fn from_config(config: &Path, log_format: &str) -> Result<LocalCluster> {
-        let nodes = crate::cmd::common::Target::of(config).nodes()?;
+        let nodes = common::Target::of(config).nodes()?;
         let mut cluster = LocalCluster {
             config: config.to_path_buf(),
             processes: nodes.iter().map(|_| None).collect(),
@@ -121,7 +121,7 @@ impl LocalCluster {
                     .map(|i| u16::try_from(i).ok().and_then(|i| base.checked_add(i)))
                     .collect::<Option<Vec<u16>>>()
                     .with_context(|| format!("{n} nodes from port {base} go past 65535"))?,
-                None => free_ports(2 * n + 1)?,
+                None => common::free_ports("127.0.0.1", 2 * n + 1)?,
             };
             let witness_addr = format!("127.0.0.1:{}", ports[2 * n]);
             let Ok(listener) = tokio::net::TcpListener::bind(&witness_addr).await else {
@@ -349,13 +349,6 @@ impl LocalCluster {
         let running = self.nodes.iter().zip(&self.processes).filter(|(_, p)| p.is_some());
         running.map(|(node, _)| node).filter(|n| !absent.contains(&n.id.unwrap_or_default()))
     }
-}
-
-/// Reserves `n` free ports on 127.0.0.1 (bound, read, released).
-fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners: Vec<std::net::TcpListener> =
-        (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0")).collect::<Result<_, _>>()?;
-    Ok(listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<Result<_, _>>()?)
 }
 
 /// A witness served by this process, on a real socket.
