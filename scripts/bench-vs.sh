@@ -22,7 +22,10 @@
 #   Acquire = SET lock TOKEN NX PX 30000, sent again at once on nil (how a
 #   Redis lock client waits); release = compare-and-delete, EVALSHA of the
 #   script loaded once per connection with SCRIPT LOAD. 2 round trips per
-#   uncontended cycle; under contention the waiters spin on SET.
+#   uncontended cycle; under contention the waiters spin on SET. With one
+#   client, again pipelined (`redis-lock ... pipelined`): the release and
+#   the next SET in one write, one round trip a cycle, which is what
+#   coterie's chained cycle does; "vs pipelined" compares each row with it.
 # - etcd, if etcd and etcdctl are installed (scripts/bench/etcd-lock.py,
 #   python over the v3 JSON gateway, one HTTP connection per client, the
 #   clients spread over the members): three members, data in a temporary
@@ -184,6 +187,9 @@ redis_run() {
         report="$("$work/redis-lock" "$port" "$clients" "$seconds")"
         row redis "SET NX + EVALSHA" "$report" "$clients" "$((clients == 1 ? 4 : 2))"
     done
+    say "redis, pipelined: 1 client, ${seconds}s"
+    report="$("$work/redis-lock" "$port" 1 "$seconds" pipelined)"
+    row "redis pipelined" "EVALSHA with the next SET NX" "$report" 1 2
     if [ "$delay_us" -gt 0 ]; then
         delay_proxy "$proxy" "$port"
         for clients in 1 5; do
@@ -192,6 +198,9 @@ redis_run() {
             ROW_DELAY_US=$delay_us row redis "behind the delay proxy" "$report" "$clients" \
                 "$((clients == 1 ? 4 : 2))"
         done
+        say "redis pipelined behind ${delay_us} us: 1 client, ${seconds}s"
+        report="$("$work/redis-lock" "$proxy" 1 "$seconds" pipelined)"
+        ROW_DELAY_US=$delay_us row "redis pipelined" "behind the delay proxy" "$report" 1 2
         stop "$PROXY_PID"
     fi
     stop "$pid"
@@ -334,9 +343,13 @@ f = rows[0]
 per_hop = f["round_trips_per_s"] * 2  # one-way messages per second, back to back
 star = next(r["cycles_per_s"] for r in rows if r.get("floor_kind") == "star")
 redis = {(r["clients"], r["delay_us"] > 0): r["cycles_per_s"] for r in rows if r["system"] == "redis"}
+piped = {r["delay_us"] > 0: r["cycles_per_s"] for r in rows if r["system"] == "redis pipelined"}
 for r in rows:
     base = redis.get((r["clients"], r["delay_us"] > 0))
     r["ratio_to_redis"] = round(r["cycles_per_s"] / base, 3) if base else None
+    # A pipelined cycle is one client's: only single-client rows compare.
+    base = piped.get(r["delay_us"] > 0) if r["clients"] == 1 else None
+    r["ratio_to_redis_pipelined"] = round(r["cycles_per_s"] / base, 3) if base else None
     if r["delay_us"] == 0:
         by_hops = per_hop / r["floor_hops"]
         r["floor_cycles_per_s"] = round(star if r.get("floor_kind") == "star" else by_hops, 1)
@@ -349,19 +362,23 @@ if sys.argv[2] == "true":
 print(f"loopback round trip between two processes: {f['round_trip_us']} us ({f['round_trips_per_s']}/s);"
       f" a row's floor = {per_hop:.0f} one-way messages/s over its hops per cycle"
       f" (a star's: {star:.0f} cycles/s)")
-head = ("system", "clients", "hops", "cycles/s", "floor", "of floor", "p50 acquire", "msgs/entry", "vs Redis")
+head = ("system", "clients", "hops", "cycles/s", "floor", "of floor", "p50 acquire", "msgs/entry",
+        "vs Redis", "vs pipelined")
 w = max(len(f"{r['system']}, {r['where']}") for r in rows)
-print(f"{head[0]:<{w}}  {head[1]:>7}  {head[2]:>4}  {head[3]:>9}  {head[4]:>9}  {head[5]:>8}  {head[6]:>11}  {head[7]:>10}  {head[8]:>8}")
-print("-" * (w + 90))
+print(f"{head[0]:<{w}}  {head[1]:>7}  {head[2]:>4}  {head[3]:>9}  {head[4]:>9}  {head[5]:>8}  {head[6]:>11}"
+      f"  {head[7]:>10}  {head[8]:>8}  {head[9]:>12}")
+print("-" * (w + 104))
+def times(x):
+    return "-" if x is None else f"{x:.2f}x" if x >= 0.1 else f"{x:.3f}x"
 for r in rows:
-    x, share = r["ratio_to_redis"], r["share_of_floor"]
-    ratio = "-" if x is None else f"{x:.2f}x" if x >= 0.1 else f"{x:.3f}x"
+    share = r["share_of_floor"]
     share = "-" if share is None else f"{share:.0%}"
     floor = "-" if r["floor_cycles_per_s"] is None else f"{r['floor_cycles_per_s']:.0f}"
     msgs = r.get("messages_per_entry")
     msgs = "-" if msgs is None else f"{msgs:.3g}"
     print(f"{r['system'] + ', ' + r['where']:<{w}}  {r['clients']:>7}  {r['floor_hops']:>4}  {r['cycles_per_s']:>9.0f}"
-          f"  {floor:>9}  {share:>8}  {r['p50_acquire_us']:>8.0f} us  {msgs:>10}  {ratio:>8}")
+          f"  {floor:>9}  {share:>8}  {r['p50_acquire_us']:>8.0f} us  {msgs:>10}  {times(r['ratio_to_redis']):>8}"
+          f"  {times(r['ratio_to_redis_pipelined']):>12}")
 for line in open(sys.argv[3]):
     print(line.rstrip())
 EOF

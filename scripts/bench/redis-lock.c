@@ -10,12 +10,16 @@
  *            connection with SCRIPT LOAD (what redis-py's Lock does).
  *
  * Raw RESP over a socket, no hiredis; blocking reads, one command in flight.
+ * With `pipelined`, a client that holds sends its release and its next SET
+ * in one write and then reads both replies: one round trip a cycle, as
+ * coterie's chained cycle (the release sent with the next request) is, so
+ * that the two are compared like for like.
  * The clients connect and load the script first, then start together.
  * Prints one JSON line: cycles (acquire + release) per second over all
  * clients, and the acquire latency (first SET sent to the OK read) p50 and
  * p99 in microseconds over all acquires, and SETs sent per acquire.
  *
- * Usage: redis-lock PORT CLIENTS SECONDS */
+ * Usage: redis-lock PORT CLIENTS SECONDS [pipelined] */
 #include <arpa/inet.h>
 #include <poll.h>
 #include <signal.h>
@@ -107,10 +111,20 @@ static int connect_to(int port) {
     return fd;
 }
 
-static void client(int id, int port, double seconds, int ready, int go, volatile double *start,
-                   struct stats *st, uint32_t *lat_ns) {
+/* The reply to a release: :1 if the lock was still ours. */
+static void released(struct conn *c, struct stats *st) {
+    char *line = read_line(c);
+    if (strcmp(line, ":1") != 0) {
+        if (line[0] != ':') die(line);
+        st->lost++; /* it was not ours any more: cannot happen within 30 s */
+    }
+    st->cycles++;
+}
+
+static void client(int id, int port, double seconds, int pipelined, int ready, int go,
+                   volatile double *start, struct stats *st, uint32_t *lat_ns) {
     struct conn c = {.fd = connect_to(port)};
-    char token[64], sha[64], set[256], del[256], load[512];
+    char token[64], sha[64], set[256], del[256], both[512], load[512];
     snprintf(token, sizeof token, "client-%d-pid-%d", id, (int)getpid());
 
     const char *load_argv[] = {"SCRIPT", "LOAD", UNLOCK};
@@ -122,6 +136,9 @@ static void client(int id, int port, double seconds, int ready, int go, volatile
     const char *set_argv[] = {"SET", "lock", token, "NX", "PX", "30000"};
     const char *del_argv[] = {"EVALSHA", sha, "1", "lock", token};
     size_t set_n = resp(set, sizeof set, 6, set_argv), del_n = resp(del, sizeof del, 5, del_argv);
+    memcpy(both, del, del_n);
+    memcpy(both + del_n, set, set_n);
+    int holding = 0;
 
     char b = 0;
     if (write(ready, &b, 1) != 1) die("ready pipe");
@@ -129,7 +146,17 @@ static void client(int id, int port, double seconds, int ready, int go, volatile
     double deadline = *start + seconds, t = now();
     while (t < deadline) {
         double asked = t;
-        for (;;) {
+        int granted = 0;
+        if (holding) {
+            /* pipelined: the release and the next SET in one write */
+            send_all(&c, both, del_n + set_n);
+            st->sets++;
+            released(&c, st);
+            line = read_line(&c);
+            if (line[0] == '+') granted = 1;
+            else if (strcmp(line, "$-1") != 0) die(line);
+        }
+        while (!granted) {
             send_all(&c, set, set_n);
             st->sets++;
             line = read_line(&c);
@@ -141,14 +168,17 @@ static void client(int id, int port, double seconds, int ready, int go, volatile
             double ns = (t - asked) * 1e9;
             lat_ns[st->kept++] = ns > 4e9 ? 4000000000u : (uint32_t)ns;
         }
-        send_all(&c, del, del_n);
-        line = read_line(&c);
-        if (strcmp(line, ":1") != 0) {
-            if (line[0] != ':') die(line);
-            st->lost++; /* it was not ours any more: cannot happen within 30 s */
+        if (pipelined) {
+            holding = 1;
+        } else {
+            send_all(&c, del, del_n);
+            released(&c, st);
         }
-        st->cycles++;
         t = now();
+    }
+    if (holding) {
+        send_all(&c, del, del_n);
+        released(&c, st);
     }
     st->end = t;
     close(c.fd);
@@ -160,11 +190,11 @@ static int by_value(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: redis-lock PORT CLIENTS SECONDS\n");
+    if (argc != 4 && !(argc == 5 && strcmp(argv[4], "pipelined") == 0)) {
+        fprintf(stderr, "usage: redis-lock PORT CLIENTS SECONDS [pipelined]\n");
         return 2;
     }
-    int port = atoi(argv[1]), clients = atoi(argv[2]);
+    int port = atoi(argv[1]), clients = atoi(argv[2]), pipelined = argc == 5;
     double seconds = atof(argv[3]);
     if (port <= 0 || clients <= 0 || seconds <= 0) die("bad arguments");
     size_t shared = sizeof(double) + (size_t)clients * (sizeof(struct stats) + CAP * sizeof(uint32_t));
@@ -180,7 +210,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < clients; i++) {
         if ((pids[i] = fork()) == 0) {
             close(ready[0]), close(go[1]);
-            client(i, port, seconds, ready[1], go[0], start, &st[i], lat + (size_t)i * CAP);
+            client(i, port, seconds, pipelined, ready[1], go[0], start, &st[i],
+                   lat + (size_t)i * CAP);
             exit(0);
         }
     }
