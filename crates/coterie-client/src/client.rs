@@ -548,7 +548,7 @@ impl Client {
     ) -> Result<(u32, Vec<u32>), ClientError> {
         let req = ClientRequest::Revoke { name: name.to_string(), reason };
         match self.conn.call(&req).await? {
-            ClientResponse::Revoked { holders, unreachable, .. } => Ok((holders, unreachable)),
+            ClientResponse::Revoked(r) => Ok((r.holders, r.unreachable)),
             ClientResponse::Error(why) => Err(ClientError::Refused(why)),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }

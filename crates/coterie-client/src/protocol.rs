@@ -473,22 +473,26 @@ pub enum ClientResponse {
         /// How long a ping may go unanswered.
         failure_timeout_ms: u64,
     },
-    /// The answer to a [`ClientRequest::Revoke`]: how many holders were
-    /// asked to let go, and the nodes that did not answer in time (a
-    /// holder there may not have been asked).
-    Revoked {
-        /// The lock.
-        name: String,
-        /// The holders asked.
-        holders: u32,
-        /// The nodes that did not answer in time.
-        unreachable: Vec<u32>,
-    },
+    /// The answer to a [`ClientRequest::Revoke`].
+    Revoked(Revoked),
     /// Sent unasked to a session holding lock `name` when someone asks
     /// its holders to let go ([`ClientRequest::Revoke`]), between any two
     /// answers. Revocation is cooperative: the session decides whether
     /// and when to release.
     RevokeAsked(RevokeAsked),
+}
+
+/// Who was asked to let go of a lock ([`ClientRequest::Revoke`]), as
+/// `coterie revoke --json` and `POST /v1/locks/{name}/revoke` print it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revoked {
+    /// The lock.
+    pub name: String,
+    /// The holders asked.
+    pub holders: u32,
+    /// The nodes that did not answer in time: a holder there was not
+    /// asked.
+    pub unreachable: Vec<u32>,
 }
 
 /// A request to let go of a lock, as its holder hears it

@@ -18,9 +18,7 @@
 use crate::codec::{write_frame, FrameError, FrameReader};
 use crate::locks::{plea_for, Client};
 use crate::metrics::Loss;
-use crate::protocol::{
-    Acquire, ClientRequest, ClientResponse, FaultCommand, NodeEvent, RevokeAsked,
-};
+use crate::protocol::{Acquire, ClientRequest, ClientResponse, FaultCommand, NodeEvent, Revoked};
 use crate::session::{Lease, Shared, Taken};
 use crate::shutdown::Shutdown;
 use coterie_core::{Fence, Name};
@@ -163,12 +161,7 @@ impl Handler {
                 plea = asked => {
                     // Told between answers: the client takes it aside.
                     if self.holding.iter().any(|(n, f)| *n == plea.name && *f == plea.fence) {
-                        let asked = RevokeAsked {
-                            name: plea.name.to_string(),
-                            fence: plea.fence.0,
-                            reason: plea.reason,
-                        };
-                        let push = ClientResponse::RevokeAsked(asked);
+                        let push = ClientResponse::RevokeAsked(plea.told());
                         coterie_core::wire::write_frame(&push, &mut self.unsent);
                         if self.flush().await.is_err() {
                             return Loss::Disconnected;
@@ -321,7 +314,7 @@ impl Handler {
     ) -> ClientResponse {
         match self.shared.revoke(name, reason, patience).await {
             Ok((holders, unreachable)) => {
-                ClientResponse::Revoked { name: name.to_string(), holders, unreachable }
+                ClientResponse::Revoked(Revoked { name: name.to_string(), holders, unreachable })
             }
             Err(e) => ClientResponse::Error(e.to_string()),
         }

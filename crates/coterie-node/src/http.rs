@@ -43,7 +43,7 @@
 //! start, saying why.
 
 use crate::exporter::{self, Exporter};
-use crate::protocol::{Acquire, LockInfo};
+use crate::protocol::{Acquire, LockInfo, Revoked};
 use crate::session::{clip, Refusal, Shared, Taken};
 use crate::sessions::{Released, SessionError, Sessions};
 use crate::shutdown::Shutdown;
@@ -560,16 +560,6 @@ struct RevokeBody {
     reason: Option<String>,
 }
 
-#[derive(Serialize)]
-struct Revoking {
-    name: String,
-    /// The holders asked to let go.
-    holders: u32,
-    /// The nodes that did not answer in time: a holder there may not
-    /// have been asked.
-    unreachable: Vec<u32>,
-}
-
 /// Asks every holder of a lock to let go: each hears it on its session's
 /// stream (`revoke`), or as its CLI's chosen signal, and decides.
 async fn revoke(
@@ -577,10 +567,10 @@ async fn revoke(
     State(api): State<Arc<Api>>,
     Segment(text): Segment,
     Body(body): Body<RevokeBody>,
-) -> Result<Json<Revoking>, ApiError> {
+) -> Result<Json<Revoked>, ApiError> {
     let patience = api.shared.agent.timing().1;
     let (holders, unreachable) = api.shared.revoke(&text, body.reason, patience).await?;
-    Ok(Json(Revoking { name: text, holders, unreachable }))
+    Ok(Json(Revoked { name: text, holders, unreachable }))
 }
 
 async fn watch_node(_: Authorized, State(api): State<Arc<Api>>) -> Events {

@@ -22,6 +22,7 @@
 //! measured from its start.
 
 use crate::metrics::Metrics;
+use crate::protocol::RevokeAsked;
 use coterie_core::{Fence, Name};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -65,6 +66,14 @@ pub(crate) struct Plea {
     pub(crate) fence: Fence,
     /// Why, as whoever asked said.
     pub(crate) reason: Option<String>,
+}
+
+impl Plea {
+    /// The plea as its session is told it: a pushed frame, or a `revoke`
+    /// event on an HTTP session's stream.
+    pub(crate) fn told(self) -> RevokeAsked {
+        RevokeAsked { name: self.name.to_string(), fence: self.fence.0, reason: self.reason }
+    }
 }
 
 /// A session waiting for a name.

@@ -137,14 +137,6 @@ pub(crate) fn lock(shared: &Arc<Shared>, stop: Shutdown, name: Name) -> Events {
     })
 }
 
-/// A plea to let go, as a session's stream tells it.
-#[derive(Serialize)]
-struct RevokeView {
-    name: String,
-    fence: u64,
-    reason: Option<String>,
-}
-
 /// `GET /v1/sessions/{id}/watch`: the session now, each plea to let go
 /// of a lock it holds, and its end.
 pub(crate) fn session(
@@ -163,12 +155,7 @@ pub(crate) fn session(
                     break end.flatten();
                 }
                 Some(plea) = plea_for(&mut pleas, session) => {
-                    let view = RevokeView {
-                        name: plea.name.to_string(),
-                        fence: plea.fence.0,
-                        reason: plea.reason,
-                    };
-                    feed.send("revoke", &view).await?;
+                    feed.send("revoke", &plea.told()).await?;
                 }
             }
         };

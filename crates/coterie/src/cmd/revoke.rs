@@ -2,8 +2,8 @@
 
 use super::common::{self, Target};
 use anyhow::Result;
+use coterie_node::protocol::Revoked;
 use coterie_node::ClientError;
-use serde::Serialize;
 use std::process::ExitCode;
 
 /// Ask every holder of a lock, cluster wide, to let go.
@@ -32,14 +32,6 @@ pub struct Args {
     /// Print the answer as JSON: `{"name", "holders", "unreachable"}`.
     #[arg(long)]
     json: bool,
-}
-
-/// What `--json` prints.
-#[derive(Serialize)]
-struct Report<'a> {
-    name: &'a str,
-    holders: u32,
-    unreachable: Vec<u32>,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -80,7 +72,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     };
     if args.json {
-        let report = Report { name, holders, unreachable: unreachable.clone() };
+        let report = Revoked { name: name.to_string(), holders, unreachable: unreachable.clone() };
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let whom = if holders == 1 { "holder" } else { "holders" };
