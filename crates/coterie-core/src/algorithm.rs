@@ -7,7 +7,7 @@
 
 use crate::name::Name;
 use crate::outbox::{Message, Outbox, Time, Timer};
-use crate::types::{CsState, Epoch, Fence, NodeId, Stamp};
+use crate::types::{CsState, Epoch, Fence, Mode, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -273,6 +273,11 @@ struct RestoredBeforeViews {
     names: BTreeMap<Name, Vec<u8>>,
 }
 
+/// The most reads ([`Mode::Read`]) of one lock a node holds or asks for
+/// at once: one per client session that reads it. A reader form accepts
+/// no more from a peer, so that a report of reads is bounded.
+pub const MAX_READS: u32 = 1 << 16;
+
 /// How far ahead of the mutex layer's watermark the stored one is kept:
 /// one write per this many ticks of the clock, and a jump of at most this
 /// much at each restart.
@@ -445,6 +450,25 @@ pub type Out<A> = Outbox<<A as Algorithm>::Msg, <A as Algorithm>::Timer>;
 pub trait MutexAlgorithm: Algorithm {
     /// The local application wants the critical section.
     fn handle_request(&mut self, now: Time, out: &mut Out<Self>);
+
+    /// The local application wants the critical section in `mode`. An
+    /// algorithm with a reader form
+    /// ([`Claims::readers`](crate::registry::Claims::readers)) lets reads
+    /// share and tells each grant's mode by
+    /// [`mode_of`](Self::mode_of); the default takes every request as a
+    /// write ([`handle_request`](Self::handle_request)), which is always
+    /// safe. The engine asks a reader form for reads only on a lock of one
+    /// permit.
+    fn handle_request_in(&mut self, now: Time, _mode: Mode, out: &mut Out<Self>) {
+        self.handle_request(now, out);
+    }
+
+    /// The mode of this node's grant `fence`, which it holds: what it was
+    /// asked with. The default, for an algorithm without a reader form,
+    /// is [`Mode::Write`].
+    fn mode_of(&self, _fence: Fence) -> Mode {
+        Mode::Write
+    }
 
     /// The local application left the critical section.
     fn handle_release(&mut self, now: Time, out: &mut Out<Self>);

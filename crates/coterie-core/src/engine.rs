@@ -46,7 +46,7 @@
 //! [`next_deadline`]: Engine::next_deadline
 //! [`handle_timeout`]: Engine::handle_timeout
 
-use crate::algorithm::{AlgoConfig, Detector, Restored, WATERMARK_RESERVE};
+use crate::algorithm::{AlgoConfig, Detector, Restored, MAX_READS, WATERMARK_RESERVE};
 use crate::detector::{FailureDetector, Verdict};
 use crate::membership::{Event, Membership, View};
 use crate::name::Name;
@@ -55,7 +55,7 @@ use crate::parked::{Lot, Parked};
 use crate::records::Records;
 use crate::registry::{self, Actions, DynElection, ElectionInfo, Encoded, MutexInfo};
 use crate::resources::Resources;
-use crate::types::{CsState, Epoch, Fence, NodeId, Stamp};
+use crate::types::{CsState, Epoch, Fence, Mode, NodeId, Stamp};
 use crate::wire::{Envelope, Heartbeat, WireError};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -487,6 +487,7 @@ impl Engine {
             lock.mutex.hash_state(h, now);
             lock.fences.hash(h);
             lock.pending.hash(h);
+            lock.reads.0.hash(h);
         }
     }
 
@@ -668,6 +669,24 @@ impl Engine {
         self.locks.get(name).map_or(0, |l| l.outstanding())
     }
 
+    /// How many grants of lock `name` in `mode` this node holds or has
+    /// asked for.
+    pub fn outstanding_in(&self, name: &Name, mode: Mode) -> u32 {
+        self.locks.get(name).map_or(0, |l| l.outstanding_in(mode))
+    }
+
+    /// The mode of this node's grant `fence` of lock `name` (a write if
+    /// it holds no such grant).
+    pub fn mode_of(&self, name: &Name, fence: Fence) -> Mode {
+        self.locks.get(name).map_or(Mode::Write, |l| l.mutex.mode_of(fence))
+    }
+
+    /// Whether the algorithm has a reader form
+    /// ([`Claims::readers`](registry::Claims::readers)).
+    pub fn shares_reads(&self) -> bool {
+        self.mutex.claims.readers
+    }
+
     /// How many locks have an instance here.
     pub fn names(&self) -> usize {
         self.locks.len()
@@ -825,10 +844,31 @@ impl Engine {
     /// `permits` is more, or when the lock is live here with another
     /// number of permits.
     pub fn request(&mut self, now: Time, name: &Name, permits: u32) -> Result<(), RequestError> {
+        self.request_in(now, name, permits, Mode::Write)
+    }
+
+    /// [`request`](Self::request) in `mode`. A read shares the lock with
+    /// other reads where the algorithm has a reader form
+    /// ([`Claims::readers`](registry::Claims::readers)) and the lock has
+    /// one permit; elsewhere it is asked for as a write
+    /// ([`mode_in_use`](Self::mode_in_use)). An algorithm that counts
+    /// sessions is asked for a read per call, up to [`MAX_READS`](crate::algorithm::MAX_READS) held or
+    /// asked for here.
+    pub fn request_in(
+        &mut self,
+        now: Time,
+        name: &Name,
+        permits: u32,
+        mode: Mode,
+    ) -> Result<(), RequestError> {
         self.check_permits(name, permits)?;
         self.renumber(name, permits);
+        let mode = self.mode_in_use(mode, permits);
         let busy = match self.locks.get(name) {
-            Some(lock) if self.mutex.claims.counting => lock.outstanding() >= permits,
+            Some(lock) if self.mutex.claims.counting => match mode {
+                Mode::Write => lock.outstanding_in(Mode::Write) >= permits,
+                Mode::Read => lock.outstanding_in(Mode::Read) >= MAX_READS,
+            },
             Some(lock) => lock.cs_state() != CsState::Idle,
             None => false,
         };
@@ -838,14 +878,25 @@ impl Engine {
         self.lock(now, name, permits);
         if !self.joined() {
             if let Some(lock) = self.locks.get_mut(name) {
-                lock.pending += 1;
+                lock.count_request(mode, true);
             }
             return Ok(());
         }
         self.locks.catch_up(name);
-        self.ask(now, name);
+        self.ask(now, name, mode);
         self.settle_lease(now);
         Ok(())
+    }
+
+    /// The mode a request in `mode` for a lock of `permits` is asked in:
+    /// a read stays a read only where the algorithm has a reader form and
+    /// the lock one permit (a semaphore's permits are all alike).
+    pub fn mode_in_use(&self, mode: Mode, permits: u32) -> Mode {
+        if self.mutex.claims.readers && permits == 1 {
+            mode
+        } else {
+            Mode::Write
+        }
     }
 
     /// Whether lock `name` may be asked for with `permits` here.
@@ -893,12 +944,12 @@ impl Engine {
         }
     }
 
-    /// Hands lock `name`'s instance one more request.
-    fn ask(&mut self, now: Time, name: &Name) {
+    /// Hands lock `name`'s instance one more request, in `mode`.
+    fn ask(&mut self, now: Time, name: &Name, mode: Mode) {
         if let Some(lock) = self.locks.get_mut(name) {
-            lock.wanting += 1;
+            lock.count_request(mode, false);
         }
-        self.step(now, name, |m, acts| m.handle_request(now, acts));
+        self.step(now, name, |m, acts| m.handle_request_in(now, mode, acts));
     }
 
     /// The application left lock `name` (its oldest grant, if the node
@@ -1488,10 +1539,13 @@ impl Engine {
         self.election.handle_start(now, &mut acts);
         self.apply(now, Scope::Election, acts);
         for name in self.locks.pending() {
-            let asked = self.locks.get_mut(&name).map_or(0, |l| std::mem::take(&mut l.pending));
+            let (asked, reads) = self.locks.get_mut(&name).map_or((0, 0), |l| {
+                (std::mem::take(&mut l.pending), std::mem::take(&mut l.reads.0))
+            });
             self.locks.catch_up(&name);
-            for _ in 0..asked {
-                self.ask(now, &name);
+            for at in 0..asked {
+                let mode = if at < reads { Mode::Read } else { Mode::Write };
+                self.ask(now, &name, mode);
             }
         }
         // What the instances made while joining hold may now be forgotten.
@@ -1695,6 +1749,7 @@ impl Engine {
                     .collect();
                 for (name, fence) in holds {
                     let seen = self.lose(name.clone(), fence);
+                    let mode = self.mode_of(&name, fence);
                     if let Some(lock) = self.locks.get_mut(&name) {
                         lock.fences.retain(|&f| f != fence);
                     }
@@ -1702,7 +1757,7 @@ impl Engine {
                     if !seen {
                         // Nobody was handed it: whoever asked still waits,
                         // and the node asks again for them.
-                        self.ask(now, &name);
+                        self.ask(now, &name, mode);
                     }
                 }
             }
@@ -1809,20 +1864,25 @@ impl Engine {
     /// lost; what it wanted, it asks for again once it has joined.
     fn start_over(&mut self, now: Time) {
         let mut holds = Vec::new();
-        let mut wanted: BTreeMap<Name, (u32, u32)> = BTreeMap::new();
+        // By name: the permits, the requests, and how many are reads.
+        let mut wanted: BTreeMap<Name, (u32, u32, u32)> = BTreeMap::new();
         for (name, lock) in self.locks.in_order() {
-            holds.extend(lock.fences.iter().map(|&fence| (name.clone(), fence)));
+            let mode = |fence| lock.mutex.mode_of(fence);
+            holds.extend(lock.fences.iter().map(|&fence| (name.clone(), fence, mode(fence))));
             let asked = (lock.pending + lock.wanting)
                 .max(u32::from(lock.fences.is_empty() && lock.cs_state() == CsState::Wanting));
             if asked > 0 {
-                wanted.insert(name.clone(), (lock.permits, asked));
+                let reads = lock.reads.0 + lock.reads.1;
+                wanted.insert(name.clone(), (lock.permits, asked, reads));
             }
         }
-        for (name, fence) in holds {
+        for (name, fence, mode) in holds {
             let permits = self.locks.get(&name).map_or(1, |l| l.permits);
             if !self.lose(name.clone(), fence) {
                 // Granted, but nobody was handed it: still wanted.
-                wanted.entry(name).or_insert((permits, 0)).1 += 1;
+                let entry = wanted.entry(name).or_insert((permits, 0, 0));
+                entry.1 += 1;
+                entry.2 += u32::from(mode == Mode::Read);
             }
         }
         self.held.clear();
@@ -1841,10 +1901,11 @@ impl Engine {
         self.join_progress = 0;
         let permits = u32::try_from(self.cfg.capacity).unwrap_or(u32::MAX);
         self.lock(now, &Name::default(), permits);
-        for (name, (permits, asked)) in wanted {
+        for (name, (permits, asked, reads)) in wanted {
             self.lock(now, &name, permits);
             if let Some(lock) = self.locks.get_mut(&name) {
                 lock.pending = asked;
+                lock.reads = (reads.min(asked), 0);
             }
         }
     }
@@ -1914,6 +1975,9 @@ impl Engine {
                     if let Some(lock) = self.locks.get_mut(name) {
                         lock.fences.push(fence);
                         lock.wanting = lock.wanting.saturating_sub(1);
+                        if lock.mutex.mode_of(fence) == Mode::Read {
+                            lock.reads.1 = lock.reads.1.saturating_sub(1);
+                        }
                     }
                     self.cs_entries += 1;
                     let granted = Output::Granted { name: name.clone(), fence };

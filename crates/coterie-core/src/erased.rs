@@ -8,7 +8,7 @@
 
 use crate::algorithm::{Algorithm, ElectionAlgorithm, MutexAlgorithm, Out};
 use crate::outbox::{Action, Message, Outbox, Time, Timer, TimerId};
-use crate::types::{CsState, Epoch, Fence, NodeId, Stamp};
+use crate::types::{CsState, Epoch, Fence, Mode, NodeId, Stamp};
 use crate::wire::{self, WireError};
 use std::hash::Hasher;
 
@@ -53,6 +53,10 @@ pub trait DynAlgorithm: Send {
 pub trait DynMutex: DynAlgorithm {
     /// See [`MutexAlgorithm::handle_request`].
     fn handle_request(&mut self, now: Time, out: &mut Actions);
+    /// See [`MutexAlgorithm::handle_request_in`].
+    fn handle_request_in(&mut self, now: Time, mode: Mode, out: &mut Actions);
+    /// See [`MutexAlgorithm::mode_of`].
+    fn mode_of(&self, fence: Fence) -> Mode;
     /// See [`MutexAlgorithm::handle_release`].
     fn handle_release(&mut self, now: Time, out: &mut Actions);
     /// See [`MutexAlgorithm::handle_release_of`].
@@ -188,6 +192,12 @@ impl<A: Algorithm> DynAlgorithm for Erased<A> {
 impl<A: MutexAlgorithm> DynMutex for Erased<A> {
     fn handle_request(&mut self, now: Time, out: &mut Actions) {
         self.with(out, |a, o| a.handle_request(now, o));
+    }
+    fn handle_request_in(&mut self, now: Time, mode: Mode, out: &mut Actions) {
+        self.with(out, |a, o| a.handle_request_in(now, mode, o));
+    }
+    fn mode_of(&self, fence: Fence) -> Mode {
+        self.alg.mode_of(fence)
     }
     fn handle_release(&mut self, now: Time, out: &mut Actions) {
         self.with(out, |a, o| a.handle_release(now, o));

@@ -50,10 +50,10 @@ pub const CLUSTER_ERA: std::time::Duration = std::time::Duration::from_secs(1_57
 
 pub use algorithm::{
     AlgoConfig, Algorithm, Detector, ElectionAlgorithm, Forgetting, MutexAlgorithm, MutexOptions,
-    Priority, Restored, Timing, UnknownPriority,
+    Priority, Restored, Timing, UnknownPriority, MAX_READS,
 };
 pub use engine::{Engine, EngineError, Output, Status, ViewStatus};
 pub use membership::{LeaseTiming, Partitions, UnknownPartitions, View};
 pub use name::{Name, NameError};
 pub use outbox::{Action, Message, NoTimer, Outbox, Time, Timer, TimerId};
-pub use types::{CsState, Epoch, Fence, LamportClock, NodeId, Stamp, Way};
+pub use types::{CsState, Epoch, Fence, LamportClock, Mode, NodeId, Stamp, Way};

@@ -60,6 +60,12 @@ pub struct Claims {
     /// releasing each by its fence. Without it a lock has one holder, and
     /// a node asks once for all its clients, which take turns.
     pub counting: bool,
+    /// Reads share a lock of one permit: the algorithm has a reader form
+    /// ([`MutexAlgorithm::handle_request_in`](crate::MutexAlgorithm::handle_request_in)),
+    /// and grants any number of readers at once, or one writer, with no
+    /// reader let in ahead of a writer that asked before it. Without it
+    /// a read is taken as a write.
+    pub readers: bool,
     /// Entries follow request-timestamp order (no grant while an older
     /// request waits) while nothing fails.
     pub fair: bool,
@@ -77,8 +83,13 @@ pub struct Claims {
 impl Claims {
     /// The claims of a classic algorithm: one holder, no promise of order,
     /// safety resting on the failure detector, no variants.
-    pub const BASIC: Claims =
-        Claims { counting: false, fair: false, safe_under_partitions: false, options: &[] };
+    pub const BASIC: Claims = Claims {
+        counting: false,
+        readers: false,
+        fair: false,
+        safe_under_partitions: false,
+        options: &[],
+    };
 
     /// Whether it honours `option`.
     pub fn takes(&self, option: MutexOption) -> bool {
@@ -131,6 +142,7 @@ pub const MUTEXES: &[MutexInfo] = &[
         summary: "coordinator with a FIFO queue; count > 1 makes it a counting semaphore",
         claims: Claims {
             counting: true,
+            readers: true,
             options: &[MutexOption::FenceRoom],
             ..Claims::BASIC
         },
@@ -147,6 +159,7 @@ pub const MUTEXES: &[MutexInfo] = &[
         summary: "centralized, and the coordinator lends the lock to a node that asks again: its re-entries cost no message",
         claims: Claims {
             counting: true,
+            readers: true,
             options: &[MutexOption::FenceRoom],
             ..Claims::BASIC
         },

@@ -33,7 +33,7 @@ use crate::algorithm::{AlgoConfig, Forgetting};
 use crate::erased::DynMutex;
 use crate::name::Name;
 use crate::outbox::Time;
-use crate::types::{CsState, Fence};
+use crate::types::{CsState, Fence, Mode};
 use std::collections::{HashMap, VecDeque};
 
 /// The instances' table: looked up on every message of every lock, kept in
@@ -60,6 +60,9 @@ pub(crate) struct Instance {
     pub(crate) pending: u32,
     /// Requests handed to the algorithm and not granted yet.
     pub(crate) wanting: u32,
+    /// Of the requests `pending` and `wanting` count, the reads
+    /// ([`Mode::Read`]), in that order.
+    pub(crate) reads: (u32, u32),
     /// How many may hold the lock at once.
     pub(crate) permits: u32,
     /// Since when it has been forgettable, if it is.
@@ -84,6 +87,29 @@ impl Instance {
         self.fences.len() as u32 + self.pending + self.wanting
     }
 
+    /// The grants in `mode` this node holds or has asked for.
+    pub(crate) fn outstanding_in(&self, mode: Mode) -> u32 {
+        let held = self.fences.iter().filter(|&&f| self.mutex.mode_of(f) == mode).count() as u32;
+        let reads = self.reads.0 + self.reads.1;
+        match mode {
+            Mode::Read => held + reads,
+            Mode::Write => held + (self.pending + self.wanting).saturating_sub(reads),
+        }
+    }
+
+    /// One more request in `mode`, held until the node joins (`pending`)
+    /// or handed to the algorithm.
+    pub(crate) fn count_request(&mut self, mode: Mode, pending: bool) {
+        let read = u32::from(mode == Mode::Read);
+        if pending {
+            self.pending += 1;
+            self.reads.0 += read;
+        } else {
+            self.wanting += 1;
+            self.reads.1 += read;
+        }
+    }
+
     fn forgettable(&self) -> bool {
         self.pending == 0 && self.fences.is_empty() && self.mutex.forgettable()
     }
@@ -96,6 +122,7 @@ impl Clone for Instance {
             fences: self.fences.clone(),
             pending: self.pending,
             wanting: self.wanting,
+            reads: self.reads,
             permits: self.permits,
             idle_since: self.idle_since,
         }
@@ -159,6 +186,7 @@ impl Resources {
             fences: Vec::new(),
             pending: 0,
             wanting: 0,
+            reads: (0, 0),
             permits,
             idle_since: None,
         };

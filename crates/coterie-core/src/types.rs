@@ -201,6 +201,44 @@ impl Way {
     }
 }
 
+/// How a grant holds its lock: as one of any number of readers, or as
+/// its one writer. Readers share the lock; a writer holds it alone. An
+/// algorithm without a reader form
+/// ([`Claims::readers`](crate::registry::Claims::readers)) takes every
+/// read as a write, which is always safe.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum Mode {
+    /// Shared with other readers, never with a writer.
+    Read,
+    /// Alone: the classic critical section.
+    #[default]
+    Write,
+}
+
+impl Mode {
+    /// Whether a grant of this mode and one of `other` may not be held at
+    /// once: unless both read.
+    pub fn conflicts(self, other: Mode) -> bool {
+        self == Mode::Write || other == Mode::Write
+    }
+
+    /// The spelling used by the CLI, the HTTP API and listings.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Read => "read",
+            Mode::Write => "write",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -56,6 +56,9 @@ pub struct CheckConfig {
     pub per_request: u32,
     /// Clients at each node, each its own session.
     pub sessions: u32,
+    /// How many of the clients read (spread evenly over the nodes); the
+    /// others write.
+    pub readers: u32,
     /// Holders allowed at once (a semaphore's permits).
     pub count: usize,
     /// Crash-and-restart faults per run.
@@ -104,6 +107,7 @@ impl CheckConfig {
             names: 1,
             per_request: 1,
             sessions: 1,
+            readers: 0,
             count: 1,
             crashes: 0,
             partitions: 0,
@@ -135,6 +139,7 @@ impl CheckConfig {
             names: self.names,
             per_request: self.per_request,
             sessions: self.sessions,
+            readers: self.readers,
             capacity: self.count,
             crashes: self.crashes,
             partitions: self.partitions,
@@ -201,6 +206,8 @@ pub struct CheckReport {
     pub per_request: u32,
     /// Clients at each node.
     pub sessions: u32,
+    /// Clients that read.
+    pub readers: u32,
     /// Holders allowed at once.
     pub count: usize,
     /// Crashes per run.
@@ -287,6 +294,7 @@ pub fn check(cfg: &CheckConfig, mut progress: impl FnMut(Progress)) -> CheckRepo
         names: cfg.names,
         per_request: cfg.per_request,
         sessions: cfg.sessions,
+        readers: cfg.readers,
         count: cfg.count,
         crashes: cfg.crashes,
         partitions: cfg.partitions,

@@ -51,6 +51,8 @@ pub struct Summary {
     pub messages_by_kind: BTreeMap<String, u64>,
     /// Idle locks forgotten, over all runs.
     pub forgotten: u64,
+    /// Reads granted while another reader held the lock, over all runs.
+    pub shared_reads: u64,
     /// Each failing seed (the first 50).
     pub failures: Vec<Failure>,
 }
@@ -77,6 +79,7 @@ pub fn run_seeds(
         out_of_order: 0,
         messages_by_kind: BTreeMap::new(),
         forgotten: 0,
+        shared_reads: 0,
         failures: Vec::new(),
     };
     let mut mutex_messages = 0u64;
@@ -88,6 +91,7 @@ pub fn run_seeds(
         summary.records += report.records;
         summary.out_of_order += report.out_of_order;
         summary.forgotten += report.forgotten;
+        summary.shared_reads += report.shared_reads;
         mutex_messages += report.mutex_messages;
         for (kind, n) in &report.messages_by_kind {
             *summary.messages_by_kind.entry(kind.to_string()).or_default() += n;

@@ -58,6 +58,21 @@
 //! per permit the node holds or wants. A report of more entries than the
 //! lock has permits, or with another node's stamps, is ignored.
 //!
+//! **Readers and writers.** A request says whether it reads or writes
+//! (on a lock of one permit; a semaphore's requests all write). The
+//! queue stays one FIFO queue, and the coordinator grants its head while
+//! the head is compatible with the holders: a writer when nobody holds, a
+//! reader while only readers hold. So readers adjacent in the queue enter
+//! together, a writer waits for the readers before it to leave, and no
+//! reader overtakes a writer that asked before it: the "fair" readers and
+//! writers of Courtois, Heymans and Parnas ("Concurrent control with
+//! 'readers' and 'writers'", CACM 14(10), 1971), served by a manager.
+//! Every grant takes the next fence of the term, so a writer's fence is
+//! above every earlier grant's and a reader's above every earlier
+//! writer's. Messages per entry stay 3, read or write; what readers gain
+//! is that they wait for no other reader. A loan goes to a writer only,
+//! and covers reads made on it.
+//!
 //! **Many locks.** Every lock name has an instance of its own at every
 //! node that uses it, and its coordinator's instance rebuilds the way any
 //! new coordinator does: a coordinator that meets a lock for the first time
@@ -85,9 +100,10 @@
 //! Its header, with the fences a loan reserves, is in
 //! `centralized_lending.rs`.
 
+use crate::algorithm::MAX_READS;
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out};
 use crate::outbox::{Message, NoTimer, Time};
-use crate::types::{CsState, Epoch, Fence, LamportClock, NodeId, Stamp};
+use crate::types::{CsState, Epoch, Fence, LamportClock, Mode, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -100,6 +116,8 @@ pub enum CentralizedMsg {
         epoch: Epoch,
         /// The request's stamp, its place in the queue.
         stamp: Stamp,
+        /// Whether it reads or writes.
+        mode: Mode,
     },
     /// Coordinator to client: enter.
     Grant {
@@ -167,6 +185,14 @@ pub enum Report {
         /// The grants held.
         holding: Vec<Fence>,
     },
+    /// As [`Report::Many`], with some of them reads: each request and
+    /// grant with its mode.
+    Modes {
+        /// The requests waiting, and how.
+        waiting: Vec<(Stamp, Mode)>,
+        /// The grants held, and how.
+        holding: Vec<(Fence, Mode)>,
+    },
 }
 
 impl Report {
@@ -180,22 +206,32 @@ impl Report {
         }
     }
 
-    /// The requests it says wait.
-    fn waiting(&self) -> &[Stamp] {
-        match self {
-            Report::Waiting(stamp) => std::slice::from_ref(stamp),
-            Report::Many { waiting, .. } => waiting,
-            Report::Idle | Report::Holding(_) => &[],
-        }
+    /// The requests it says wait, each with its mode.
+    fn waiting(&self) -> impl Iterator<Item = (Stamp, Mode)> + '_ {
+        let (writes, modes): (&[Stamp], &[(Stamp, Mode)]) = match self {
+            Report::Waiting(stamp) => (std::slice::from_ref(stamp), &[]),
+            Report::Many { waiting, .. } => (waiting, &[]),
+            Report::Modes { waiting, .. } => (&[], waiting),
+            Report::Idle | Report::Holding(_) => (&[], &[]),
+        };
+        writes.iter().map(|&stamp| (stamp, Mode::Write)).chain(modes.iter().copied())
     }
 
-    /// The grants it says are held.
-    fn holding(&self) -> &[Fence] {
-        match self {
-            Report::Holding(fence) => std::slice::from_ref(fence),
-            Report::Many { holding, .. } => holding,
-            Report::Idle | Report::Waiting(_) => &[],
-        }
+    /// The grants it says are held, each with its mode.
+    fn holding(&self) -> impl Iterator<Item = (Fence, Mode)> + '_ {
+        let (writes, modes): (&[Fence], &[(Fence, Mode)]) = match self {
+            Report::Holding(fence) => (std::slice::from_ref(fence), &[]),
+            Report::Many { holding, .. } => (holding, &[]),
+            Report::Modes { holding, .. } => (&[], holding),
+            Report::Idle | Report::Waiting(_) => (&[], &[]),
+        };
+        writes.iter().map(|&fence| (fence, Mode::Write)).chain(modes.iter().copied())
+    }
+
+    /// How many reads and how many writes it says wait or are held.
+    fn count(&self) -> (usize, usize) {
+        let modes = self.waiting().map(|(_, m)| m).chain(self.holding().map(|(_, m)| m));
+        modes.fold((0, 0), |(r, w), m| if m == Mode::Read { (r + 1, w) } else { (r, w + 1) })
     }
 }
 
@@ -223,8 +259,9 @@ struct Manager {
     /// Who holds, by the fence of their grant.
     holders: BTreeMap<Fence, Holder>,
     /// Who waits, in order of arrival (a request per client session that
-    /// waits); sorted by stamp once, when a rebuild completes.
-    queue: VecDeque<Stamp>,
+    /// waits, with its mode); sorted by stamp once, when a rebuild
+    /// completes.
+    queue: VecDeque<(Stamp, Mode)>,
     /// Whether the rebuilt queue has been put in stamp order.
     ordered: bool,
     /// Grants made in this epoch, and fences lent; the low part of the
@@ -245,6 +282,8 @@ struct Holder {
     granted_for: Option<Stamp>,
     /// Whether the lock is lent to it, and if so whether it was recalled.
     loan: Lent,
+    /// Whether it reads or writes.
+    mode: Mode,
 }
 
 impl Holder {
@@ -297,22 +336,37 @@ impl Manager {
     /// on it beside its other permits, and hands the loan back only when
     /// recalled.
     fn absorb(&mut self, node: NodeId, state: &Report) {
-        let in_flight = |h: &Holder| h.granted_for.is_some_and(|s| state.waiting().contains(&s));
+        let in_flight =
+            |h: &Holder| h.granted_for.is_some_and(|s| state.waiting().any(|(w, _)| w == s));
         let lent_in_use =
-            |h: &Holder| h.loan != Lent::No && state.holding().iter().any(|&fence| h.covers(fence));
-        self.queue.retain(|s| s.node != node);
+            |h: &Holder| h.loan != Lent::No && state.holding().any(|(fence, _)| h.covers(fence));
+        self.queue.retain(|(s, _)| s.node != node);
         self.holders.retain(|_, h| h.node != node || in_flight(h) || lent_in_use(h));
-        for &stamp in state.waiting() {
+        for (stamp, mode) in state.waiting() {
             if !self.holders.values().any(|h| h.granted_for == Some(stamp)) {
-                self.queue.push_back(stamp);
+                self.queue.push_back((stamp, mode));
             }
         }
-        for &fence in state.holding() {
+        for (fence, mode) in state.holding() {
             if self.holders.values().any(|h| h.node == node && h.covers(fence)) {
                 continue;
             }
-            let holder = Holder { node, fence, granted_for: None, loan: Lent::No };
+            let holder = Holder { node, fence, granted_for: None, loan: Lent::No, mode };
             self.holders.insert(fence, holder);
+        }
+    }
+
+    /// Whether a request in `mode` may be granted beside the holders, on
+    /// a lock of `capacity` permits: on a semaphore while a permit is
+    /// free, whatever the mode; else a writer alone and a reader beside
+    /// readers only.
+    fn admits(&self, mode: Mode, capacity: usize) -> bool {
+        if capacity > 1 {
+            return self.holders.len() < capacity;
+        }
+        match mode {
+            Mode::Write => self.holders.is_empty(),
+            Mode::Read => self.holders.values().all(|h| h.mode == Mode::Read),
         }
     }
 
@@ -371,6 +425,9 @@ pub struct Centralized {
     waiting: Vec<Stamp>,
     /// The fences of the grants this node holds, oldest first.
     holding: Vec<Fence>,
+    /// Of the requests waiting and the grants held here, the reads.
+    reading: BTreeSet<Stamp>,
+    read_held: BTreeSet<Fence>,
     /// The lock as lent to this node, if it is.
     loan: Option<Loan>,
     manager: Option<Manager>,
@@ -398,6 +455,8 @@ impl Centralized {
             view: None,
             waiting: Vec::new(),
             holding: Vec::new(),
+            reading: BTreeSet::new(),
+            read_held: BTreeSet::new(),
             loan: None,
             manager: None,
             remnant: None,
@@ -420,15 +479,41 @@ impl Centralized {
     }
 
     fn report(&self) -> Report {
-        Report::of(&self.waiting, &self.holding)
+        if self.reading.is_empty() && self.read_held.is_empty() {
+            return Report::of(&self.waiting, &self.holding);
+        }
+        Report::Modes {
+            waiting: self.waiting.iter().map(|&s| (s, self.mode_of_request(s))).collect(),
+            holding: self.holding.iter().map(|&f| (f, self.mode_of(f))).collect(),
+        }
+    }
+
+    /// The mode of this node's request `stamp`, waiting.
+    fn mode_of_request(&self, stamp: Stamp) -> Mode {
+        if self.reading.contains(&stamp) {
+            Mode::Read
+        } else {
+            Mode::Write
+        }
     }
 
     /// What tells the coordinator of `epoch` that this node waits: a
     /// REQUEST when its one request is all it has, or its whole state.
     fn ask(&self, epoch: Epoch) -> CentralizedMsg {
-        match self.report() {
-            Report::Waiting(stamp) => CentralizedMsg::Request { epoch, stamp },
-            state => CentralizedMsg::StateReport { epoch, state },
+        match (&self.waiting[..], &self.holding[..]) {
+            (&[stamp], []) => {
+                CentralizedMsg::Request { epoch, stamp, mode: self.mode_of_request(stamp) }
+            }
+            _ => CentralizedMsg::StateReport { epoch, state: self.report() },
+        }
+    }
+
+    /// This node's request `stamp` is granted with `fence`.
+    fn enter(&mut self, stamp: Stamp, fence: Fence) {
+        self.waiting.retain(|&s| s != stamp);
+        self.holding.push(fence);
+        if self.reading.remove(&stamp) {
+            self.read_held.insert(fence);
         }
     }
 
@@ -437,11 +522,18 @@ impl Centralized {
         self.loan.is_some_and(|l| self.holding.contains(&l.last))
     }
 
-    /// Coordinator only: grants the head of the queue while there is room.
+    /// Coordinator only: grants the head of the queue while the holders
+    /// admit it.
     fn dispatch(&mut self, out: &mut Out<Centralized>) {
-        let Some(m) = self.manager.as_mut() else {
+        let Some(mut m) = self.manager.take() else {
             return;
         };
+        self.serve(&mut m, out);
+        self.manager = Some(m);
+    }
+
+    /// [`dispatch`](Self::dispatch), with the manager taken out.
+    fn serve(&mut self, m: &mut Manager, out: &mut Out<Centralized>) {
         if m.rebuilding() {
             return;
         }
@@ -450,10 +542,13 @@ impl Centralized {
         }
         // A term whose fences have run out grants nothing more: the engine
         // sees the term spent and has the election open a new one.
-        while m.holders.len() < self.capacity && m.grants < self.room {
-            let Some(stamp) = m.queue.pop_front() else {
+        while m.grants < self.room {
+            let Some(&(stamp, mode)) =
+                m.queue.front().filter(|(_, mode)| m.admits(*mode, self.capacity))
+            else {
                 break;
             };
+            m.queue.pop_front();
             m.grants += 1;
             let fence = Fence::new(m.epoch.0, m.grants);
             // Lent to a peer that asks again with nobody else waiting, if
@@ -461,6 +556,7 @@ impl Centralized {
             // node whose clients hold or want other permits (it counts
             // sessions) gets plain grants: a loan is the node's one permit.
             let lend = self.lending
+                && mode == Mode::Write
                 && stamp.node != self.id
                 && m.last == Some(stamp.node)
                 && m.queue.is_empty()
@@ -472,11 +568,10 @@ impl Centralized {
             });
             m.last = Some(stamp.node);
             let loan = lent_until.map_or(Lent::No, Lent::Yes);
-            let holder = Holder { node: stamp.node, fence, granted_for: Some(stamp), loan };
+            let holder = Holder { node: stamp.node, fence, granted_for: Some(stamp), loan, mode };
             m.holders.insert(fence, holder);
             if stamp.node == self.id {
-                self.waiting.retain(|&s| s != stamp);
-                self.holding.push(fence);
+                self.enter(stamp, fence);
                 out.grant(fence);
             } else {
                 let clock = self.clock.tick();
@@ -548,7 +643,7 @@ impl Algorithm for Centralized {
         out: &mut Out<Centralized>,
     ) {
         match msg {
-            CentralizedMsg::Request { epoch, stamp } => {
+            CentralizedMsg::Request { epoch, stamp, mode } => {
                 self.clock.observe(stamp.ts);
                 // A stamp names its requester; one that names another node
                 // is a confused or hostile peer and is ignored.
@@ -557,7 +652,13 @@ impl Algorithm for Centralized {
                 }
                 self.heard_of(epoch);
                 if let Some(m) = self.manager_for(epoch) {
-                    m.absorb(from, &Report::Waiting(stamp));
+                    let state = match mode {
+                        Mode::Write => Report::Waiting(stamp),
+                        Mode::Read => {
+                            Report::Modes { waiting: vec![(stamp, mode)], holding: Vec::new() }
+                        }
+                    };
+                    m.absorb(from, &state);
                     self.dispatch(out);
                 }
             }
@@ -566,9 +667,8 @@ impl Algorithm for Centralized {
                 if self.view != Some((from, epoch)) {
                     return; // from a coordinator this node no longer follows
                 }
-                if let Some(at) = self.waiting.iter().position(|&s| s == request) {
-                    self.waiting.remove(at);
-                    self.holding.push(fence);
+                if self.waiting.contains(&request) {
+                    self.enter(request, fence);
                     // A loan's fences are the grant's term's. A plain grant
                     // beside a loan in use leaves the loan as it is.
                     let lent = lent_until.filter(|&u| u > fence && u.major() == fence.major());
@@ -632,13 +732,19 @@ impl Algorithm for Centralized {
                 out.send(from, CentralizedMsg::StateReport { epoch, state });
             }
             CentralizedMsg::StateReport { epoch, state } => {
-                for stamp in state.waiting() {
+                for (stamp, _) in state.waiting() {
                     self.clock.observe(stamp.ts);
                 }
                 // A report with another node's stamps, or more than the
-                // lock's permits, is a confused or hostile peer's.
-                let entries = state.waiting().len() + state.holding().len();
-                if state.waiting().iter().any(|s| s.node != from) || entries > self.capacity {
+                // lock's permits (reads beside writes on a lock of one), is
+                // a confused or hostile peer's.
+                let (reads, writes) = state.count();
+                let too_many = if self.capacity > 1 {
+                    reads + writes > self.capacity
+                } else {
+                    writes > 1 || reads > MAX_READS as usize
+                };
+                if state.waiting().any(|(s, _)| s.node != from) || too_many {
                     return;
                 }
                 if let Some(m) = self.manager_for(epoch) {
@@ -703,10 +809,22 @@ impl Algorithm for Centralized {
 }
 
 impl MutexAlgorithm for Centralized {
+    /// Asks for one more permit, as a write.
+    fn handle_request(&mut self, now: Time, out: &mut Out<Centralized>) {
+        self.handle_request_in(now, Mode::Write, out);
+    }
+
     /// Asks for one more permit: the only one, or (`centralized` counts
-    /// sessions) another beside those this node holds or waits for.
-    fn handle_request(&mut self, _now: Time, out: &mut Out<Centralized>) {
-        if self.waiting.len() + self.holding.len() >= self.capacity {
+    /// sessions) another beside those this node holds or waits for; a
+    /// read, on a lock of one permit, beside any number of reads.
+    fn handle_request_in(&mut self, _now: Time, mode: Mode, out: &mut Out<Centralized>) {
+        let mode = if self.capacity > 1 { Mode::Write } else { mode };
+        let reads = self.reading.len() + self.read_held.len();
+        let full = match mode {
+            Mode::Write => self.waiting.len() + self.holding.len() - reads >= self.capacity,
+            Mode::Read => reads >= MAX_READS as usize,
+        };
+        if full {
             return;
         }
         // On loan and the loan not in use: enter with its next fence, no
@@ -718,6 +836,9 @@ impl MutexAlgorithm for Centralized {
                 if let Some(fence) = loan.next().filter(|_| current) {
                     loan.last = fence;
                     self.holding.push(fence);
+                    if mode == Mode::Read {
+                        self.read_held.insert(fence);
+                    }
                     out.grant(fence);
                     return;
                 }
@@ -726,6 +847,9 @@ impl MutexAlgorithm for Centralized {
         }
         let stamp = Stamp { ts: self.clock.tick(), node: self.id };
         self.waiting.push(stamp);
+        if mode == Mode::Read {
+            self.reading.insert(stamp);
+        }
         match self.view {
             Some((leader, _)) if leader == self.id => {
                 let state = self.report();
@@ -750,6 +874,7 @@ impl MutexAlgorithm for Centralized {
     fn handle_release_of(&mut self, _now: Time, fence: Fence, out: &mut Out<Centralized>) {
         let Some(at) = self.holding.iter().position(|&f| f == fence) else { return };
         self.holding.remove(at);
+        self.read_held.remove(&fence);
         // A loan stays here until recalled.
         if let Some(loan) = self.loan.filter(|l| l.last == fence) {
             if loan.recalled {
@@ -807,6 +932,14 @@ impl MutexAlgorithm for Centralized {
             CsState::Wanting
         } else {
             CsState::Idle
+        }
+    }
+
+    fn mode_of(&self, fence: Fence) -> Mode {
+        if self.read_held.contains(&fence) {
+            Mode::Read
+        } else {
+            Mode::Write
         }
     }
 
@@ -888,7 +1021,10 @@ mod tests {
         assert_eq!(
             out.take(),
             vec![
-                Action::Send { to: n(3), msg: Request { epoch: Epoch(1), stamp: a } },
+                Action::Send {
+                    to: n(3),
+                    msg: Request { epoch: Epoch(1), stamp: a, mode: Mode::Write }
+                },
                 Action::Send {
                     to: n(3),
                     msg: StateReport { epoch: Epoch(1), state: many.clone() }
@@ -896,7 +1032,12 @@ mod tests {
             ]
         );
         let mut coordinator = serving_coordinator(3);
-        coordinator.handle_message(T, n(1), Request { epoch: Epoch(1), stamp: a }, &mut out);
+        coordinator.handle_message(
+            T,
+            n(1),
+            Request { epoch: Epoch(1), stamp: a, mode: Mode::Write },
+            &mut out,
+        );
         coordinator.handle_message(T, n(1), StateReport { epoch: Epoch(1), state: many }, &mut out);
         let grants: Vec<(Stamp, Fence)> = out
             .take()
@@ -942,7 +1083,10 @@ mod tests {
         client.handle_request(T, &mut out);
         assert_eq!(
             out.take(),
-            vec![Action::Send { to: n(3), msg: Request { epoch: Epoch(1), stamp: stamp(1, 1) } }]
+            vec![Action::Send {
+                to: n(3),
+                msg: Request { epoch: Epoch(1), stamp: stamp(1, 1), mode: Mode::Write }
+            }]
         );
         let fence = Fence::new(1, 1);
         client.handle_message(
@@ -976,7 +1120,12 @@ mod tests {
             ]
         );
         // A request while rebuilding is queued but not yet granted.
-        c.handle_message(T, n(1), Request { epoch: Epoch(4), stamp: stamp(7, 1) }, &mut out);
+        c.handle_message(
+            T,
+            n(1),
+            Request { epoch: Epoch(4), stamp: stamp(7, 1), mode: Mode::Write },
+            &mut out,
+        );
         assert!(out.is_empty());
         c.handle_message(
             T,
@@ -1066,13 +1215,23 @@ mod tests {
         let mut c = serving_coordinator(1);
         let mut out = Out::<Centralized>::new();
         c.manager.as_mut().unwrap().grants = Fence::MINOR_MAX - 1;
-        c.handle_message(T, n(1), Request { epoch: Epoch(1), stamp: stamp(5, 1) }, &mut out);
+        c.handle_message(
+            T,
+            n(1),
+            Request { epoch: Epoch(1), stamp: stamp(5, 1), mode: Mode::Write },
+            &mut out,
+        );
         let last = Fence::new(1, Fence::MINOR_MAX);
         assert!(
             matches!(out.take()[..], [Action::Send { msg: Grant { fence, .. }, .. }] if fence == last)
         );
         assert!(!c.term_spent(), "nobody waits");
-        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
+        c.handle_message(
+            T,
+            n(2),
+            Request { epoch: Epoch(1), stamp: stamp(6, 2), mode: Mode::Write },
+            &mut out,
+        );
         c.handle_message(T, n(1), Release { epoch: Epoch(1), fence: last }, &mut out);
         assert!(out.is_empty(), "a repeated fence was granted: {:?}", out.take());
         assert!(c.term_spent());
@@ -1105,23 +1264,166 @@ mod tests {
     fn fifo_queue_grants_in_arrival_order_not_stamp_order() {
         let mut c = serving_coordinator(1);
         let mut out = Out::<Centralized>::new();
-        c.handle_message(T, n(1), Request { epoch: Epoch(1), stamp: stamp(5, 1) }, &mut out);
+        c.handle_message(
+            T,
+            n(1),
+            Request { epoch: Epoch(1), stamp: stamp(5, 1), mode: Mode::Write },
+            &mut out,
+        );
         out.take();
         // Node 2 asks first, with a larger stamp; node 3's lagging clock
         // gives its later request a smaller one.
-        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(9, 2) }, &mut out);
-        c.handle_message(T, n(3), Request { epoch: Epoch(1), stamp: stamp(2, 3) }, &mut out);
+        c.handle_message(
+            T,
+            n(2),
+            Request { epoch: Epoch(1), stamp: stamp(9, 2), mode: Mode::Write },
+            &mut out,
+        );
+        c.handle_message(
+            T,
+            n(3),
+            Request { epoch: Epoch(1), stamp: stamp(2, 3), mode: Mode::Write },
+            &mut out,
+        );
         assert!(out.is_empty(), "one holder at a time");
         c.handle_message(T, n(1), Release { epoch: Epoch(1), fence: Fence::new(1, 1) }, &mut out);
         assert!(matches!(out.take()[..], [Action::Send { to, msg: Grant { .. } }] if to == n(2)));
+    }
+
+    /// The nodes `out`'s grants went to, the coordinator's own as itself,
+    /// taking every action.
+    fn granted_to(out: &mut Out<Centralized>, me: NodeId) -> Vec<NodeId> {
+        let grants = out.take().into_iter().filter_map(|a| match a {
+            Action::Send { to, msg: Grant { .. } } => Some(to),
+            Action::Grant { .. } => Some(me),
+            _ => None,
+        });
+        grants.collect()
+    }
+
+    fn request(epoch: u64, ts: u64, node: u32, mode: Mode) -> CentralizedMsg {
+        Request { epoch: Epoch(epoch), stamp: stamp(ts, node), mode }
+    }
+
+    /// Readers adjacent in the queue enter together; a writer waits for
+    /// every reader before it, then holds alone; a reader that asks after
+    /// a waiting writer waits behind it, even while readers hold.
+    #[test]
+    fn readers_share_and_a_writer_waits_its_turn_in_the_queue() {
+        let mut c = serving_coordinator(1);
+        let mut out = Out::<Centralized>::new();
+        c.handle_message(T, n(1), request(1, 5, 1, Mode::Read), &mut out);
+        c.handle_message(T, n(2), request(1, 6, 2, Mode::Read), &mut out);
+        assert_eq!(granted_to(&mut out, n(3)), vec![n(1), n(2)], "two readers at once");
+        c.handle_message(T, n(1), Release { epoch: Epoch(1), fence: Fence::new(1, 1) }, &mut out);
+        c.handle_message(T, n(1), request(1, 7, 1, Mode::Write), &mut out);
+        assert!(granted_to(&mut out, n(3)).is_empty(), "the writer waits for n2's read");
+        c.handle_request_in(T, Mode::Read, &mut out);
+        assert!(granted_to(&mut out, n(3)).is_empty(), "no reader overtakes a waiting writer");
+        c.handle_message(T, n(2), Release { epoch: Epoch(1), fence: Fence::new(1, 2) }, &mut out);
+        assert_eq!(granted_to(&mut out, n(3)), vec![n(1)], "the writer, alone");
+        c.handle_message(T, n(1), Release { epoch: Epoch(1), fence: Fence::new(1, 3) }, &mut out);
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 4) }]);
+        assert_eq!(c.mode_of(Fence::new(1, 4)), Mode::Read);
+    }
+
+    /// A node reads for several sessions at once beside its one write
+    /// permit, and a rebuilding coordinator learns each grant's and
+    /// request's mode from the reports: readers it learns of share with
+    /// the next reader, and a writer waits for them.
+    #[test]
+    fn modes_survive_a_rebuild() {
+        let mut client = node(1, 3, 1);
+        let mut out = Out::<Centralized>::new();
+        client.handle_coordinator(T, n(3), Epoch(1), &mut out);
+        client.handle_request_in(T, Mode::Read, &mut out);
+        client.handle_request_in(T, Mode::Read, &mut out);
+        client.handle_request_in(T, Mode::Write, &mut out);
+        let (a, b, w) = (stamp(1, 1), stamp(2, 1), stamp(3, 1));
+        let grant = |request, minor| Grant {
+            epoch: Epoch(1),
+            request,
+            fence: Fence::new(1, minor),
+            clock: 9,
+            lent_until: None,
+        };
+        out.take();
+        client.handle_message(T, n(3), grant(a, 1), &mut out);
+        client.handle_message(T, n(3), grant(b, 2), &mut out);
+        assert_eq!(out.take().len(), 2, "both reads entered");
+        assert_eq!(client.cs_state(), CsState::Held);
+        client.handle_message(T, n(2), StateQuery { epoch: Epoch(2) }, &mut out);
+        let report = Report::Modes {
+            waiting: vec![(w, Mode::Write)],
+            holding: vec![(Fence::new(1, 1), Mode::Read), (Fence::new(1, 2), Mode::Read)],
+        };
+        let expected = StateReport { epoch: Epoch(2), state: report.clone() };
+        assert_eq!(out.take(), vec![Action::Send { to: n(2), msg: expected }]);
+        // The new coordinator, n2, rebuilds from that report and n3's.
+        let mut coordinator = node(2, 3, 1);
+        coordinator.handle_coordinator(T, n(2), Epoch(2), &mut out);
+        out.take();
+        coordinator.handle_message(
+            T,
+            n(1),
+            StateReport { epoch: Epoch(2), state: report },
+            &mut out,
+        );
+        let n3 = Report::Modes { waiting: vec![(stamp(9, 3), Mode::Read)], holding: vec![] };
+        coordinator.handle_message(T, n(3), StateReport { epoch: Epoch(2), state: n3 }, &mut out);
+        assert!(granted_to(&mut out, n(2)).is_empty(), "n3's read waits behind n1's write");
+        for minor in [1, 2] {
+            let release = Release { epoch: Epoch(2), fence: Fence::new(1, minor) };
+            coordinator.handle_message(T, n(1), release, &mut out);
+        }
+        assert_eq!(granted_to(&mut out, n(2)), vec![n(1)], "the writer once the reads are done");
+    }
+
+    /// On a semaphore a read is a write: every permit alike.
+    #[test]
+    fn a_read_on_a_semaphore_takes_a_permit_like_a_write() {
+        let mut c = serving_coordinator(2);
+        let mut out = Out::<Centralized>::new();
+        c.handle_message(T, n(1), request(1, 5, 1, Mode::Read), &mut out);
+        c.handle_message(T, n(2), request(1, 6, 2, Mode::Write), &mut out);
+        c.handle_request_in(T, Mode::Read, &mut out);
+        assert_eq!(granted_to(&mut out, n(3)), vec![n(1), n(2)], "two permits, two holders");
+        assert_eq!(c.cs_state(), CsState::Wanting);
+    }
+
+    /// A report of more than one write, or a request in read mode that
+    /// does not name its sender, changes nothing.
+    #[test]
+    fn a_report_of_two_writes_on_a_lock_of_one_is_ignored() {
+        let mut c = serving_coordinator(1);
+        let mut out = Out::<Centralized>::new();
+        let two = Report::Modes {
+            waiting: vec![(stamp(1, 1), Mode::Write), (stamp(2, 1), Mode::Write)],
+            holding: vec![],
+        };
+        c.handle_message(T, n(1), StateReport { epoch: Epoch(1), state: two }, &mut out);
+        c.handle_message(T, n(1), request(1, 3, 2, Mode::Read), &mut out);
+        assert!(out.is_empty());
+        c.handle_request(T, &mut out);
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 1) }]);
     }
 
     #[test]
     fn capacity_k_admits_k_holders() {
         let mut c = serving_coordinator(2);
         let mut out = Out::<Centralized>::new();
-        c.handle_message(T, n(1), Request { epoch: Epoch(1), stamp: stamp(5, 1) }, &mut out);
-        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
+        c.handle_message(
+            T,
+            n(1),
+            Request { epoch: Epoch(1), stamp: stamp(5, 1), mode: Mode::Write },
+            &mut out,
+        );
+        c.handle_message(
+            T,
+            n(2),
+            Request { epoch: Epoch(1), stamp: stamp(6, 2), mode: Mode::Write },
+            &mut out,
+        );
         assert_eq!(out.take().len(), 2, "two grants");
         c.handle_request(T, &mut out);
         assert!(out.is_empty(), "third must wait");
@@ -1133,8 +1435,18 @@ mod tests {
     fn crashed_holder_frees_the_lock_and_crashed_waiter_leaves_the_queue() {
         let mut c = serving_coordinator(1);
         let mut out = Out::<Centralized>::new();
-        c.handle_message(T, n(1), Request { epoch: Epoch(1), stamp: stamp(5, 1) }, &mut out);
-        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
+        c.handle_message(
+            T,
+            n(1),
+            Request { epoch: Epoch(1), stamp: stamp(5, 1), mode: Mode::Write },
+            &mut out,
+        );
+        c.handle_message(
+            T,
+            n(2),
+            Request { epoch: Epoch(1), stamp: stamp(6, 2), mode: Mode::Write },
+            &mut out,
+        );
         c.handle_request(T, &mut out);
         out.take();
         c.handle_peer_down(T, n(2), &mut out);
@@ -1178,7 +1490,10 @@ mod tests {
         client.handle_coordinator(T, n(2), Epoch(3), &mut out);
         assert_eq!(
             out.take(),
-            vec![Action::Send { to: n(2), msg: Request { epoch: Epoch(3), stamp: stamp(1, 1) } }]
+            vec![Action::Send {
+                to: n(2),
+                msg: Request { epoch: Epoch(3), stamp: stamp(1, 1), mode: Mode::Write }
+            }]
         );
         // A grant from the previous coordinator is not taken.
         client.handle_message(
@@ -1202,7 +1517,12 @@ mod tests {
         let mut c = serving_coordinator(1);
         let mut out = Out::<Centralized>::new();
         // The request, then the report sent before its grant arrived.
-        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
+        c.handle_message(
+            T,
+            n(2),
+            Request { epoch: Epoch(1), stamp: stamp(6, 2), mode: Mode::Write },
+            &mut out,
+        );
         assert_eq!(out.take().len(), 1, "one grant");
         let report = StateReport { epoch: Epoch(1), state: Report::Waiting(stamp(6, 2)) };
         c.handle_message(T, n(2), report, &mut out);
@@ -1215,7 +1535,12 @@ mod tests {
     fn a_grant_lost_out_of_touch_is_sent_again_on_readmission() {
         let mut c = serving_coordinator(1);
         let mut out = Out::<Centralized>::new();
-        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
+        c.handle_message(
+            T,
+            n(2),
+            Request { epoch: Epoch(1), stamp: stamp(6, 2), mode: Mode::Write },
+            &mut out,
+        );
         let sent = out.take();
         assert!(matches!(sent[..], [Action::Send { msg: Grant { .. }, .. }]), "{sent:?}");
         // The session broke and the grant with it; node 2, which had
@@ -1270,7 +1595,12 @@ mod tests {
     fn a_release_of_another_grant_frees_nothing() {
         let mut c = serving_coordinator(1);
         let mut out = Out::<Centralized>::new();
-        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
+        c.handle_message(
+            T,
+            n(2),
+            Request { epoch: Epoch(1), stamp: stamp(6, 2), mode: Mode::Write },
+            &mut out,
+        );
         out.take();
         c.handle_request(T, &mut out);
         let wrong = Release { epoch: Epoch(1), fence: Fence::new(1, 7) };
@@ -1291,7 +1621,10 @@ mod tests {
         client.handle_request(T, &mut out);
         assert_eq!(
             out.take(),
-            vec![Action::Send { to: n(3), msg: Request { epoch: Epoch(5), stamp: stamp(1, 1) } }]
+            vec![Action::Send {
+                to: n(3),
+                msg: Request { epoch: Epoch(5), stamp: stamp(1, 1), mode: Mode::Write }
+            }]
         );
     }
 }

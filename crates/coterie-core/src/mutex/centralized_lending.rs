@@ -75,7 +75,7 @@ mod tests {
     use crate::mutex::centralized::{CentralizedMsg, CentralizedMsg::*, Report};
     use crate::outbox::Action;
     use crate::testkit::*;
-    use crate::types::{CsState, Epoch, Fence, NodeId};
+    use crate::types::{CsState, Epoch, Fence, Mode, NodeId};
 
     fn node(id: u32) -> Centralized {
         let cfg = AlgoConfig::for_test(id, 3);
@@ -179,7 +179,12 @@ mod tests {
         enter_and_leave(&mut c, &mut client);
         let (_, lent) = enter_and_leave(&mut c, &mut client);
         let mut out = Out::<Centralized>::new();
-        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(50, 2) }, &mut out);
+        c.handle_message(
+            T,
+            n(2),
+            Request { epoch: Epoch(1), stamp: stamp(50, 2), mode: Mode::Write },
+            &mut out,
+        );
         assert_eq!(
             out.take(),
             vec![Action::Send { to: n(1), msg: Recall { epoch: Epoch(1), grant: lent } }]
@@ -299,7 +304,12 @@ mod tests {
         // The coordinator still counts the loan as lent: another node's
         // request recalls it (a plain holder it would wait on forever, as
         // the borrower sends no RELEASE for a loan's fence).
-        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(90, 2) }, &mut out);
+        c.handle_message(
+            T,
+            n(2),
+            Request { epoch: Epoch(1), stamp: stamp(90, 2), mode: Mode::Write },
+            &mut out,
+        );
         assert!(
             matches!(&out.take()[..], [Action::Send { to, msg: Recall { .. } }] if *to == n(1)),
             "the loan is recalled"
@@ -310,10 +320,25 @@ mod tests {
     fn contention_lends_nothing() {
         let (mut c, _) = pair();
         let mut out = Out::<Centralized>::new();
-        c.handle_message(T, n(1), Request { epoch: Epoch(1), stamp: stamp(5, 1) }, &mut out);
-        c.handle_message(T, n(2), Request { epoch: Epoch(1), stamp: stamp(6, 2) }, &mut out);
+        c.handle_message(
+            T,
+            n(1),
+            Request { epoch: Epoch(1), stamp: stamp(5, 1), mode: Mode::Write },
+            &mut out,
+        );
+        c.handle_message(
+            T,
+            n(2),
+            Request { epoch: Epoch(1), stamp: stamp(6, 2), mode: Mode::Write },
+            &mut out,
+        );
         c.handle_message(T, n(1), Release { epoch: Epoch(1), fence: Fence::new(1, 1) }, &mut out);
-        c.handle_message(T, n(1), Request { epoch: Epoch(1), stamp: stamp(9, 1) }, &mut out);
+        c.handle_message(
+            T,
+            n(1),
+            Request { epoch: Epoch(1), stamp: stamp(9, 1), mode: Mode::Write },
+            &mut out,
+        );
         c.handle_message(T, n(2), Release { epoch: Epoch(1), fence: Fence::new(1, 2) }, &mut out);
         let grants: Vec<_> = out
             .take()

@@ -13,10 +13,12 @@ use coterie_core::Stamp;
 /// and releases say, and every fence granted.
 #[derive(Clone, Default)]
 pub(super) struct Checker {
-    /// Which client holds which lock now, and with which fence.
-    holders: BTreeMap<(Name, ClientId), Fence>,
+    /// Which client holds which lock now, with which fence, and how.
+    holders: BTreeMap<(Name, ClientId), (Fence, Mode)>,
     /// Every fence granted so far, by lock.
     fences: BTreeMap<Name, BTreeSet<Fence>>,
+    /// The highest fence granted to a writer, by lock.
+    written: BTreeMap<Name, Fence>,
     /// Which lock each waiting client waits for, and since when.
     asked: BTreeMap<ClientId, (Name, Time)>,
     /// A release with someone waiting, not yet followed by a grant.
@@ -37,6 +39,8 @@ pub(super) struct Verdict {
     /// The highest fence granted before, when this one is not above it
     /// (or was granted before).
     pub(super) stale: Option<Fence>,
+    /// It went to a reader while another reader held.
+    pub(super) shared: bool,
 }
 
 impl Checker {
@@ -60,21 +64,30 @@ impl Checker {
         self.holders.keys().filter(|(n, _)| n == name).map(|&(_, h)| h).collect()
     }
 
+    /// Who holds `name` now in a mode that conflicts with `mode`.
+    fn conflicting(&self, name: &Name, mode: Mode) -> Vec<ClientId> {
+        let holds = self.holders.iter().filter(|((n, _), _)| n == name);
+        holds.filter(|(_, &(_, m))| m.conflicts(mode)).map(|(&(_, h), _)| h).collect()
+    }
+
     /// `node` crashed: its clients hold and wait for nothing.
     pub(super) fn crashed(&mut self, node: NodeId) {
         self.holders.retain(|(_, holder), _| holder.node != node);
         self.asked.retain(|client, _| client.node != node);
     }
 
-    /// Judges the grant of `name` to `client` with `fence` now, with
-    /// `allowed` holders at once (and fences that must rise with every
-    /// grant when `rising`); `stamp` gives a node's request timestamp for
-    /// a lock where the algorithm orders requests by timestamp.
+    /// Judges the grant of `name` to `client` with `fence` in `mode` now,
+    /// with `allowed` holders at once (and fences that must rise when
+    /// `rising`); `stamp` gives a node's request timestamp for a lock
+    /// where the algorithm orders requests by timestamp. On a lock of one
+    /// holder, readers may share it: a reader may not join a writer, nor
+    /// a writer anyone; a writer's fence must be above every earlier
+    /// grant's, a reader's above every earlier writer's.
     pub(super) fn granted(
         &mut self,
         client: ClientId,
         name: &Name,
-        fence: Fence,
+        (fence, mode): (Fence, Mode),
         now: Time,
         (allowed, rising): (usize, bool),
         stamp: impl Fn(NodeId) -> Option<Stamp>,
@@ -84,18 +97,31 @@ impl Checker {
             None => false,
         };
         let sync_delay = self.release_pending.take().map(|released| now - released);
-        let holding = self.holders_of(name);
-        let crowd = (holding.len() >= allowed).then_some(holding);
-        // A mutex's fences must rise with every grant. With k holders a
-        // grant may land after later ones (and after their release), so the
-        // sound check there is that no fence is ever granted twice.
+        let shared = mode == Mode::Read && !self.holders_of(name).is_empty();
+        let crowd = if allowed == 1 {
+            Some(self.conflicting(name, mode)).filter(|c| !c.is_empty())
+        } else {
+            Some(self.holders_of(name)).filter(|h| h.len() >= allowed)
+        };
+        // A mutex's fences must rise with every grant (a reader's with
+        // every writer's). With k holders a grant may land after later
+        // ones (and after their release), so the sound check there is that
+        // no fence is ever granted twice.
         let fences = self.fences.entry(name.clone()).or_default();
-        let max = fences.last().copied();
+        let max = match mode {
+            Mode::Write => fences.last().copied(),
+            Mode::Read => self.written.get(name).copied(),
+        };
         let below = rising && max.is_some_and(|m| fence <= m);
         let twice = !fences.insert(fence);
         let stale = (below || twice).then(|| max.unwrap_or_default());
-        self.holders.insert((name.clone(), client), fence);
-        Verdict { overtook, sync_delay, crowd, stale }
+        if mode == Mode::Write {
+            let written = self.written.entry(name.clone()).or_default();
+            *written = fence.max(*written);
+        }
+        self.holders.insert((name.clone(), client), (fence, mode));
+        let shared = shared && crowd.is_none();
+        Verdict { overtook, sync_delay, crowd, stale, shared }
     }
 
     /// Whether `client`, which asked at `asked_at`, enters `name` ahead of
@@ -149,7 +175,7 @@ impl Checker {
         use std::hash::Hash;
         self.holders.hash(h);
         for (name, fences) in &self.fences {
-            (name, fences.last()).hash(h);
+            (name, fences.last(), self.written.get(name)).hash(h);
         }
     }
 }
@@ -182,7 +208,11 @@ impl<C: Chooser> Simulation<C> {
 
     pub(super) fn on_grant(&mut self, node: NodeId, name: Name, fence: Fence) {
         let named = self.named(&name);
-        let Some(client) = self.workload.taker(node, &name) else {
+        let engine = self.nodes[&node].engine.as_ref();
+        let mode = engine.map_or(Mode::Write, |e| e.mode_of(&name, fence));
+        let permits = u32::try_from(self.cfg.capacity).unwrap_or(u32::MAX);
+        let in_use = |m| engine.map_or(Mode::Write, |e| e.mode_in_use(m, permits));
+        let Some(client) = self.workload.taker(node, &name, mode, in_use) else {
             // Judged as safety (ignored when only progress is judged): a
             // grant nobody asked for is not handed to any client.
             let states = self.workload.states_at(node);
@@ -192,7 +222,8 @@ impl<C: Chooser> Simulation<C> {
             );
             return;
         };
-        self.trace(|| format!("{client} ENTERS{named} with fence {fence}"));
+        let reading = if mode == Mode::Read { " to read" } else { "" };
+        self.trace(|| format!("{client} ENTERS{named}{reading} with fence {fence}"));
         self.record(|r, at| r.enter(at, node, fence.0));
         self.report.entries += 1;
         self.end_frozen_holds(&name);
@@ -201,9 +232,15 @@ impl<C: Chooser> Simulation<C> {
         let nodes = &self.nodes;
         let stamp = |id: NodeId| nodes[&id].engine.as_ref().and_then(|e| e.request_stamp(&name));
         let verdict =
-            self.checker.granted(client, &name, fence, self.now, (allowed, rising), stamp);
+            self.checker.granted(client, &name, (fence, mode), self.now, (allowed, rising), stamp);
         if verdict.overtook {
             self.report.out_of_order += 1;
+        }
+        if mode == Mode::Read {
+            self.report.read_entries += 1;
+        }
+        if verdict.shared {
+            self.report.shared_reads += 1;
         }
         if let Some(delay) = verdict.sync_delay {
             self.report.sync_delays_us.push(delay.as_micros() as u64);
@@ -216,7 +253,7 @@ impl<C: Chooser> Simulation<C> {
             self.violation(
                 Invariant::Safety,
                 format!(
-                    "{client} entered{named} while {} held (capacity {allowed})",
+                    "{client} entered{named}{reading} while {} held (capacity {allowed})",
                     holders.join(", ")
                 ),
             );

@@ -120,6 +120,12 @@ pub struct SimConfig {
     /// the algorithm counts sessions they hold permits side by side, and
     /// otherwise take turns with their node's grant.
     pub sessions: u32,
+    /// How many of the clients (concurrent and burst load) read
+    /// ([`Mode::Read`](coterie_core::Mode::Read)); the others write. They
+    /// are spread evenly over the clients in node order. Where the
+    /// algorithm has no reader form, or the lock more than one permit,
+    /// reads are asked for as writes, and judged as such.
+    pub readers: u32,
     /// Critical-section entries each client makes (concurrent load),
     /// entries in all (sequential load), or bursts (burst load).
     pub requests: u32,
@@ -188,6 +194,7 @@ impl SimConfig {
             forgetting: None,
             per_request: 1,
             sessions: 1,
+            readers: 0,
             requests: 10,
             timing: Timing::default(),
             delay: (Duration::from_micros(500), Duration::from_millis(5)),

@@ -69,6 +69,10 @@ pub struct RunReport {
     pub workload_us: u64,
     /// Idle locks the nodes forgot (with `forgetting`).
     pub forgotten: u64,
+    /// Entries that read ([`Mode::Read`](coterie_core::Mode::Read)).
+    pub read_entries: u64,
+    /// Reads granted while another reader held the lock: readers sharing.
+    pub shared_reads: u64,
 }
 
 /// The faults a run injected and what its links went through, counted: a

@@ -49,6 +49,8 @@ struct Client {
     /// It lost a lock it held while it waited for the next of its request
     /// (its node lost its lease): the request is given up once granted.
     lost: bool,
+    /// Whether it reads or writes, always.
+    mode: Mode,
 }
 
 /// What a grant did to its client's request.
@@ -68,6 +70,8 @@ pub(super) struct Demand {
     pub(super) used: Vec<Fence>,
     /// How many of its clients wait for it.
     pub(super) waiting: u32,
+    /// Of the clients that hold it and wait for it, the readers.
+    pub(super) reads: u32,
 }
 
 /// The clients' state, and what the load has still to do.
@@ -111,13 +115,23 @@ impl Workload {
             held: Vec::new(),
             remaining,
             lost: false,
+            mode: Mode::Write,
         };
         // Sequential load runs one request at a time in the whole
         // cluster: one client per node is all it uses.
         let sessions = if cfg.load == Load::Sequential { 1 } else { cfg.sessions.max(1) };
+        let total = u64::from(cfg.nodes) * u64::from(sessions);
+        let readers = u64::from(cfg.readers).min(total);
+        // The i-th client reads when the readers' even share steps up at
+        // it: `readers` of them, spread over the nodes.
+        let reads = |i: u64| (i + 1) * readers / total > i * readers / total;
         let clients = (1..=cfg.nodes)
             .flat_map(|id| (0..sessions).map(move |slot| ClientId { node: NodeId(id), slot }))
-            .map(|c| (c, client.clone()))
+            .enumerate()
+            .map(|(i, c)| {
+                let mode = if reads(i as u64) { Mode::Read } else { Mode::Write };
+                (c, Client { mode, ..client.clone() })
+            })
             .collect();
         Workload {
             load: cfg.load,
@@ -193,13 +207,20 @@ impl Workload {
 
     /// What `node`'s clients hold and want of `name`.
     pub(super) fn demand(&self, node: NodeId, name: &Name) -> Demand {
+        let holding = |id: &ClientId| self.clients[id].held.iter().any(|(n, _)| n == name);
         let used = self
             .at(node)
             .flat_map(|id| &self.clients[&id].held)
             .filter(|(n, _)| n == name)
             .map(|&(_, f)| f)
             .collect();
-        Demand { used, waiting: self.in_line(node, name).count() as u32 }
+        let waiting = self.in_line(node, name).count() as u32;
+        let reads = self
+            .at(node)
+            .filter(|id| holding(id) || self.in_line(node, name).any(|w| w == *id))
+            .filter(|id| self.clients[id].mode == Mode::Read)
+            .count() as u32;
+        Demand { used, waiting, reads }
     }
 
     /// `node`'s clients that have asked for `name` and wait for it, in the
@@ -213,10 +234,17 @@ impl Workload {
         })
     }
 
-    /// The client of `node` a grant of `name` goes to: the first in line
-    /// that waits for it.
-    pub(super) fn taker(&self, node: NodeId, name: &Name) -> Option<ClientId> {
-        self.in_line(node, name).next()
+    /// The client of `node` a grant of `name` in `mode` goes to: the
+    /// first in line that waits for it in that mode (`mode_in_use` says
+    /// which mode a client's requests are asked in).
+    pub(super) fn taker(
+        &self,
+        node: NodeId,
+        name: &Name,
+        mode: Mode,
+        mode_in_use: impl Fn(Mode) -> Mode,
+    ) -> Option<ClientId> {
+        self.in_line(node, name).find(|id| mode_in_use(self.clients[id].mode) == mode)
     }
 
     /// The states of `node`'s clients, for a grant nobody took.
@@ -454,12 +482,19 @@ impl<C: Chooser> Simulation<C> {
                 engine.release_grant(now, name, fence);
             }
             let wanted = demand.used.len() as u32 + demand.waiting;
+            let reads = if engine.mode_in_use(Mode::Read, permits) == Mode::Read {
+                demand.reads
+            } else {
+                0
+            };
             let mut asked = Ok(());
-            while asked.is_ok() && engine.outstanding(name) < wanted {
-                let before = engine.outstanding(name);
-                asked = engine.request(now, name, permits);
-                if engine.outstanding(name) == before {
-                    break; // the engine takes no more
+            for (mode, wanted) in [(Mode::Write, wanted - reads), (Mode::Read, reads)] {
+                while asked.is_ok() && engine.outstanding_in(name, mode) < wanted {
+                    let before = engine.outstanding_in(name, mode);
+                    asked = engine.request_in(now, name, permits, mode);
+                    if engine.outstanding_in(name, mode) == before {
+                        break; // the engine takes no more
+                    }
                 }
             }
             asked

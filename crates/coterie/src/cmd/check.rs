@@ -50,6 +50,11 @@ pub struct Args {
     /// they take turns with their node's grant.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
     sessions: u32,
+    /// How many of the clients read (spread evenly over the nodes; the
+    /// others write): readers share the lock where the algorithm has a
+    /// reader form, and a read is a write elsewhere.
+    #[arg(long, default_value_t = 0)]
+    readers: u32,
     /// Holders allowed at once (a semaphore's permits), for the counting
     /// algorithms.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -114,6 +119,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         names: args.names,
         per_request: args.per_request,
         sessions: args.sessions,
+        readers: args.readers,
         count: args.count as usize,
         crashes: args.crashes,
         partitions: args.partitions,
@@ -152,6 +158,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         };
         if report.sessions > 1 {
             locks.push_str(&format!(", {} clients per node", report.sessions));
+        }
+        if report.readers > 0 {
+            locks.push_str(&format!(", {} reading", report.readers));
         }
         if report.count > 1 {
             locks.push_str(&format!(", {} permits", report.count));

@@ -143,6 +143,11 @@ pub struct Args {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64),
           conflicts_with = "sequential")]
     sessions: u32,
+    /// How many of the clients read (spread evenly over the nodes; the
+    /// others write): readers share the lock where the algorithm has a
+    /// reader form, and a read is a write elsewhere. Not with --sequential.
+    #[arg(long, default_value_t = 0, conflicts_with = "sequential")]
+    readers: u32,
     /// Forget a lock nobody at a node holds or wants after it has stayed
     /// so this long (and make it anew on its next use), as a node does
     /// with `forget_after`; default: never.
@@ -245,6 +250,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         names: args.names,
         per_request: args.per_request,
         sessions: args.sessions,
+        readers: args.readers,
         forgetting: args
             .forget_after
             .map(|after| coterie_core::Forgetting { after, ..coterie_core::Forgetting::default() }),
@@ -326,6 +332,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         println!("messages per entry: {:.2}", summary.messages_per_entry);
         if args.forget_after.is_some() {
             println!("idle locks forgotten: {}", summary.forgotten);
+        }
+        if args.readers > 0 {
+            println!("reads granted beside another reader: {}", summary.shared_reads);
         }
         if summary.entries > 0 {
             let per_entry = summary.records as f64 / summary.entries as f64;
@@ -425,6 +434,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         if args.sessions != 1 {
             extra.push_str(&format!(" --sessions {}", args.sessions));
+        }
+        if args.readers != 0 {
+            extra.push_str(&format!(" --readers {}", args.readers));
         }
         if let Some(after) = args.forget_after {
             extra.push_str(&format!(" --forget-after {}", humantime::format_duration(after)));
