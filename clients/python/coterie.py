@@ -170,13 +170,18 @@ class Client:
         return self.request("DELETE", f"/v1/sessions/{session}")
 
     def acquire(self, name: str, session: str, timeout: str | None = None, try_lock: bool = False,
-                permits: int = 0, value: str | None = None, reentrant: bool = False) -> dict:
-        """Takes ``name`` for ``session``: ``{"name", "fence", "node", "count"}``.
-        With ``reentrant``, a session that holds ``name`` already takes it
-        again at once with the same fence (``count`` says how often it
-        holds it; as many releases let it go); without, that is refused
-        (409)."""
+                permits: int = 0, value: str | None = None, reentrant: bool = False,
+                mode: str = "write") -> dict:
+        """Takes ``name`` for ``session``: ``{"name", "fence", "node",
+        "count", "mode"}``. With ``mode="read"`` the session shares the
+        lock with other readers (a writer holds it alone); reads need a
+        lock of one permit. With ``reentrant``, a session that holds
+        ``name`` already takes it again at once with the same fence
+        (``count`` says how often it holds it; as many releases let it
+        go); without, that is refused (409)."""
         body: dict = {"session": session}
+        if mode != "write":
+            body["mode"] = mode
         if reentrant:
             body["reentrant"] = True
         if permits:
@@ -345,8 +350,10 @@ class Held:
 
 
 class _Lock:
-    def __init__(self, name, client, ttl, timeout, try_lock, value, on_lost, label, on_revoke):
+    def __init__(self, name, client, ttl, timeout, try_lock, value, on_lost, label, on_revoke,
+                 mode):
         self.args = (name, client, ttl, timeout, try_lock, value, on_lost, label, on_revoke)
+        self.mode = mode
         self.held: Held | None = None
 
     def __enter__(self) -> Held:
@@ -361,7 +368,8 @@ class _Lock:
                 client.close(session["id"])  # not left open until its TTL
                 raise
             try:
-                held.granted(client.acquire(name, held.session, timeout, try_lock, value=value))
+                held.granted(client.acquire(name, held.session, timeout, try_lock, value=value,
+                                            mode=self.mode))
             except Error as e:
                 held.release()
                 # Sessions live at their node: a node cut off from a
@@ -385,12 +393,14 @@ class _Lock:
 
 def lock(name: str, url: str | None = None, token: str | None = None, ttl: str = "10s",
          timeout: str | None = None, try_lock: bool = False, value: str | None = None,
-         on_lost=None, client: str | None = None, on_revoke=None) -> _Lock:
+         on_lost=None, client: str | None = None, on_revoke=None, mode: str = "write") -> _Lock:
     """A context manager that holds lock ``name`` while its block runs;
-    ``value`` makes the holder the leader of the election by that name;
-    ``on_revoke(held)`` is called when someone asks the holder to let go.
+    ``mode="read"`` shares it with other readers (a writer holds it
+    alone); ``value`` makes the holder the leader of the election by that
+    name; ``on_revoke(held)`` is called when someone asks the holder to
+    let go.
     Raises :class:`Error` with status 408 at ``timeout``, 409 when
     ``try_lock`` finds it held, 503 ``no_quorum`` when no node of ``url``
     has a quorum."""
     return _Lock(name, Client(url, token), ttl, timeout, try_lock, value, on_lost, client,
-                 on_revoke)
+                 on_revoke, mode)

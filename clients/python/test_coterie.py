@@ -190,6 +190,20 @@ class ClientTest(unittest.TestCase):
             held.check()
         wait_until("py/revoked is free", lambda: not self.holders("py/revoked"))
 
+    def test_8c_readers_share_and_a_writer_waits_for_them(self):
+        with coterie.lock("py/config", url=URLS[0], mode="read") as first:
+            with coterie.lock("py/config", url=URLS[1], mode="read") as second:
+                holders = self.holders("py/config", URLS[2])
+                self.assertEqual(sorted((h["fence"], h["mode"]) for h in holders),
+                                 [(first.fence, "read"), (second.fence, "read")])
+                with self.assertRaises(coterie.Error) as busy:
+                    with coterie.lock("py/config", url=URLS[2], try_lock=True):
+                        self.fail("a writer beside readers")
+                self.assertEqual(busy.exception.status, 409)
+        with coterie.lock("py/config", url=URLS[2], timeout="10s") as wrote:
+            self.assertGreater(wrote.fence, second.fence)
+            self.assertEqual(self.holders("py/config")[0]["mode"], "write")
+
     def test_9_killing_the_sessions_node_says_the_lock_is_lost(self):
         self.assertEqual(len(PIDS), len(URLS), "COTERIE_PIDS names every node")
         lost = threading.Event()

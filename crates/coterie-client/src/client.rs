@@ -6,7 +6,7 @@ use crate::protocol::{
     Acquire, ClientRequest, ClientResponse, FaultCommand, FaultState, LeaderReport, LockInfo,
     RevokeAsked, WatchEvent, WitnessReport, WitnessRequest, WitnessResponse,
 };
-use coterie_core::Status;
+use coterie_core::{Mode, Status};
 use serde::{de::DeserializeOwned, Serialize};
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -215,6 +215,13 @@ impl LockRequest {
     /// One of `permits` permits of each lock (a counting semaphore).
     pub fn permits(mut self, permits: u32) -> LockRequest {
         self.req.permits = permits;
+        self
+    }
+
+    /// Read (share the locks with other readers, on locks of one permit)
+    /// or write (hold them alone, the default).
+    pub fn mode(mut self, mode: Mode) -> LockRequest {
+        self.req.mode = mode;
         self
     }
 

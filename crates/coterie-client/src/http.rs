@@ -20,6 +20,7 @@
 //! # Ok(()) }
 //! ```
 
+use coterie_core::Mode;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::client::conn::http1::{self, SendRequest};
@@ -88,6 +89,9 @@ pub struct HttpGrant {
     /// with [`acquire_reentrant`](HttpClient::acquire_reentrant).
     #[serde(default = "one")]
     pub count: u32,
+    /// Whether the session reads or writes.
+    #[serde(default)]
+    pub mode: Mode,
 }
 
 fn one() -> u32 {
@@ -153,7 +157,19 @@ impl HttpClient {
         session: &str,
         wait: Wait,
     ) -> Result<HttpGrant, HttpError> {
-        self.take(name, session, wait, false).await
+        self.take(name, session, wait, false, Mode::Write).await
+    }
+
+    /// Takes lock `name` for `session` to read, waiting as `wait` says:
+    /// shared with other readers, never with a writer (which
+    /// [`acquire`](Self::acquire) takes).
+    pub async fn acquire_read(
+        &mut self,
+        name: &str,
+        session: &str,
+        wait: Wait,
+    ) -> Result<HttpGrant, HttpError> {
+        self.take(name, session, wait, false, Mode::Read).await
     }
 
     /// Takes lock `name` for `session` as [`acquire`](Self::acquire) does,
@@ -166,7 +182,7 @@ impl HttpClient {
         session: &str,
         wait: Wait,
     ) -> Result<HttpGrant, HttpError> {
-        self.take(name, session, wait, true).await
+        self.take(name, session, wait, true, Mode::Write).await
     }
 
     async fn take(
@@ -175,10 +191,14 @@ impl HttpClient {
         session: &str,
         wait: Wait,
         reentrant: bool,
+        mode: Mode,
     ) -> Result<HttpGrant, HttpError> {
         let mut body = json!({ "session": session });
         if reentrant {
             body["reentrant"] = json!(true);
+        }
+        if mode == Mode::Read {
+            body["mode"] = json!(mode);
         }
         match wait {
             Wait::Try => body["try"] = json!(true),

@@ -41,4 +41,5 @@ pub use client::{
     client_label, Acquired, Client, ClientError, Credentials, Entry, Grant, HoldEvent, Lock,
     LockRequest, Loss, Observer, Outcome, Watch, WitnessClient,
 };
+pub use coterie_core::Mode;
 pub use http::{HttpClient, HttpError, HttpGrant, Wait};

@@ -1,7 +1,7 @@
 //! What clients say to a node's client port, and what anyone says to the
 //! witness. Both travel in the same frames as peer traffic.
 
-use coterie_core::Status;
+use coterie_core::{Mode, Status};
 use serde::{Deserialize, Serialize};
 
 /// A client's request to its node.
@@ -92,6 +92,9 @@ pub struct Acquire {
     /// What the client calls itself in listings (`pid@host`); empty for
     /// the session's number.
     pub client: String,
+    /// Whether it reads (sharing the locks with other readers) or writes
+    /// (alone). Reads need locks of one permit.
+    pub mode: Mode,
 }
 
 impl Acquire {
@@ -105,6 +108,7 @@ impl Acquire {
             try_lock: false,
             value: None,
             client: String::new(),
+            mode: Mode::Write,
         }
     }
 }
@@ -174,6 +178,8 @@ pub struct HolderInfo {
     /// Whether someone asked it to let go (`coterie revoke`), and why:
     /// the reason given, empty if none was.
     pub revoke: Option<String>,
+    /// Whether it reads or writes.
+    pub mode: Mode,
 }
 
 /// One waiter for a lock.
@@ -185,6 +191,8 @@ pub struct WaiterInfo {
     pub client: String,
     /// How long it has waited, in milliseconds.
     pub waited_ms: u64,
+    /// Whether it would read or write.
+    pub mode: Mode,
 }
 
 /// An election's leader, as `coterie leader --json` and `coterie elect

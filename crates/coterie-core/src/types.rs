@@ -209,6 +209,7 @@ impl Way {
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Shared with other readers, never with a writer.
     Read,

@@ -4,7 +4,7 @@
 
 use crate::stream;
 use coterie_core::wire::{self, Envelope, Hello, PeerFrame, PROTOCOL_VERSION};
-use coterie_core::{registry, AlgoConfig, Engine, NodeId, Output, Restored};
+use coterie_core::{registry, AlgoConfig, Engine, Mode, NodeId, Output, Restored};
 use coterie_node::auth::{AuthFrame, Role};
 use coterie_node::protocol::{
     Acquire, ClientRequest, ClientResponse, FaultCommand, FaultState, Way, WitnessRequest,
@@ -66,6 +66,7 @@ pub fn client() -> Vec<Vec<u8>> {
             value: Some("n1:8080".into()),
             client: "17@host".into(),
             timeout_ms: None,
+            mode: Mode::Read,
         }),
         ClientRequest::Acquire(Acquire {
             names: vec!["".into(), "a\tb".into()],

@@ -45,7 +45,7 @@ use crate::storage::{Durability, StateWriter};
 use coterie_core::engine::{Output, RequestError};
 use coterie_core::wire::{self, Envelope, Hello};
 use coterie_core::{
-    CsState, Engine, EngineError, Epoch, Fence, Name, NodeId, Stamp, Status, ViewStatus,
+    CsState, Engine, EngineError, Epoch, Fence, Mode, Name, NodeId, Stamp, Status, ViewStatus,
 };
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -374,11 +374,21 @@ impl Agent {
                 s.engine.release_grant(now, name, fence);
             }
         }
-        while s.engine.outstanding(name) < demand.wanted() {
-            let before = s.engine.outstanding(name);
-            s.engine.request(now, name, demand.permits)?;
-            if s.engine.outstanding(name) == before {
-                break; // the engine takes no more
+        // A grant per session that holds or waits, each in its mode where
+        // the algorithm lets reads share.
+        let sessions = demand.used.len() as u32 + demand.waiting;
+        let reads = match s.engine.mode_in_use(Mode::Read, demand.permits) {
+            Mode::Read => demand.reads.min(sessions),
+            Mode::Write => 0,
+        };
+        let writes = (sessions - reads).min(demand.permits);
+        for (mode, wanted) in [(Mode::Write, writes), (Mode::Read, reads)] {
+            while s.engine.outstanding_in(name, mode) < wanted {
+                let before = s.engine.outstanding_in(name, mode);
+                s.engine.request_in(now, name, demand.permits, mode)?;
+                if s.engine.outstanding_in(name, mode) == before {
+                    break; // the engine takes no more
+                }
             }
         }
         Ok(())
@@ -737,7 +747,13 @@ impl Agent {
                 }
             }
         }
-        let client = match self.locks.grant(&name, fence, now) {
+        // A grant in read mode is a reader's, one in write mode a
+        // writer's, where the algorithm lets reads share; elsewhere any
+        // session's.
+        let permits = self.locks.demand(&name).permits;
+        let mode = (s.engine.mode_in_use(Mode::Read, permits) == Mode::Read)
+            .then(|| s.engine.mode_of(&name, fence));
+        let client = match self.locks.grant(&name, fence, mode, now) {
             Handed::To(client) => client,
             Handed::Nobody => {
                 // Everyone who asked has gone: give it back.

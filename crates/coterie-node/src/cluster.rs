@@ -544,12 +544,18 @@ fn part(node: u32, now: Duration, l: LocalLock, view: LockView) -> Part {
             held_ms: ms(h.since),
             value: h.value.clone().filter(|_| !orphaned),
             revoke: h.revoke.clone().filter(|_| !orphaned),
+            mode: h.mode,
         })
         .collect();
     let waiters = l
         .waiters
         .iter()
-        .map(|(c, since)| WaiterInfo { node, client: c.label.clone(), waited_ms: ms(*since) })
+        .map(|&(ref c, since, mode)| WaiterInfo {
+            node,
+            client: c.label.clone(),
+            waited_ms: ms(since),
+            mode,
+        })
         .collect();
     let stamp = view.stamp.filter(|_| view.state == CsState::Wanting).map(|s| (s.ts, s.node.0));
     Part { name: l.name.to_string(), permits: l.permits, holders, waiters, stamp }

@@ -55,7 +55,7 @@ use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use coterie_core::{Fence, Name};
+use coterie_core::{Fence, Mode, Name};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -400,6 +400,9 @@ struct AcquireBody {
     /// A session that holds the lock already takes it again: a count.
     #[serde(default)]
     reentrant: bool,
+    /// Read (sharing the lock with other readers) or write (alone).
+    #[serde(default)]
+    mode: Mode,
 }
 
 #[derive(Serialize)]
@@ -410,6 +413,8 @@ struct Granted {
     /// How often the session now holds it (more than 1 only when taken
     /// again with `"reentrant": true`).
     count: u32,
+    /// Whether it reads or writes.
+    mode: Mode,
 }
 
 async fn acquire(
@@ -424,11 +429,13 @@ async fn acquire(
              which it is once: give one or the other",
         ));
     }
-    let wait = Wait { timeout: body.timeout, try_lock: body.try_lock, reentrant: body.reentrant };
+    let (timeout, try_lock, reentrant, mode) =
+        (body.timeout, body.try_lock, body.reentrant, body.mode);
+    let wait = Wait { timeout, try_lock, reentrant, mode };
     let (name, fence, count) =
         take(&api, &text, &body.session, body.permits, wait, body.value).await?;
     let node = api.shared.agent.id().0;
-    Ok(Json(Granted { name: name.to_string(), fence: fence.0, node, count }))
+    Ok(Json(Granted { name: name.to_string(), fence: fence.0, node, count, mode }))
 }
 
 /// How long an acquire or a campaign waits, and whether a session that
@@ -437,6 +444,8 @@ struct Wait {
     timeout: Option<String>,
     try_lock: bool,
     reentrant: bool,
+    /// And whether it reads or writes.
+    mode: Mode,
 }
 
 /// Takes lock `text` for session `id`: what acquire and campaign share.
@@ -467,6 +476,7 @@ async fn take(
         try_lock: wait.try_lock,
         value,
         client: String::new(),
+        mode: wait.mode,
     };
     let (taken, count) = api.sessions.acquire(id, &req, wait.reentrant).await?;
     match taken {
@@ -627,7 +637,8 @@ async fn campaign(
     Segment(text): Segment,
     Body(body): Body<CampaignBody>,
 ) -> Result<Json<Leading>, ApiError> {
-    let wait = Wait { timeout: body.timeout, try_lock: body.try_lock, reentrant: false };
+    let (timeout, try_lock) = (body.timeout, body.try_lock);
+    let wait = Wait { timeout, try_lock, reentrant: false, mode: Mode::Write };
     let value = Some(body.value.clone());
     let (name, fence, _) = take(&api, &text, &body.session, 0, wait, value).await?;
     let node = api.shared.agent.id().0;

@@ -68,5 +68,5 @@ pub use config::Config;
 pub use coterie_client::{auth, codec, protocol};
 pub use coterie_client::{
     client_label, Acquired, Client, ClientError, Credentials, Entry, Grant, HoldEvent, Lock,
-    LockRequest, Loss, Observer, Outcome, Watch, WitnessClient,
+    LockRequest, Loss, Mode, Observer, Outcome, Watch, WitnessClient,
 };

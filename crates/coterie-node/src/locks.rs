@@ -23,7 +23,7 @@
 
 use crate::metrics::Metrics;
 use crate::protocol::RevokeAsked;
-use coterie_core::{Fence, Name};
+use coterie_core::{Fence, Mode, Name};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -52,6 +52,8 @@ pub(crate) struct Holder {
     /// Why it was asked to let go, once someone asked
     /// ([`Locks::ask_to_let_go`]): the reason given, empty if none was.
     pub(crate) revoke: Option<String>,
+    /// Whether it reads or writes.
+    pub(crate) mode: Mode,
 }
 
 /// A request to a session to let go of a name it holds
@@ -81,6 +83,7 @@ struct Waiter {
     client: Client,
     since: Duration,
     value: Option<String>,
+    mode: Mode,
     grant: oneshot::Sender<Fence>,
 }
 
@@ -110,22 +113,19 @@ pub(crate) struct Demand {
     pub(crate) used: Vec<Fence>,
     /// How many sessions wait for it.
     pub(crate) waiting: u32,
+    /// Of the sessions that hold it (lost ones too) and wait for it, the
+    /// readers.
+    pub(crate) reads: u32,
 }
 
 impl Demand {
     /// Nobody holds or wants it.
-    pub(crate) const NONE: Demand = Demand { permits: 1, used: Vec::new(), waiting: 0 };
+    pub(crate) const NONE: Demand = Demand { permits: 1, used: Vec::new(), waiting: 0, reads: 0 };
 
     /// Whether a session holds a grant of it (or the node holds one for a
     /// lost session).
     pub(crate) fn holding(&self) -> bool {
         !self.used.is_empty()
-    }
-
-    /// The grants the node should hold or ask for: one per session that
-    /// holds or waits (and per lost holder), no more than the permits.
-    pub(crate) fn wanted(&self) -> u32 {
-        (self.used.len() as u32 + self.waiting).min(self.permits)
     }
 }
 
@@ -178,8 +178,8 @@ pub(crate) struct LocalLock {
     /// The sessions holding the node's grants, and whether the node
     /// holds it for that session, lost (the lock delay).
     pub(crate) holders: Vec<(Holder, bool)>,
-    /// Sessions waiting, first served first: who, and since when.
-    pub(crate) waiters: Vec<(Client, Duration)>,
+    /// Sessions waiting, first served first: who, since when, and how.
+    pub(crate) waiters: Vec<(Client, Duration, Mode)>,
 }
 
 /// The limits the table keeps.
@@ -249,14 +249,14 @@ impl Locks {
         t.next_session
     }
 
-    /// Queues `client` for `name` (`permits` of it), to be handed the grant
-    /// through `grant`; then the agent must follow
+    /// Queues `client` for `name` (`permits` of it, in `mode`), to be
+    /// handed the grant through `grant`; then the agent must follow
     /// ([`Agent::sync`](crate::agent::Agent::sync)).
     pub(crate) fn wait(
         &self,
         client: Client,
         name: &Name,
-        permits: u32,
+        (permits, mode): (u32, Mode),
         value: Option<String>,
         now: Duration,
         grant: oneshot::Sender<Fence>,
@@ -288,7 +288,7 @@ impl Locks {
         {
             return Err(Refused::Twice(name.clone()));
         }
-        local.waiters.push_back(Waiter { client, since: now, value, grant });
+        local.waiters.push_back(Waiter { client, since: now, value, mode, grant });
         t.waiting += 1;
         Ok(())
     }
@@ -431,33 +431,44 @@ impl Locks {
         let t = self.table();
         match t.names.get(name) {
             None => Demand::NONE,
-            Some(l) => Demand {
-                permits: l.permits,
-                used: l
-                    .holders
-                    .iter()
-                    .chain(l.orphans.iter().map(|(h, _)| h))
-                    .map(|h| h.fence)
-                    .collect(),
-                waiting: l.waiters.len() as u32,
-            },
+            Some(l) => {
+                let held = l.holders.iter().chain(l.orphans.iter().map(|(h, _)| h));
+                let modes = held.clone().map(|h| h.mode).chain(l.waiters.iter().map(|w| w.mode));
+                Demand {
+                    permits: l.permits,
+                    used: held.map(|h| h.fence).collect(),
+                    waiting: l.waiters.len() as u32,
+                    reads: modes.filter(|&m| m == Mode::Read).count() as u32,
+                }
+            }
         }
     }
 
     /// Hands the node's grant of `name` to the first session still waiting
-    /// for it (one that went away meanwhile is skipped).
-    pub(crate) fn grant(&self, name: &Name, fence: Fence, now: Duration) -> Handed {
+    /// for it (one that went away meanwhile is skipped): with `mode`, the
+    /// first waiting in that mode (a grant in read mode is for a reader,
+    /// one in write mode for a writer); without, the first of any (the
+    /// algorithm takes reads as writes).
+    pub(crate) fn grant(
+        &self,
+        name: &Name,
+        fence: Fence,
+        mode: Option<Mode>,
+        now: Duration,
+    ) -> Handed {
         let mut t = self.table();
         let Some(local) = t.names.get_mut(name) else { return Handed::Nobody };
         let mut taken = 0;
         let mut handed = Handed::Nobody;
-        while let Some(waiter) = local.waiters.pop_front() {
+        while let Some(at) = local.waiters.iter().position(|w| mode.is_none_or(|m| w.mode == m)) {
+            let Some(waiter) = local.waiters.remove(at) else { break };
             taken += 1;
             if waiter.grant.send(fence).is_ok() {
                 self.metrics.granted(now.saturating_sub(waiter.since), waiter.value.is_some());
                 let client = waiter.client.clone();
-                let (value, since) = (waiter.value, now);
-                let holder = Holder { client: waiter.client, fence, since, value, revoke: None };
+                let (value, since, mode) = (waiter.value, now, waiter.mode);
+                let holder =
+                    Holder { client: waiter.client, fence, since, value, revoke: None, mode };
                 local.holders.push(holder);
                 handed = Handed::To(client);
                 break;
@@ -536,7 +547,7 @@ impl Locks {
                     .map(|h| (h.clone(), false))
                     .chain(l.orphans.iter().map(|(h, _)| (h.clone(), true)))
                     .collect(),
-                waiters: l.waiters.iter().map(|w| (w.client.clone(), w.since)).collect(),
+                waiters: l.waiters.iter().map(|w| (w.client.clone(), w.since, w.mode)).collect(),
             })
             .collect()
     }
@@ -595,11 +606,14 @@ mod tests {
         let (a, b) = (client(&locks), client(&locks));
         let (tx_a, rx_a) = oneshot::channel();
         let (tx_b, mut rx_b) = oneshot::channel();
-        locks.wait(a.clone(), &name("x"), 1, None, ms(0), tx_a).unwrap();
-        locks.wait(b.clone(), &name("x"), 1, Some("v".into()), ms(1), tx_b).unwrap();
-        assert_eq!(locks.demand(&name("x")), Demand { permits: 1, used: vec![], waiting: 2 });
+        locks.wait(a.clone(), &name("x"), (1, Mode::Write), None, ms(0), tx_a).unwrap();
+        locks.wait(b.clone(), &name("x"), (1, Mode::Write), Some("v".into()), ms(1), tx_b).unwrap();
+        assert_eq!(
+            locks.demand(&name("x")),
+            Demand { permits: 1, used: vec![], waiting: 2, reads: 0 }
+        );
         drop(rx_a); // a went away
-        assert_eq!(locks.grant(&name("x"), Fence(7), ms(2)), Handed::To(b.clone()));
+        assert_eq!(locks.grant(&name("x"), Fence(7), None, ms(2)), Handed::To(b.clone()));
         assert_eq!(rx_b.try_recv(), Ok(Fence(7)));
         let snap = locks.snapshot("");
         assert_eq!(snap[0].holders[0].0.value.as_deref(), Some("v"));
@@ -607,7 +621,7 @@ mod tests {
         assert!(locks.leave(b.session, &name("x"), ms(3)));
         assert_eq!(locks.demand(&name("x")), Demand::NONE);
         assert_eq!(locks.len(), 0, "an unused name is forgotten");
-        assert_eq!(locks.grant(&name("x"), Fence(8), ms(3)), Handed::Nobody);
+        assert_eq!(locks.grant(&name("x"), Fence(8), None, ms(3)), Handed::Nobody);
     }
 
     /// Grants of a lock of several permits go to as many sessions, each
@@ -619,12 +633,12 @@ mod tests {
         let mut rx = Vec::new();
         for who in [&a, &b, &c] {
             let (tx, r) = oneshot::channel();
-            locks.wait(who.clone(), &name("x"), 2, None, ms(0), tx).unwrap();
+            locks.wait(who.clone(), &name("x"), (2, Mode::Write), None, ms(0), tx).unwrap();
             rx.push(r);
         }
-        assert_eq!(locks.demand(&name("x")).wanted(), 2, "no more than the permits");
-        assert_eq!(locks.grant(&name("x"), Fence(5), ms(1)), Handed::To(a.clone()));
-        assert_eq!(locks.grant(&name("x"), Fence(6), ms(1)), Handed::To(b.clone()));
+        assert_eq!(locks.demand(&name("x")).waiting, 3);
+        assert_eq!(locks.grant(&name("x"), Fence(5), None, ms(1)), Handed::To(a.clone()));
+        assert_eq!(locks.grant(&name("x"), Fence(6), None, ms(1)), Handed::To(b.clone()));
         let demand = locks.demand(&name("x"));
         assert_eq!(
             (demand.used, demand.waiting, locks.load().held),
@@ -634,7 +648,7 @@ mod tests {
         assert!(!locks.holds(a.session, &name("x"), Fence(6)), "b's grant");
         assert!(locks.leave(a.session, &name("x"), ms(2)));
         assert_eq!(locks.demand(&name("x")).used, vec![Fence(6)]);
-        assert_eq!(locks.grant(&name("x"), Fence(7), ms(3)), Handed::To(c.clone()));
+        assert_eq!(locks.grant(&name("x"), Fence(7), None, ms(3)), Handed::To(c.clone()));
         let holders: Vec<u64> =
             locks.snapshot("x")[0].holders.iter().map(|(h, _)| h.fence.0).collect();
         assert_eq!(holders, [6, 7]);
@@ -645,8 +659,8 @@ mod tests {
         let locks = locks();
         let (a, b) = (client(&locks), client(&locks));
         let (tx, _rx) = oneshot::channel();
-        locks.wait(a.clone(), &name("x"), 1, Some("v1".into()), ms(0), tx).unwrap();
-        locks.grant(&name("x"), Fence(4), ms(0));
+        locks.wait(a.clone(), &name("x"), (1, Mode::Write), Some("v1".into()), ms(0), tx).unwrap();
+        locks.grant(&name("x"), Fence(4), None, ms(0));
         assert!(!locks.proclaim(b.session, &name("x"), Fence(4), "b".into()), "not the holder");
         assert!(!locks.proclaim(a.session, &name("x"), Fence(3), "old".into()), "an old fence");
         assert!(!locks.proclaim(a.session, &name("y"), Fence(4), "y".into()), "not held");
@@ -660,8 +674,8 @@ mod tests {
         let locks = locks();
         let a = client(&locks);
         let (tx, _rx) = oneshot::channel();
-        locks.wait(a.clone(), &name("x"), 1, None, ms(0), tx).unwrap();
-        locks.grant(&name("x"), Fence(1), ms(0));
+        locks.wait(a.clone(), &name("x"), (1, Mode::Write), None, ms(0), tx).unwrap();
+        locks.grant(&name("x"), Fence(1), None, ms(0));
         assert!(locks.lose(a.session, &name("x"), ms(0), Some(ms(500))));
         assert!(locks.demand(&name("x")).holding(), "held for the lost session");
         assert_eq!(locks.load(), Load { held: 1, waiting: 0 }, "held for the lost session");
@@ -677,7 +691,14 @@ mod tests {
         let locks = locks();
         let a = client(&locks);
         let wait = |c: &Client, n: &str, permits| {
-            locks.wait(c.clone(), &name(n), permits, None, ms(0), oneshot::channel().0)
+            locks.wait(
+                c.clone(),
+                &name(n),
+                (permits, Mode::Write),
+                None,
+                ms(0),
+                oneshot::channel().0,
+            )
         };
         wait(&a, "x", 2).unwrap();
         assert!(matches!(wait(&a, "x", 2), Err(Refused::Twice(_))));
@@ -697,7 +718,9 @@ mod tests {
         let locks = Locks::new(Limits { max_pending: 10, max_names: 10 }, Metrics::default());
         let a = client(&locks);
         for n in ["jobs/a", "jobs/b", "job", "printer"] {
-            locks.wait(a.clone(), &name(n), 1, None, ms(0), oneshot::channel().0).unwrap();
+            locks
+                .wait(a.clone(), &name(n), (1, Mode::Write), None, ms(0), oneshot::channel().0)
+                .unwrap();
         }
         let names: Vec<String> =
             locks.snapshot("jobs/").iter().map(|l| l.name.to_string()).collect();

@@ -33,7 +33,7 @@ use crate::metrics::{Loss, Metrics};
 use crate::peers::Peers;
 use crate::protocol::{Acquire, Leader, NodeEvent};
 use coterie_core::engine::RequestError;
-use coterie_core::{Fence, Name};
+use coterie_core::{Fence, Mode, Name};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,6 +86,8 @@ pub(crate) struct Asked {
     pub(crate) limit: Option<Duration>,
     /// A try: giving up is [`Taken::Busy`], not [`Taken::TimedOut`].
     pub(crate) try_lock: bool,
+    /// Whether the session reads or writes.
+    pub(crate) mode: Mode,
 }
 
 /// What came of taking the names of an [`Asked`].
@@ -194,6 +196,12 @@ impl Shared {
             return Err(format!("the lock {:?} is named twice", twice[0].as_str()));
         }
         let permits = if req.permits == 0 { self.default_permits } else { req.permits };
+        if req.mode == Mode::Read && permits > 1 {
+            return Err(format!(
+                "a read needs a lock of one permit, and this one has {permits}: readers share a \
+                 lock, and a semaphore's permits are all alike (ask for 1 permit, or write)"
+            ));
+        }
         for name in &names {
             self.agent.check_permits(name, permits).map_err(|e| e.to_string())?;
         }
@@ -204,7 +212,8 @@ impl Shared {
             (None, true) => Some(self.agent.timing().1),
             (None, false) => None,
         };
-        Ok(Asked { names, permits, value: req.value.clone(), limit, try_lock: req.try_lock })
+        let (value, try_lock, mode) = (req.value.clone(), req.try_lock, req.mode);
+        Ok(Asked { names, permits, value, limit, try_lock, mode })
     }
 
     /// Takes every name `asked` names for `client`, all or none, in name
@@ -264,7 +273,7 @@ impl Shared {
         let now = self.agent.now();
         let value = asked.value.clone();
         self.locks
-            .wait(client.clone(), name, asked.permits, value, now, tx)
+            .wait(client.clone(), name, (asked.permits, asked.mode), value, now, tx)
             .map_err(|e| Gone::Refused(e.into()))?;
         if let Err(e) = self.agent.sync(name) {
             self.leave(client.session, name);

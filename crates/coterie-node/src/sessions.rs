@@ -19,7 +19,7 @@ use crate::metrics::Loss;
 use crate::protocol::Acquire;
 use crate::session::{clip, Asked, Lease, Refusal, Shared, Taken};
 use crate::shutdown::Shutdown;
-use coterie_core::{Fence, Name};
+use coterie_core::{Fence, Mode, Name};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -72,6 +72,8 @@ struct Hold {
     /// How often the session took it (`"reentrant": true`): as many
     /// releases let it go.
     count: u32,
+    /// Whether it reads or writes.
+    mode: Mode,
 }
 
 /// How a session ended, as its watchers are told
@@ -314,7 +316,7 @@ impl Sessions {
         match t.get_mut(id) {
             Some(entry) => {
                 for (name, fence) in &held {
-                    let hold = Hold { fence: *fence, led, count: 1 };
+                    let hold = Hold { fence: *fence, led, count: 1, mode: asked.mode };
                     entry.holding.insert(name.clone(), hold);
                 }
                 Ok((Taken::Granted(held), 1))
@@ -350,6 +352,14 @@ impl Sessions {
         };
         if asked.value.is_some() {
             return Ok(None);
+        }
+        if reentrant && hold.mode == Mode::Read && asked.mode == Mode::Write {
+            let refused = format!(
+                "this session holds {} to read, and a read does not become a write: release it \
+                 and ask to write (two readers each waiting to write would wait for ever)",
+                clip(name.as_str())
+            );
+            return Ok(Some((Taken::Refused(Refusal::Conflict(refused)), 0)));
         }
         if reentrant {
             hold.count = hold.count.saturating_add(1);

@@ -37,7 +37,7 @@ fn the_python_client_and_the_curl_examples_work_against_a_real_cluster() {
     let log = text(&out);
     println!("{log}");
     assert!(out.status.success(), "the Python client's tests failed:\n{log}");
-    assert!(log.contains("Ran 10 tests"), "not every test ran:\n{log}");
+    assert!(log.contains("Ran 11 tests"), "not every test ran:\n{log}");
 }
 
 /// Runs schemathesis in `dir` on the document at `schema` against `base`,

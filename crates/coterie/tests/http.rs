@@ -112,6 +112,92 @@ fn a_reentrant_session_counts_up_and_down_and_the_last_release_frees_the_lock() 
     assert_eq!(status, 409, "nothing left to release");
 }
 
+/// The waiters `GET /v1/locks/{name}` lists at `base`.
+fn waiters(base: &str, name: &str) -> Vec<Value> {
+    let (status, body) = call("GET", &format!("{base}/v1/locks/{name}"), None, None);
+    assert_eq!(status, 200, "{body}");
+    body["waiters"].as_array().cloned().unwrap_or_default()
+}
+
+/// Polls `done` every 50 ms for up to 10 s.
+fn eventually(what: &str, done: impl Fn() -> bool) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < until, "not within 10 s: {what}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Readers and writers on five real nodes: four sessions reading through
+/// four nodes hold the lock at once; a writer that asks then waits for
+/// every one of them to leave, and holds alone; a reader that asks after
+/// the writer waits behind it although readers hold, and enters only once
+/// the writer has left, with a fence above the writer's, itself above
+/// every reader's. Listings give each holder's and waiter's mode. An
+/// unknown mode, and a read of a lock of two permits, are refused and
+/// change nothing.
+#[test]
+fn four_readers_through_four_nodes_share_and_a_writer_waits_for_them_then_holds_alone() {
+    let up = Up::start(5, "http-readers");
+    let nodes: Vec<String> = (1..=5).map(|i| up.http(i)).collect();
+    let (status, bad) = acquire(&nodes[0], "config", json!({ "session": "x", "mode": "append" }));
+    assert_eq!(status, 400, "an unknown mode: {bad}");
+    let s = session(&nodes[0], "20s");
+    let (status, bad) =
+        acquire(&nodes[0], "pool", json!({ "session": s, "mode": "read", "permits": 2 }));
+    assert_eq!(status, 400, "a read of two permits: {bad}");
+    assert!(bad["detail"].as_str().unwrap().contains("one permit"), "{bad}");
+
+    let mut readers = Vec::new();
+    for base in &nodes[..4] {
+        let id = session(base, "20s");
+        let body = json!({ "session": id, "mode": "read", "timeout": "10s" });
+        let (status, got) = acquire(base, "config", body);
+        assert_eq!((status, got["mode"].as_str()), (200, Some("read")), "{got}");
+        readers.push((base.clone(), id, got["fence"].as_u64().unwrap()));
+    }
+    let listed = holders(&nodes[4], "config");
+    assert_eq!(listed.len(), 4, "four readers at once: {listed:?}");
+    assert!(listed.iter().all(|h| h["mode"] == "read"), "{listed:?}");
+
+    // The writer asks, and waits; then a reader asks, after it.
+    let taker = |base: &str, body: Value| {
+        let base = base.to_string();
+        thread::spawn(move || acquire(&base, "config", body))
+    };
+    let w = session(&nodes[4], "20s");
+    let writer = taker(&nodes[4], json!({ "session": w, "timeout": "15s" }));
+    eventually("the writer waits", || waiters(&nodes[0], "config").len() == 1);
+    let late = session(&nodes[1], "20s");
+    let reader = taker(&nodes[1], json!({ "session": late, "mode": "read", "timeout": "15s" }));
+    eventually("the late reader waits", || waiters(&nodes[0], "config").len() == 2);
+    let modes: Vec<Value> =
+        waiters(&nodes[2], "config").iter().map(|w| w["mode"].clone()).collect();
+    assert_eq!(modes, [json!("write"), json!("read")], "writer first, then the reader");
+
+    // The readers leave one by one: the writer waits for the last.
+    for (i, (base, id, fence)) in readers.iter().enumerate() {
+        thread::sleep(Duration::from_millis(300));
+        assert!(!writer.is_finished(), "the writer entered beside {} reader(s)", 4 - i);
+        let (status, _) = release(base, "config", id, *fence);
+        assert_eq!(status, 200);
+    }
+    let (status, wrote) = writer.join().unwrap();
+    assert_eq!((status, wrote["mode"].as_str()), (200, Some("write")), "{wrote}");
+    let written = wrote["fence"].as_u64().unwrap();
+    assert!(readers.iter().all(|r| r.2 < written), "the writer's fence is above the readers'");
+    thread::sleep(Duration::from_millis(300));
+    assert!(!reader.is_finished(), "the late reader entered beside the writer");
+    let listed = holders(&nodes[0], "config");
+    assert_eq!(listed.len(), 1, "the writer alone: {listed:?}");
+    assert_eq!(listed[0]["mode"], "write");
+    let (status, _) = release(&nodes[4], "config", &w, written);
+    assert_eq!(status, 200);
+    let (status, read) = reader.join().unwrap();
+    assert_eq!(status, 200, "{read}");
+    assert!(read["fence"].as_u64().unwrap() > written, "{read} after {written}");
+}
+
 /// Cooperative revocation over HTTP: a revoke at any node reaches each
 /// holder's session stream as a `revoke` event with the reason, wherever
 /// the holder's node is; nothing is taken (the holder still holds, and

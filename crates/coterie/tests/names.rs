@@ -357,6 +357,7 @@ fn bad_names_and_too_many_names_get_a_clear_error() {
         (vec!["tab\there"], "control character"),
         (vec!["a", "b", "a"], "named twice"),
         (vec!["-n", "0", "a"], "at least 1 permit"),
+        (vec!["--read", "-n", "2", "a"], "one permit"),
     ] {
         let mut cmd = vec!["lock", "--config", up.config()];
         cmd.extend(args.iter().copied());
@@ -371,6 +372,32 @@ fn bad_names_and_too_many_names_get_a_clear_error() {
     assert!(text(&out.stderr).contains("max_names"), "{}", text(&out.stderr));
     let out = lock_now(&up, 1, &["a", "b"], &["true"]);
     assert!(out.status.success(), "the node serves on: {}", text(&out.stderr));
+}
+
+/// `coterie lock --read`: two commands reading through two nodes run at
+/// once and `coterie locks` marks both readers; a writer's try finds the
+/// lock busy while they run, and writes once they are done.
+#[test]
+fn readers_run_side_by_side_and_a_writer_waits_for_them() {
+    let up = Up::start(3, "cli-readers");
+    let (a, b) = (scratch("cli-reader-a"), scratch("cli-reader-b"));
+    let script = "touch \"$D/in\"; while [ ! -e \"$D/go\" ]; do sleep 0.05; done";
+    let first = lock_running(up.config(), 1, &["--read", "cfg"], script, &a.0);
+    let second = lock_running(up.config(), 2, &["--read", "cfg"], script, &b.0);
+    appears(&a.0.join("in"));
+    appears(&b.0.join("in"));
+    let listed = coterie(&["locks", "--config", up.config()]);
+    let listing = text(&listed.stdout);
+    assert_eq!(listing.matches("(read), fence").count(), 2, "two readers: {listing}");
+    let busy = lock_now(&up, 3, &["--try", "cfg"], &["true"]);
+    assert_eq!(busy.status.code(), Some(75), "{}", text(&busy.stderr));
+    for dir in [&a, &b] {
+        std::fs::write(dir.0.join("go"), "").unwrap();
+    }
+    assert_eq!(finished(first, &a.0).0, Some(0));
+    assert_eq!(finished(second, &b.0).0, Some(0));
+    let wrote = lock_now(&up, 3, &["cfg"], &["true"]);
+    assert!(wrote.status.success(), "{}", text(&wrote.stderr));
 }
 
 /// An application's election: the leader's node dies, the next

@@ -29,6 +29,12 @@ use std::time::Duration;
 /// grants made while a request that came earlier still waited (out of
 /// order): earlier by timestamp for the algorithms that stamp requests,
 /// by the time of asking for the others.
+///
+/// With --read-share, heavy load runs again with that share of the
+/// clients reading (two clients per node, both runs): messages per entry
+/// and entries per simulated second with readers, against the same load
+/// all writing. Where the algorithm has no reader form a read is a write,
+/// and the two match.
 #[derive(clap::Args)]
 pub struct Args {
     /// Algorithms to compare, comma-separated (default: all).
@@ -56,6 +62,10 @@ pub struct Args {
     /// messages per entry: the lease rides on heartbeats.
     #[arg(long, default_value = "majority", value_parser = super::sim::partition_mode)]
     partition_mode: Partitions,
+    /// Also run heavy load with this share of the clients reading (0 to
+    /// 1), against the same load all writing.
+    #[arg(long, value_name = "SHARE", value_parser = share)]
+    read_share: Option<f64>,
     /// Print a JSON array of rows.
     #[arg(long)]
     json: bool,
@@ -96,6 +106,83 @@ struct Row {
     /// With `--real`: the same algorithm on real processes.
     #[serde(skip_serializing_if = "Option::is_none")]
     real: Option<Real>,
+    /// With `--read-share`: heavy load with readers, against all writing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reads: Option<Reads>,
+}
+
+/// Heavy load with a share of the clients reading, against the same load
+/// with every client writing (two clients per node in both).
+#[derive(Serialize)]
+struct Reads {
+    /// The share asked for, and the clients it made readers, of all.
+    share: f64,
+    readers: u32,
+    clients: u32,
+    /// Messages per entry, and entries per simulated second, with readers.
+    messages_per_entry: f64,
+    throughput_per_s: f64,
+    /// The same, every client writing.
+    exclusive_messages_per_entry: f64,
+    exclusive_throughput_per_s: f64,
+    /// Reads granted while another reader held: readers sharing.
+    shared_reads: u64,
+    violations: u64,
+}
+
+/// A share between 0 and 1.
+fn share(text: &str) -> Result<f64, String> {
+    let share: f64 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
+    if (0.0..=1.0).contains(&share) {
+        Ok(share)
+    } else {
+        Err(format!("{share} is not a share: give one from 0 to 1"))
+    }
+}
+
+/// Heavy load of `base` over `seeds`, two clients per node, with
+/// `readers` of them reading: mutex messages, entries, simulated µs,
+/// reads shared and runs that broke an invariant.
+fn heavy_reads(base: &SimConfig, seeds: u64, readers: u32) -> (u64, u64, u64, u64, u64) {
+    let mut sums = (0, 0, 0, 0, 0);
+    for seed in 0..seeds {
+        let run = sim::run(SimConfig {
+            seed,
+            load: Load::Concurrent,
+            sessions: 2,
+            readers,
+            requests: 20,
+            hold: (Duration::from_millis(1), Duration::from_millis(1)),
+            think: (Duration::ZERO, Duration::ZERO),
+            ..base.clone()
+        });
+        sums.0 += run.mutex_messages;
+        sums.1 += run.entries;
+        sums.2 += run.workload_us;
+        sums.3 += run.shared_reads;
+        sums.4 += u64::from(!run.violations.is_empty());
+    }
+    sums
+}
+
+/// [`Reads`] for `base` over `seeds`.
+fn measure_reads(base: &SimConfig, seeds: u64, share: f64) -> Reads {
+    let clients = base.nodes * 2;
+    let readers = (share * f64::from(clients)).round() as u32;
+    let per = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    let (msgs, entries, us, shared_reads, broken) = heavy_reads(base, seeds, readers);
+    let (x_msgs, x_entries, x_us, _, x_broken) = heavy_reads(base, seeds, 0);
+    Reads {
+        share,
+        readers,
+        clients,
+        messages_per_entry: per(msgs, entries),
+        throughput_per_s: per(entries * 1_000_000, us),
+        exclusive_messages_per_entry: per(x_msgs, x_entries),
+        exclusive_throughput_per_s: per(x_entries * 1_000_000, x_us),
+        shared_reads,
+        violations: broken + x_broken,
+    }
 }
 
 /// The inclusive ranges of messages per entry theory allows in a cluster
@@ -203,6 +290,7 @@ fn measure(
     seeds: u64,
     mutex_options: MutexOptions,
     partitions: Partitions,
+    read_share: Option<f64>,
 ) -> Result<Row> {
     let mut base = SimConfig { nodes, mutex_options, ..SimConfig::new(mutex, election) };
     base.timing.lease.partitions = partitions;
@@ -237,6 +325,8 @@ fn measure(
     }
     let per = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     let mean_sync = per(delays.iter().sum(), delays.len() as u64) / 1e6;
+    let reads = read_share.map(|share| measure_reads(&base, seeds, share));
+    violations += reads.as_ref().map_or(0, |r| r.violations);
     Ok(Row {
         mutex,
         nodes,
@@ -250,6 +340,7 @@ fn measure(
         violations,
         theory: Theory::of(mutex, nodes),
         real: None,
+        reads,
     })
 }
 
@@ -270,7 +361,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 priority: args.priority,
                 ..MutexOptions::default()
             };
-            rows.push(measure(mutex, args.election, n, args.seeds, options, args.partition_mode)?);
+            let (seeds, partitions) = (args.seeds, args.partition_mode);
+            let row =
+                measure(mutex, args.election, n, seeds, options, partitions, args.read_share)?;
+            rows.push(row);
         }
     }
     if args.real {
@@ -322,6 +416,39 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "({} seeds per cell, no faults; SYNC in mean one-way message delays; ENTRIES/S in simulated time)",
             args.seeds
         );
+        if let Some(share) = args.read_share {
+            println!(
+                "\n{:<20} {:>3}  {:>9}  {:>11}  {:>11}  {:>11}  {:>11}  {:>8}",
+                "READ-HEAVY LOAD",
+                "N",
+                "READERS",
+                "MSGS/ENTRY",
+                "ENTRIES/S",
+                "EXCL. MSGS",
+                "EXCL. E/S",
+                "SPEED-UP"
+            );
+            for r in &rows {
+                let Some(x) = &r.reads else { continue };
+                let speedup =
+                    x.throughput_per_s / x.exclusive_throughput_per_s.max(f64::MIN_POSITIVE);
+                println!(
+                    "{:<20} {:>3}  {:>9}  {:>11.2}  {:>11.0}  {:>11.2}  {:>11.0}  {:>7.2}x",
+                    r.mutex,
+                    r.nodes,
+                    format!("{}/{}", x.readers, x.clients),
+                    x.messages_per_entry,
+                    x.throughput_per_s,
+                    x.exclusive_messages_per_entry,
+                    x.exclusive_throughput_per_s,
+                    speedup
+                );
+            }
+            println!(
+                "(heavy load, two clients per node, {share} of them reading, against all writing; \
+                 ENTRIES/S in simulated time)"
+            );
+        }
         if args.real {
             println!(
                 "\n{:<20} {:>3}  {:>11}  {:>9}  {:>9}  {:>10}  {:>10}",

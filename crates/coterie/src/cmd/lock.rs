@@ -4,6 +4,7 @@
 
 use super::common::{self, NodeAddr, Target};
 use anyhow::{Context, Result};
+use coterie_core::Mode;
 use coterie_node::{ClientError, Grant, HoldEvent, LockRequest, Loss, Outcome};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
@@ -26,7 +27,11 @@ pub const EXIT_LOST: u8 = 76;
 /// never deadlock; a timeout releases what was taken. With -n K the lock
 /// is a counting semaphore: K holders at once (centralized,
 /// centralized-lending and raymond-k;
-/// every client of a lock must give the same K).
+/// every client of a lock must give the same K). With --read the command
+/// shares the locks with other readers, and a writer (the default, or
+/// --write) holds them alone; no reader is let in ahead of a writer that
+/// asked before it (centralized and centralized-lending; the other
+/// algorithms take a read as a write).
 ///
 /// CMD runs in a process group of its own, with COTERIE_LOCK set to the
 /// names held (space-separated), COTERIE_FENCE to the first one's fencing
@@ -56,7 +61,7 @@ pub const EXIT_LOST: u8 = 76;
 /// permits that do not fit the lock); 76 when the locks were lost while
 /// CMD ran; 128 + the signal when a signal ended the wait; 2 for a name
 /// that is not one (empty, over 256 bytes, a control character), a name
-/// given twice, or -n 0.
+/// given twice, -n 0, or --read with -n above 1.
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
@@ -71,6 +76,13 @@ pub struct Args {
     /// raymond-k gives a node one at a time.
     #[arg(short = 'n', long = "permits", value_name = "K")]
     permits: Option<u32>,
+    /// Read: share the locks with other readers, never with a writer.
+    /// Needs locks of one permit.
+    #[arg(long, conflicts_with = "write")]
+    read: bool,
+    /// Write: hold the locks alone (the default).
+    #[arg(long)]
+    write: bool,
     /// A value to hold the locks with, shown to whoever lists them.
     #[arg(long, value_name = "V")]
     value: Option<String>,
@@ -185,9 +197,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
         eprintln!("coterie lock: -n 0: a lock needs at least 1 permit");
         return Ok(ExitCode::from(2));
     }
+    if args.read && args.permits.is_some_and(|k| k > 1) {
+        eprintln!(
+            "coterie lock: --read with -n {}: readers share a lock of one permit, and a \
+             semaphore's permits are all alike (drop --read, or -n)",
+            args.permits.unwrap_or(1)
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let mode = if args.read { Mode::Read } else { Mode::Write };
     let nodes = args.target.nodes()?;
     let req = LockRequest::new(args.names)
         .permits(args.permits.unwrap_or(0))
+        .mode(mode)
         .value(args.value)
         .timeout(args.run.timeout)
         .try_lock(args.run.try_lock);

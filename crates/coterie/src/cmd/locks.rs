@@ -4,6 +4,7 @@
 use super::common::{self, Target};
 use anyhow::Result;
 use coterie_node::protocol::{LockInfo, WaitOrder};
+use coterie_node::Mode;
 use std::process::ExitCode;
 
 /// List the cluster's live locks: who holds each (node, client, fence,
@@ -57,6 +58,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// How a listing marks a reader: writers, the usual case, go unmarked.
+fn reading(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Read => " (read)",
+        Mode::Write => "",
+    }
+}
+
 /// The listing as a table, a line per lock and one per holder and waiter.
 fn table(locks: &[LockInfo]) -> String {
     if locks.is_empty() {
@@ -75,8 +84,9 @@ fn table(locks: &[LockInfo]) -> String {
                 Some(why) => format!(", asked to let go ({why})"),
                 None => String::new(),
             };
+            let reading = reading(h.mode);
             out.push_str(&format!(
-                "  held by   n{} {client}, fence {}, for {}{value}{asked}\n",
+                "  held by   n{} {client}{reading}, fence {}, for {}{value}{asked}\n",
                 h.node,
                 h.fence,
                 ms(h.held_ms)
@@ -84,10 +94,11 @@ fn table(locks: &[LockInfo]) -> String {
         }
         for (i, w) in lock.waiters.iter().enumerate() {
             out.push_str(&format!(
-                "  {:>2}. wait n{} {}, for {}\n",
+                "  {:>2}. wait n{} {}{}, for {}\n",
                 i + 1,
                 w.node,
                 w.client,
+                reading(w.mode),
                 ms(w.waited_ms)
             ));
         }
