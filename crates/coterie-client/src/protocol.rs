@@ -537,8 +537,9 @@ pub enum WitnessRequest {
     /// The witness's counters.
     Report,
     /// Read the register `name`: its plain copy, or its fenced copy with
-    /// `fence` (refused if below the highest fence that copy has seen;
-    /// without a fence, a look that checks and raises nothing).
+    /// `fence` (refused if below the fence of the copy's last write, and
+    /// raising the bar for writes to it; without a fence, a look that
+    /// checks and raises nothing).
     Read {
         /// The register's name (the lock's).
         name: String,

@@ -85,7 +85,8 @@ impl Mode {
 pub enum Register {
     /// Takes every read and write: a resource that knows nothing of fences.
     Plain,
-    /// Refuses an operation whose fence is below the highest it has seen.
+    /// Refuses a write whose fence is below the highest it has seen, and
+    /// a read whose fence is below the last write's.
     Fenced,
 }
 

@@ -31,9 +31,13 @@
 //! *plain* copy takes every read and write, as a resource that knows
 //! nothing of fences. The *fenced* copy is the resource Kleppmann asks
 //! for: it remembers the highest fence any read or write brought, and
-//! refuses an operation with a lower one. Checking reads as well as writes
-//! matters: a stale holder that read before a newer holder wrote must not
-//! write back what it read.
+//! refuses a write with a lower one, and a read with a fence below the
+//! last write's. Reads raise the bar for writes as well as writes do: a
+//! stale holder that read before a newer holder read or wrote must not
+//! write back what it read. Reads do not bar reads: readers of a
+//! readers-writers lock hold at once, each with its own fence, and read
+//! in any order; a reader whose fence is below a write's read after a
+//! newer writer, and is refused.
 
 use crate::codec::{read_frame, write_frame};
 use crate::protocol::{WitnessReport, WitnessRequest, WitnessResponse};
@@ -97,6 +101,8 @@ struct Register {
     fenced: i64,
     /// The highest fence an operation on the fenced copy brought.
     highest: u64,
+    /// The fence of the last write to the fenced copy.
+    written: u64,
 }
 
 impl Witness {
@@ -174,10 +180,10 @@ impl Witness {
             return WitnessResponse::Value(r.plain);
         }
         if let Some(fence) = fence {
-            if fence < r.highest {
-                return WitnessResponse::Fenced { highest: r.highest };
+            if fence < r.written {
+                return WitnessResponse::Fenced { highest: r.written };
             }
-            r.highest = fence;
+            r.highest = r.highest.max(fence);
         }
         WitnessResponse::Value(r.fenced)
     }
@@ -200,7 +206,7 @@ impl Witness {
         }
         match fence {
             Some(fence) if fence >= r.highest => {
-                r.highest = fence;
+                (r.highest, r.written) = (fence, fence);
                 r.fenced = value;
                 WitnessResponse::Written
             }
@@ -497,9 +503,14 @@ mod tests {
         assert_eq!(w.write("x", false, Some(5), 1), WitnessResponse::Written);
         assert_eq!(w.write("x", true, Some(5), 1), WitnessResponse::Fenced { highest: 6 });
         assert_eq!(w.read("x", true, Some(5)), WitnessResponse::Fenced { highest: 6 });
+        // Readers read in any order above the last write; a reader's read
+        // raises the bar for writes.
+        assert_eq!(value(w.read("x", true, Some(8))), 1);
+        assert_eq!(value(w.read("x", true, Some(7))), 1);
+        assert_eq!(w.write("x", true, Some(7), 2), WitnessResponse::Fenced { highest: 8 });
         // A look without a fence neither checks nor raises.
         assert_eq!(value(w.read("x", true, None)), 1);
-        assert_eq!(w.write("x", true, None, 9), WitnessResponse::Fenced { highest: 6 });
+        assert_eq!(w.write("x", true, None, 9), WitnessResponse::Fenced { highest: 8 });
         // Names are registers of their own.
         assert_eq!(value(w.read("y", true, Some(1))), 0);
         assert!(matches!(w.read("", false, None), WitnessResponse::Refused(_)));

@@ -110,6 +110,41 @@ fn every_mutex_under_the_mixed_nemesis_loses_no_fenced_update_and_recovers() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A read-heavy mix, 70 % of the acquires reading, under kills, pauses
+/// and partitions: under centralized readers hold at once, and under
+/// ricart-agrawala (no reader form: a read is a write) one holder at a
+/// time; under both no reader holds beside a writer, fences rise as the
+/// modes say, and no fenced update is lost.
+#[test]
+fn a_read_heavy_mix_shares_reads_where_it_may_and_loses_no_fenced_update() {
+    let _turn = one_cluster_at_a_time();
+    let dir = scratch("readers");
+    let args =
+        "--mutex centralized,ricart-agrawala --read-share 0.7 --faults kill,pause,partition \
+                --duration 10s --every 1.5s --recover 3s --seed 11";
+    let (reports, success, stderr) = nemesis_json(args, Some(&dir));
+    assert_eq!(reports.len(), 2);
+    for r in &reports {
+        let mutex = r["mutex"].as_str().unwrap();
+        assert_eq!(r["failures"], Value::Array(vec![]), "{mutex}: {r:#}");
+        let name = &r["history"]["names"][0];
+        let (reads, grants) =
+            (name["read_grants"].as_u64().unwrap(), name["grants"].as_u64().unwrap());
+        assert!(reads > 20 && reads < grants, "{mutex}: {reads} reads of {grants} grants");
+        let most = name["max_holders"].as_u64().unwrap();
+        match mutex {
+            "centralized" => assert!(most > 1, "centralized: readers never shared"),
+            _ => assert_eq!(most, 1, "{mutex} has no reader form, yet holders overlapped"),
+        }
+        let registers = name["registers"].as_array().unwrap();
+        let fenced = registers.iter().find(|x| x["register"] == "fenced").unwrap();
+        assert_eq!(fenced["lost_updates"], 0, "{mutex}: {fenced:#}");
+    }
+    assert!(success, "{stderr}");
+    assert_eq!(processes_under(&dir), Vec::<String>::new());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn lost_truncated_or_rolled_back_state_files_and_stepped_clocks_never_bring_a_fence_back() {
     let _turn = one_cluster_at_a_time();

@@ -1081,13 +1081,7 @@ mod tests {
         client.handle_coordinator(T, n(3), Epoch(1), &mut out);
         assert!(out.is_empty());
         client.handle_request(T, &mut out);
-        assert_eq!(
-            out.take(),
-            vec![Action::Send {
-                to: n(3),
-                msg: Request { epoch: Epoch(1), stamp: stamp(1, 1), mode: Mode::Write }
-            }]
-        );
+        assert_eq!(out.take(), vec![Action::Send { to: n(3), msg: write(1, 1, 1) }]);
         let fence = Fence::new(1, 1);
         client.handle_message(
             T,
@@ -1120,12 +1114,7 @@ mod tests {
             ]
         );
         // A request while rebuilding is queued but not yet granted.
-        c.handle_message(
-            T,
-            n(1),
-            Request { epoch: Epoch(4), stamp: stamp(7, 1), mode: Mode::Write },
-            &mut out,
-        );
+        c.handle_message(T, n(1), write(4, 7, 1), &mut out);
         assert!(out.is_empty());
         c.handle_message(
             T,
@@ -1215,23 +1204,13 @@ mod tests {
         let mut c = serving_coordinator(1);
         let mut out = Out::<Centralized>::new();
         c.manager.as_mut().unwrap().grants = Fence::MINOR_MAX - 1;
-        c.handle_message(
-            T,
-            n(1),
-            Request { epoch: Epoch(1), stamp: stamp(5, 1), mode: Mode::Write },
-            &mut out,
-        );
+        c.handle_message(T, n(1), write(1, 5, 1), &mut out);
         let last = Fence::new(1, Fence::MINOR_MAX);
         assert!(
             matches!(out.take()[..], [Action::Send { msg: Grant { fence, .. }, .. }] if fence == last)
         );
         assert!(!c.term_spent(), "nobody waits");
-        c.handle_message(
-            T,
-            n(2),
-            Request { epoch: Epoch(1), stamp: stamp(6, 2), mode: Mode::Write },
-            &mut out,
-        );
+        c.handle_message(T, n(2), write(1, 6, 2), &mut out);
         c.handle_message(T, n(1), Release { epoch: Epoch(1), fence: last }, &mut out);
         assert!(out.is_empty(), "a repeated fence was granted: {:?}", out.take());
         assert!(c.term_spent());
@@ -1264,27 +1243,12 @@ mod tests {
     fn fifo_queue_grants_in_arrival_order_not_stamp_order() {
         let mut c = serving_coordinator(1);
         let mut out = Out::<Centralized>::new();
-        c.handle_message(
-            T,
-            n(1),
-            Request { epoch: Epoch(1), stamp: stamp(5, 1), mode: Mode::Write },
-            &mut out,
-        );
+        c.handle_message(T, n(1), write(1, 5, 1), &mut out);
         out.take();
         // Node 2 asks first, with a larger stamp; node 3's lagging clock
         // gives its later request a smaller one.
-        c.handle_message(
-            T,
-            n(2),
-            Request { epoch: Epoch(1), stamp: stamp(9, 2), mode: Mode::Write },
-            &mut out,
-        );
-        c.handle_message(
-            T,
-            n(3),
-            Request { epoch: Epoch(1), stamp: stamp(2, 3), mode: Mode::Write },
-            &mut out,
-        );
+        c.handle_message(T, n(2), write(1, 9, 2), &mut out);
+        c.handle_message(T, n(3), write(1, 2, 3), &mut out);
         assert!(out.is_empty(), "one holder at a time");
         c.handle_message(T, n(1), Release { epoch: Epoch(1), fence: Fence::new(1, 1) }, &mut out);
         assert!(matches!(out.take()[..], [Action::Send { to, msg: Grant { .. } }] if to == n(2)));
@@ -1301,8 +1265,14 @@ mod tests {
         grants.collect()
     }
 
+    /// A REQUEST of `epoch`, stamped `(ts, node)`, in `mode`.
     fn request(epoch: u64, ts: u64, node: u32, mode: Mode) -> CentralizedMsg {
         Request { epoch: Epoch(epoch), stamp: stamp(ts, node), mode }
+    }
+
+    /// The same, to write.
+    fn write(epoch: u64, ts: u64, node: u32) -> CentralizedMsg {
+        request(epoch, ts, node, Mode::Write)
     }
 
     /// Readers adjacent in the queue enter together; a writer waits for
@@ -1412,18 +1382,8 @@ mod tests {
     fn capacity_k_admits_k_holders() {
         let mut c = serving_coordinator(2);
         let mut out = Out::<Centralized>::new();
-        c.handle_message(
-            T,
-            n(1),
-            Request { epoch: Epoch(1), stamp: stamp(5, 1), mode: Mode::Write },
-            &mut out,
-        );
-        c.handle_message(
-            T,
-            n(2),
-            Request { epoch: Epoch(1), stamp: stamp(6, 2), mode: Mode::Write },
-            &mut out,
-        );
+        c.handle_message(T, n(1), write(1, 5, 1), &mut out);
+        c.handle_message(T, n(2), write(1, 6, 2), &mut out);
         assert_eq!(out.take().len(), 2, "two grants");
         c.handle_request(T, &mut out);
         assert!(out.is_empty(), "third must wait");
@@ -1435,18 +1395,8 @@ mod tests {
     fn crashed_holder_frees_the_lock_and_crashed_waiter_leaves_the_queue() {
         let mut c = serving_coordinator(1);
         let mut out = Out::<Centralized>::new();
-        c.handle_message(
-            T,
-            n(1),
-            Request { epoch: Epoch(1), stamp: stamp(5, 1), mode: Mode::Write },
-            &mut out,
-        );
-        c.handle_message(
-            T,
-            n(2),
-            Request { epoch: Epoch(1), stamp: stamp(6, 2), mode: Mode::Write },
-            &mut out,
-        );
+        c.handle_message(T, n(1), write(1, 5, 1), &mut out);
+        c.handle_message(T, n(2), write(1, 6, 2), &mut out);
         c.handle_request(T, &mut out);
         out.take();
         c.handle_peer_down(T, n(2), &mut out);
@@ -1488,13 +1438,7 @@ mod tests {
         client.handle_request(T, &mut out);
         assert!(out.is_empty(), "no coordinator yet");
         client.handle_coordinator(T, n(2), Epoch(3), &mut out);
-        assert_eq!(
-            out.take(),
-            vec![Action::Send {
-                to: n(2),
-                msg: Request { epoch: Epoch(3), stamp: stamp(1, 1), mode: Mode::Write }
-            }]
-        );
+        assert_eq!(out.take(), vec![Action::Send { to: n(2), msg: write(3, 1, 1) }]);
         // A grant from the previous coordinator is not taken.
         client.handle_message(
             T,
@@ -1517,12 +1461,7 @@ mod tests {
         let mut c = serving_coordinator(1);
         let mut out = Out::<Centralized>::new();
         // The request, then the report sent before its grant arrived.
-        c.handle_message(
-            T,
-            n(2),
-            Request { epoch: Epoch(1), stamp: stamp(6, 2), mode: Mode::Write },
-            &mut out,
-        );
+        c.handle_message(T, n(2), write(1, 6, 2), &mut out);
         assert_eq!(out.take().len(), 1, "one grant");
         let report = StateReport { epoch: Epoch(1), state: Report::Waiting(stamp(6, 2)) };
         c.handle_message(T, n(2), report, &mut out);
@@ -1535,12 +1474,7 @@ mod tests {
     fn a_grant_lost_out_of_touch_is_sent_again_on_readmission() {
         let mut c = serving_coordinator(1);
         let mut out = Out::<Centralized>::new();
-        c.handle_message(
-            T,
-            n(2),
-            Request { epoch: Epoch(1), stamp: stamp(6, 2), mode: Mode::Write },
-            &mut out,
-        );
+        c.handle_message(T, n(2), write(1, 6, 2), &mut out);
         let sent = out.take();
         assert!(matches!(sent[..], [Action::Send { msg: Grant { .. }, .. }]), "{sent:?}");
         // The session broke and the grant with it; node 2, which had
@@ -1595,12 +1529,7 @@ mod tests {
     fn a_release_of_another_grant_frees_nothing() {
         let mut c = serving_coordinator(1);
         let mut out = Out::<Centralized>::new();
-        c.handle_message(
-            T,
-            n(2),
-            Request { epoch: Epoch(1), stamp: stamp(6, 2), mode: Mode::Write },
-            &mut out,
-        );
+        c.handle_message(T, n(2), write(1, 6, 2), &mut out);
         out.take();
         c.handle_request(T, &mut out);
         let wrong = Release { epoch: Epoch(1), fence: Fence::new(1, 7) };
@@ -1619,12 +1548,6 @@ mod tests {
         out.take();
         client.handle_coordinator(T, n(3), Epoch(4), &mut out);
         client.handle_request(T, &mut out);
-        assert_eq!(
-            out.take(),
-            vec![Action::Send {
-                to: n(3),
-                msg: Request { epoch: Epoch(5), stamp: stamp(1, 1), mode: Mode::Write }
-            }]
-        );
+        assert_eq!(out.take(), vec![Action::Send { to: n(3), msg: write(5, 1, 1) }]);
     }
 }

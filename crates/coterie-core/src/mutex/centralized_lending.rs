@@ -77,6 +77,11 @@ mod tests {
     use crate::testkit::*;
     use crate::types::{CsState, Epoch, Fence, Mode, NodeId};
 
+    /// A REQUEST to write, of `epoch`, stamped `(ts, node)`.
+    fn write(epoch: u64, ts: u64, node: u32) -> CentralizedMsg {
+        Request { epoch: Epoch(epoch), stamp: stamp(ts, node), mode: Mode::Write }
+    }
+
     fn node(id: u32) -> Centralized {
         let cfg = AlgoConfig::for_test(id, 3);
         with_up(CentralizedLending::lending(&cfg), cfg.peers())
@@ -179,12 +184,7 @@ mod tests {
         enter_and_leave(&mut c, &mut client);
         let (_, lent) = enter_and_leave(&mut c, &mut client);
         let mut out = Out::<Centralized>::new();
-        c.handle_message(
-            T,
-            n(2),
-            Request { epoch: Epoch(1), stamp: stamp(50, 2), mode: Mode::Write },
-            &mut out,
-        );
+        c.handle_message(T, n(2), write(1, 50, 2), &mut out);
         assert_eq!(
             out.take(),
             vec![Action::Send { to: n(1), msg: Recall { epoch: Epoch(1), grant: lent } }]
@@ -304,12 +304,7 @@ mod tests {
         // The coordinator still counts the loan as lent: another node's
         // request recalls it (a plain holder it would wait on forever, as
         // the borrower sends no RELEASE for a loan's fence).
-        c.handle_message(
-            T,
-            n(2),
-            Request { epoch: Epoch(1), stamp: stamp(90, 2), mode: Mode::Write },
-            &mut out,
-        );
+        c.handle_message(T, n(2), write(1, 90, 2), &mut out);
         assert!(
             matches!(&out.take()[..], [Action::Send { to, msg: Recall { .. } }] if *to == n(1)),
             "the loan is recalled"
@@ -320,25 +315,10 @@ mod tests {
     fn contention_lends_nothing() {
         let (mut c, _) = pair();
         let mut out = Out::<Centralized>::new();
-        c.handle_message(
-            T,
-            n(1),
-            Request { epoch: Epoch(1), stamp: stamp(5, 1), mode: Mode::Write },
-            &mut out,
-        );
-        c.handle_message(
-            T,
-            n(2),
-            Request { epoch: Epoch(1), stamp: stamp(6, 2), mode: Mode::Write },
-            &mut out,
-        );
+        c.handle_message(T, n(1), write(1, 5, 1), &mut out);
+        c.handle_message(T, n(2), write(1, 6, 2), &mut out);
         c.handle_message(T, n(1), Release { epoch: Epoch(1), fence: Fence::new(1, 1) }, &mut out);
-        c.handle_message(
-            T,
-            n(1),
-            Request { epoch: Epoch(1), stamp: stamp(9, 1), mode: Mode::Write },
-            &mut out,
-        );
+        c.handle_message(T, n(1), write(1, 9, 1), &mut out);
         c.handle_message(T, n(2), Release { epoch: Epoch(1), fence: Fence::new(1, 2) }, &mut out);
         let grants: Vec<_> = out
             .take()

@@ -64,7 +64,7 @@ pub struct Args {
     partition_mode: Partitions,
     /// Also run heavy load with this share of the clients reading (0 to
     /// 1), against the same load all writing.
-    #[arg(long, value_name = "SHARE", value_parser = share)]
+    #[arg(long, value_name = "SHARE", value_parser = common::parse_share)]
     read_share: Option<f64>,
     /// Print a JSON array of rows.
     #[arg(long)]
@@ -128,16 +128,6 @@ struct Reads {
     /// Reads granted while another reader held: readers sharing.
     shared_reads: u64,
     violations: u64,
-}
-
-/// A share between 0 and 1.
-fn share(text: &str) -> Result<f64, String> {
-    let share: f64 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
-    if (0.0..=1.0).contains(&share) {
-        Ok(share)
-    } else {
-        Err(format!("{share} is not a share: give one from 0 to 1"))
-    }
 }
 
 /// Heavy load of `base` over `seeds`, two clients per node, with

@@ -334,3 +334,13 @@ pub fn majority_note(cfg: &Config) -> Option<&'static str> {
          keeps serving, unsafely under a partition)",
         )
 }
+
+/// A share between 0 and 1 (`--read-share`).
+pub fn parse_share(text: &str) -> Result<f64, String> {
+    let share: f64 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
+    if (0.0..=1.0).contains(&share) {
+        Ok(share)
+    } else {
+        Err(format!("{share} is not a share: give one from 0 to 1"))
+    }
+}

@@ -2,14 +2,15 @@
 //!
 //! `history client` is one recorded client process: it takes the lock over
 //! and over, and while it holds it increments the witness's register for
-//! that lock, writing every operation it invokes and how it completed to
-//! its own history file. `history check` merges such files and judges
+//! that lock (or, holding it to read, reads the register only), writing
+//! every operation it invokes and how it completed to its own history
+//! file. `history check` merges such files and judges
 //! them (see `coterie_history::check`). `coterie nemesis` runs clients of
 //! this kind against a cluster under faults.
 
 use super::common::{self, Target};
 use anyhow::{Context, Result};
-use coterie_history::{check, Func, Kind, Op, Options, Recorder, Register, Report};
+use coterie_history::{check, Func, Kind, Mode, Op, Options, Recorder, Register, Report};
 use coterie_node::{Client, ClientError, LockRequest, Outcome, WitnessClient};
 use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
@@ -64,6 +65,11 @@ struct ClientArgs {
     /// How long to wait between releasing and asking again.
     #[arg(long, value_parser = common::parse_duration, default_value = "0ms")]
     think: Duration,
+    /// The share of acquires (0 to 1, drawn for each from the generator
+    /// seeded with the process number) that take the lock to read: such a
+    /// holder reads the registers and writes nothing.
+    #[arg(long, default_value_t = 0.0, value_parser = common::parse_share)]
+    read_share: f64,
     /// Give up an acquire after this long (recorded as a failed acquire).
     #[arg(long, value_parser = common::parse_duration, default_value = "5s")]
     timeout: Duration,
@@ -255,6 +261,7 @@ fn client(args: ClientArgs) -> Result<ExitCode> {
             session: None,
             name: args.name.clone(),
             draw: rand_chacha::ChaCha8Rng::seed_from_u64(u64::from(args.process)),
+            mode: Mode::Write,
         };
         let mut witness: Option<WitnessClient> = None;
         let mut turn = 0usize;
@@ -300,8 +307,11 @@ struct Recorded<'a> {
     session: Option<(Client, u32)>,
     /// The lock (and register) of the operation under way.
     name: String,
-    /// Where the locks are drawn from, with --names.
+    /// Where the locks are drawn from, with --names, and the modes, with
+    /// --read-share.
     draw: rand_chacha::ChaCha8Rng,
+    /// How the operation under way holds the lock.
+    mode: Mode,
 }
 
 impl Recorded<'_> {
@@ -319,11 +329,15 @@ impl Recorded<'_> {
         if let Some(k) = self.args.names {
             self.name = format!("r{}", self.draw.random_range(0..k));
         }
-        let ask = self.op(Func::Acquire);
+        let read = self.args.read_share > 0.0 && self.draw.random_bool(self.args.read_share);
+        self.mode = if read { Mode::Read } else { Mode::Write };
+        let ask = self.op(Func::Acquire).mode(self.mode);
         let Some((session, node)) = self.session.as_mut() else { return Ok(None) };
         let asked = self.recorder.invoke(ask.node(*node))?;
         let mut stop = self.stop.clone();
-        let request = LockRequest::new([self.name.clone()]).timeout(Some(self.args.timeout));
+        let mode = if read { coterie_node::Mode::Read } else { coterie_node::Mode::Write };
+        let request =
+            LockRequest::new([self.name.clone()]).timeout(Some(self.args.timeout)).mode(mode);
         let outcome = tokio::select! {
             outcome = session.request(&request) => outcome,
             _ = stop.wait_for(|&s| s) => {
@@ -381,6 +395,11 @@ impl Recorded<'_> {
             self.recorder.complete(lost.error(loss.to_string()))?;
             return Ok(());
         }
+        // A reader writes nothing back.
+        let (plain, fenced) = match self.mode {
+            Mode::Read => (None, None),
+            Mode::Write => (plain, fenced),
+        };
         if let Some(v) = plain {
             self.register_op(witness, Func::Write, Register::Plain, fence, Some(v + 1)).await?;
         }

@@ -43,6 +43,8 @@ pub struct Setup<'a> {
     pub timeout: Duration,
     /// Locks to spread the operations over (`None`: the default lock).
     pub names: Option<u32>,
+    /// The share of acquires that read.
+    pub read_share: f64,
 }
 
 impl Clients {
@@ -62,6 +64,7 @@ impl Clients {
                 .args(["--hold", &format!("{}ms", setup.hold.as_millis())])
                 .args(["--timeout", &format!("{}ms", setup.timeout.as_millis())])
                 .args(setup.names.map(|k| format!("--names={k}")))
+                .args([format!("--read-share={}", setup.read_share)])
                 .stdin(std::process::Stdio::null())
                 .stderr(log)
                 // A group of its own, as for nodes: a stopped member must

@@ -79,6 +79,12 @@ pub struct Args {
     /// alone): every check is made per lock.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     names: Option<u32>,
+    /// The share of acquires (0 to 1) that take the lock to read: a
+    /// read-heavy mix. A reader reads the registers and writes nothing;
+    /// readers may hold at once (under an algorithm with a reader form),
+    /// never with a writer, and the history is judged so.
+    #[arg(long, default_value_t = 0.0, value_parser = common::parse_share)]
+    read_share: f64,
     /// How long the nemesis acts.
     #[arg(long, value_parser = common::parse_duration, default_value = "30s")]
     duration: Duration,
@@ -156,6 +162,8 @@ pub struct RunReport {
     pub count: u32,
     /// Locks the operations were spread over.
     pub names: u32,
+    /// The share of acquires that read.
+    pub read_share: f64,
     pub seed: u64,
     pub lock_delay_ms: u64,
     /// `[cluster] partitions`: `detector` or `majority`.
@@ -356,6 +364,7 @@ async fn one(
         hold: args.hold,
         timeout: Duration::from_secs(5),
         names: args.names,
+        read_share: args.read_share,
     };
     let mut clients = clients::Clients::start(args.clients, &setup)?;
     let schedule =
@@ -423,6 +432,7 @@ async fn one(
         clients: args.clients,
         count: args.count,
         names: args.names.unwrap_or(1),
+        read_share: args.read_share,
         seed: args.seed,
         lock_delay_ms: args.lock_delay.as_millis() as u64,
         partitions: args.partition_mode.name().to_string(),
@@ -487,6 +497,7 @@ fn recheck(root: &Path, recovery_bound: Duration) -> Result<Vec<RunReport>> {
             clients: number("clients") as u32,
             count,
             names: number("names").max(1) as u32,
+            read_share: old["read_share"].as_f64().unwrap_or_default(),
             seed: number("seed"),
             lock_delay_ms: number("lock_delay_ms"),
             partitions: Some(field("partitions"))
