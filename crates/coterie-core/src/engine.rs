@@ -681,10 +681,12 @@ impl Engine {
         self.locks.get(name).map_or(Mode::Write, |l| l.mutex.mode_of(fence))
     }
 
-    /// Whether the algorithm has a reader form
-    /// ([`Claims::readers`](registry::Claims::readers)).
-    pub fn shares_reads(&self) -> bool {
-        self.mutex.claims.readers
+    /// Whether reads of lock `name` share it here: the algorithm has a
+    /// reader form ([`Claims::readers`](registry::Claims::readers)) and
+    /// the lock's instance one permit. Then each grant of it is a read's
+    /// or a write's ([`mode_of`](Self::mode_of)); else any request's.
+    pub fn shares_reads(&self, name: &Name) -> bool {
+        self.locks.get(name).is_some_and(|l| self.mode_in_use(Mode::Read, l.permits) == Mode::Read)
     }
 
     /// How many locks have an instance here.

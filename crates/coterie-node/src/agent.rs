@@ -750,9 +750,7 @@ impl Agent {
         // A grant in read mode is a reader's, one in write mode a
         // writer's, where the algorithm lets reads share; elsewhere any
         // session's.
-        let permits = self.locks.demand(&name).permits;
-        let mode = (s.engine.mode_in_use(Mode::Read, permits) == Mode::Read)
-            .then(|| s.engine.mode_of(&name, fence));
+        let mode = s.engine.shares_reads(&name).then(|| s.engine.mode_of(&name, fence));
         let client = match self.locks.grant(&name, fence, mode, now) {
             Handed::To(client) => client,
             Handed::Nobody => {

@@ -210,9 +210,8 @@ impl<C: Chooser> Simulation<C> {
         let named = self.named(&name);
         let engine = self.nodes[&node].engine.as_ref();
         let mode = engine.map_or(Mode::Write, |e| e.mode_of(&name, fence));
-        let permits = u32::try_from(self.cfg.capacity).unwrap_or(u32::MAX);
-        let in_use = |m| engine.map_or(Mode::Write, |e| e.mode_in_use(m, permits));
-        let Some(client) = self.workload.taker(node, &name, mode, in_use) else {
+        let shares = engine.is_some_and(|e| e.shares_reads(&name));
+        let Some(client) = self.workload.taker(node, &name, shares.then_some(mode)) else {
             // Judged as safety (ignored when only progress is judged): a
             // grant nobody asked for is not handed to any client.
             let states = self.workload.states_at(node);

@@ -234,17 +234,11 @@ impl Workload {
         })
     }
 
-    /// The client of `node` a grant of `name` in `mode` goes to: the
-    /// first in line that waits for it in that mode (`mode_in_use` says
-    /// which mode a client's requests are asked in).
-    pub(super) fn taker(
-        &self,
-        node: NodeId,
-        name: &Name,
-        mode: Mode,
-        mode_in_use: impl Fn(Mode) -> Mode,
-    ) -> Option<ClientId> {
-        self.in_line(node, name).find(|id| mode_in_use(self.clients[id].mode) == mode)
+    /// The client of `node` a grant of `name` goes to: the first in line
+    /// that waits for it, and with `mode` (where reads share the lock) the
+    /// first that waits in that mode, as a node hands its grants.
+    pub(super) fn taker(&self, node: NodeId, name: &Name, mode: Option<Mode>) -> Option<ClientId> {
+        self.in_line(node, name).find(|id| mode.is_none_or(|m| self.clients[id].mode == m))
     }
 
     /// The states of `node`'s clients, for a grant nobody took.
