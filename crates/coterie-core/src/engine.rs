@@ -854,8 +854,8 @@ impl Engine {
     /// ([`Claims::readers`](registry::Claims::readers)) and the lock has
     /// one permit; elsewhere it is asked for as a write
     /// ([`mode_in_use`](Self::mode_in_use)). An algorithm that counts
-    /// sessions is asked for a read per call, up to [`MAX_READS`](crate::algorithm::MAX_READS) held or
-    /// asked for here.
+    /// sessions is asked for a read per call, up to
+    /// [`MAX_READS`](crate::algorithm::MAX_READS) held or asked for here.
     pub fn request_in(
         &mut self,
         now: Time,

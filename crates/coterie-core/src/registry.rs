@@ -139,7 +139,7 @@ pub struct ElectionInfo {
 pub const MUTEXES: &[MutexInfo] = &[
     MutexInfo {
         name: "centralized",
-        summary: "coordinator with a FIFO queue; count > 1 makes it a counting semaphore",
+        summary: "coordinator with a FIFO queue, readers sharing; count > 1 makes it a counting semaphore",
         claims: Claims {
             counting: true,
             readers: true,
