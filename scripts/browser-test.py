@@ -4,7 +4,7 @@
 Starts a 5-node `coterie up --dashboard` on free ports, opens the page in
 headless Chromium, waits until it shows five nodes up and n5 the
 coordinator, clicks n5's "kill" button (a mouse press and release at the
-button, through the DevTools protocol), and checks that the page then
+button, through WebDriver's pointer actions), and checks that the page then
 shows n5 down and n4 the coordinator. Then clients take named locks with
 `coterie lock` (one holds printer-2 through n2 while another waits for it
 through n3; a third holds jobs/nightly), and the page's lock table must
