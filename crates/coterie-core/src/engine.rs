@@ -689,6 +689,24 @@ impl Engine {
         self.locks.get(name).is_some_and(|l| self.mode_in_use(Mode::Read, l.permits) == Mode::Read)
     }
 
+    /// Which of a node's waiting sessions may take its grant `fence` of
+    /// lock `name`: `Some(mode)` only those waiting in that mode, `None`
+    /// any. Where reads share the lock, a read grant is for a reader only
+    /// (a writer may not share it). A write grant is for a writer only
+    /// where the algorithm counts sessions (their readers ask for reads of
+    /// their own); where it grants the node once for all its sessions, a
+    /// write grant, which nobody shares, serves a reader as well.
+    pub fn takers(&self, name: &Name, fence: Fence) -> Option<Mode> {
+        if !self.shares_reads(name) {
+            return None;
+        }
+        match self.mode_of(name, fence) {
+            Mode::Read => Some(Mode::Read),
+            Mode::Write if self.counts_sessions() => Some(Mode::Write),
+            Mode::Write => None,
+        }
+    }
+
     /// How many locks have an instance here.
     pub fn names(&self) -> usize {
         self.locks.len()
@@ -887,6 +905,37 @@ impl Engine {
         self.locks.catch_up(name);
         self.ask(now, name, mode);
         self.settle_lease(now);
+        Ok(())
+    }
+
+    /// Where the algorithm counts sessions: asks for grants of lock `name`
+    /// (of `permits`) until this node holds or has asked for one for each
+    /// of `sessions`, `reads` of them reads where reads share the lock
+    /// ([`mode_in_use`](Self::mode_in_use)) and the others writes, at most
+    /// `permits` of those. A node and the simulator ask so for the
+    /// sessions that hold or wait there; elsewhere a node asks once for
+    /// all of them ([`Mode::serving`]).
+    pub fn request_for_sessions(
+        &mut self,
+        now: Time,
+        name: &Name,
+        permits: u32,
+        (sessions, reads): (u32, u32),
+    ) -> Result<(), RequestError> {
+        let reads = match self.mode_in_use(Mode::Read, permits) {
+            Mode::Read => reads.min(sessions),
+            Mode::Write => 0,
+        };
+        let writes = (sessions - reads).min(permits);
+        for (mode, wanted) in [(Mode::Write, writes), (Mode::Read, reads)] {
+            while self.outstanding_in(name, mode) < wanted {
+                let before = self.outstanding_in(name, mode);
+                self.request_in(now, name, permits, mode)?;
+                if self.outstanding_in(name, mode) == before {
+                    break; // the engine takes no more
+                }
+            }
+        }
         Ok(())
     }
 

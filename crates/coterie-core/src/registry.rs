@@ -185,8 +185,8 @@ pub const MUTEXES: &[MutexInfo] = &[
     },
     MutexInfo {
         name: "lamport",
-        summary: "a request queue replicated on every node: REQUEST, REPLY, RELEASE",
-        claims: Claims { fair: true, ..Claims::BASIC },
+        summary: "a request queue replicated on every node: REQUEST, REPLY, RELEASE; readers wait only for writers",
+        claims: Claims { readers: true, fair: true, ..Claims::BASIC },
         light_load: |n, _| (3 * (n - 1), 3 * (n - 1)),
         heavy_load: |n| (3.0 * (n - 1) as f64, 3.0 * (n - 1) as f64),
         burst_load: |n| (3.0 * (n - 1) as f64, 3.0 * (n - 1) as f64),
@@ -195,8 +195,13 @@ pub const MUTEXES: &[MutexInfo] = &[
     },
     MutexInfo {
         name: "ricart-agrawala",
-        summary: "timestamped requests to everyone, replies deferred by the earlier requester",
-        claims: Claims { fair: true, options: &[MutexOption::FaultTolerant, MutexOption::Priority], ..Claims::BASIC },
+        summary: "timestamped requests to everyone, replies deferred by the earlier requester; readers answer readers",
+        claims: Claims {
+            readers: true,
+            fair: true,
+            options: &[MutexOption::FaultTolerant, MutexOption::Priority],
+            ..Claims::BASIC
+        },
         light_load: |n, _| (2 * (n - 1), 2 * (n - 1)),
         heavy_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),
         burst_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),

@@ -225,6 +225,18 @@ impl Mode {
         self == Mode::Write || other == Mode::Write
     }
 
+    /// The one mode a request made for `waiting` sessions, `reading` of
+    /// them to read, is asked in (by a node that an algorithm grants once
+    /// for all its sessions): a read when every one of them reads, else a
+    /// write, which serves a reader too.
+    pub fn serving(waiting: u32, reading: u32) -> Mode {
+        if reading >= waiting {
+            Mode::Read
+        } else {
+            Mode::Write
+        }
+    }
+
     /// The spelling used by the CLI, the HTTP API and listings.
     pub fn name(self) -> &'static str {
         match self {

@@ -45,7 +45,7 @@ use crate::storage::{Durability, StateWriter};
 use coterie_core::engine::{Output, RequestError};
 use coterie_core::wire::{self, Envelope, Hello};
 use coterie_core::{
-    CsState, Engine, EngineError, Epoch, Fence, Mode, Name, NodeId, Stamp, Status, ViewStatus,
+    CsState, Engine, EngineError, Epoch, Fence, Name, NodeId, Stamp, Status, ViewStatus,
 };
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -346,16 +346,27 @@ impl Agent {
                 CsState::Held => {
                     s.holdback.forget(name);
                     s.engine.release(now, name);
-                    if demand.waiting > 0 {
-                        s.engine.request(now, name, demand.permits)
-                    } else {
-                        Ok(())
-                    }
+                    Self::ask_once(s, name, &demand, now)
                 }
-                CsState::Idle if demand.waiting > 0 => s.engine.request(now, name, demand.permits),
-                _ => Ok(()),
+                CsState::Idle => Self::ask_once(s, name, &demand, now),
+                CsState::Wanting => Ok(()),
             }
         })
+    }
+
+    /// Asks once for all of `name`'s waiting sessions, if any wait, in the
+    /// mode that serves them ([`Demand::asking`]), where the algorithm
+    /// grants a node once for all its sessions.
+    fn ask_once(
+        s: &mut Stack,
+        name: &Name,
+        demand: &Demand,
+        now: Duration,
+    ) -> Result<(), RequestError> {
+        if demand.waiting == 0 {
+            return Ok(());
+        }
+        s.engine.request_in(now, name, demand.permits, demand.asking())
     }
 
     /// [`sync`](Self::sync) for an algorithm that counts sessions.
@@ -377,21 +388,7 @@ impl Agent {
         // A grant per session that holds or waits, each in its mode where
         // the algorithm lets reads share.
         let sessions = demand.used.len() as u32 + demand.waiting;
-        let reads = match s.engine.mode_in_use(Mode::Read, demand.permits) {
-            Mode::Read => demand.reads.min(sessions),
-            Mode::Write => 0,
-        };
-        let writes = (sessions - reads).min(demand.permits);
-        for (mode, wanted) in [(Mode::Write, writes), (Mode::Read, reads)] {
-            while s.engine.outstanding_in(name, mode) < wanted {
-                let before = s.engine.outstanding_in(name, mode);
-                s.engine.request_in(now, name, demand.permits, mode)?;
-                if s.engine.outstanding_in(name, mode) == before {
-                    break; // the engine takes no more
-                }
-            }
-        }
-        Ok(())
+        s.engine.request_for_sessions(now, name, demand.permits, (sessions, demand.reads))
     }
 
     /// Why the node takes no new request, if it holds no lease from a
@@ -653,8 +650,8 @@ impl Agent {
                 let demand = self.locks.demand(&name);
                 if s.engine.counts_sessions() {
                     let _ = Self::follow(s, &name, &demand, now);
-                } else if demand.waiting > 0 {
-                    let _ = s.engine.request(now, &name, demand.permits);
+                } else {
+                    let _ = Self::ask_once(s, &name, &demand, now);
                 }
             }
             Output::View(view) => {
@@ -747,16 +744,19 @@ impl Agent {
                 }
             }
         }
-        // A grant in read mode is a reader's, one in write mode a
-        // writer's, where the algorithm lets reads share; elsewhere any
-        // session's.
-        let mode = s.engine.shares_reads(&name).then(|| s.engine.mode_of(&name, fence));
-        let client = match self.locks.grant(&name, fence, mode, now) {
+        let takers = s.engine.takers(&name, fence);
+        let client = match self.locks.grant(&name, fence, takers, now) {
             Handed::To(client) => client,
             Handed::Nobody => {
-                // Everyone who asked has gone: give it back.
+                // Everyone who asked in its mode has gone: give it back,
+                // and ask again for those left (a read grant, when only
+                // writers are left, where the node asks once for all).
                 debug!(node = id, %name, fence = fence.0, "grant with no waiter, releasing");
                 s.engine.release_grant(now, &name, fence);
+                if !s.engine.counts_sessions() {
+                    let demand = self.locks.demand(&name);
+                    let _ = Self::ask_once(s, &name, &demand, now);
+                }
                 return;
             }
         };

@@ -116,16 +116,25 @@ pub(crate) struct Demand {
     /// Of the sessions that hold it (lost ones too) and wait for it, the
     /// readers.
     pub(crate) reads: u32,
+    /// Of the sessions that wait for it, the readers.
+    pub(crate) waiting_reads: u32,
 }
 
 impl Demand {
     /// Nobody holds or wants it.
-    pub(crate) const NONE: Demand = Demand { permits: 1, used: Vec::new(), waiting: 0, reads: 0 };
+    pub(crate) const NONE: Demand =
+        Demand { permits: 1, used: Vec::new(), waiting: 0, reads: 0, waiting_reads: 0 };
 
     /// Whether a session holds a grant of it (or the node holds one for a
     /// lost session).
     pub(crate) fn holding(&self) -> bool {
         !self.used.is_empty()
+    }
+
+    /// The mode the node asks in for its waiting sessions, where it asks
+    /// once for all of them ([`Mode::serving`]).
+    pub(crate) fn asking(&self) -> Mode {
+        Mode::serving(self.waiting, self.waiting_reads)
     }
 }
 
@@ -433,12 +442,15 @@ impl Locks {
             None => Demand::NONE,
             Some(l) => {
                 let held = l.holders.iter().chain(l.orphans.iter().map(|(h, _)| h));
-                let modes = held.clone().map(|h| h.mode).chain(l.waiters.iter().map(|w| w.mode));
+                let reading = |m: &Mode| *m == Mode::Read;
+                let waiting_reads = l.waiters.iter().map(|w| w.mode).filter(reading).count();
+                let held_reads = held.clone().map(|h| h.mode).filter(reading).count();
                 Demand {
                     permits: l.permits,
                     used: held.map(|h| h.fence).collect(),
                     waiting: l.waiters.len() as u32,
-                    reads: modes.filter(|&m| m == Mode::Read).count() as u32,
+                    reads: (held_reads + waiting_reads) as u32,
+                    waiting_reads: waiting_reads as u32,
                 }
             }
         }
@@ -446,9 +458,8 @@ impl Locks {
 
     /// Hands the node's grant of `name` to the first session still waiting
     /// for it (one that went away meanwhile is skipped): with `mode`, the
-    /// first waiting in that mode (a grant in read mode is for a reader,
-    /// one in write mode for a writer); without, the first of any (the
-    /// algorithm takes reads as writes).
+    /// first waiting in that mode; without, the first of any (the engine's
+    /// [`takers`](coterie_core::Engine::takers) says which).
     pub(crate) fn grant(
         &self,
         name: &Name,
@@ -610,7 +621,7 @@ mod tests {
         locks.wait(b.clone(), &name("x"), (1, Mode::Write), Some("v".into()), ms(1), tx_b).unwrap();
         assert_eq!(
             locks.demand(&name("x")),
-            Demand { permits: 1, used: vec![], waiting: 2, reads: 0 }
+            Demand { permits: 1, used: vec![], waiting: 2, reads: 0, waiting_reads: 0 }
         );
         drop(rx_a); // a went away
         assert_eq!(locks.grant(&name("x"), Fence(7), None, ms(2)), Handed::To(b.clone()));

@@ -537,15 +537,24 @@ fn many_locks_cost_what_one_does_but_a_rebuild_per_lock() {
     }
 }
 
+/// One request at a time: every entry costs what the algorithm's theory
+/// says, and where it has a reader form a read costs what a write does
+/// (runs with half and with all of the clients reading).
 #[test]
 fn light_load_message_counts_match_theory() {
     for m in mutexes() {
         let mut free = 0;
-        for n in [3, 5, 7] {
+        let readings = |n: u32| if m.claims.readers { vec![0, n / 2, n] } else { vec![0] };
+        let runs: Vec<(u32, u32)> = [3, 5, 7]
+            .into_iter()
+            .flat_map(|n| readings(n).into_iter().map(move |r| (n, r)))
+            .collect();
+        for (n, readers) in runs {
             let cfg = SimConfig {
                 nodes: n,
                 load: Load::Sequential,
                 requests: 30,
+                readers,
                 ..SimConfig::new(m, &ELECTIONS[0])
             };
             for seed in 0..20 {
@@ -557,8 +566,8 @@ fn light_load_message_counts_match_theory() {
                     let (lo, hi) = (m.light_load)(u64::from(n), local);
                     assert!(
                         (lo..=hi).contains(&cost),
-                        "{} n={n} seed {seed}: an entry cost {cost} messages, theory {lo}..={hi} \
-                         (requester is coordinator: {local})",
+                        "{} n={n} readers={readers} seed {seed}: an entry cost {cost} messages, \
+                         theory {lo}..={hi} (requester is coordinator: {local})",
                         m.name
                     );
                 }
@@ -660,6 +669,28 @@ fn fair_algorithms_grant_in_timestamp_order() {
     }
 }
 
+/// Readers and writers in timestamp order: where the algorithm has a
+/// fair reader form, no grant passes a waiting request stamped before it
+/// that conflicts with it (a reader may pass a reader, nobody a writer,
+/// and a writer nobody), with half the nodes reading.
+#[test]
+fn fair_reader_forms_let_nobody_pass_an_earlier_conflicting_request() {
+    for m in mutexes().into_iter().filter(|m| m.claims.fair && m.claims.readers) {
+        for nodes in [3, 5, 9] {
+            let cfg =
+                SimConfig { nodes, readers: nodes / 2 + 1, ..SimConfig::new(m, &ELECTIONS[0]) };
+            let summary = run_seeds(&cfg, 0..200, |_, _| {});
+            assert_clean(&cfg, &summary);
+            assert!(summary.shared_reads > 0, "{} n={nodes}: no readers shared", m.name);
+            assert_eq!(
+                summary.out_of_order, 0,
+                "{} n={nodes}: {} grants passed an older conflicting request",
+                m.name, summary.out_of_order
+            );
+        }
+    }
+}
+
 #[test]
 fn a_seed_replays_exactly() {
     let cfg = SimConfig { crashes: 2, seed: 42, trace: true, ..pair("centralized", "bully") };
@@ -734,6 +765,31 @@ fn ricart_agrawala_variants_are_safe_and_live_with_and_without_crashes() {
                         );
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Readers under every variant: with a dynamic priority a reader's place
+/// is by priority, and with the fault-tolerant form a deferred reader is
+/// sent a NACK; readers still share, and nobody shares with a writer,
+/// through crashes and with two sessions a node.
+#[test]
+fn ricart_agrawala_variants_share_reads_safely_through_crashes() {
+    for m in with_options().into_iter().filter(|m| m.claims.readers) {
+        for mutex_options in every_variant(m) {
+            for nodes in [3, 5] {
+                let cfg = SimConfig {
+                    nodes,
+                    crashes: 2,
+                    sessions: 2,
+                    readers: nodes,
+                    mutex_options,
+                    ..SimConfig::new(m, &ELECTIONS[0])
+                };
+                let summary = run_seeds(&cfg, 0..200, |_, _| {});
+                assert_clean(&cfg, &summary);
+                assert!(summary.shared_reads > 0, "{} {mutex_options:?}: no sharing", m.name);
             }
         }
     }

@@ -135,10 +135,32 @@ fn eventually(what: &str, done: impl Fn() -> bool) {
 /// the writer has left, with a fence above the writer's, itself above
 /// every reader's. Listings give each holder's and waiter's mode. An
 /// unknown mode, and a read of a lock of two permits, are refused and
-/// change nothing.
+/// change nothing. Under centralized, whose coordinator queues readers.
 #[test]
 fn four_readers_through_four_nodes_share_and_a_writer_waits_for_them_then_holds_alone() {
-    let up = Up::start(5, "http-readers");
+    readers_share_and_a_writer_waits("centralized");
+}
+
+/// The same under ricart-agrawala, where readers answer readers and a
+/// writer ranked ahead defers a later reader; the late reader's node
+/// holds a read for another session, and asks again once it is over.
+#[test]
+fn ricart_agrawala_readers_share_through_four_nodes_and_a_writer_holds_alone() {
+    readers_share_and_a_writer_waits("ricart-agrawala");
+}
+
+/// The same under lamport, whose readers wait only for the writers queued
+/// ahead of them.
+#[test]
+fn lamport_readers_share_through_four_nodes_and_a_writer_holds_alone() {
+    readers_share_and_a_writer_waits("lamport");
+}
+
+fn readers_share_and_a_writer_waits(mutex: &str) {
+    let algorithm = coterie_core::registry::mutex(mutex).unwrap();
+    let up = Up::start_with(5, &format!("http-readers-{mutex}"), |cfg| {
+        cfg.cluster.mutex = algorithm;
+    });
     let nodes: Vec<String> = (1..=5).map(|i| up.http(i)).collect();
     let (status, bad) = acquire(&nodes[0], "config", json!({ "session": "x", "mode": "append" }));
     assert_eq!(status, 400, "an unknown mode: {bad}");

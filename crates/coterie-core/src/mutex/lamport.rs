@@ -41,11 +41,26 @@
 //!
 //! **Fences.** The request's stamp, timestamp in the high bits and node id
 //! in the low bits: entries follow stamp order, so fences grow.
+//!
+//! **Readers and writers.** A request says whether it reads or writes, and
+//! the queue keeps each request's mode. Condition (1) becomes: no request
+//! that conflicts with this one is queued ahead of it. A writer still
+//! waits to head the queue; a reader waits only for the writers ahead of
+//! it, so readers adjacent in stamp order hold together, and no reader
+//! enters ahead of a writer stamped before it: the fair readers and
+//! writers of Courtois, Heymans and Parnas ("Concurrent control with
+//! 'readers' and 'writers'", CACM 14(10), 1971) on Lamport's queue.
+//! Conflicting entries still follow stamp order, so a writer's fence is
+//! above every earlier grant's and a reader's above every earlier
+//! writer's; two readers may enter out of stamp order, which nothing
+//! needs. Messages per entry stay 3(N−1), read or write. A holder defers
+//! a request stamped below its own whatever the modes (only a newcomer
+//! sends one), so a newcomer still asks again above every entry it missed.
 
 use super::ask::Ask;
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out};
 use crate::outbox::{Message, NoTimer, Time};
-use crate::types::{CsState, Fence, LamportClock, NodeId, Stamp};
+use crate::types::{CsState, Fence, LamportClock, Mode, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -56,6 +71,8 @@ pub enum LamportMsg {
     Request {
         /// The request.
         stamp: Stamp,
+        /// Whether it reads or writes.
+        mode: Mode,
     },
     /// Your request is queued here; this is my clock.
     Reply {
@@ -91,8 +108,11 @@ pub struct Lamport {
     alive: BTreeSet<NodeId>,
     clock: LamportClock,
     state: Ask,
-    /// Every request known, this node's own included, in stamp order.
-    queue: BTreeSet<Stamp>,
+    /// The mode of the request under way (or of the last one).
+    mode: Mode,
+    /// Every request known, this node's own included, in stamp order, and
+    /// its mode.
+    queue: BTreeMap<Stamp, Mode>,
     /// Replies held back while holding (requests stamped below this node's
     /// own entry), by requester.
     deferred: BTreeMap<NodeId, Stamp>,
@@ -106,16 +126,17 @@ impl Lamport {
             alive: BTreeSet::new(),
             clock: LamportClock::default(),
             state: Ask::Idle,
-            queue: BTreeSet::new(),
+            mode: Mode::Write,
+            queue: BTreeMap::new(),
             deferred: BTreeMap::new(),
         }
     }
 
     /// Stamps a new request, queues it and sends it to every live peer.
     fn ask(&mut self, out: &mut Out<Lamport>) {
-        let stamp = Stamp { ts: self.clock.tick(), node: self.id };
-        self.queue.insert(stamp);
-        out.broadcast(self.alive.iter().copied(), LamportMsg::Request { stamp });
+        let (stamp, mode) = (Stamp { ts: self.clock.tick(), node: self.id }, self.mode);
+        self.queue.insert(stamp, mode);
+        out.broadcast(self.alive.iter().copied(), LamportMsg::Request { stamp, mode });
         self.state = Ask::Wanting { stamp, awaiting: self.alive.clone() };
         self.try_enter(out);
     }
@@ -130,9 +151,13 @@ impl Lamport {
         }
     }
 
+    /// Enters once condition (2) holds and no request queued ahead
+    /// conflicts with this one (condition (1)).
     fn try_enter(&mut self, out: &mut Out<Lamport>) {
         if let Ask::Wanting { stamp, awaiting } = &self.state {
-            if awaiting.is_empty() && self.queue.first() == Some(stamp) {
+            let mode = self.mode;
+            let clear = || self.queue.range(..*stamp).all(|(_, &m)| !m.conflicts(mode));
+            if awaiting.is_empty() && clear() {
                 let stamp = *stamp;
                 self.state = Ask::Held { stamp };
                 out.grant(Fence::from(stamp));
@@ -158,14 +183,14 @@ impl Algorithm for Lamport {
         out: &mut Out<Lamport>,
     ) {
         match msg {
-            LamportMsg::Request { stamp } => {
+            LamportMsg::Request { stamp, mode } => {
                 self.clock.observe(stamp.ts);
                 if stamp.node != from {
                     return; // a stamp always names its sender
                 }
                 // One outstanding request per node: a new one replaces it.
-                self.queue.retain(|s| s.node != from);
-                self.queue.insert(stamp);
+                self.queue.retain(|s, _| s.node != from);
+                self.queue.insert(stamp, mode);
                 self.heard(from, stamp.ts);
                 match self.state {
                     // Only a node that missed this one's request can stamp
@@ -199,7 +224,7 @@ impl Algorithm for Lamport {
                 // A node has one request at a time, each stamped above the
                 // last: whatever it asked up to this one is over.
                 if stamp.node == from {
-                    self.queue.retain(|s| s.node != from || *s > stamp);
+                    self.queue.retain(|s, _| s.node != from || *s > stamp);
                 }
                 self.heard(from, clock);
                 self.try_enter(out);
@@ -212,9 +237,11 @@ impl Algorithm for Lamport {
         match &mut self.state {
             Ask::Wanting { stamp, awaiting } => {
                 awaiting.insert(peer);
-                out.send(peer, LamportMsg::Request { stamp: *stamp });
+                out.send(peer, LamportMsg::Request { stamp: *stamp, mode: self.mode });
             }
-            Ask::Held { stamp } => out.send(peer, LamportMsg::Request { stamp: *stamp }),
+            Ask::Held { stamp } => {
+                out.send(peer, LamportMsg::Request { stamp: *stamp, mode: self.mode })
+            }
             Ask::Idle => {}
         }
     }
@@ -230,7 +257,7 @@ impl Algorithm for Lamport {
     /// behind whatever the other says again.
     fn handle_peer_back(&mut self, now: Time, peer: NodeId, out: &mut Out<Lamport>) {
         self.alive.insert(peer);
-        self.queue.retain(|s| s.node != peer);
+        self.queue.retain(|s, _| s.node != peer);
         self.deferred.remove(&peer);
         match self.state {
             // Entries made while the two were apart never asked the other
@@ -253,7 +280,7 @@ impl Algorithm for Lamport {
 
     fn handle_peer_down(&mut self, _now: Time, peer: NodeId, out: &mut Out<Lamport>) {
         self.alive.remove(&peer);
-        self.queue.retain(|s| s.node != peer);
+        self.queue.retain(|s, _| s.node != peer);
         self.deferred.remove(&peer);
         self.state.heard_from(peer);
         self.try_enter(out);
@@ -266,9 +293,21 @@ impl MutexAlgorithm for Lamport {
         self.state == Ask::Idle && self.queue.is_empty() && self.deferred.is_empty()
     }
 
-    fn handle_request(&mut self, _now: Time, out: &mut Out<Lamport>) {
+    fn handle_request(&mut self, now: Time, out: &mut Out<Lamport>) {
+        self.handle_request_in(now, Mode::Write, out);
+    }
+
+    fn handle_request_in(&mut self, _now: Time, mode: Mode, out: &mut Out<Lamport>) {
         if self.state == Ask::Idle {
+            self.mode = mode;
             self.ask(out);
+        }
+    }
+
+    fn mode_of(&self, fence: Fence) -> Mode {
+        match self.state {
+            Ask::Held { stamp } if Fence::from(stamp) == fence => self.mode,
+            _ => Mode::Write,
         }
     }
 
@@ -307,6 +346,9 @@ mod tests {
     use crate::outbox::Action;
     use crate::testkit::*;
 
+    const W: Mode = Mode::Write;
+    const R: Mode = Mode::Read;
+
     fn node(id: u32, members: u32) -> Lamport {
         let cfg = AlgoConfig::for_test(id, members);
         with_up(Lamport::new(&cfg), cfg.peers())
@@ -319,7 +361,10 @@ mod tests {
         p.handle_request(T, &mut out);
         assert_eq!(
             out.take(),
-            vec![send(2, Request { stamp: stamp(1, 1) }), send(3, Request { stamp: stamp(1, 1) })]
+            vec![
+                send(2, Request { stamp: stamp(1, 1), mode: W }),
+                send(3, Request { stamp: stamp(1, 1), mode: W })
+            ]
         );
         p.handle_message(T, n(2), Reply { clock: 2, after: None }, &mut out);
         assert!(out.is_empty(), "still waiting for node 3");
@@ -339,9 +384,9 @@ mod tests {
     fn every_request_is_answered_at_once_and_queued() {
         let mut p = node(2, 3);
         let mut out = Out::<Lamport>::new();
-        p.handle_message(T, n(1), Request { stamp: stamp(4, 1) }, &mut out);
+        p.handle_message(T, n(1), Request { stamp: stamp(4, 1), mode: W }, &mut out);
         assert_eq!(out.take(), vec![send(1, Reply { clock: 5, after: None })]);
-        assert_eq!(p.queue.first(), Some(&stamp(4, 1)));
+        assert_eq!(p.queue.first_key_value(), Some((&stamp(4, 1), &W)));
     }
 
     #[test]
@@ -350,7 +395,7 @@ mod tests {
         let mut p = node(2, 3);
         let mut out = Out::<Lamport>::new();
         p.handle_request(T, &mut out);
-        p.handle_message(T, n(1), Request { stamp: stamp(1, 1) }, &mut out);
+        p.handle_message(T, n(1), Request { stamp: stamp(1, 1), mode: W }, &mut out);
         p.handle_message(T, n(3), Reply { clock: 5, after: None }, &mut out);
         out.take();
         assert_eq!(p.cs_state(), CsState::Wanting, "(1, 1) heads the queue");
@@ -363,7 +408,7 @@ mod tests {
         let mut p = node(2, 3);
         let mut out = Out::<Lamport>::new();
         p.handle_request(T, &mut out);
-        p.handle_message(T, n(1), Request { stamp: stamp(1, 1) }, &mut out);
+        p.handle_message(T, n(1), Request { stamp: stamp(1, 1), mode: W }, &mut out);
         p.handle_message(T, n(3), Reply { clock: 5, after: None }, &mut out);
         out.take();
         p.handle_peer_down(T, n(1), &mut out);
@@ -381,10 +426,10 @@ mod tests {
         assert_eq!(out.take().last(), Some(&Action::Grant { fence: Fence::new(9, 1) }));
         // Node 3 comes back and is told of the holder's request.
         p.handle_peer_up(T, n(3), &mut out);
-        assert_eq!(out.take(), vec![send(3, Request { stamp: stamp(9, 1) })]);
+        assert_eq!(out.take(), vec![send(3, Request { stamp: stamp(9, 1), mode: W })]);
         // Its own request, stamped lower, is answered only when the holder
         // leaves, naming the entry that overtook it.
-        p.handle_message(T, n(3), Request { stamp: stamp(2, 3) }, &mut out);
+        p.handle_message(T, n(3), Request { stamp: stamp(2, 3), mode: W }, &mut out);
         assert!(out.is_empty());
         p.handle_release(T, &mut out);
         assert_eq!(
@@ -409,9 +454,39 @@ mod tests {
             vec![
                 send(1, Release { stamp: stamp(1, 3), clock: 10 }),
                 send(2, Release { stamp: stamp(1, 3), clock: 10 }),
-                send(1, Request { stamp: stamp(11, 3) }),
-                send(2, Request { stamp: stamp(11, 3) }),
+                send(1, Request { stamp: stamp(11, 3), mode: W }),
+                send(2, Request { stamp: stamp(11, 3), mode: W }),
             ]
         );
+    }
+
+    /// Readers queued side by side enter together; a writer stamped
+    /// between them keeps the later reader out until it has left.
+    #[test]
+    fn readers_wait_only_for_the_writers_ahead() {
+        let mut p = node(3, 3);
+        let mut out = Out::<Lamport>::new();
+        p.handle_message(T, n(1), Request { stamp: stamp(1, 1), mode: R }, &mut out);
+        p.handle_message(T, n(2), Request { stamp: stamp(2, 2), mode: W }, &mut out);
+        out.take();
+        p.handle_request_in(T, R, &mut out);
+        out.take();
+        p.handle_message(T, n(1), Reply { clock: 5, after: None }, &mut out);
+        p.handle_message(T, n(2), Reply { clock: 5, after: None }, &mut out);
+        assert!(out.is_empty(), "the writer (2, 2) is ahead of (4, 3)");
+        p.handle_message(T, n(2), Release { stamp: stamp(2, 2), clock: 6 }, &mut out);
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(4, 3) }], "(1, 1) reads");
+        assert_eq!(p.mode_of(Fence::new(4, 3)), R);
+
+        let mut w = node(3, 3);
+        w.handle_message(T, n(1), Request { stamp: stamp(1, 1), mode: R }, &mut out);
+        out.take();
+        w.handle_request(T, &mut out);
+        out.take();
+        w.handle_message(T, n(1), Reply { clock: 5, after: None }, &mut out);
+        w.handle_message(T, n(2), Reply { clock: 5, after: None }, &mut out);
+        assert!(out.is_empty(), "a writer waits for the reader (1, 1)");
+        w.handle_message(T, n(1), Release { stamp: stamp(1, 1), clock: 6 }, &mut out);
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(3, 3) }]);
     }
 }

@@ -99,6 +99,29 @@
 //! the replies carried would die with a holder that crashes, and the next
 //! entrant could not know to exceed it.
 //!
+//! **Readers and writers.** A request says whether it reads or writes,
+//! and a request defers only the requests it conflicts with: two reads do
+//! not conflict, so a reader answers another reader at once, wanting or
+//! holding, and readers enter side by side. A writer conflicts with
+//! everyone and is served exactly as above. So no reader overtakes a
+//! writer that asked before it (the writer, ranked ahead, defers it), and
+//! a writer waits for the readers ranked ahead of it: the fair readers and
+//! writers of Courtois, Heymans and Parnas ("Concurrent control with
+//! 'readers' and 'writers'", CACM 14(10), 1971) in Ricart and Agrawala's
+//! scheme. Messages per entry stay 2(N−1), read or write. The fence rule
+//! above is kept for conflicting pairs only: a writer enters with a round
+//! stamp above every round it answered and every entry it was deferred
+//! behind; a reader above every *writer's* round it answered and every
+//! entry it was deferred behind (always a writer's). The argument of
+//! *Fences* holds for any two conflicting entries, so a writer's fence is
+//! above every earlier grant's and a reader's above every earlier
+//! writer's, while readers that answer each other do not ask again for
+//! it. With a dynamic priority a node still ranks its next request behind
+//! every request it answered, reads included (a reader's answer may be
+//! held by a request that later conflicts with its own write), and learns
+//! that a request is over from a reply only when the two conflict (a
+//! reader answers a reader at once, whatever it does).
+//!
 //! [`raymond_k`](super::raymond_k) is this algorithm for k holders, with
 //! several requests per node and counts in the answers.
 //!
@@ -108,7 +131,7 @@
 use super::ask::Ask;
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out, Priority};
 use crate::outbox::{Message, Time, Timer};
-use crate::types::{CsState, Fence, LamportClock, NodeId, Stamp};
+use crate::types::{CsState, Fence, LamportClock, Mode, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -139,6 +162,8 @@ pub enum RaMsg {
         stamp: Stamp,
         /// The request's place, the same for all its rounds.
         place: Place,
+        /// Whether it reads or writes.
+        mode: Mode,
     },
     /// Go ahead as far as I am concerned.
     Reply {
@@ -162,6 +187,8 @@ pub enum RaMsg {
         stamp: Stamp,
         /// Its place.
         place: Place,
+        /// Its mode.
+        mode: Mode,
     },
 }
 
@@ -196,15 +223,22 @@ pub struct RicartAgrawala {
     state: Ask,
     /// The place of the request under way, while wanting or holding.
     place: Option<Place>,
-    /// Requests this node has not answered yet, by requester: the round
-    /// and its place.
-    deferred: BTreeMap<NodeId, (Stamp, Place)>,
-    /// Each peer's request this node answered and has not seen finish: its
-    /// own next request takes a place behind all of them.
-    answered: BTreeMap<NodeId, Place>,
+    /// The mode of the request under way (or of the last one).
+    mode: Mode,
+    /// Requests this node has not answered yet, by requester: the round,
+    /// its place and its mode.
+    deferred: BTreeMap<NodeId, (Stamp, Place, Mode)>,
+    /// Each peer's request this node answered and has not seen finish, and
+    /// its mode: its own next request takes a place behind all of them.
+    answered: BTreeMap<NodeId, (Place, Mode)>,
     /// The largest round stamp this node has answered or been deferred
-    /// behind: its own round must be above it to enter (see *Fences*).
+    /// behind: its own round must be above it to enter as a writer (see
+    /// *Fences*).
     floor: Option<Stamp>,
+    /// The largest writer's round stamp this node has answered, or entry
+    /// it has been deferred behind: its own round must be above it to
+    /// enter as a reader (see *Readers and writers*).
+    write_floor: Option<Stamp>,
     priority: Priority,
     /// Entries granted to this node (in this run of it).
     entries: u64,
@@ -236,9 +270,11 @@ impl RicartAgrawala {
             clock: LamportClock::default(),
             state: Ask::Idle,
             place: None,
+            mode: Mode::Write,
             deferred: BTreeMap::new(),
             answered: BTreeMap::new(),
             floor: None,
+            write_floor: None,
             priority: opts.priority,
             entries: 0,
             last_entry: 0,
@@ -260,7 +296,11 @@ impl RicartAgrawala {
             return;
         }
         let stamp = *stamp;
-        if self.floor.is_some_and(|floor| floor >= stamp) {
+        let floor = match self.mode {
+            Mode::Write => self.floor,
+            Mode::Read => self.write_floor,
+        };
+        if floor.is_some_and(|floor| floor >= stamp) {
             // A request this node let through may enter first with a
             // larger stamp: announce a larger one before entering.
             self.ask_again(now, out);
@@ -275,18 +315,20 @@ impl RicartAgrawala {
         out.grant(Fence::from(stamp));
     }
 
-    /// Answers `to`'s round `request` (at `place`), remembering what an
-    /// answer commits this node to.
+    /// Answers `to`'s round `request` (at `place`, in `mode`), remembering
+    /// what an answer commits this node to.
     fn reply(
         &mut self,
         to: NodeId,
-        request: Stamp,
-        place: Place,
+        (request, place, mode): (Stamp, Place, Mode),
         after: Option<Stamp>,
         out: &mut Out<RicartAgrawala>,
     ) {
-        self.answered.insert(to, place);
+        self.answered.insert(to, (place, mode));
         self.floor = self.floor.max(Some(request));
+        if mode == Mode::Write {
+            self.write_floor = self.write_floor.max(Some(request));
+        }
         let clock = self.clock.now();
         out.send(to, RaMsg::Reply { to: request, clock, after });
     }
@@ -300,7 +342,7 @@ impl RicartAgrawala {
         };
         // No better than any request this node has answered that may still
         // be under way: the requester holds this node's reply.
-        let rank = self.answered.values().map(|p| p.rank).fold(own, u64::max);
+        let rank = self.answered.values().map(|(p, _)| p.rank).fold(own, u64::max);
         let first = Stamp { ts: self.clock.tick(), node: self.id };
         self.place = Some(Place { rank, first });
         self.send_round(first, now, out);
@@ -319,7 +361,8 @@ impl RicartAgrawala {
         let Some(place) = self.place else {
             return;
         };
-        out.broadcast(self.alive.iter().copied(), RaMsg::Request { stamp, place });
+        let mode = self.mode;
+        out.broadcast(self.alive.iter().copied(), RaMsg::Request { stamp, place, mode });
         self.state = Ask::Wanting { stamp, awaiting: self.alive.clone() };
         if let Some(t) = &mut self.tolerance {
             t.heard.clear();
@@ -333,25 +376,31 @@ impl RicartAgrawala {
     fn on_request(
         &mut self,
         from: NodeId,
-        stamp: Stamp,
-        place: Place,
+        (stamp, place, mode): (Stamp, Place, Mode),
         out: &mut Out<RicartAgrawala>,
     ) {
         // One request at a time: whatever `from` asked before is over, or
         // this is a new round of it, which needs a new answer.
         self.answered.remove(&from);
+        // Two reads never wait for each other.
+        let conflicts = self.mode.conflicts(mode);
         let defer = match &self.state {
             Ask::Idle => false,
-            Ask::Held { .. } => true,
-            Ask::Wanting { .. } => self.place.is_some_and(|mine| mine < place),
+            Ask::Held { .. } => conflicts,
+            Ask::Wanting { .. } => conflicts && self.place.is_some_and(|mine| mine < place),
         };
         if defer {
-            self.deferred.insert(from, (stamp, place));
+            self.deferred.insert(from, (stamp, place, mode));
             if self.tolerance.is_some() {
                 out.send(from, RaMsg::Nack { to: stamp });
             }
         } else {
-            self.reply(from, stamp, place, None, out);
+            if !conflicts {
+                // A read that replaces one of `from`'s deferred writes
+                // (it restarted) is answered now, and the old round never.
+                self.deferred.remove(&from);
+            }
+            self.reply(from, (stamp, place, mode), None, out);
         }
     }
 
@@ -373,36 +422,38 @@ impl Algorithm for RicartAgrawala {
         out: &mut Out<RicartAgrawala>,
     ) {
         match msg {
-            RaMsg::Request { stamp, place } => {
+            RaMsg::Request { stamp, place, mode } => {
                 self.clock.observe(stamp.ts);
                 if stamp.node != from || place.first.node != from {
                     return; // a stamp always names its sender
                 }
-                self.on_request(from, stamp, place, out);
+                self.on_request(from, (stamp, place, mode), out);
             }
-            RaMsg::Probe { stamp, place } => {
+            RaMsg::Probe { stamp, place, mode } => {
                 self.clock.observe(stamp.ts);
                 if stamp.node != from || place.first.node != from {
                     return;
                 }
                 match self.deferred.get(&from) {
                     // Still deferred: say so again.
-                    Some(&(round, _)) if round == stamp => {
+                    Some(&(round, ..)) if round == stamp => {
                         out.send(from, RaMsg::Nack { to: stamp });
                     }
-                    Some(&(round, _)) if round > stamp => {} // about a round since replaced
+                    Some(&(round, ..)) if round > stamp => {} // about a round since replaced
                     // Unknown here (lost, or answered already): take it as
                     // the request, which answers again or defers.
-                    _ => self.on_request(from, stamp, place, out),
+                    _ => self.on_request(from, (stamp, place, mode), out),
                 }
             }
             RaMsg::Reply { to, clock, after } => {
                 self.clock.observe(clock);
-                if let (Some(mine), Some(&theirs)) = (self.place, self.answered.get(&from)) {
+                if let (Some(mine), Some(&(theirs, how))) = (self.place, self.answered.get(&from)) {
                     // `from` answers a request that ranks behind one of its
-                    // own this node answered, and did so after making that
-                    // one: it would have deferred, so that one is over.
-                    if self.is_mine(to) && theirs < mine && clock >= theirs.first.ts {
+                    // own this node answered and conflicts with it, and did
+                    // so after making that one: it would have deferred, so
+                    // that one is over.
+                    let conflicts = how.conflicts(self.mode);
+                    if self.is_mine(to) && conflicts && theirs < mine && clock >= theirs.first.ts {
                         self.answered.remove(&from);
                     }
                 }
@@ -414,8 +465,10 @@ impl Algorithm for RicartAgrawala {
                 }
                 // Deferred behind an entry: this node's fence must be above
                 // that one's. Under timestamp order it already is, unless
-                // the entry never asked this node (it was down then).
+                // the entry never asked this node (it was down then). It
+                // conflicted with this node's request, so a reader's too.
                 self.floor = self.floor.max(after);
+                self.write_floor = self.write_floor.max(after);
                 awaiting.remove(&from);
                 if let Some(t) = &mut self.tolerance {
                     t.heard.remove(&from);
@@ -456,7 +509,7 @@ impl Algorithm for RicartAgrawala {
                 silent.push(peer);
             } else {
                 *probes += 1;
-                out.send(peer, RaMsg::Probe { stamp: *stamp, place });
+                out.send(peer, RaMsg::Probe { stamp: *stamp, place, mode: self.mode });
             }
         }
         // Given up on for this request: treated as failed, though the
@@ -476,7 +529,7 @@ impl Algorithm for RicartAgrawala {
         self.alive.insert(peer);
         if let (Ask::Wanting { stamp, awaiting }, Some(place)) = (&mut self.state, self.place) {
             awaiting.insert(peer);
-            out.send(peer, RaMsg::Request { stamp: *stamp, place });
+            out.send(peer, RaMsg::Request { stamp: *stamp, place, mode: self.mode });
         }
         if let Some(t) = &mut self.tolerance {
             t.heard.remove(&peer);
@@ -524,10 +577,22 @@ impl MutexAlgorithm for RicartAgrawala {
     }
 
     fn handle_request(&mut self, now: Time, out: &mut Out<RicartAgrawala>) {
+        self.handle_request_in(now, Mode::Write, out);
+    }
+
+    fn handle_request_in(&mut self, now: Time, mode: Mode, out: &mut Out<RicartAgrawala>) {
         if self.state != Ask::Idle {
             return;
         }
+        self.mode = mode;
         self.ask(now, out);
+    }
+
+    fn mode_of(&self, fence: Fence) -> Mode {
+        match self.state {
+            Ask::Held { stamp } if Fence::from(stamp) == fence => self.mode,
+            _ => Mode::Write,
+        }
     }
 
     fn handle_release(&mut self, _now: Time, out: &mut Out<RicartAgrawala>) {
@@ -536,8 +601,8 @@ impl MutexAlgorithm for RicartAgrawala {
         };
         self.state = Ask::Idle;
         self.place = None;
-        for (peer, (theirs, place)) in std::mem::take(&mut self.deferred) {
-            self.reply(peer, theirs, place, Some(stamp), out);
+        for (peer, request) in std::mem::take(&mut self.deferred) {
+            self.reply(peer, request, Some(stamp), out);
         }
     }
 
@@ -572,6 +637,9 @@ mod tests {
     use crate::outbox::Action;
     use crate::testkit::*;
 
+    const W: Mode = Mode::Write;
+    const R: Mode = Mode::Read;
+
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
     }
@@ -600,7 +668,7 @@ mod tests {
     }
 
     fn request(ts: u64, id: u32) -> RaMsg {
-        RaMsg::Request { stamp: stamp(ts, id), place: place(ts, id) }
+        RaMsg::Request { stamp: stamp(ts, id), place: place(ts, id), mode: W }
     }
 
     fn reply(to: Stamp, clock: u64) -> RaMsg {
@@ -666,6 +734,93 @@ mod tests {
         assert!(Fence::new(5, 1) > Fence::new(3, 2));
     }
 
+    fn read_request(ts: u64, id: u32) -> RaMsg {
+        RaMsg::Request { stamp: stamp(ts, id), place: place(ts, id), mode: R }
+    }
+
+    /// Two readers answer each other at once, wanting or holding, and
+    /// both enter; the later one does not ask again although it answered
+    /// a round above its own.
+    #[test]
+    fn readers_answer_readers_at_once_and_hold_together() {
+        let (mut p1, mut p2) = (node(1, 2), node(2, 2));
+        let (mut o1, mut o2) = (Out::<RicartAgrawala>::new(), Out::<RicartAgrawala>::new());
+        p1.handle_request_in(T, R, &mut o1);
+        assert_eq!(o1.take(), vec![send(2, read_request(1, 1))]);
+        p2.observe_watermark(4);
+        p2.handle_request_in(T, R, &mut o2);
+        assert_eq!(o2.take(), vec![send(1, read_request(5, 2))]);
+        // Wanting, ranked ahead: node 1 still answers the reader at once.
+        p1.handle_message(T, n(2), read_request(5, 2), &mut o1);
+        assert_eq!(o1.take(), vec![send(2, reply(stamp(5, 2), 5))]);
+        p2.handle_message(T, n(1), read_request(1, 1), &mut o2);
+        assert_eq!(o2.take(), vec![send(1, reply(stamp(1, 1), 5))]);
+        p1.handle_message(T, n(2), reply(stamp(1, 1), 5), &mut o1);
+        assert_eq!(o1.take(), vec![grant(1, 1)], "(5, 2) was a read: no second round");
+        p2.handle_message(T, n(1), reply(stamp(5, 2), 5), &mut o2);
+        assert_eq!(o2.take(), vec![grant(5, 2)]);
+        assert_eq!(p1.mode_of(Fence::new(1, 1)), R);
+        assert_eq!(p1.mode_of(Fence::new(5, 2)), W, "not a grant of node 1");
+        // Holding a read, node 1 answers a third reader at once too.
+        p1.handle_message(T, n(2), read_request(6, 2), &mut o1);
+        assert_eq!(o1.take(), vec![send(2, reply(stamp(6, 2), 6))]);
+    }
+
+    /// A writer ranked ahead defers a later reader, and a holding reader
+    /// defers a writer: no reader overtakes an earlier writer, and the
+    /// writer's deferred reply names the reader's fence.
+    #[test]
+    fn writers_and_readers_defer_each_other_in_stamp_order() {
+        let mut w = node(1, 2);
+        let mut out = Out::<RicartAgrawala>::new();
+        w.handle_request_in(T, W, &mut out);
+        out.take();
+        w.handle_message(T, n(2), read_request(2, 2), &mut out);
+        assert!(out.is_empty(), "the writer asked first: the reader waits");
+        w.handle_message(T, n(2), reply(stamp(1, 1), 2), &mut out);
+        assert_eq!(out.take(), vec![grant(1, 1)]);
+        w.handle_release(T, &mut out);
+        let after = Some(stamp(1, 1));
+        assert_eq!(out.take(), vec![send(2, RaMsg::Reply { to: stamp(2, 2), clock: 2, after })]);
+
+        let mut r = node(2, 2);
+        r.handle_request_in(T, R, &mut out);
+        out.take();
+        r.handle_message(T, n(1), reply(stamp(1, 2), 1), &mut out);
+        assert_eq!(out.take(), vec![grant(1, 2)]);
+        r.handle_message(T, n(1), request(0, 1), &mut out);
+        assert!(out.is_empty(), "a reader holding defers every writer");
+    }
+
+    /// A reader that answered a writer's round above its own asks again
+    /// before entering, as a writer would; a writer that answered a
+    /// reader's does too.
+    #[test]
+    fn a_round_answered_across_modes_raises_the_floor() {
+        let mut r = node(1, 2);
+        let mut out = Out::<RicartAgrawala>::new();
+        r.handle_request_in(T, R, &mut out);
+        out.take();
+        // Node 2's writer, restarted, ranks ahead of nobody but stamps (4, 2)
+        // with place (0, 2): ahead of (1, 1), so it is answered.
+        let ahead = RaMsg::Request { stamp: stamp(4, 2), place: place(0, 2), mode: W };
+        r.handle_message(T, n(2), ahead, &mut out);
+        assert_eq!(out.take(), vec![send(2, reply(stamp(4, 2), 4))]);
+        r.handle_message(T, n(2), reply(stamp(1, 1), 4), &mut out);
+        let again = RaMsg::Request { stamp: stamp(5, 1), place: place(1, 1), mode: R };
+        assert_eq!(out.take(), vec![send(2, again)], "a writer's round (4, 2) is above (1, 1)");
+
+        let mut w = node(1, 2);
+        w.handle_request_in(T, W, &mut out);
+        out.take();
+        let ahead = RaMsg::Request { stamp: stamp(4, 2), place: place(0, 2), mode: R };
+        w.handle_message(T, n(2), ahead, &mut out);
+        assert_eq!(out.take(), vec![send(2, reply(stamp(4, 2), 4))]);
+        w.handle_message(T, n(2), reply(stamp(1, 1), 4), &mut out);
+        let again = RaMsg::Request { stamp: stamp(5, 1), place: place(1, 1), mode: W };
+        assert_eq!(out.take(), vec![send(2, again)], "a writer asks again above a reader's round");
+    }
+
     #[test]
     fn holder_defers_every_request_until_it_leaves() {
         let mut p = node(1, 2);
@@ -716,7 +871,7 @@ mod tests {
         p.handle_message(T, n(1), reply(stamp(1, 2), 1), &mut out);
         let overtaken = RaMsg::Reply { to: stamp(1, 2), clock: 9, after: Some(stamp(9, 3)) };
         p.handle_message(T, n(3), overtaken, &mut out);
-        let again = RaMsg::Request { stamp: stamp(10, 2), place: place(1, 2) };
+        let again = RaMsg::Request { stamp: stamp(10, 2), place: place(1, 2), mode: W };
         assert_eq!(out.take(), vec![send(1, again.clone()), send(3, again)]);
         // A late reply to the old round does not count for the new one.
         p.handle_message(T, n(1), reply(stamp(1, 2), 9), &mut out);
@@ -755,7 +910,7 @@ mod tests {
         p.handle_message(T, n(2), request(4, 2), &mut out);
         assert_eq!(out.take(), vec![send(2, RaMsg::Nack { to: stamp(4, 2) })]);
         // A probe about the same round gets the same answer.
-        let probe = RaMsg::Probe { stamp: stamp(4, 2), place: place(4, 2) };
+        let probe = RaMsg::Probe { stamp: stamp(4, 2), place: place(4, 2), mode: W };
         p.handle_message(T, n(2), probe, &mut out);
         assert_eq!(out.take(), vec![send(2, RaMsg::Nack { to: stamp(4, 2) })]);
         // Holding: "wait" too.
@@ -779,7 +934,7 @@ mod tests {
         out.take();
         p.handle_message(ms(3), n(2), reply(stamp(1, 1), 1), &mut out);
         assert!(out.is_empty(), "node 3 has said nothing yet");
-        let probe = RaMsg::Probe { stamp: stamp(1, 1), place: place(1, 1) };
+        let probe = RaMsg::Probe { stamp: stamp(1, 1), place: place(1, 1), mode: W };
         for k in 1..=u64::from(PROBES) {
             p.handle_timer(ms(250 * k), RaTimer::Patience, &mut out);
             assert_eq!(out.take(), vec![send(3, probe.clone()), patience_at(ms(250 * (k + 1)))]);
@@ -797,7 +952,7 @@ mod tests {
         p.handle_request(T, &mut out);
         out.take();
         let nack = RaMsg::Nack { to: stamp(1, 1) };
-        let probe = RaMsg::Probe { stamp: stamp(1, 1), place: place(1, 1) };
+        let probe = RaMsg::Probe { stamp: stamp(1, 1), place: place(1, 1), mode: W };
         p.handle_message(ms(1), n(2), nack.clone(), &mut out);
         for k in 0..10u64 {
             // Heard from since the last look: left alone.
@@ -817,7 +972,7 @@ mod tests {
     fn probe_about_a_lost_request_is_answered_as_the_request() {
         let mut p = tolerant(2, 3);
         let mut out = Out::<RicartAgrawala>::new();
-        let probe = RaMsg::Probe { stamp: stamp(3, 1), place: place(3, 1) };
+        let probe = RaMsg::Probe { stamp: stamp(3, 1), place: place(3, 1), mode: W };
         p.handle_message(T, n(1), probe, &mut out);
         assert_eq!(out.take(), vec![send(1, reply(stamp(3, 1), 3))]);
     }
@@ -836,11 +991,11 @@ mod tests {
 
         p1.handle_request(T, &mut o1);
         let p1_place = Place { rank: 1, first: stamp(2, 1) };
-        let r1 = RaMsg::Request { stamp: stamp(2, 1), place: p1_place };
+        let r1 = RaMsg::Request { stamp: stamp(2, 1), place: p1_place, mode: W };
         assert_eq!(o1.take(), vec![send(2, r1.clone())]);
         p2.observe_watermark(6);
         p2.handle_request(T, &mut o2);
-        let r2 = RaMsg::Request { stamp: stamp(7, 2), place: place(7, 2) };
+        let r2 = RaMsg::Request { stamp: stamp(7, 2), place: place(7, 2), mode: W };
         assert_eq!(o2.take(), vec![send(1, r2.clone())]);
 
         // Node 1, with one entry, ranks behind: it answers node 2 ...
@@ -858,7 +1013,7 @@ mod tests {
         let deferred = RaMsg::Reply { to: stamp(2, 1), clock: 7, after: Some(stamp(7, 2)) };
         assert_eq!(o2.take(), vec![send(1, deferred.clone())]);
         p1.handle_message(T, n(2), deferred, &mut o1);
-        let again = RaMsg::Request { stamp: stamp(8, 1), place: p1_place };
+        let again = RaMsg::Request { stamp: stamp(8, 1), place: p1_place, mode: W };
         assert_eq!(o1.take(), vec![send(2, again)]);
         p1.handle_message(T, n(2), reply(stamp(8, 1), 8), &mut o1);
         assert_eq!(o1.take(), vec![grant(8, 1)]);
@@ -881,7 +1036,7 @@ mod tests {
         p.handle_message(T, n(3), reply(stamp(1, 1), 9), &mut out);
         assert!(out.is_empty(), "node 2 defers node 1 while it holds");
         p.handle_peer_down(T, n(2), &mut out);
-        let again = RaMsg::Request { stamp: stamp(10, 1), place: mine };
+        let again = RaMsg::Request { stamp: stamp(10, 1), place: mine, mode: W };
         assert_eq!(out.take(), vec![send(3, again)], "(1, 1) is below (9, 2): ask again");
         p.handle_message(T, n(3), reply(stamp(10, 1), 10), &mut out);
         assert_eq!(out.take(), vec![grant(10, 1)]);
@@ -894,11 +1049,16 @@ mod tests {
         let mut p = fewest(2, 3);
         let mut out = Out::<RicartAgrawala>::new();
         let theirs = Place { rank: 5, first: stamp(3, 1) };
-        p.handle_message(T, n(1), RaMsg::Request { stamp: stamp(3, 1), place: theirs }, &mut out);
+        p.handle_message(
+            T,
+            n(1),
+            RaMsg::Request { stamp: stamp(3, 1), place: theirs, mode: W },
+            &mut out,
+        );
         assert_eq!(out.take(), vec![send(1, reply(stamp(3, 1), 3))]);
         p.handle_request(T, &mut out);
         let mine = Place { rank: 5, first: stamp(4, 2) };
-        let r = RaMsg::Request { stamp: stamp(4, 2), place: mine };
+        let r = RaMsg::Request { stamp: stamp(4, 2), place: mine, mode: W };
         assert_eq!(out.take(), vec![send(1, r.clone()), send(3, r)]);
         assert!(theirs < mine);
         // Node 1's reply, sent after its request began, shows that request
@@ -909,7 +1069,7 @@ mod tests {
         p.handle_release(T, &mut out);
         p.handle_request(T, &mut out);
         let next = Place { rank: 1, first: stamp(5, 2) };
-        let r = RaMsg::Request { stamp: stamp(5, 2), place: next };
+        let r = RaMsg::Request { stamp: stamp(5, 2), place: next, mode: W };
         assert_eq!(out.take(), vec![send(1, r.clone()), send(3, r)]);
     }
 
@@ -925,7 +1085,11 @@ mod tests {
         p.handle_release(T, &mut out);
         out.take();
         p.handle_request(T, &mut out);
-        let r = RaMsg::Request { stamp: stamp(8, 1), place: Place { rank: 7, first: stamp(8, 1) } };
+        let r = RaMsg::Request {
+            stamp: stamp(8, 1),
+            place: Place { rank: 7, first: stamp(8, 1) },
+            mode: W,
+        };
         assert_eq!(out.take(), vec![send(2, r)]);
         assert_eq!(p.request_stamp(), None, "order by place, not by stamp");
     }

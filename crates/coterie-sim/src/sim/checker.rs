@@ -19,8 +19,8 @@ pub(super) struct Checker {
     fences: BTreeMap<Name, BTreeSet<Fence>>,
     /// The highest fence granted to a writer, by lock.
     written: BTreeMap<Name, Fence>,
-    /// Which lock each waiting client waits for, and since when.
-    asked: BTreeMap<ClientId, (Name, Time)>,
+    /// Which lock each waiting client waits for, how, and since when.
+    asked: BTreeMap<ClientId, (Name, Mode, Time)>,
     /// A release with someone waiting, not yet followed by a grant.
     release_pending: Option<Time>,
     /// Since when, and in which state of the algorithms, the run has been
@@ -44,9 +44,9 @@ pub(super) struct Verdict {
 }
 
 impl Checker {
-    /// `client` asks for `name` now.
-    pub(super) fn asked(&mut self, client: ClientId, name: Name, now: Time) {
-        self.asked.insert(client, (name, now));
+    /// `client` asks for `name` in `mode` now.
+    pub(super) fn asked(&mut self, client: ClientId, (name, mode): (Name, Mode), now: Time) {
+        self.asked.insert(client, (name, mode, now));
     }
 
     /// `client` lets go of `held` now.
@@ -93,7 +93,7 @@ impl Checker {
         stamp: impl Fn(NodeId) -> Option<Stamp>,
     ) -> Verdict {
         let overtook = match self.asked.remove(&client) {
-            Some((_, asked_at)) => self.overtakes(client, name, asked_at, stamp),
+            Some((.., asked_at)) => self.overtakes(client, (name, mode), asked_at, stamp),
             None => false,
         };
         let sync_delay = self.release_pending.take().map(|released| now - released);
@@ -124,21 +124,23 @@ impl Checker {
         Verdict { overtook, sync_delay, crowd, stale, shared }
     }
 
-    /// Whether `client`, which asked at `asked_at`, enters `name` ahead of
-    /// a waiting client that asked for it before: by its node's request
+    /// Whether `client`, which asked at `asked_at`, enters `name` in
+    /// `mode` ahead of a waiting client that asked for it before in a mode
+    /// that conflicts (a reader may pass a reader): by its node's request
     /// timestamp when the algorithm orders requests by timestamp, by the
     /// time of asking otherwise.
     fn overtakes(
         &self,
         client: ClientId,
-        name: &Name,
+        (name, mode): (&Name, Mode),
         asked_at: Time,
         stamp: impl Fn(NodeId) -> Option<Stamp>,
     ) -> bool {
-        let rivals = || self.asked.iter().filter(|(_, (n, _))| n == name);
+        let rivals =
+            || self.asked.iter().filter(move |(_, (n, how, _))| n == name && how.conflicts(mode));
         match stamp(client.node) {
             Some(mine) => rivals().filter_map(|(id, _)| stamp(id.node)).any(|other| other < mine),
-            None => rivals().any(|(_, &(_, other))| other < asked_at),
+            None => rivals().any(|(_, &(_, _, other))| other < asked_at),
         }
     }
 
@@ -210,8 +212,8 @@ impl<C: Chooser> Simulation<C> {
         let named = self.named(&name);
         let engine = self.nodes[&node].engine.as_ref();
         let mode = engine.map_or(Mode::Write, |e| e.mode_of(&name, fence));
-        let shares = engine.is_some_and(|e| e.shares_reads(&name));
-        let Some(client) = self.workload.taker(node, &name, shares.then_some(mode)) else {
+        let takers = engine.and_then(|e| e.takers(&name, fence));
+        let Some(client) = self.workload.taker(node, &name, takers) else {
             // Judged as safety (ignored when only progress is judged): a
             // grant nobody asked for is not handed to any client.
             let states = self.workload.states_at(node);

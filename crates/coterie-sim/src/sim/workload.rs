@@ -72,6 +72,8 @@ pub(super) struct Demand {
     pub(super) waiting: u32,
     /// Of the clients that hold it and wait for it, the readers.
     pub(super) reads: u32,
+    /// Of the clients that wait for it, the readers.
+    pub(super) waiting_reads: u32,
 }
 
 /// The clients' state, and what the load has still to do.
@@ -214,13 +216,11 @@ impl Workload {
             .filter(|(n, _)| n == name)
             .map(|&(_, f)| f)
             .collect();
+        let reading = |id: &ClientId| self.clients[id].mode == Mode::Read;
         let waiting = self.in_line(node, name).count() as u32;
-        let reads = self
-            .at(node)
-            .filter(|id| holding(id) || self.in_line(node, name).any(|w| w == *id))
-            .filter(|id| self.clients[id].mode == Mode::Read)
-            .count() as u32;
-        Demand { used, waiting, reads }
+        let waiting_reads = self.in_line(node, name).filter(reading).count() as u32;
+        let held_reads = self.at(node).filter(holding).filter(reading).count() as u32;
+        Demand { used, waiting, reads: held_reads + waiting_reads, waiting_reads }
     }
 
     /// `node`'s clients that have asked for `name` and wait for it, in the
@@ -234,9 +234,14 @@ impl Workload {
         })
     }
 
+    /// Whether `client` reads or writes.
+    pub(super) fn mode(&self, client: ClientId) -> Mode {
+        self.clients[&client].mode
+    }
+
     /// The client of `node` a grant of `name` goes to: the first in line
-    /// that waits for it, and with `mode` (where reads share the lock) the
-    /// first that waits in that mode, as a node hands its grants.
+    /// that waits for it, and with `mode` the first that waits in that
+    /// mode, as a node hands its grants (`Engine::takers` says which).
     pub(super) fn taker(&self, node: NodeId, name: &Name, mode: Option<Mode>) -> Option<ClientId> {
         self.in_line(node, name).find(|id| mode.is_none_or(|m| self.clients[id].mode == m))
     }
@@ -453,7 +458,8 @@ impl<C: Chooser> Simulation<C> {
     pub(super) fn request(&mut self, client: ClientId) {
         let now = self.now;
         let name = self.workload.ask(client, &mut self.chooser);
-        self.checker.asked(client, name.clone(), now);
+        let mode = self.workload.mode(client);
+        self.checker.asked(client, (name.clone(), mode), now);
         self.trace(|| format!("{client} requests {name}"));
         self.sync(client.node, &name);
         self.after_input(client.node);
@@ -475,36 +481,24 @@ impl<C: Chooser> Simulation<C> {
             for fence in held.into_iter().filter(|f| !demand.used.contains(f)) {
                 engine.release_grant(now, name, fence);
             }
-            let wanted = demand.used.len() as u32 + demand.waiting;
-            let reads = if engine.mode_in_use(Mode::Read, permits) == Mode::Read {
-                demand.reads
-            } else {
-                0
-            };
-            let mut asked = Ok(());
-            for (mode, wanted) in [(Mode::Write, wanted - reads), (Mode::Read, reads)] {
-                while asked.is_ok() && engine.outstanding_in(name, mode) < wanted {
-                    let before = engine.outstanding_in(name, mode);
-                    asked = engine.request_in(now, name, permits, mode);
-                    if engine.outstanding_in(name, mode) == before {
-                        break; // the engine takes no more
-                    }
-                }
-            }
-            asked
+            let sessions = demand.used.len() as u32 + demand.waiting;
+            engine.request_for_sessions(now, name, permits, (sessions, demand.reads))
         } else {
-            match engine.cs_state_of(name) {
-                CsState::Held if !demand.used.is_empty() => Ok(()),
+            let ask = match engine.cs_state_of(name) {
+                CsState::Held if !demand.used.is_empty() => false,
                 CsState::Held => {
                     engine.release(now, name);
-                    if demand.waiting > 0 {
-                        engine.request(now, name, permits)
-                    } else {
-                        Ok(())
-                    }
+                    true
                 }
-                CsState::Idle if demand.waiting > 0 => engine.request(now, name, permits),
-                _ => Ok(()),
+                CsState::Idle => true,
+                CsState::Wanting => false,
+            };
+            // Once for all its waiting clients, in the mode that serves them.
+            let mode = Mode::serving(demand.waiting, demand.waiting_reads);
+            if ask && demand.waiting > 0 {
+                engine.request_in(now, name, permits, mode)
+            } else {
+                Ok(())
             }
         };
         if let Err(e) = asked {
