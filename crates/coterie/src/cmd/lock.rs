@@ -30,8 +30,8 @@ pub const EXIT_LOST: u8 = 76;
 /// every client of a lock must give the same K). With --read the command
 /// shares the locks with other readers, and a writer (the default, or
 /// --write) holds them alone; no reader is let in ahead of a writer that
-/// asked before it (centralized and centralized-lending; the other
-/// algorithms take a read as a write).
+/// asked before it (centralized, centralized-lending, ricart-agrawala and
+/// lamport; the other algorithms take a read as a write).
 ///
 /// CMD runs in a process group of its own, with COTERIE_LOCK set to the
 /// names held (space-separated), COTERIE_FENCE to the first one's fencing
