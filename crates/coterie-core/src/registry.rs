@@ -63,8 +63,9 @@ pub struct Claims {
     /// Reads share a lock of one permit: the algorithm has a reader form
     /// ([`MutexAlgorithm::handle_request_in`](crate::MutexAlgorithm::handle_request_in)),
     /// and grants any number of readers at once, or one writer, with no
-    /// reader let in ahead of a writer that asked before it. Without it
-    /// a read is taken as a write.
+    /// reader let in ahead of a writer that asked before it — save under
+    /// `roucairol-carvalho`, whose entries keep no request order. Without
+    /// it a read is taken as a write.
     pub readers: bool,
     /// Entries follow request-timestamp order (no grant while an older
     /// request waits) while nothing fails.
@@ -210,8 +211,8 @@ pub const MUTEXES: &[MutexInfo] = &[
     },
     MutexInfo {
         name: "roucairol-carvalho",
-        summary: "Ricart-Agrawala keeping the replies it was given: re-entries with no other request cost no message",
-        claims: Claims::BASIC,
+        summary: "Ricart-Agrawala keeping the replies it was given: re-entries with no other request cost no message; readers share them",
+        claims: Claims { readers: true, ..Claims::BASIC },
         // Nothing when every permission is still here; a REQUEST and a
         // REPLY for each one given away since. A renewal of the
         // reservation (every RESERVE ticks) adds at most that.

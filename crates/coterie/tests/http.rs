@@ -156,6 +156,14 @@ fn lamport_readers_share_through_four_nodes_and_a_writer_holds_alone() {
     readers_share_and_a_writer_waits("lamport");
 }
 
+/// The same under roucairol-carvalho, whose readers keep the permissions
+/// they share: the writer takes each whole from a reader as it leaves,
+/// and the late reader's node must ask the writer, which defers it.
+#[test]
+fn roucairol_carvalho_readers_share_through_four_nodes_and_a_writer_holds_alone() {
+    readers_share_and_a_writer_waits("roucairol-carvalho");
+}
+
 fn readers_share_and_a_writer_waits(mutex: &str) {
     let algorithm = coterie_core::registry::mutex(mutex).unwrap();
     let up = Up::start_with(5, &format!("http-readers-{mutex}"), |cfg| {

@@ -16,7 +16,8 @@
 //! **State walk.** To ask, a node stamps a request with its Lamport clock
 //! and id, queues it and sends REQUEST to every live peer, which queues it
 //! and answers REPLY at once. The node *enters* when (1) its request heads
-//! its own queue and (2) from every live peer it has a message stamped
+//! its own queue (a reader: no writer is ahead of it; see *Readers and
+//! writers*) and (2) from every live peer it has a message stamped
 //! later than the request: by FIFO, no earlier request can still be on its
 //! way. Leaving, it dequeues the request and sends RELEASE; a RELEASE
 //! dequeues the sender's request everywhere.

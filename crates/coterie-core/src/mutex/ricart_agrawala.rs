@@ -46,7 +46,8 @@
 //! answers a REQUEST at once if that request has the better (lower) place,
 //! and *defers* the reply otherwise (fault-tolerant: and sends a NACK at
 //! once). With a reply from every peer it asked (or that peer reported
-//! down, or given up on) it *holds*; while holding it defers every reply.
+//! down, or given up on) it *holds*; while holding it defers every request
+//! it conflicts with (every one, for a writer; see *Readers and writers*).
 //! Leaving, it sends every deferred reply and is idle again.
 //!
 //! The place is frozen when the request first goes out. With a dynamic

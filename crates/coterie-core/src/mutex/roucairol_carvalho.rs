@@ -60,10 +60,33 @@
 //! **Order.** A node that holds every permission enters at once, even while
 //! an older request of another node is on its way to it: entries do not
 //! follow request timestamps, and the algorithm claims no such order.
+//!
+//! **Readers and writers.** Two reads do not conflict, so a node answers a
+//! read request at once unless it holds, or is ranked ahead wanting, a
+//! write; and answering a read gives the pair's permission away *for
+//! reading only*: the answerer keeps the right to read, which the
+//! requester now has too. So a permission is held by one node whole (it
+//! may read or write on it), shared by both for reading, or by neither;
+//! a reader enters on a whole or shared permission from every live peer,
+//! a writer only on whole ones, and asks for the rest — a writer's
+//! request takes the permission whole from the answerer, which asks again
+//! if it still wants. Once every pair shares, a read costs no message at
+//! all, wherever it is made; a write costs a REQUEST and a REPLY to each
+//! peer, and after it each other node's next read one round trip to the
+//! writer. Readers and writers in Ricart and Agrawala's scheme are the
+//! fair readers and writers of Courtois, Heymans and Parnas ("Concurrent
+//! control with 'readers' and 'writers'", CACM 14(10), 1971); keeping
+//! permissions shared for reading is this project's extension of Carvalho
+//! and Roucairol's idea, and like their entries follows no request order. Fences: a node answering a read goes on
+//! owing the ceiling while the requester may read on it, and a requester
+//! keeps owing the ceiling it gave a peer that answered its read (the
+//! peer may still read on it); a writer asks every peer whose whole
+//! permission it lacks, so its fence is above every reader's that shared,
+//! and a reader's is above every writer's, whose reply it needed.
 
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out, Restored};
 use crate::outbox::{Message, NoTimer, Time};
-use crate::types::{CsState, Fence, LamportClock, NodeId, Stamp};
+use crate::types::{CsState, Fence, LamportClock, Mode, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -92,6 +115,9 @@ pub enum RcMsg {
         /// Fences issued on the permission this round obtains stay below
         /// it; the answerer's own later fences go above it.
         ceiling: u64,
+        /// Whether the permission is asked for reading only (the
+        /// answerer keeps that much) or whole.
+        mode: Mode,
     },
     /// You have my permission (until you answer a request of mine).
     Reply {
@@ -108,6 +134,23 @@ impl Message for RcMsg {
             RcMsg::Request { .. } => "request",
             RcMsg::Reply { .. } => "reply",
         }
+    }
+}
+
+/// A peer's permission this node holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Kept {
+    /// Fences issued on it stay below this (see *Fences*).
+    ceiling: u64,
+    /// [`Mode::Write`] whole, [`Mode::Read`] shared with the peer for
+    /// reading only.
+    mode: Mode,
+}
+
+impl Kept {
+    /// Whether this permission lets a request of `mode` enter.
+    fn serves(self, mode: Mode) -> bool {
+        self.mode >= mode
     }
 }
 
@@ -131,9 +174,11 @@ pub struct RoucairolCarvalho {
     alive: BTreeSet<NodeId>,
     clock: LamportClock,
     state: Want,
+    /// The mode of the request under way, or of the last one.
+    mode: Mode,
     /// The permissions this node holds: each peer's, with the ceiling it
-    /// was given under.
-    kept: BTreeMap<NodeId, u64>,
+    /// was given under and whether it is whole or shared for reading.
+    kept: BTreeMap<NodeId, Kept>,
     /// The ceilings this node owes: the peers that hold its permission,
     /// with the ceiling of the request it answered.
     owed: BTreeMap<NodeId, u64>,
@@ -150,9 +195,9 @@ pub struct RoucairolCarvalho {
     /// The ceiling stored for a restart: at least every ceiling owed, kept
     /// [`DURABLE_AHEAD`] above the highest so that a write is rare.
     durable: u64,
-    /// Requests not answered yet, by requester: the round and its
-    /// ceiling.
-    deferred: BTreeMap<NodeId, (Stamp, u64)>,
+    /// Requests not answered yet, by requester: the round, its ceiling
+    /// and its mode.
+    deferred: BTreeMap<NodeId, (Stamp, u64, Mode)>,
 }
 
 impl RoucairolCarvalho {
@@ -163,6 +208,7 @@ impl RoucairolCarvalho {
             alive: BTreeSet::new(),
             clock: LamportClock::default(),
             state: Want::Idle,
+            mode: Mode::Write,
             kept: BTreeMap::new(),
             owed: BTreeMap::new(),
             lost: 0,
@@ -206,12 +252,19 @@ impl RoucairolCarvalho {
             awaiting.insert(p, stamp);
         }
         let ceiling = stamp.ts.saturating_add(RESERVE);
-        out.broadcast(peers, RcMsg::Request { stamp, place: *place, ceiling });
+        out.broadcast(peers, RcMsg::Request { stamp, place: *place, ceiling, mode: self.mode });
     }
 
-    /// The live peers whose permission this node lacks.
+    /// Whether this node holds `peer`'s permission as far as the request
+    /// under way needs it: whole for a write, at least shared for a read.
+    fn serves(&self, peer: NodeId) -> bool {
+        self.kept.get(&peer).is_some_and(|k| k.serves(self.mode))
+    }
+
+    /// The live peers whose permission this node lacks for the request
+    /// under way.
     fn missing(&self) -> Vec<NodeId> {
-        self.alive.iter().filter(|p| !self.kept.contains_key(p)).copied().collect()
+        self.alive.iter().filter(|&&p| !self.serves(p)).copied().collect()
     }
 
     /// Enters once every live peer's permission is here and its fence
@@ -236,7 +289,7 @@ impl RoucairolCarvalho {
         let spent: Vec<NodeId> = self
             .kept
             .iter()
-            .filter(|&(p, &c)| self.alive.contains(p) && c <= next)
+            .filter(|&(p, k)| self.alive.contains(p) && k.ceiling <= next)
             .map(|(&p, _)| p)
             .collect();
         if !spent.is_empty() {
@@ -249,11 +302,28 @@ impl RoucairolCarvalho {
     }
 
     /// Gives `to` this node's permission, answering its round `round`
-    /// reserved up to `ceiling`.
-    fn reply(&mut self, to: NodeId, round: Stamp, ceiling: u64, out: &mut Out<RoucairolCarvalho>) {
+    /// reserved up to `ceiling`: whole for a write; for a read, shared,
+    /// keeping the right to read on it.
+    fn reply(
+        &mut self,
+        to: NodeId,
+        (round, ceiling, mode): (Stamp, u64, Mode),
+        out: &mut Out<RoucairolCarvalho>,
+    ) {
         let ceiling = ceiling.max(round.ts);
-        self.kept.remove(&to);
-        self.owed.insert(to, ceiling);
+        match mode {
+            Mode::Write => {
+                self.kept.remove(&to);
+            }
+            Mode::Read => {
+                if let Some(kept) = self.kept.get_mut(&to) {
+                    kept.mode = Mode::Read;
+                }
+            }
+        }
+        // A peer that still reads on an earlier answer goes on owing that.
+        let owed = self.owed.entry(to).or_default();
+        *owed = (*owed).max(ceiling);
         if ceiling > self.durable {
             self.durable = ceiling.saturating_add(DURABLE_AHEAD);
         }
@@ -267,32 +337,34 @@ impl RoucairolCarvalho {
     fn on_request(
         &mut self,
         from: NodeId,
-        round: Stamp,
-        place: Stamp,
-        ceiling: u64,
+        (round, place): (Stamp, Stamp),
+        (ceiling, mode): (u64, Mode),
         out: &mut Out<RoucairolCarvalho>,
     ) {
         self.clock.observe(round.ts);
         if round.node != from || place.node != from {
             return; // a stamp always names its sender
         }
+        let conflicts = self.mode.conflicts(mode);
         let defer = match &self.state {
             Want::Idle => false,
-            Want::Held => true,
-            Want::Wanting { place: mine, .. } => *mine < place,
+            Want::Held => conflicts,
+            Want::Wanting { place: mine, .. } => conflicts && *mine < place,
         };
         if defer {
-            self.deferred.insert(from, (round, ceiling));
+            self.deferred.insert(from, (round, ceiling, mode));
             return;
         }
         self.deferred.remove(&from);
-        let had = self.kept.contains_key(&from);
-        self.reply(from, round, ceiling, out);
-        // Wanting, behind `from`: its permission is needed again. If this
-        // node had asked for it already, that round is still on its way
-        // and `from` answers it after its own entry.
-        if had && matches!(self.state, Want::Wanting { .. }) {
-            self.ask(vec![from], out);
+        self.reply(from, (round, ceiling, mode), out);
+        // Wanting, behind `from` (or reading beside it): if the answer took
+        // a permission the request under way needs, it is needed again. If
+        // this node had asked for it already, that round is still on its
+        // way and `from` answers it after its own entry.
+        if let Want::Wanting { awaiting, .. } = &self.state {
+            if self.alive.contains(&from) && !awaiting.contains_key(&from) && !self.serves(from) {
+                self.ask(vec![from], out);
+            }
         }
     }
 
@@ -305,8 +377,13 @@ impl RoucairolCarvalho {
             return; // answers a round this node no longer waits on
         }
         awaiting.remove(&from);
-        self.owed.remove(&from);
-        self.kept.insert(from, to.ts.saturating_add(RESERVE));
+        if self.mode == Mode::Write {
+            // `from` gave all of it: nothing of this node's is left there.
+            // Answering a read, it kept the right to read on what it holds.
+            self.owed.remove(&from);
+        }
+        let ceiling = to.ts.saturating_add(RESERVE);
+        self.kept.insert(from, Kept { ceiling, mode: self.mode });
         self.try_enter(out);
     }
 
@@ -332,8 +409,8 @@ impl Algorithm for RoucairolCarvalho {
         out: &mut Out<RoucairolCarvalho>,
     ) {
         match msg {
-            RcMsg::Request { stamp, place, ceiling } => {
-                self.on_request(from, stamp, place, ceiling, out)
+            RcMsg::Request { stamp, place, ceiling, mode } => {
+                self.on_request(from, (stamp, place), (ceiling, mode), out)
             }
             RcMsg::Reply { to, clock } => self.on_reply(from, to, clock, out),
         }
@@ -374,10 +451,15 @@ impl MutexAlgorithm for RoucairolCarvalho {
         self.state == Want::Idle && self.deferred.is_empty()
     }
 
-    fn handle_request(&mut self, _now: Time, out: &mut Out<RoucairolCarvalho>) {
+    fn handle_request(&mut self, now: Time, out: &mut Out<RoucairolCarvalho>) {
+        self.handle_request_in(now, Mode::Write, out);
+    }
+
+    fn handle_request_in(&mut self, _now: Time, mode: Mode, out: &mut Out<RoucairolCarvalho>) {
         if self.state != Want::Idle {
             return;
         }
+        self.mode = mode;
         if !self.caught_up {
             // A new instance (a lock new here, forgotten, or a restarted
             // node) starts above everything its peers have seen; from then
@@ -399,13 +481,20 @@ impl MutexAlgorithm for RoucairolCarvalho {
         }
     }
 
+    fn mode_of(&self, _fence: Fence) -> Mode {
+        match self.state {
+            Want::Held => self.mode,
+            _ => Mode::Write,
+        }
+    }
+
     fn handle_release(&mut self, _now: Time, out: &mut Out<RoucairolCarvalho>) {
         if self.state != Want::Held {
             return;
         }
         self.state = Want::Idle;
-        for (peer, (round, ceiling)) in std::mem::take(&mut self.deferred) {
-            self.reply(peer, round, ceiling, out);
+        for (peer, request) in std::mem::take(&mut self.deferred) {
+            self.reply(peer, request, out);
         }
     }
 
@@ -457,7 +546,11 @@ mod tests {
     }
 
     fn request(round: Stamp, place: Stamp) -> RcMsg {
-        RcMsg::Request { stamp: round, place, ceiling: round.ts + RESERVE }
+        RcMsg::Request { stamp: round, place, ceiling: round.ts + RESERVE, mode: Mode::Write }
+    }
+
+    fn read(round: Stamp, place: Stamp) -> RcMsg {
+        RcMsg::Request { stamp: round, place, ceiling: round.ts + RESERVE, mode: Mode::Read }
     }
 
     fn reply(to: Stamp, clock: u64) -> RcMsg {
@@ -618,6 +711,106 @@ mod tests {
         let mut out = Out::<RoucairolCarvalho>::new();
         p.handle_message(T, n(2), request(stamp(1, 3), stamp(1, 3)), &mut out);
         assert!(out.is_empty());
+    }
+
+    /// Node 1 of 3 reading on permissions shared with both peers.
+    fn reading_with_both() -> RoucairolCarvalho {
+        let mut p = node(1, 3);
+        let mut out = Out::<RoucairolCarvalho>::new();
+        p.handle_request_in(T, Mode::Read, &mut out);
+        let first = read(stamp(1, 1), stamp(1, 1));
+        assert_eq!(out.take(), vec![send(2, first.clone()), send(3, first)]);
+        p.handle_message(T, n(2), reply(stamp(1, 1), 1), &mut out);
+        p.handle_message(T, n(3), reply(stamp(1, 1), 1), &mut out);
+        assert_eq!(granted(&mut out), Fence::new(2, 1));
+        assert_eq!(p.mode_of(Fence::new(2, 1)), Mode::Read);
+        p
+    }
+
+    /// A reader answers a reader at once, holding or not, and keeps the
+    /// right to read on what it gave: its next read costs nothing, its
+    /// next write asks everyone.
+    #[test]
+    fn readers_share_permissions_and_read_again_without_a_message() {
+        let mut p = reading_with_both();
+        let mut out = Out::<RoucairolCarvalho>::new();
+        p.handle_message(T, n(2), read(stamp(5, 2), stamp(5, 2)), &mut out);
+        assert_eq!(out.take(), vec![send(2, reply(stamp(5, 2), 5))], "answered while reading");
+        p.handle_release(T, &mut out);
+        assert!(out.is_empty());
+        for _ in 0..3 {
+            p.handle_request_in(T, Mode::Read, &mut out);
+            granted(&mut out);
+            p.handle_release(T, &mut out);
+        }
+        p.handle_request(T, &mut out);
+        let write = request(stamp(12, 1), stamp(12, 1));
+        assert_eq!(out.take(), vec![send(2, write.clone()), send(3, write)]);
+    }
+
+    /// A holding reader defers a writer; a holding writer defers a reader.
+    #[test]
+    fn readers_and_writers_defer_each_other_while_holding() {
+        let mut p = reading_with_both();
+        let mut out = Out::<RoucairolCarvalho>::new();
+        p.handle_message(T, n(2), request(stamp(5, 2), stamp(5, 2)), &mut out);
+        assert!(out.is_empty(), "a write waits for the reader");
+        p.handle_release(T, &mut out);
+        assert_eq!(out.take(), vec![send(2, reply(stamp(5, 2), 5))]);
+        let mut w = holding_both();
+        w.handle_request(T, &mut out);
+        granted(&mut out);
+        w.handle_message(T, n(3), read(stamp(9, 3), stamp(9, 3)), &mut out);
+        assert!(out.is_empty(), "a read waits for the writer");
+        w.handle_release(T, &mut out);
+        assert_eq!(out.take(), vec![send(3, reply(stamp(9, 3), 9))]);
+        // Shared now: node 1 may read on node 3's permission, not write.
+        w.handle_request_in(T, Mode::Read, &mut out);
+        granted(&mut out);
+        w.handle_release(T, &mut out);
+        w.handle_request(T, &mut out);
+        assert_eq!(out.take(), vec![send(3, request(stamp(12, 1), stamp(12, 1)))]);
+    }
+
+    /// A wanting writer ranked behind a reader answers it, which leaves it
+    /// the shared half only, and so asks again for the whole.
+    #[test]
+    fn a_writer_behind_a_reader_answers_it_and_asks_again() {
+        let mut p = holding_both();
+        let mut out = Out::<RoucairolCarvalho>::new();
+        p.handle_message(T, n(3), request(stamp(5, 3), stamp(5, 3)), &mut out);
+        out.take();
+        p.handle_request(T, &mut out);
+        let mine = stamp(6, 1);
+        assert_eq!(out.take(), vec![send(3, request(mine, mine))]);
+        p.handle_message(T, n(2), read(stamp(4, 2), stamp(4, 2)), &mut out);
+        assert_eq!(
+            out.take(),
+            vec![send(2, reply(stamp(4, 2), 6)), send(2, request(stamp(7, 1), mine))]
+        );
+        // A later reader waits behind the write.
+        p.handle_message(T, n(2), read(stamp(20, 2), stamp(20, 2)), &mut out);
+        assert!(out.is_empty());
+    }
+
+    /// A peer that answered this node's read keeps the right to read on
+    /// this node's permission: if it goes down, its ceiling is a bound.
+    #[test]
+    fn a_peer_that_shares_for_reading_is_still_owed_its_ceiling() {
+        let mut p = holding_both();
+        let mut out = Out::<RoucairolCarvalho>::new();
+        p.handle_message(T, n(2), request(stamp(9, 2), stamp(9, 2)), &mut out);
+        out.take();
+        p.handle_request_in(T, Mode::Read, &mut out);
+        let place = stamp(10, 1);
+        assert_eq!(out.take(), vec![send(2, read(place, place))]);
+        p.handle_message(T, n(2), reply(place, 11), &mut out);
+        granted(&mut out);
+        p.handle_release(T, &mut out);
+        p.handle_peer_down(T, n(2), &mut out);
+        p.handle_request(T, &mut out);
+        out.take();
+        assert!(p.clock.now() > 9 + RESERVE, "above what node 2 may have read with");
     }
 
     #[test]
