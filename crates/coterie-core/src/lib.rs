@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod algorithm;
+mod demand;
 pub mod detector;
 pub mod election;
 pub mod engine;
@@ -52,6 +53,7 @@ pub use algorithm::{
     AlgoConfig, Algorithm, Detector, ElectionAlgorithm, Forgetting, MutexAlgorithm, MutexOptions,
     Priority, Restored, Timing, UnknownPriority, MAX_READS,
 };
+pub use demand::Demand;
 pub use engine::{Engine, EngineError, Output, Status, ViewStatus};
 pub use membership::{LeaseTiming, Partitions, UnknownPartitions, View};
 pub use name::{Name, NameError};

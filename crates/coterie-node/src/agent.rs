@@ -35,7 +35,7 @@ use crate::faults::{Fate, Injector};
 use crate::gate::Gate;
 use crate::holdback::{Holdback, Verdict};
 use crate::links::{Inbound, PeerLinks};
-use crate::locks::{Demand, Handed, Locks};
+use crate::locks::{Handed, Locks};
 use crate::metrics::Metrics;
 use crate::peers::Peers;
 use crate::protocol::NodeEvent;
@@ -45,7 +45,7 @@ use crate::storage::{Durability, StateWriter};
 use coterie_core::engine::{Output, RequestError};
 use coterie_core::wire::{self, Envelope, Hello};
 use coterie_core::{
-    CsState, Engine, EngineError, Epoch, Fence, Name, NodeId, Stamp, Status, ViewStatus,
+    CsState, Demand, Engine, EngineError, Epoch, Fence, Name, NodeId, Stamp, Status, ViewStatus,
 };
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -334,61 +334,27 @@ impl Agent {
     /// released, and the node asks for one more grant for each session
     /// that waits, up to the lock's permits.
     pub(crate) fn sync(&self, name: &Name) -> Result<(), RequestError> {
-        self.input(|s, now| {
-            let demand = self.locks.demand(name);
-            if s.engine.counts_sessions() {
-                return Self::follow(s, name, &demand, now);
-            }
-            match s.engine.cs_state_of(name) {
-                CsState::Held if demand.holding() => Ok(()),
-                // A grant held back by the lock delay waits for its taker.
-                CsState::Held if demand.waiting > 0 && s.holdback.holds(name) => Ok(()),
-                CsState::Held => {
-                    s.holdback.forget(name);
-                    s.engine.release(now, name);
-                    Self::ask_once(s, name, &demand, now)
-                }
-                CsState::Idle => Self::ask_once(s, name, &demand, now),
-                CsState::Wanting => Ok(()),
-            }
-        })
+        self.input(|s, now| Self::follow(s, name, &self.locks.demand(name), now))
     }
 
-    /// Asks once for all of `name`'s waiting sessions, if any wait, in the
-    /// mode that serves them ([`Demand::asking`]), where the algorithm
-    /// grants a node once for all its sessions.
-    fn ask_once(
-        s: &mut Stack,
-        name: &Name,
-        demand: &Demand,
-        now: Duration,
-    ) -> Result<(), RequestError> {
-        if demand.waiting == 0 {
-            return Ok(());
-        }
-        s.engine.request_in(now, name, demand.permits, demand.asking())
-    }
-
-    /// [`sync`](Self::sync) for an algorithm that counts sessions.
+    /// Has the engine follow `demand`, `name`'s sessions' wants
+    /// ([`Engine::follow`](coterie_core::Engine::follow)): a grant held
+    /// back by the lock delay is kept while a session waits for it, and
+    /// forgotten when it is given back.
     fn follow(
         s: &mut Stack,
         name: &Name,
         demand: &Demand,
         now: Duration,
     ) -> Result<(), RequestError> {
-        let held: Vec<Fence> = s.engine.fences_of(name).to_vec();
-        for fence in held {
-            let kept = demand.used.contains(&fence)
-                || (demand.waiting > 0 && s.holdback.holds_grant(name, fence));
+        let holdback = &mut s.holdback;
+        s.engine.follow(now, name, demand, |fence| {
+            let kept = demand.waiting > 0 && holdback.holds_grant(name, fence);
             if !kept {
-                s.holdback.forget_grant(name, fence);
-                s.engine.release_grant(now, name, fence);
+                holdback.forget_grant(name, fence);
             }
-        }
-        // A grant per session that holds or waits, each in its mode where
-        // the algorithm lets reads share.
-        let sessions = demand.used.len() as u32 + demand.waiting;
-        s.engine.request_for_sessions(now, name, demand.permits, (sessions, demand.reads))
+            kept
+        })
     }
 
     /// Why the node takes no new request, if it holds no lease from a
@@ -647,12 +613,7 @@ impl Agent {
                     name: name.to_string(),
                     session: session.unwrap_or(0),
                 });
-                let demand = self.locks.demand(&name);
-                if s.engine.counts_sessions() {
-                    let _ = Self::follow(s, &name, &demand, now);
-                } else {
-                    let _ = Self::ask_once(s, &name, &demand, now);
-                }
+                let _ = Self::follow(s, &name, &self.locks.demand(&name), now);
             }
             Output::View(view) => {
                 let members: Vec<u32> = view.members.iter().map(|m| m.0).collect();
@@ -754,8 +715,7 @@ impl Agent {
                 debug!(node = id, %name, fence = fence.0, "grant with no waiter, releasing");
                 s.engine.release_grant(now, &name, fence);
                 if !s.engine.counts_sessions() {
-                    let demand = self.locks.demand(&name);
-                    let _ = Self::ask_once(s, &name, &demand, now);
+                    let _ = Self::follow(s, &name, &self.locks.demand(&name), now);
                 }
                 return;
             }

@@ -115,11 +115,6 @@ impl Holdback {
         self.held.remove(&(name.clone(), fence));
     }
 
-    /// Whether a grant of `name` is held back.
-    pub(crate) fn holds(&self, name: &Name) -> bool {
-        self.of(name).next().is_some()
-    }
-
     /// Whether `name`'s grant `fence` is held back.
     pub(crate) fn holds_grant(&self, name: &Name, fence: Fence) -> bool {
         self.held.contains_key(&(name.clone(), fence))
@@ -176,7 +171,7 @@ mod tests {
         assert_eq!(h.judge(&a, Fence(1), ms(10), ms(50), |_| true), Verdict::Blocked);
         assert_eq!(h.judge(&b, Fence(2), ms(20), ms(50), |_| true), Verdict::Blocked);
         assert!(h.forget(&a));
-        assert!(!h.holds(&a) && h.holds(&b));
+        assert!(!h.holds_grant(&a, Fence(1)) && h.holds_grant(&b, Fence(2)));
         assert_eq!(h.pending(), vec![(b, Fence(2))]);
     }
 }

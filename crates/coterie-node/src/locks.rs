@@ -23,7 +23,7 @@
 
 use crate::metrics::Metrics;
 use crate::protocol::RevokeAsked;
-use coterie_core::{Fence, Mode, Name};
+use coterie_core::{Demand, Fence, Mode, Name};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -101,40 +101,6 @@ struct Local {
 impl Local {
     fn unused(&self) -> bool {
         self.holders.is_empty() && self.waiters.is_empty() && self.orphans.is_empty()
-    }
-}
-
-/// What a name's sessions want of the engine ([`Locks::demand`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Demand {
-    /// The permits they ask it with.
-    pub(crate) permits: u32,
-    /// The grants its sessions hold, and the node holds for lost ones.
-    pub(crate) used: Vec<Fence>,
-    /// How many sessions wait for it.
-    pub(crate) waiting: u32,
-    /// Of the sessions that hold it (lost ones too) and wait for it, the
-    /// readers.
-    pub(crate) reads: u32,
-    /// Of the sessions that wait for it, the readers.
-    pub(crate) waiting_reads: u32,
-}
-
-impl Demand {
-    /// Nobody holds or wants it.
-    pub(crate) const NONE: Demand =
-        Demand { permits: 1, used: Vec::new(), waiting: 0, reads: 0, waiting_reads: 0 };
-
-    /// Whether a session holds a grant of it (or the node holds one for a
-    /// lost session).
-    pub(crate) fn holding(&self) -> bool {
-        !self.used.is_empty()
-    }
-
-    /// The mode the node asks in for its waiting sessions, where it asks
-    /// once for all of them ([`Mode::serving`]).
-    pub(crate) fn asking(&self) -> Mode {
-        Mode::serving(self.waiting, self.waiting_reads)
     }
 }
 

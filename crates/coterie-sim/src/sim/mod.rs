@@ -20,7 +20,7 @@ use checker::Checker;
 use coterie_core::engine::Output;
 use coterie_core::session::{Received, Sent, Session};
 use coterie_core::wire::{self, Envelope};
-use coterie_core::{AlgoConfig, CsState, Engine, Epoch, Fence, Mode, Name, NodeId, Time, Way};
+use coterie_core::{AlgoConfig, Engine, Epoch, Fence, Mode, Name, NodeId, Time, Way};
 use coterie_diagram::MarkKind;
 use faults::Faults;
 use std::collections::{BTreeMap, BTreeSet};

@@ -7,6 +7,7 @@
 //! otherwise its clients take turns with the node's one grant.
 
 use super::*;
+use coterie_core::Demand;
 
 /// A client: the `slot`-th session at `node`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -61,19 +62,6 @@ pub(super) enum Taken {
     Entered,
     /// The request had lost a name it held: it lets go at once.
     Abandoned,
-}
-
-/// What a node's clients hold and want of one lock: what the node asks
-/// its engine for.
-pub(super) struct Demand {
-    /// The fences of the grants its clients hold.
-    pub(super) used: Vec<Fence>,
-    /// How many of its clients wait for it.
-    pub(super) waiting: u32,
-    /// Of the clients that hold it and wait for it, the readers.
-    pub(super) reads: u32,
-    /// Of the clients that wait for it, the readers.
-    pub(super) waiting_reads: u32,
 }
 
 /// The clients' state, and what the load has still to do.
@@ -208,7 +196,7 @@ impl Workload {
     }
 
     /// What `node`'s clients hold and want of `name`.
-    pub(super) fn demand(&self, node: NodeId, name: &Name) -> Demand {
+    pub(super) fn demand(&self, node: NodeId, name: &Name, permits: u32) -> Demand {
         let holding = |id: &ClientId| self.clients[id].held.iter().any(|(n, _)| n == name);
         let used = self
             .at(node)
@@ -220,7 +208,7 @@ impl Workload {
         let waiting = self.in_line(node, name).count() as u32;
         let waiting_reads = self.in_line(node, name).filter(reading).count() as u32;
         let held_reads = self.at(node).filter(holding).filter(reading).count() as u32;
-        Demand { used, waiting, reads: held_reads + waiting_reads, waiting_reads }
+        Demand { permits, used, waiting, reads: held_reads + waiting_reads, waiting_reads }
     }
 
     /// `node`'s clients that have asked for `name` and wait for it, in the
@@ -473,34 +461,9 @@ impl<C: Chooser> Simulation<C> {
     /// holds it, and asked for again while a client waits.
     fn sync(&mut self, node: NodeId, name: &Name) {
         let now = self.now;
-        let demand = self.workload.demand(node, name);
         let permits = u32::try_from(self.cfg.capacity).unwrap_or(u32::MAX);
-        let engine = self.engine(node);
-        let asked = if engine.counts_sessions() {
-            let held: Vec<Fence> = engine.fences_of(name).to_vec();
-            for fence in held.into_iter().filter(|f| !demand.used.contains(f)) {
-                engine.release_grant(now, name, fence);
-            }
-            let sessions = demand.used.len() as u32 + demand.waiting;
-            engine.request_for_sessions(now, name, permits, (sessions, demand.reads))
-        } else {
-            let ask = match engine.cs_state_of(name) {
-                CsState::Held if !demand.used.is_empty() => false,
-                CsState::Held => {
-                    engine.release(now, name);
-                    true
-                }
-                CsState::Idle => true,
-                CsState::Wanting => false,
-            };
-            // Once for all its waiting clients, in the mode that serves them.
-            let mode = Mode::serving(demand.waiting, demand.waiting_reads);
-            if ask && demand.waiting > 0 {
-                engine.request_in(now, name, permits, mode)
-            } else {
-                Ok(())
-            }
-        };
+        let demand = self.workload.demand(node, name, permits);
+        let asked = self.engine(node).follow(now, name, &demand, |_| false);
         if let Err(e) = asked {
             panic!("the simulator's own request for {name} was refused: {e}");
         }
