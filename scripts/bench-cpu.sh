@@ -5,8 +5,9 @@
 # processes of that path's floor (scripts/bench/pingpong.c), one after the
 # other, DURATION seconds each.
 #
-# Two paths, the two ends of the locality table in the guide
-# (docs/src/measurements.md, "Locality against a lock server"):
+# Two paths, one from each of the two bench-vs tables in the guide
+# (docs/src/measurements.md, "One lock against Redis and etcd" and "The
+# lock where it is used"):
 # - ricart-agrawala at n1: client -> n1, n1 -> its 4 peers and their 4
 #   answers, n1 -> client: 10 messages a cycle. Floor: `pingpong N 4
 #   star`, a C client asking a hub that asks 4 spokes, the same 10

@@ -18,7 +18,8 @@
 # a closed connection for two minutes, a 128-node run opens some 33,000,
 # and a full table drops new connections' first packets silently, so
 # back-to-back runs would time the kernel's SYN retransmissions (1 s, then
-# 3 s) instead of the cluster (see docs/src/measurements.md, 2026-11-27).
+# 3 s) instead of the cluster (see docs/src/measurements.md, "Start-up and
+# failover at 128 nodes").
 #
 # Usage: scripts/bench-start.sh [ELECTION...]   (default: bully ring garcia-molina)
 #        NODES=128 REPEAT=5 MUTEX=centralized DURATION=2s JSON=1
