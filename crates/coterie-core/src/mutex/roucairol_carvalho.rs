@@ -29,7 +29,8 @@
 //! gives its permission away. Wanting, it answers a request with a better
 //! (lower) place and asks that peer again at once, since it now lacks its
 //! permission, and *defers* one with a worse place. Holding, it defers
-//! every request. Leaving, it answers the deferred ones. A peer that goes
+//! every request. (Between reads, only a write conflicts: see *Readers
+//! and writers*.) Leaving, it answers the deferred ones. A peer that goes
 //! down is no longer needed; one that comes up (or back) is asked, and its
 //! permission is never kept across its restart.
 //!
