@@ -15,7 +15,7 @@
 #
 # Each run waits first until the kernel's connection-tracking table (when
 # netfilter tracks connections) is below CONNTRACK_BELOW entries: it keeps
-# a closed connection for two minutes, a 128-node run opens some 33,000,
+# a closed connection for two minutes, a 128-node run opens some 22,000,
 # and a full table drops new connections' first packets silently, so
 # back-to-back runs would time the kernel's SYN retransmissions (1 s, then
 # 3 s) instead of the cluster (see docs/src/measurements.md, "Start-up and

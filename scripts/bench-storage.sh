@@ -7,7 +7,8 @@
 # directory, synced (`state_sync = true`: every record flushed to disk
 # before the messages that depend on it leave; group commit) and unsynced,
 # one client at n1, then one client per node, no witness, acquire +
-# release.
+# release, the release a request of its own (`--no-chain`): two round trips
+# a cycle, as Redis's client makes, so the two sides compare like for like.
 # Redis: redis-server with appendonly yes, appendfsync always, one client
 # doing SET lock TOKEN NX, then EVAL compare-and-delete, in a loop.
 #
@@ -43,7 +44,7 @@ coterie_run() { # sync: true|false, clients: all (one per node) | one (at n1)
     start_cluster "$bin" "$dir/cluster.toml" "$dir/up.log"
     local up=$CLUSTER_PID
     "$bin" workload --config "$dir/cluster.toml" "${scope[@]}" --clients 1 --requests 100000000 \
-        --duration "${seconds}s" --no-witness --json |
+        --duration "${seconds}s" --no-witness --no-chain --json |
         jq -r --arg who "$([ "$clients" = all ] && echo '5 clients' || echo '1 client')" \
             '"coterie maekawa, 5 nodes, \($who), state_sync = '"$sync"': \(.throughput_per_s | round) entries/s  p50 \(.latency_ms.p50) ms  (\(.entries) entries)"'
     kill "$up" 2>/dev/null || true
