@@ -78,12 +78,13 @@
 //! fair readers and writers of Courtois, Heymans and Parnas ("Concurrent
 //! control with 'readers' and 'writers'", CACM 14(10), 1971); keeping
 //! permissions shared for reading is this project's extension of Carvalho
-//! and Roucairol's idea, and like their entries follows no request order. Fences: a node answering a read goes on
-//! owing the ceiling while the requester may read on it, and a requester
-//! keeps owing the ceiling it gave a peer that answered its read (the
-//! peer may still read on it); a writer asks every peer whose whole
-//! permission it lacks, so its fence is above every reader's that shared,
-//! and a reader's is above every writer's, whose reply it needed.
+//! and Roucairol's idea, and like their entries follows no request order.
+//! Fences: a node answering a read goes on owing the ceiling while the
+//! requester may read on it, and a requester keeps owing the ceiling it
+//! gave a peer that answered its read (the peer may still read on it); a
+//! writer asks every peer whose whole permission it lacks, so its fence is
+//! above every reader's that shared, and a reader's is above every
+//! writer's, whose reply it needed.
 
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out, Restored};
 use crate::outbox::{Message, NoTimer, Time};
