@@ -2490,7 +2490,8 @@ mod tests {
             .unwrap();
             std::iter::from_fn(|| e.poll_output_resting()).collect::<Vec<_>>()
         };
-        let recover = QuorumMsg::Recover { holding: None, waiting: None, ask: false };
+        let recover =
+            QuorumMsg::Recover { holding: None, waiting: None, mode: Mode::Write, ask: false };
         for p in [2, 3] {
             mutex(&mut e, 2, p, recover.clone());
         }
@@ -2509,11 +2510,11 @@ mod tests {
         };
         // Node 2 is not written down: its record (base + 1) goes first, and
         // the GRANT rests on it.
-        let out = mutex(&mut e, 3, 2, QuorumMsg::Request { stamp: stamp(5, 2) });
+        let out = mutex(&mut e, 3, 2, QuorumMsg::Request { stamp: stamp(5, 2), mode: Mode::Write });
         assert_eq!(grant(&out, 2), (base + 1, 1, 0));
         // Node 3 queues behind it and is written down ahead (base + 2), after
         // the FAILED, which rests on nothing new.
-        let out = mutex(&mut e, 4, 3, QuorumMsg::Request { stamp: stamp(7, 3) });
+        let out = mutex(&mut e, 4, 3, QuorumMsg::Request { stamp: stamp(7, 3), mode: Mode::Write });
         assert!(
             matches!(&out[..], [(Output::Send { kind: "failed", .. }, n), (Output::Persist(_), _)] if *n <= base + 1)
         );
@@ -2524,7 +2525,7 @@ mod tests {
         assert!(matches!(&out[..],
             [(Output::Send { to: NodeId(3), kind: "grant", .. }, n)] if *n == base + 2));
         // Node 2 asks again: it is named already, so nothing is written.
-        let out = mutex(&mut e, 6, 2, QuorumMsg::Request { stamp: stamp(9, 2) });
+        let out = mutex(&mut e, 6, 2, QuorumMsg::Request { stamp: stamp(9, 2), mode: Mode::Write });
         assert!(!out.iter().any(|(o, _)| matches!(o, Output::Persist(_))));
     }
 }

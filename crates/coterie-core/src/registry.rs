@@ -30,6 +30,7 @@ use crate::mutex::{
     token_ring::TokenRing,
     tree_quorum::{self, TreeQuorum},
 };
+use crate::types::Mode;
 
 /// A variant of a mutual-exclusion algorithm that [`MutexOptions`]
 /// selects.
@@ -64,8 +65,10 @@ pub struct Claims {
     /// ([`MutexAlgorithm::handle_request_in`](crate::MutexAlgorithm::handle_request_in)),
     /// and grants any number of readers at once, or one writer, with no
     /// reader let in ahead of a writer that asked before it — save under
-    /// `roucairol-carvalho`, whose entries keep no request order. Without
-    /// it a read is taken as a write.
+    /// the algorithms whose entries keep no request order
+    /// (`roucairol-carvalho`, `maekawa`, `tree-quorum`: a writer there is
+    /// not starved, but a later reader may enter first). Without it a read
+    /// is taken as a write.
     pub readers: bool,
     /// Entries follow request-timestamp order (no grant while an older
     /// request waits) while nothing fails.
@@ -106,10 +109,12 @@ pub struct MutexInfo {
     pub summary: &'static str,
     /// What it promises.
     pub claims: Claims,
-    /// Messages one entry costs at light load (one request at a time, no
-    /// failures) in a cluster of `n`, when the requester is (`true`) or is
-    /// not the coordinator: the inclusive range theory allows.
-    pub light_load: fn(n: u64, requester_is_coordinator: bool) -> (u64, u64),
+    /// Messages one entry in `mode` costs at light load (one request at a
+    /// time, no failures) in a cluster of `n`, when the requester is
+    /// (`true`) or is not the coordinator: the inclusive range theory
+    /// allows. A read costs what a write does but where the algorithm's
+    /// reader form asks fewer nodes (`maekawa`'s grid rows).
+    pub light_load: fn(n: u64, requester_is_coordinator: bool, mode: Mode) -> (u64, u64),
     /// Messages per entry, averaged over a run, when every node always
     /// wants the critical section (no failures, capacity 1): the inclusive
     /// range theory allows in a cluster of `n`.
@@ -147,7 +152,7 @@ pub const MUTEXES: &[MutexInfo] = &[
             options: &[MutexOption::FenceRoom],
             ..Claims::BASIC
         },
-        light_load: |_, local| if local { (0, 0) } else { (3, 3) },
+        light_load: |_, local, _| if local { (0, 0) } else { (3, 3) },
         // The coordinator's own entries are free; everyone enters as often.
         heavy_load: |n| (3.0 * (n - 1) as f64 / n as f64, 3.0),
         // Everyone but the coordinator: REQUEST, GRANT, RELEASE.
@@ -166,7 +171,7 @@ pub const MUTEXES: &[MutexInfo] = &[
         },
         // Nothing on a loan; centralized's 3 otherwise, and 2 more (RECALL
         // and the loan's RELEASE) when the lock must first come back.
-        light_load: |_, local| if local { (0, 2) } else { (0, 5) },
+        light_load: |_, local, _| if local { (0, 2) } else { (0, 5) },
         heavy_load: |n| (3.0 * (n - 1) as f64 / n as f64, 3.0),
         burst_load: |n| (3.0 * (n - 1) as f64 / n as f64, 3.0 * (n - 1) as f64 / n as f64),
         burst_kinds: &["request", "grant", "release"],
@@ -178,7 +183,7 @@ pub const MUTEXES: &[MutexInfo] = &[
         claims: Claims { fair: true, ..Claims::BASIC },
         // A doorway READ and VALUE, then a check READ and VALUE, per peer;
         // a check VALUE is held until the reader may pass, never polled.
-        light_load: |n, _| (4 * (n - 1), 4 * (n - 1)),
+        light_load: |n, _, _| (4 * (n - 1), 4 * (n - 1)),
         heavy_load: |n| (4.0 * (n - 1) as f64, 4.0 * (n - 1) as f64),
         burst_load: |n| (4.0 * (n - 1) as f64, 4.0 * (n - 1) as f64),
         burst_kinds: &[],
@@ -188,7 +193,7 @@ pub const MUTEXES: &[MutexInfo] = &[
         name: "lamport",
         summary: "a request queue replicated on every node: REQUEST, REPLY, RELEASE; readers wait only for writers",
         claims: Claims { readers: true, fair: true, ..Claims::BASIC },
-        light_load: |n, _| (3 * (n - 1), 3 * (n - 1)),
+        light_load: |n, _, _| (3 * (n - 1), 3 * (n - 1)),
         heavy_load: |n| (3.0 * (n - 1) as f64, 3.0 * (n - 1) as f64),
         burst_load: |n| (3.0 * (n - 1) as f64, 3.0 * (n - 1) as f64),
         burst_kinds: &["request", "reply", "release"],
@@ -203,7 +208,7 @@ pub const MUTEXES: &[MutexInfo] = &[
             options: &[MutexOption::FaultTolerant, MutexOption::Priority],
             ..Claims::BASIC
         },
-        light_load: |n, _| (2 * (n - 1), 2 * (n - 1)),
+        light_load: |n, _, _| (2 * (n - 1), 2 * (n - 1)),
         heavy_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),
         burst_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),
         burst_kinds: &["request", "reply"],
@@ -216,7 +221,7 @@ pub const MUTEXES: &[MutexInfo] = &[
         // Nothing when every permission is still here; a REQUEST and a
         // REPLY for each one given away since. A renewal of the
         // reservation (every RESERVE ticks) adds at most that.
-        light_load: |n, _| (0, 2 * (n - 1)),
+        light_load: |n, _, _| (0, 2 * (n - 1)),
         heavy_load: |n| (0.0, 2.0 * (n - 1) as f64),
         burst_load: |n| (0.0, 2.0 * (n - 1) as f64),
         burst_kinds: &["request", "reply"],
@@ -231,7 +236,7 @@ pub const MUTEXES: &[MutexInfo] = &[
             options: &[MutexOption::FaultTolerant, MutexOption::Priority],
             ..Claims::BASIC
         },
-        light_load: |n, _| (2 * (n - 1), 2 * (n - 1)),
+        light_load: |n, _, _| (2 * (n - 1), 2 * (n - 1)),
         heavy_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),
         burst_load: |n| (2.0 * (n - 1) as f64, 2.0 * (n - 1) as f64),
         burst_kinds: &["request", "reply"],
@@ -241,7 +246,7 @@ pub const MUTEXES: &[MutexInfo] = &[
         name: "lodha-kshemkalyani",
         summary: "local request queues: concurrent requests answer each other, FLUSH hands over",
         claims: Claims { fair: true, ..Claims::BASIC },
-        light_load: |n, _| (2 * (n - 1), 2 * (n - 1)),
+        light_load: |n, _, _| (2 * (n - 1), 2 * (n - 1)),
         // Every entry sends a REQUEST to each peer; REPLYs and at most one
         // FLUSH add up to N-1 more, fewer the more requests are concurrent.
         heavy_load: |n| ((n - 1) as f64, 2.0 * (n - 1) as f64),
@@ -259,7 +264,7 @@ pub const MUTEXES: &[MutexInfo] = &[
         // WANT to the parker, the token straight back, then an idle lap;
         // nothing when the parker itself enters again.
         claims: Claims { options: &[MutexOption::FenceRoom], ..Claims::BASIC },
-        light_load: |n, _| (0, n + 2),
+        light_load: |n, _, _| (0, n + 2),
         heavy_load: |_| (1.0, 2.0),
         // A WANT from each waiter, the token's lap through them, and an
         // idle lap before it parks again: under 3 per entry.
@@ -269,9 +274,9 @@ pub const MUTEXES: &[MutexInfo] = &[
     },
     MutexInfo {
         name: "maekawa",
-        summary: "permission from a request set of about sqrt(N) (projective plane or grid), with FAILED/INQUIRE/YIELD",
-        claims: Claims { safe_under_partitions: true, ..Claims::BASIC },
-        light_load: |n, _| maekawa::light_load(n),
+        summary: "permission from a request set of about sqrt(N) (projective plane or grid), with FAILED/INQUIRE/YIELD; readers share arbiters and read with a grid row",
+        claims: Claims { readers: true, safe_under_partitions: true, ..Claims::BASIC },
+        light_load: |n, _, mode| maekawa::light_load(n, mode),
         heavy_load: maekawa::heavy_load,
         burst_load: maekawa::heavy_load,
         burst_kinds: &["failed", "inquire", "yield"],
@@ -279,9 +284,9 @@ pub const MUTEXES: &[MutexInfo] = &[
     },
     MutexInfo {
         name: "tree-quorum",
-        summary: "Agarwal-El Abbadi: permission from a root-to-leaf path, failed nodes replaced by both subtrees",
-        claims: Claims { safe_under_partitions: true, ..Claims::BASIC },
-        light_load: |n, _| tree_quorum::light_load(n),
+        summary: "Agarwal-El Abbadi: permission from a root-to-leaf path, failed nodes replaced by both subtrees; readers share arbiters",
+        claims: Claims { readers: true, safe_under_partitions: true, ..Claims::BASIC },
+        light_load: |n, _, _| tree_quorum::light_load(n),
         heavy_load: tree_quorum::heavy_load,
         burst_load: tree_quorum::heavy_load,
         burst_kinds: &["failed"],

@@ -19,7 +19,7 @@ use crate::types::{Epoch, NodeId};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 /// Bumped whenever a frame's encoding changes.
-pub const PROTOCOL_VERSION: u32 = 14;
+pub const PROTOCOL_VERSION: u32 = 15;
 
 /// The largest frame body accepted, in bytes. Every coterie message is far
 /// smaller; a larger length prefix is a broken or hostile peer.

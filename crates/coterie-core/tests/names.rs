@@ -6,7 +6,7 @@ use coterie_core::engine::{Output, RequestError};
 use coterie_core::registry::{self, MUTEXES};
 use coterie_core::wire::Envelope;
 use coterie_core::{
-    AlgoConfig, CsState, Engine, EngineError, Fence, Forgetting, Name, NodeId, Time,
+    AlgoConfig, CsState, Engine, EngineError, Fence, Forgetting, Mode, Name, NodeId, Time,
 };
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -165,7 +165,7 @@ fn a_new_name_costs_its_entry_and_at_most_a_coordinators_rebuild() {
     for info in MUTEXES {
         let n = 5;
         let mut net = Net::new(info.name, n);
-        let (_, hi) = (info.light_load)(u64::from(n), false);
+        let (_, hi) = (info.light_load)(u64::from(n), false, Mode::Write);
         // A coordinator that keeps the lock's state rebuilds it per lock:
         // a query and an answer from every peer, and for the token its
         // first lap.

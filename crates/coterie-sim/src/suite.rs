@@ -53,6 +53,9 @@ pub struct Summary {
     pub forgotten: u64,
     /// Reads granted while another reader held the lock, over all runs.
     pub shared_reads: u64,
+    /// The most reads granted while one writer waited, in any run (see
+    /// `RunReport::write_bypass_max`).
+    pub write_bypass_max: u64,
     /// Each failing seed (the first 50).
     pub failures: Vec<Failure>,
 }
@@ -80,6 +83,7 @@ pub fn run_seeds(
         messages_by_kind: BTreeMap::new(),
         forgotten: 0,
         shared_reads: 0,
+        write_bypass_max: 0,
         failures: Vec::new(),
     };
     let mut mutex_messages = 0u64;
@@ -92,6 +96,7 @@ pub fn run_seeds(
         summary.out_of_order += report.out_of_order;
         summary.forgotten += report.forgotten;
         summary.shared_reads += report.shared_reads;
+        summary.write_bypass_max = summary.write_bypass_max.max(report.write_bypass_max);
         mutex_messages += report.mutex_messages;
         for (kind, n) in &report.messages_by_kind {
             *summary.messages_by_kind.entry(kind.to_string()).or_default() += n;

@@ -290,6 +290,8 @@ fn readers_and_a_writer_are_exhausted_for_every_reader_form() {
         ("lamport", [2_319_102, 2_372_560, 2_570_115]),
         ("ricart-agrawala", [554_663, 563_118, 619_158]),
         ("roucairol-carvalho", [749_272, 752_412, 814_449]),
+        ("maekawa", [819_966, 905_511, 1_010_218]),
+        ("tree-quorum", [852_257, 885_924, 938_062]),
     ];
     let forms = coterie_core::registry::MUTEXES.iter().filter(|m| m.claims.readers);
     assert_eq!(forms.count(), table.len(), "a reader form is not pinned");

@@ -164,6 +164,22 @@ fn roucairol_carvalho_readers_share_through_four_nodes_and_a_writer_holds_alone(
     readers_share_and_a_writer_waits("roucairol-carvalho");
 }
 
+/// The same under maekawa, whose readers share arbiters and ask a grid
+/// row (three nodes of five) where a writer asks a row and a column: the
+/// late reader's node is one of the writer's arbiters, and queues the
+/// late read behind the write.
+#[test]
+fn maekawa_readers_share_through_four_nodes_and_a_writer_holds_alone() {
+    readers_share_and_a_writer_waits("maekawa");
+}
+
+/// The same under tree-quorum, whose readers share the arbiters on their
+/// root-to-leaf paths.
+#[test]
+fn tree_quorum_readers_share_through_four_nodes_and_a_writer_holds_alone() {
+    readers_share_and_a_writer_waits("tree-quorum");
+}
+
 fn readers_share_and_a_writer_waits(mutex: &str) {
     let algorithm = coterie_core::registry::mutex(mutex).unwrap();
     let up = Up::start_with(5, &format!("http-readers-{mutex}"), |cfg| {

@@ -33,38 +33,59 @@
 //! each when the requester's clock lagged behind the previous entrant's
 //! (see `quorum`): at most 4(K − 1). Under contention FAILED, INQUIRE and
 //! YIELD (and the GRANT that follows a YIELD) add up to 2 more per member:
-//! 5(K − 1), or 6(K − 1) with a RESTAMP.
+//! 5(K − 1), or 6(K − 1) with a RESTAMP. A read in a grid asks fewer
+//! members (*Readers and writers*).
+//!
+//! **Readers and writers.** A read needs a set that meets every request
+//! set, not one that meets other reads ([`read_sets`]). In the grid that
+//! is one node of each column: a node's own row, completed from the row
+//! above where the last row is short. This is the read quorum of the grid
+//! protocol for replicated data (Cheung, Ammar and Ahamad, "The grid
+//! protocol", IEEE TKDE 4(6), 1992), whose write quorum, a row and a full
+//! column, is exactly Maekawa's grid set. A read so asks ⌈√N⌉ nodes
+//! where a write asks about 2√N − 1, and costs 3 or 4 per member other
+//! than the requester: 3(⌈√N⌉ − 1) to 4(⌈√N⌉ − 1) at light load, about
+//! half a write. A projective plane has no smaller set that meets every
+//! line than a line, so there a node reads with its own set, at a
+//! write's cost. Readers share arbiters (see `quorum`).
 //!
 //! **State walk.** See `mutex/quorum.rs`: requester idle → wanting
-//! (asked its set) → holding (every member granted) → idle (released);
-//! arbiter free → granted to the oldest queued request → free on RELEASE or
-//! YIELD.
+//! (asked its set, or its read set) → holding (every member granted) →
+//! idle (released); arbiter free → granted to the oldest queued request
+//! (a write alone; a read with the reads queued after it, up to the first
+//! write) → free once every holder has sent RELEASE or YIELD.
 
 use super::quorum::{QuorumLock, QuorumRule};
 use crate::algorithm::AlgoConfig;
-use crate::types::NodeId;
+use crate::types::{Mode, NodeId};
 use std::collections::BTreeSet;
 
 /// Maekawa's algorithm: quorum locking over fixed request sets.
 pub type Maekawa = QuorumLock<RequestSets>;
 
-/// The fixed request set of one node.
+/// The fixed request set of one node, and the smaller one it reads with.
 #[derive(Clone, Debug, Hash)]
 pub struct RequestSets {
     set: BTreeSet<NodeId>,
+    read: BTreeSet<NodeId>,
 }
 
 impl QuorumRule for RequestSets {
     const REPLACES_FAILED: bool = false;
 
     fn new(cfg: &AlgoConfig) -> Self {
-        let sets = request_sets(cfg.members.len());
+        let n = cfg.members.len();
         let me = cfg.members.iter().position(|&m| m == cfg.id).unwrap_or(0);
-        RequestSets { set: sets[me].iter().map(|&i| cfg.members[i]).collect() }
+        let named = |set: &BTreeSet<usize>| set.iter().map(|&i| cfg.members[i]).collect();
+        RequestSets { set: named(&request_sets(n)[me]), read: named(&read_sets(n)[me]) }
     }
 
     fn quorum(&self, _up: &BTreeSet<NodeId>) -> Option<BTreeSet<NodeId>> {
         Some(self.set.clone())
+    }
+
+    fn read_quorum(&self, _up: &BTreeSet<NodeId>) -> Option<BTreeSet<NodeId>> {
+        Some(self.read.clone())
     }
 }
 
@@ -77,10 +98,36 @@ pub fn request_sets(n: usize) -> Vec<BTreeSet<usize>> {
     }
 }
 
-/// Messages per entry at light load over every node: (fewest, most), 3 or
-/// 4 (with a RESTAMP) per member other than the requester.
-pub fn light_load(n: u64) -> (u64, u64) {
-    let others = request_sets(n as usize).iter().map(|s| s.len() as u64 - 1).collect::<Vec<_>>();
+/// The read set of each of `n` nodes, as indices `0..n`: a set that
+/// meets every request set, so that a read and a write always share an
+/// arbiter (two reads need not). In a grid, one node of each column —
+/// the grid protocol's read quorum (Cheung, Ammar and Ahamad, "The grid
+/// protocol", IEEE TKDE 4(6), 1992), against which a row and a column is
+/// its write quorum — taken from the node's own row and, where the last
+/// row is short, from the row above. A projective plane has no set
+/// smaller than a line that meets every line: a node reads with its line.
+pub fn read_sets(n: usize) -> Vec<BTreeSet<usize>> {
+    if plane_order(n).is_some() {
+        return request_sets(n);
+    }
+    let cols = columns(n);
+    (0..n)
+        .map(|i| {
+            let row = i / cols * cols;
+            (row..row + cols).map(|j| if j < n { j } else { j - cols }).collect()
+        })
+        .collect()
+}
+
+/// Messages per entry in `mode` at light load over every node: (fewest,
+/// most), 3 or 4 (with a RESTAMP) per member of the set asked other than
+/// the requester.
+pub fn light_load(n: u64, mode: Mode) -> (u64, u64) {
+    let sets = match mode {
+        Mode::Write => request_sets(n as usize),
+        Mode::Read => read_sets(n as usize),
+    };
+    let others = sets.iter().map(|s| s.len() as u64 - 1).collect::<Vec<_>>();
     (3 * others.iter().min().unwrap_or(&0), 4 * others.iter().max().unwrap_or(&0))
 }
 
@@ -154,9 +201,14 @@ fn augment(
     false
 }
 
+/// The columns of the grid `n` nodes are laid out in: ⌈√n⌉.
+fn columns(n: usize) -> usize {
+    (1..=n).find(|c| c * c >= n).unwrap_or(1)
+}
+
 /// Row ∪ column of each node in a grid of ⌈√n⌉ columns.
 fn grid(n: usize) -> Vec<BTreeSet<usize>> {
-    let cols = (1..=n).find(|c| c * c >= n).unwrap_or(1);
+    let cols = columns(n);
     (0..n)
         .map(|i| {
             let (row, col) = (i / cols, i % cols);
@@ -220,8 +272,35 @@ mod tests {
 
     #[test]
     fn light_load_is_three_per_other_member() {
-        assert_eq!(light_load(7), (6, 8));
-        assert_eq!(light_load(13), (9, 12));
-        assert_eq!(light_load(9), (12, 16));
+        assert_eq!(light_load(7, Mode::Write), (6, 8));
+        assert_eq!(light_load(13, Mode::Write), (9, 12));
+        assert_eq!(light_load(9, Mode::Write), (12, 16));
+        // A read asks its row of the grid, and a plane's line.
+        assert_eq!(light_load(9, Mode::Read), (6, 8));
+        assert_eq!(light_load(7, Mode::Read), (6, 8));
+        assert_eq!(light_load(25, Mode::Read), (12, 16));
+        assert_eq!(light_load(25, Mode::Write), (24, 32));
+    }
+
+    #[test]
+    fn every_read_set_meets_every_request_set_and_holds_its_owner() {
+        for n in 1..=40 {
+            let (reads, writes) = (read_sets(n), request_sets(n));
+            for (i, r) in reads.iter().enumerate() {
+                assert!(r.contains(&i), "n={n}: node {i} is not in its read set {r:?}");
+                assert!(
+                    r.len() <= writes[i].len(),
+                    "n={n}: node {i} reads with more than it writes"
+                );
+                for w in &writes {
+                    assert!(!r.is_disjoint(w), "n={n}: read {r:?} misses request set {w:?}");
+                }
+            }
+        }
+        // Five nodes, rows {0,1,2} and {3,4}: the short row reads column 2
+        // from the row above.
+        let reads = read_sets(5);
+        assert_eq!(reads[0], [0, 1, 2].into_iter().collect());
+        assert_eq!(reads[4], [2, 3, 4].into_iter().collect());
     }
 }

@@ -56,6 +56,34 @@
 //! do, as every arbiter still grants one request at a time); otherwise
 //! (Maekawa) it waits for the member to return.
 //!
+//! **Readers and writers.** A request says whether it reads or writes,
+//! and an arbiter gives its permission to one writer or to any number of
+//! readers at once. A read asks the rule's *read quorum*, which must meet
+//! every write quorum, whatever either requester saw up, but need not meet
+//! another read quorum ([`QuorumRule::read_quorum`]; where the rule has
+//! nothing smaller, it is the write quorum). So two nodes are inside
+//! together only if both read. An arbiter grants from the front of its
+//! queue: the oldest request alone if it writes and nobody holds, the
+//! oldest reads together, up to the first write queued, while only reads
+//! hold. No read is let in ahead of an older write queued there, so a
+//! steady stream of later readers cannot starve a writer: their stamps,
+//! hybrid clocks, soon pass its stamp. The deadlock cure works on
+//! conflicts. An arbiter INQUIREs of every holder younger than a
+//! conflicting request that nothing older holds up there, and says FAILED
+//! to every queued request behind an older one it conflicts with; the
+//! oldest request in the cluster still makes progress. Fences: each
+//! arbiter keeps a second mark beside `high`, the largest stamp among
+//! used *write* grants, and a GRANT carries the mark its request must
+//! pass. So a writer's fence is above every earlier grant's and a
+//! reader's above every earlier writer's. A RECOVER carries the mode, so
+//! a restarted arbiter takes back every reader that still holds. Entries
+//! keep no request order, reads as writes: a read that holds every
+//! permission it needs enters, even while an older write is on its way
+//! to one of its arbiters. Read and write quorums come from replicated
+//! data (Gifford, "Weighted voting for replicated data", SOSP 1979);
+//! sharing an arbiter among readers, with Maekawa's FAILED, INQUIRE and
+//! YIELD taken over to conflicts, is this project's.
+//!
 //! **Many locks.** Each lock name has an instance of its own, arbiter and
 //! requester, at every node that uses it. One made for a lock new to this
 //! node knows its peers have nothing of it to recover, and sends no
@@ -95,7 +123,7 @@
 
 use crate::algorithm::AlgoConfig;
 use crate::outbox::{Message, NoTimer, Outbox, Time};
-use crate::types::{CsState, Epoch, Fence, LamportClock, NodeId, Stamp};
+use crate::types::{CsState, Epoch, Fence, LamportClock, Mode, NodeId, Stamp};
 use crate::{Algorithm, MutexAlgorithm};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -111,9 +139,17 @@ pub trait QuorumRule: Debug + Clone + std::hash::Hash + Send + 'static {
     /// The rule for `cfg.id` in the cluster `cfg.members`.
     fn new(cfg: &AlgoConfig) -> Self;
 
-    /// The quorum this node asks, given the nodes up (this one included),
-    /// or `None` if no quorum can be formed from them.
+    /// The quorum this node asks to write, given the nodes up (this one
+    /// included), or `None` if no quorum can be formed from them. Any two
+    /// meet, whatever each requester saw up.
     fn quorum(&self, up: &BTreeSet<NodeId>) -> Option<BTreeSet<NodeId>>;
+
+    /// The quorum this node asks to read. Two reads need not meet, but a
+    /// read must meet every write quorum any node may ask, whatever each
+    /// saw up. The default is the write quorum, which always does.
+    fn read_quorum(&self, up: &BTreeSet<NodeId>) -> Option<BTreeSet<NodeId>> {
+        self.quorum(up)
+    }
 }
 
 /// The messages of [`QuorumLock`].
@@ -124,13 +160,16 @@ pub enum QuorumMsg {
     Request {
         /// The request's stamp.
         stamp: Stamp,
+        /// To read (shared with other readers) or to write (alone).
+        mode: Mode,
     },
     /// Arbiter to requester: you have my permission.
     Grant {
         /// The request granted.
         to: Stamp,
         /// The largest stamp among this arbiter's earlier grants that could
-        /// have been used to enter.
+        /// have been used to enter and that conflict with this one: every
+        /// earlier grant for a write, the writes for a read.
         high: Option<Stamp>,
         /// Which of this arbiter's grants it is: a copy sent again carries
         /// the same number, so a requester that gave the grant back can
@@ -185,6 +224,8 @@ pub enum QuorumMsg {
         holding: Option<Stamp>,
         /// The sender waits for this arbiter's permission for this request.
         waiting: Option<Stamp>,
+        /// The mode of the request held or waited for.
+        mode: Mode,
         /// Answer with your own RECOVER: the sender may have forgotten
         /// your request while you were out of its view.
         ask: bool,
@@ -212,6 +253,8 @@ impl Message for QuorumMsg {
 #[derive(Debug, Clone, Hash)]
 struct Want {
     stamp: Stamp,
+    /// To read or to write: which quorum is asked, and what it shares.
+    mode: Mode,
     /// The members asked; `None` while no quorum can be formed.
     quorum: Option<BTreeSet<NodeId>>,
     granted: BTreeSet<NodeId>,
@@ -252,7 +295,7 @@ impl Want {
 enum Requester {
     Idle,
     Wanting(Want),
-    Held { stamp: Stamp, quorum: BTreeSet<NodeId> },
+    Held { stamp: Stamp, mode: Mode, quorum: BTreeSet<NodeId> },
 }
 
 /// How many grant numbers an arbiter reserves in stable storage at a
@@ -275,19 +318,30 @@ struct Durable {
     grants: u64,
 }
 
+/// A grant of an arbiter's permission, held by the request it names.
+#[derive(Debug, Clone, Copy, Hash)]
+struct Holding {
+    mode: Mode,
+    /// The grant's number: a copy sent again carries it too.
+    seq: u64,
+}
+
 /// The arbiter's side of one node.
 #[derive(Debug, Default, Clone, Hash)]
 struct Arbiter {
-    /// The request holding this arbiter's permission.
-    lock: Option<Stamp>,
-    /// Requests waiting, oldest first.
-    queue: BTreeSet<Stamp>,
-    /// An INQUIRE is out for the current grant.
-    inquired: bool,
+    /// The requests holding this arbiter's permission: one writer, or any
+    /// number of readers (at most one request of each node).
+    holders: BTreeMap<Stamp, Holding>,
+    /// Requests waiting, oldest first, each with its mode.
+    queue: BTreeMap<Stamp, Mode>,
+    /// Holders an INQUIRE is out for, about their current grant.
+    inquired: BTreeSet<Stamp>,
     /// Queued requests already told FAILED (or that yielded).
     failed: BTreeSet<Stamp>,
     /// The largest stamp among grants that may have been used to enter.
     high: Option<Stamp>,
+    /// The same among write grants alone: what a reader must be above.
+    write_high: Option<Stamp>,
     /// The other nodes that held the permission last (at most
     /// [`RECENT`]), oldest first: written down, as they are likely to ask
     /// again.
@@ -365,15 +419,33 @@ impl<R: QuorumRule> QuorumLock<R> {
         self.step_grants.clear();
     }
 
-    /// Sends the current permission's GRANT (a new grant, or a copy of
-    /// one, with the same number) to `to`, reserving grant numbers in the
-    /// record when they run out.
+    /// Gives the permission to the request `to` under a new grant number,
+    /// and sends its GRANT.
+    fn grant(&mut self, to: Stamp, mode: Mode, out: &mut Outbox<QuorumMsg>) {
+        let a = &mut self.arbiter;
+        a.grants += 1;
+        a.holders.insert(to, Holding { mode, seq: a.grants });
+        a.inquired.remove(&to);
+        a.failed.remove(&to);
+        self.send_grant(to, out);
+    }
+
+    /// Sends the GRANT of the permission `to` holds (a new grant, or a
+    /// copy of one, with the same number), with the high-water mark its
+    /// mode must pass, reserving grant numbers in the record when they
+    /// run out.
     fn send_grant(&mut self, to: Stamp, out: &mut Outbox<QuorumMsg>) {
         let a = &mut self.arbiter;
+        let Some(&Holding { mode, seq }) = a.holders.get(&to) else {
+            return;
+        };
         if a.grants > a.reserved {
             a.reserved = a.grants + GRANT_RESERVE;
         }
-        let (high, seq) = (a.high, a.grants);
+        let high = match mode {
+            Mode::Write => a.high,
+            Mode::Read => a.write_high,
+        };
         if to.node != self.id {
             self.step_grants.insert(to.node);
         }
@@ -411,24 +483,34 @@ impl<R: QuorumRule> QuorumLock<R> {
 
     // ---- requester ------------------------------------------------------
 
-    /// Stamps a fresh request and asks a quorum. A request already under
-    /// way is replaced: arbiters asked again replace it, the others are
-    /// told to forget it.
-    fn ask(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
+    /// The quorum a request in `mode` asks, with the nodes up now.
+    fn quorum_for(&self, mode: Mode) -> Option<BTreeSet<NodeId>> {
+        let up = self.up();
+        match mode {
+            Mode::Write => self.rule.quorum(&up),
+            Mode::Read => self.rule.read_quorum(&up),
+        }
+    }
+
+    /// Stamps a fresh request in `mode` and asks a quorum. A request
+    /// already under way is replaced: arbiters asked again replace it, the
+    /// others are told to forget it.
+    fn ask(&mut self, now: Time, mode: Mode, out: &mut Outbox<QuorumMsg>) {
         let old = match &self.me {
             Requester::Wanting(w) => Some((w.stamp, w.quorum.clone().unwrap_or_default())),
             _ => None,
         };
         let stamp = self.next_stamp(now);
-        let quorum = self.rule.quorum(&self.up());
+        let quorum = self.quorum_for(mode);
         if let Some((old_stamp, old_quorum)) = old {
             self.cancel_outside(old_stamp, &old_quorum, quorum.as_ref(), out);
         }
         for &a in quorum.iter().flatten() {
-            self.send(a, QuorumMsg::Request { stamp }, out);
+            self.send(a, QuorumMsg::Request { stamp, mode }, out);
         }
         self.me = Requester::Wanting(Want {
             stamp,
+            mode,
             quorum,
             granted: BTreeSet::new(),
             blocked: BTreeSet::new(),
@@ -459,12 +541,29 @@ impl<R: QuorumRule> QuorumLock<R> {
     /// What this node has of `arbiter`'s permission: (holding, waiting).
     fn held_of(&self, arbiter: NodeId) -> (Option<Stamp>, Option<Stamp>) {
         match &self.me {
-            Requester::Held { stamp, quorum } if quorum.contains(&arbiter) => (Some(*stamp), None),
+            Requester::Held { stamp, quorum, .. } if quorum.contains(&arbiter) => {
+                (Some(*stamp), None)
+            }
             Requester::Wanting(w) if w.granted.contains(&arbiter) => (Some(w.stamp), None),
             Requester::Wanting(w) if w.quorum.as_ref().is_some_and(|q| q.contains(&arbiter)) => {
                 (None, Some(w.stamp))
             }
             _ => (None, None),
+        }
+    }
+
+    /// The RECOVER telling `arbiter` what this node has of its permission.
+    fn recover_to(&self, arbiter: NodeId, ask: bool) -> QuorumMsg {
+        let (holding, waiting) = self.held_of(arbiter);
+        QuorumMsg::Recover { holding, waiting, mode: self.mode(), ask }
+    }
+
+    /// The mode of the request under way (a write when there is none).
+    fn mode(&self) -> Mode {
+        match &self.me {
+            Requester::Idle => Mode::Write,
+            Requester::Wanting(w) => w.mode,
+            Requester::Held { mode, .. } => *mode,
         }
     }
 
@@ -484,8 +583,9 @@ impl<R: QuorumRule> QuorumLock<R> {
         let Requester::Wanting(w) = &self.me else {
             return;
         };
-        if self.rule.quorum(&self.up()) != w.quorum {
-            self.ask(now, out);
+        let mode = w.mode;
+        if self.quorum_for(mode) != w.quorum {
+            self.ask(now, mode, out);
         }
     }
 
@@ -501,7 +601,7 @@ impl<R: QuorumRule> QuorumLock<R> {
         if !quorum.is_subset(&w.granted) {
             return;
         }
-        let (stamp, quorum) = (w.stamp, quorum.clone());
+        let (stamp, mode, quorum) = (w.stamp, w.mode, quorum.clone());
         match &w.restamping {
             Some(waiting) if !waiting.is_empty() => return,
             Some(_) => {} // every member knows the new stamp
@@ -524,7 +624,7 @@ impl<R: QuorumRule> QuorumLock<R> {
                 }
             }
         }
-        self.me = Requester::Held { stamp, quorum };
+        self.me = Requester::Held { stamp, mode, quorum };
         out.grant(Fence::from(stamp));
     }
 
@@ -610,38 +710,49 @@ impl<R: QuorumRule> QuorumLock<R> {
 
     // ---- arbiter --------------------------------------------------------
 
-    /// Grants to the oldest waiting request if the permission is free, then
-    /// sends whatever INQUIRE and FAILED the queue now calls for.
+    /// Grants what the front of the queue allows (the oldest request if
+    /// it writes and the permission is free; the oldest reads, up to the
+    /// first write waiting, while only reads hold it), then sends whatever
+    /// INQUIRE and FAILED the queue now calls for.
     fn arbitrate(&mut self, out: &mut Outbox<QuorumMsg>) {
         if !self.arbiter.ready {
             return;
         }
-        if self.arbiter.lock.is_none() {
-            if let Some(next) = self.arbiter.queue.pop_first() {
-                self.arbiter.lock = Some(next);
-                self.arbiter.inquired = false;
-                self.arbiter.failed.remove(&next);
-                self.arbiter.grants += 1;
-                self.send_grant(next, out);
+        while let Some((&next, &mode)) = self.arbiter.queue.first_key_value() {
+            if !self.may_share(mode) {
+                break;
             }
+            self.arbiter.queue.remove(&next);
+            self.grant(next, mode, out);
         }
-        let Some(lock) = self.arbiter.lock else {
-            return;
-        };
-        let top = self.arbiter.queue.first().copied();
-        if top.is_some_and(|t| t < lock) && !self.arbiter.inquired {
-            self.arbiter.inquired = true;
-            self.send(lock.node, QuorumMsg::Inquire { to: lock }, out);
-        }
-        // Every queued request but an older-than-the-holder head is behind
-        // an older one: it must know, so it can yield elsewhere.
-        let behind: Vec<Stamp> = self
-            .arbiter
+        // A holder younger than a request it conflicts with, which nothing
+        // older holds up here, is asked whether it can give way.
+        let a = &self.arbiter;
+        let ahead: Vec<(Stamp, Mode)> = a
             .queue
             .iter()
-            .copied()
-            .filter(|&s| !(Some(s) == top && s < lock))
-            .filter(|s| !self.arbiter.failed.contains(s))
+            .map(|(&s, &m)| (s, m))
+            .filter(|&(s, m)| !self.blocked_here(s, m))
+            .collect();
+        let inquire: Vec<Stamp> = a
+            .holders
+            .iter()
+            .filter(|(s, _)| !a.inquired.contains(s))
+            .filter(|&(&s, h)| ahead.iter().any(|&(q, m)| q < s && m.conflicts(h.mode)))
+            .map(|(&s, _)| s)
+            .collect();
+        for s in inquire {
+            self.arbiter.inquired.insert(s);
+            self.send(s.node, QuorumMsg::Inquire { to: s }, out);
+        }
+        // Every queued request behind an older one it conflicts with must
+        // know, so it can yield elsewhere.
+        let a = &self.arbiter;
+        let behind: Vec<Stamp> = a
+            .queue
+            .iter()
+            .filter(|&(s, &m)| !a.failed.contains(s) && self.blocked_here(*s, m))
+            .map(|(&s, _)| s)
             .collect();
         for s in behind {
             self.arbiter.failed.insert(s);
@@ -649,19 +760,52 @@ impl<R: QuorumRule> QuorumLock<R> {
         }
     }
 
+    /// Whether a request in `mode` may hold the permission beside its
+    /// holders now: a write only when there are none, a read when only
+    /// reads hold it.
+    fn may_share(&self, mode: Mode) -> bool {
+        let holders = &self.arbiter.holders;
+        match mode {
+            Mode::Write => holders.is_empty(),
+            Mode::Read => holders.values().all(|h| h.mode == Mode::Read),
+        }
+    }
+
+    /// Whether the queued request `stamp`, in `mode`, waits here behind an
+    /// older request it conflicts with, holding or queued.
+    fn blocked_here(&self, stamp: Stamp, mode: Mode) -> bool {
+        let a = &self.arbiter;
+        let held = a.holders.iter().map(|(&s, h)| (s, h.mode));
+        let queued = a.queue.range(..stamp).map(|(&s, &m)| (s, m));
+        held.chain(queued).any(|(s, m)| s < stamp && m.conflicts(mode))
+    }
+
+    /// The request of `node` that holds this arbiter's permission, if any.
+    fn holding_of(&self, node: NodeId) -> Option<(Stamp, Holding)> {
+        self.arbiter.holders.iter().find(|(s, _)| s.node == node).map(|(&s, &h)| (s, h))
+    }
+
     /// Forgets every request of `node` (it is down, or replaced them).
     fn forget_requests_of(&mut self, node: NodeId) {
-        self.arbiter.queue.retain(|s| s.node != node);
+        self.arbiter.queue.retain(|s, _| s.node != node);
         self.arbiter.failed.retain(|s| s.node != node);
     }
 
-    /// Frees the permission held by `stamp`; `used` when it may have been
-    /// used to enter.
-    fn free(&mut self, stamp: Stamp, used: bool) -> bool {
-        if self.arbiter.lock != Some(stamp) {
-            return false;
+    /// Counts the grant to `stamp`, in `mode`, as used to enter: a later
+    /// grant that conflicts with it carries a high-water mark above it.
+    fn count_used(&mut self, stamp: Stamp, mode: Mode) {
+        let a = &mut self.arbiter;
+        a.high = a.high.max(Some(stamp));
+        if mode == Mode::Write {
+            a.write_high = a.write_high.max(Some(stamp));
         }
-        self.arbiter.lock = None;
+    }
+
+    /// Frees the permission held by `stamp`, `used` when it may have been
+    /// used to enter; the mode it was held in, if it was held.
+    fn free(&mut self, stamp: Stamp, used: bool) -> Option<Mode> {
+        let held = self.arbiter.holders.remove(&stamp)?;
+        self.arbiter.inquired.remove(&stamp);
         let recent = &mut self.arbiter.recent;
         recent.retain(|&n| n != stamp.node);
         if stamp.node != self.id && recent.len() == RECENT {
@@ -671,55 +815,66 @@ impl<R: QuorumRule> QuorumLock<R> {
             recent.push_back(stamp.node);
         }
         if used {
-            self.arbiter.high = self.arbiter.high.max(Some(stamp));
+            self.count_used(stamp, held.mode);
         }
-        true
+        Some(held.mode)
     }
 
     fn on_arbiter_message(&mut self, from: NodeId, msg: QuorumMsg, out: &mut Outbox<QuorumMsg>) {
         match msg {
-            QuorumMsg::Request { stamp } => {
+            QuorumMsg::Request { stamp, mode } => {
                 if stamp.node != from {
                     return; // a stamp always names its sender
                 }
                 self.forget_requests_of(from);
-                match self.arbiter.lock {
-                    Some(held) if held.node == from => {
-                        // The holder asked anew: it keeps the permission.
-                        // The stamp it replaces counts as used: the request
-                        // may be a restarted holder's, come before its
-                        // RECOVER, and the entry its previous incarnation
-                        // made under that stamp must stay below every later
-                        // fence.
-                        self.arbiter.high = self.arbiter.high.max(Some(held));
-                        self.arbiter.lock = Some(stamp);
-                        self.arbiter.inquired = false;
-                        if self.arbiter.ready {
-                            self.arbiter.grants += 1;
-                            self.send_grant(stamp, out);
+                match self.holding_of(from) {
+                    Some((held, h)) => {
+                        // The holder asked anew: it keeps the permission
+                        // if the new request may share it with the other
+                        // holders, and waits in line otherwise. The stamp
+                        // it replaces counts as used: the request may be a
+                        // restarted holder's, come before its RECOVER, and
+                        // the entry its previous incarnation made under
+                        // that stamp must stay below every later fence
+                        // that conflicts with it.
+                        self.arbiter.holders.remove(&held);
+                        self.arbiter.inquired.remove(&held);
+                        self.count_used(held, h.mode);
+                        if !self.may_share(mode) {
+                            self.arbiter.queue.insert(stamp, mode);
+                        } else if self.arbiter.ready {
+                            self.grant(stamp, mode, out);
+                        } else {
+                            let seq = self.arbiter.grants;
+                            self.arbiter.holders.insert(stamp, Holding { mode, seq });
                         }
                     }
-                    _ => {
-                        self.arbiter.queue.insert(stamp);
+                    None => {
+                        self.arbiter.queue.insert(stamp, mode);
                     }
                 }
             }
             QuorumMsg::Yield { stamp } => {
-                if self.free(stamp, false) {
-                    self.arbiter.queue.insert(stamp);
+                if let Some(mode) = self.free(stamp, false) {
+                    self.arbiter.queue.insert(stamp, mode);
                     self.arbiter.failed.insert(stamp);
                 }
             }
             QuorumMsg::Release { stamp } => {
-                if !self.free(stamp, true) {
+                if self.free(stamp, true).is_none() {
                     self.arbiter.queue.remove(&stamp);
                 }
             }
             QuorumMsg::Restamp { old, new } => {
-                if old.node == from && new.node == from && self.arbiter.lock == Some(old) {
-                    self.arbiter.lock = Some(new);
+                if old.node == from && new.node == from {
+                    if let Some(h) = self.arbiter.holders.remove(&old) {
+                        self.arbiter.holders.insert(new, h);
+                        if self.arbiter.inquired.remove(&old) {
+                            self.arbiter.inquired.insert(new);
+                        }
+                    }
                 }
-                if self.arbiter.lock == Some(new) {
+                if self.arbiter.holders.contains_key(&new) {
                     self.send(from, QuorumMsg::Restamped { stamp: new }, out);
                 }
             }
@@ -728,14 +883,14 @@ impl<R: QuorumRule> QuorumLock<R> {
                 self.arbiter.queue.remove(&stamp);
                 self.arbiter.failed.remove(&stamp);
             }
-            QuorumMsg::Recover { holding, waiting, ask } => {
+            QuorumMsg::Recover { holding, waiting, mode, ask } => {
                 if ask {
-                    let (holding, waiting) = self.held_of(from);
-                    self.send(from, QuorumMsg::Recover { holding, waiting, ask: false }, out);
+                    let answer = self.recover_to(from, false);
+                    self.send(from, answer, out);
                 }
                 self.arbiter.reported.insert(from);
                 self.arbiter.awaited.remove(&from);
-                if let Some(lock) = self.arbiter.lock.filter(|l| l.node == from) {
+                if let Some((lock, _)) = self.holding_of(from) {
                     if waiting == Some(lock) {
                         // It waits for what it was granted: the GRANT is
                         // still on its way, or was lost while it was out of
@@ -744,7 +899,7 @@ impl<R: QuorumRule> QuorumLock<R> {
                             self.send_grant(lock, out);
                             // An INQUIRE that went before the copy found the
                             // requester not counting this grant: ask again.
-                            self.arbiter.inquired = false;
+                            self.arbiter.inquired.remove(&lock);
                         }
                     } else if holding != Some(lock) {
                         // It no longer holds what it was granted: it
@@ -754,25 +909,25 @@ impl<R: QuorumRule> QuorumLock<R> {
                     }
                 }
                 if let Some(s) = holding.filter(|s| s.node == from) {
-                    if self.arbiter.lock.is_none() {
-                        self.arbiter.lock = Some(s);
+                    if self.holding_of(from).is_none() && self.may_share(mode) {
+                        let seq = self.arbiter.grants;
+                        self.arbiter.holders.insert(s, Holding { mode, seq });
                     }
-                    if self.arbiter.lock == Some(s) {
+                    if self.arbiter.holders.contains_key(&s) {
                         // Its RESTAMP may have been lost: confirm the stamp.
                         self.send(from, QuorumMsg::Restamped { stamp: s }, out);
                     }
                 }
                 if let Some(s) = waiting.filter(|s| s.node == from) {
-                    if self.arbiter.lock != Some(s) {
-                        self.arbiter.queue.insert(s);
+                    if !self.arbiter.holders.contains_key(&s) {
+                        self.arbiter.queue.insert(s, mode);
                     }
                     // It may have forgotten a FAILED of ours (it saw this
                     // node go down and up): tell it again if it still holds.
                     self.arbiter.failed.remove(&s);
                 }
-                if self.arbiter.lock.is_some_and(|l| l.node == from) {
-                    self.arbiter.inquired = false; // likewise an INQUIRE
-                }
+                // Likewise an INQUIRE.
+                self.arbiter.inquired.retain(|s| s.node != from);
                 self.check_ready();
             }
             _ => return,
@@ -796,12 +951,12 @@ impl<R: QuorumRule> QuorumLock<R> {
         // and entries before this restart are older.
         let wall = (self.wall_origin + self.now).as_millis() as u64;
         let floor = Stamp { ts: self.clock.now().max(wall), node: NodeId(u32::MAX) };
-        self.arbiter.high = self.arbiter.high.max(Some(floor));
+        self.count_used(floor, Mode::Write);
     }
 
     fn on_message(&mut self, now: Time, from: NodeId, msg: QuorumMsg, out: &mut Outbox<QuorumMsg>) {
         match &msg {
-            QuorumMsg::Request { stamp }
+            QuorumMsg::Request { stamp, .. }
             | QuorumMsg::Yield { stamp }
             | QuorumMsg::Release { stamp }
             | QuorumMsg::Cancel { stamp } => self.clock.observe(stamp.ts),
@@ -850,9 +1005,7 @@ impl<R: QuorumRule> Algorithm for QuorumLock<R> {
         self.alive.insert(peer);
         // An INQUIRE or FAILED this arbiter sent the peer may have been lost
         // while it was out of reach: let `arbitrate` send them again.
-        if self.arbiter.lock.is_some_and(|l| l.node == peer) {
-            self.arbiter.inquired = false;
-        }
+        self.arbiter.inquired.retain(|s| s.node != peer);
         self.arbiter.failed.retain(|s| s.node != peer);
         // Whatever the peer's arbiter knew of this node may be gone (it may
         // have restarted): a permission it gave while waiting is not
@@ -861,8 +1014,7 @@ impl<R: QuorumRule> Algorithm for QuorumLock<R> {
         if let Requester::Wanting(w) = &mut self.me {
             w.forget(peer);
         }
-        let (holding, waiting) = self.held_of(peer);
-        out.send(peer, QuorumMsg::Recover { holding, waiting, ask: true });
+        out.send(peer, self.recover_to(peer, true));
         if matches!(&self.me, Requester::Wanting(w) if w.quorum.is_none()) {
             self.requorum(now, out);
         }
@@ -898,16 +1050,28 @@ impl<R: QuorumRule> Algorithm for QuorumLock<R> {
 
 impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
     fn handle_request(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
+        self.handle_request_in(now, Mode::Write, out);
+    }
+
+    fn handle_request_in(&mut self, now: Time, mode: Mode, out: &mut Outbox<QuorumMsg>) {
         self.begin(now);
         if matches!(self.me, Requester::Idle) {
-            self.ask(now, out);
+            self.ask(now, mode, out);
             self.drain_local(now, out);
+        }
+    }
+
+    fn mode_of(&self, fence: Fence) -> Mode {
+        match self.me {
+            Requester::Held { stamp, mode, .. } if Fence::from(stamp) == fence => mode,
+            _ => Mode::Write,
         }
     }
 
     fn handle_release(&mut self, now: Time, out: &mut Outbox<QuorumMsg>) {
         self.begin(now);
-        let Requester::Held { stamp, quorum } = std::mem::replace(&mut self.me, Requester::Idle)
+        let Requester::Held { stamp, quorum, .. } =
+            std::mem::replace(&mut self.me, Requester::Idle)
         else {
             return;
         };
@@ -930,7 +1094,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
         self.alive.insert(peer);
         self.arbiter.reported.insert(peer);
         if self.arbiter.awaited.contains(&peer) {
-            out.send(peer, QuorumMsg::Recover { holding: None, waiting: None, ask: true });
+            out.send(peer, self.recover_to(peer, true));
         }
     }
 
@@ -968,7 +1132,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
     /// clock, above the node's floor, which covers every stamp seen here.)
     fn forgettable(&self) -> bool {
         matches!(self.me, Requester::Idle)
-            && self.arbiter.lock.is_none()
+            && self.arbiter.holders.is_empty()
             && self.arbiter.queue.is_empty()
             && self.arbiter.awaited.is_empty()
             && self.local.is_empty()
@@ -984,7 +1148,7 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
 
     fn durable_state(&self) -> Option<Vec<u8>> {
         let a = &self.arbiter;
-        let named = a.lock.iter().chain(a.queue.first()).map(|s| s.node);
+        let named = a.holders.keys().chain(a.queue.keys().next()).map(|s| s.node);
         let may_hold = named.chain(a.recent.iter().copied()).filter(|&n| n != self.id).collect();
         Some(crate::wire::encode(&Durable { may_hold, grants: a.reserved }))
     }
@@ -1005,6 +1169,9 @@ mod tests {
 
     type Out = Outbox<QuorumMsg>;
 
+    const W: Mode = Mode::Write;
+    const R: Mode = Mode::Read;
+
     /// The arbiter's starting `high`: nothing granted before this run.
     const FLOOR: Option<Stamp> = Some(Stamp { ts: 0, node: NodeId(u32::MAX) });
 
@@ -1012,7 +1179,13 @@ mod tests {
     /// {1, 2, 3}, n2 asks {1, 2}, n3 asks {1, 3}), joined, with every peer's
     /// RECOVER in hand.
     fn node(id: u32) -> Maekawa {
-        let cfg = AlgoConfig::for_test(id, 3);
+        node_of(id, 3)
+    }
+
+    /// Node `id` of an `n`-node Maekawa cluster, joined, with every peer's
+    /// RECOVER in hand.
+    fn node_of(id: u32, size: u32) -> Maekawa {
+        let cfg = AlgoConfig::for_test(id, size);
         let mut m = Maekawa::new(&cfg);
         let mut out = Out::new();
         for p in cfg.peers() {
@@ -1020,12 +1193,168 @@ mod tests {
             m.handle_message(
                 T,
                 p,
-                QuorumMsg::Recover { holding: None, waiting: None, ask: false },
+                QuorumMsg::Recover { holding: None, waiting: None, mode: W, ask: false },
                 &mut out,
             );
         }
         m.handle_coordinator(T, n(3), Epoch::default(), &mut out);
         m
+    }
+
+    fn ask(stamp: Stamp, mode: Mode) -> QuorumMsg {
+        QuorumMsg::Request { stamp, mode }
+    }
+
+    fn grant(to: Stamp, high: Option<Stamp>, seq: u64) -> QuorumMsg {
+        QuorumMsg::Grant { to, high, seq }
+    }
+
+    fn release(stamp: Stamp) -> QuorumMsg {
+        QuorumMsg::Release { stamp }
+    }
+
+    #[test]
+    fn readers_share_an_arbiter_and_a_writer_waits_for_them_all() {
+        let mut a = node(1);
+        let mut out = Out::new();
+        a.handle_message(T, n(2), ask(stamp(5, 2), R), &mut out);
+        a.handle_message(T, n(3), ask(stamp(6, 3), R), &mut out);
+        assert_eq!(
+            out.take(),
+            vec![send(2, grant(stamp(5, 2), FLOOR, 1)), send(3, grant(stamp(6, 3), FLOOR, 2))]
+        );
+        // A write waits for every reader: it is behind an older one.
+        a.handle_message(T, n(2), release(stamp(5, 2)), &mut out);
+        a.handle_message(T, n(2), ask(stamp(7, 2), W), &mut out);
+        assert_eq!(out.take(), vec![send(2, QuorumMsg::Failed { to: stamp(7, 2) })]);
+        // The last reader leaves: the writer holds alone, above both reads.
+        a.handle_message(T, n(3), release(stamp(6, 3)), &mut out);
+        assert_eq!(out.take(), vec![send(2, grant(stamp(7, 2), Some(stamp(6, 3)), 3))]);
+        a.handle_message(T, n(3), ask(stamp(8, 3), R), &mut out);
+        assert_eq!(out.take(), vec![send(3, QuorumMsg::Failed { to: stamp(8, 3) })]);
+        a.handle_message(T, n(2), release(stamp(7, 2)), &mut out);
+        assert_eq!(out.take(), vec![send(3, grant(stamp(8, 3), Some(stamp(7, 2)), 4))]);
+    }
+
+    #[test]
+    fn a_reader_does_not_join_readers_ahead_of_an_older_writer() {
+        let mut a = node_of(1, 5);
+        let mut out = Out::new();
+        a.handle_message(T, n(2), ask(stamp(5, 2), R), &mut out);
+        a.handle_message(T, n(3), ask(stamp(6, 3), W), &mut out);
+        a.handle_message(T, n(4), ask(stamp(7, 4), R), &mut out);
+        // Only a read holds, yet the later read waits behind the write.
+        assert_eq!(
+            out.take(),
+            vec![
+                send(2, grant(stamp(5, 2), FLOOR, 1)),
+                send(3, QuorumMsg::Failed { to: stamp(6, 3) }),
+                send(4, QuorumMsg::Failed { to: stamp(7, 4) }),
+            ]
+        );
+        a.handle_message(T, n(2), release(stamp(5, 2)), &mut out);
+        assert_eq!(out.take(), vec![send(3, grant(stamp(6, 3), Some(stamp(5, 2)), 2))]);
+        a.handle_message(T, n(3), release(stamp(6, 3)), &mut out);
+        assert_eq!(out.take(), vec![send(4, grant(stamp(7, 4), Some(stamp(6, 3)), 3))]);
+    }
+
+    #[test]
+    fn an_older_writer_inquires_of_every_younger_reader_and_enters_once_all_yield() {
+        let mut a = node_of(1, 5);
+        let mut out = Out::new();
+        a.handle_message(T, n(2), ask(stamp(5, 2), R), &mut out);
+        a.handle_message(T, n(3), ask(stamp(6, 3), R), &mut out);
+        out.take();
+        a.handle_message(T, n(4), ask(stamp(3, 4), W), &mut out);
+        assert_eq!(
+            out.take(),
+            vec![
+                send(2, QuorumMsg::Inquire { to: stamp(5, 2) }),
+                send(3, QuorumMsg::Inquire { to: stamp(6, 3) }),
+            ]
+        );
+        a.handle_message(T, n(2), QuorumMsg::Yield { stamp: stamp(5, 2) }, &mut out);
+        assert!(out.is_empty(), "a reader still holds");
+        a.handle_message(T, n(3), QuorumMsg::Yield { stamp: stamp(6, 3) }, &mut out);
+        // Yielded grants were never used: the high mark stays.
+        assert_eq!(out.take(), vec![send(4, grant(stamp(3, 4), FLOOR, 3))]);
+        // The writer leaves: both readers come back together.
+        a.handle_message(T, n(4), release(stamp(3, 4)), &mut out);
+        let high = Some(stamp(3, 4));
+        assert_eq!(
+            out.take(),
+            vec![send(2, grant(stamp(5, 2), high, 4)), send(3, grant(stamp(6, 3), high, 5))]
+        );
+    }
+
+    #[test]
+    fn a_read_is_held_above_the_writes_before_it_and_a_write_above_everything() {
+        let mut a = node(1);
+        let mut out = Out::new();
+        a.handle_message(T, n(2), ask(stamp(5, 2), W), &mut out);
+        a.handle_message(T, n(2), release(stamp(5, 2)), &mut out);
+        a.handle_message(T, n(3), ask(stamp(9, 3), R), &mut out);
+        a.handle_message(T, n(3), release(stamp(9, 3)), &mut out);
+        out.take();
+        // The read at 9 is no concern of a later read's, only of a write's.
+        a.handle_message(T, n(2), ask(stamp(10, 2), R), &mut out);
+        assert_eq!(out.take(), vec![send(2, grant(stamp(10, 2), Some(stamp(5, 2)), 3))]);
+        a.handle_message(T, n(2), release(stamp(10, 2)), &mut out);
+        a.handle_message(T, n(3), ask(stamp(11, 3), W), &mut out);
+        assert_eq!(out.take(), vec![send(3, grant(stamp(11, 3), Some(stamp(10, 2)), 4))]);
+    }
+
+    #[test]
+    fn a_reader_asks_its_read_set_and_holds_to_read() {
+        // Five nodes in a grid of rows {1,2,3} and {4,5}: node 1 writes
+        // with its row and column {1,2,3,4}, and reads with its row.
+        let mut m = node_of(1, 5);
+        let mut out = Out::new();
+        m.handle_request_in(T, R, &mut out);
+        let s = stamp(1, 1);
+        assert_eq!(out.take(), vec![send(2, ask(s, R)), send(3, ask(s, R))]);
+        m.handle_message(T, n(2), grant(s, FLOOR, 1), &mut out);
+        m.handle_message(T, n(3), grant(s, FLOOR, 1), &mut out);
+        assert_eq!(out.take(), vec![Action::Grant { fence: Fence::new(1, 1) }]);
+        assert_eq!(m.mode_of(Fence::new(1, 1)), R);
+        m.handle_release(T, &mut out);
+        assert_eq!(out.take(), vec![send(2, release(s)), send(3, release(s))]);
+        m.handle_request(T, &mut out);
+        let s = stamp(2, 1);
+        assert_eq!(out.take(), vec![send(2, ask(s, W)), send(3, ask(s, W)), send(4, ask(s, W))]);
+    }
+
+    #[test]
+    fn a_restarted_arbiter_takes_every_reader_back_from_their_recovers() {
+        let cfg = AlgoConfig::for_test(1, 5);
+        let mut a = Maekawa::new(&cfg);
+        let mut out = Out::new();
+        for p in cfg.peers() {
+            a.handle_peer_up(T, p, &mut out);
+        }
+        a.handle_coordinator(T, n(5), Epoch::default(), &mut out);
+        out.take();
+        let recover =
+            |holding, waiting, mode| QuorumMsg::Recover { holding, waiting, mode, ask: false };
+        a.handle_message(T, n(2), recover(Some(stamp(2, 2)), None, R), &mut out);
+        a.handle_message(T, n(3), recover(Some(stamp(3, 3)), None, R), &mut out);
+        a.handle_message(T, n(4), recover(None, Some(stamp(4, 4)), W), &mut out);
+        a.handle_message(T, n(5), recover(None, None, W), &mut out);
+        // Both readers are confirmed and the writer waits for them.
+        assert_eq!(
+            out.take(),
+            vec![
+                send(2, QuorumMsg::Restamped { stamp: stamp(2, 2) }),
+                send(3, QuorumMsg::Restamped { stamp: stamp(3, 3) }),
+                send(4, QuorumMsg::Failed { to: stamp(4, 4) }),
+            ]
+        );
+        a.handle_message(T, n(2), release(stamp(2, 2)), &mut out);
+        assert!(out.is_empty());
+        a.handle_message(T, n(3), release(stamp(3, 3)), &mut out);
+        let sent = out.take();
+        assert!(matches!(&sent[..],
+            [Action::Send { to, msg: QuorumMsg::Grant { to: s, .. } }] if *to == n(4) && *s == stamp(4, 4)));
     }
 
     #[test]
@@ -1034,7 +1363,7 @@ mod tests {
         let mut out = Out::new();
         m.handle_request(T, &mut out);
         // Its own permission is taken without a message.
-        assert_eq!(out.take(), vec![send(1, QuorumMsg::Request { stamp: stamp(1, 2) })]);
+        assert_eq!(out.take(), vec![send(1, QuorumMsg::Request { stamp: stamp(1, 2), mode: W })]);
         m.handle_message(
             T,
             n(1),
@@ -1050,13 +1379,13 @@ mod tests {
     fn an_arbiter_inquires_for_an_older_request_and_regrants_after_a_yield() {
         let mut a = node(1);
         let mut out = Out::new();
-        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2) }, &mut out);
+        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2), mode: W }, &mut out);
         assert_eq!(
             out.take(),
             vec![send(2, QuorumMsg::Grant { to: stamp(5, 2), high: FLOOR, seq: 1 })]
         );
         // An older request: ask the holder whether it can give way.
-        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(3, 3) }, &mut out);
+        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(3, 3), mode: W }, &mut out);
         assert_eq!(out.take(), vec![send(2, QuorumMsg::Inquire { to: stamp(5, 2) })]);
         // It yields: the older request gets the permission, and the high
         // mark does not move (a yielded grant was never used).
@@ -1075,7 +1404,7 @@ mod tests {
     fn a_holder_that_asks_anew_keeps_the_permission_and_its_old_stamp_counts_as_used() {
         let mut a = node(1);
         let mut out = Out::new();
-        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2) }, &mut out);
+        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2), mode: W }, &mut out);
         out.take();
         // n2 entered under 5 and restarted; its new incarnation's request
         // comes before its RECOVER. The permission moves to the new stamp,
@@ -1084,7 +1413,7 @@ mod tests {
         a.handle_peer_down(T, n(2), &mut out);
         a.handle_peer_up(T, n(2), &mut out);
         out.take();
-        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(9, 2) }, &mut out);
+        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(9, 2), mode: W }, &mut out);
         let high = Some(stamp(5, 2));
         assert_eq!(out.take(), vec![send(2, QuorumMsg::Grant { to: stamp(9, 2), high, seq: 2 })]);
     }
@@ -1093,9 +1422,9 @@ mod tests {
     fn a_younger_request_behind_the_holder_is_told_failed() {
         let mut a = node(1);
         let mut out = Out::new();
-        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2) }, &mut out);
+        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2), mode: W }, &mut out);
         out.take();
-        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(8, 3) }, &mut out);
+        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(8, 3), mode: W }, &mut out);
         assert_eq!(out.take(), vec![send(3, QuorumMsg::Failed { to: stamp(8, 3) })]);
     }
 
@@ -1105,7 +1434,7 @@ mod tests {
         let mut out = Out::new();
         m.handle_request(T, &mut out);
         let s = stamp(1, 1);
-        let ask = QuorumMsg::Request { stamp: s };
+        let ask = QuorumMsg::Request { stamp: s, mode: W };
         assert_eq!(out.take(), vec![send(2, ask.clone()), send(3, ask)]);
         m.handle_message(T, n(2), QuorumMsg::Grant { to: s, high: FLOOR, seq: 1 }, &mut out);
         m.handle_message(T, n(2), QuorumMsg::Inquire { to: s }, &mut out);
@@ -1175,8 +1504,8 @@ mod tests {
     fn a_suspected_holder_keeps_the_permission_until_it_says_it_let_go() {
         let mut a = node(1);
         let mut out = Out::new();
-        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2) }, &mut out);
-        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(8, 3) }, &mut out);
+        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2), mode: W }, &mut out);
+        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(8, 3), mode: W }, &mut out);
         out.take();
         // Down, or cut off? Suspicion alone hands nothing on.
         a.handle_peer_down(T, n(2), &mut out);
@@ -1188,7 +1517,7 @@ mod tests {
         a.handle_message(
             T,
             n(2),
-            QuorumMsg::Recover { holding: None, waiting: None, ask: false },
+            QuorumMsg::Recover { holding: None, waiting: None, mode: W, ask: false },
             &mut out,
         );
         let high = Some(stamp(5, 2));
@@ -1204,21 +1533,21 @@ mod tests {
         a.handle_peer_up(T, n(3), &mut out);
         a.handle_coordinator(T, n(3), Epoch::default(), &mut out);
         out.take();
-        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(4, 3) }, &mut out);
+        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(4, 3), mode: W }, &mut out);
         assert!(out.is_empty(), "it may have granted before it restarted");
         // Node 2 still holds what the earlier run granted it.
         let holding = Some(stamp(2, 2));
         a.handle_message(
             T,
             n(2),
-            QuorumMsg::Recover { holding, waiting: None, ask: false },
+            QuorumMsg::Recover { holding, waiting: None, mode: W, ask: false },
             &mut out,
         );
         let waiting = Some(stamp(4, 3));
         a.handle_message(
             T,
             n(3),
-            QuorumMsg::Recover { holding: None, waiting, ask: false },
+            QuorumMsg::Recover { holding: None, waiting, mode: W, ask: false },
             &mut out,
         );
         // Node 2's permission is confirmed (a RESTAMP of its may have been
@@ -1256,11 +1585,11 @@ mod tests {
         a.handle_coordinator(T, n(3), Epoch::default(), &mut out);
         out.take();
         let waiting = Some(stamp(4, 3));
-        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(4, 3) }, &mut out);
+        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(4, 3), mode: W }, &mut out);
         a.handle_message(
             T,
             n(3),
-            QuorumMsg::Recover { holding: None, waiting, ask: false },
+            QuorumMsg::Recover { holding: None, waiting, mode: W, ask: false },
             &mut out,
         );
         assert!(out.is_empty(), "node 2 may hold the permission: nothing is granted");
@@ -1271,7 +1600,7 @@ mod tests {
         a.handle_message(
             T,
             n(2),
-            QuorumMsg::Recover { holding, waiting: None, ask: false },
+            QuorumMsg::Recover { holding, waiting: None, mode: W, ask: false },
             &mut out,
         );
         let confirmed = QuorumMsg::Restamped { stamp: stamp(2, 2) };
@@ -1293,13 +1622,13 @@ mod tests {
         let mut out = Out::new();
         let record = |a: &Maekawa| a.durable_state().unwrap();
         let before = record(&a);
-        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2) }, &mut out);
+        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2), mode: W }, &mut out);
         // A grant to a node not written down: the record goes first.
         assert!(!a.covered_by(&before));
         let granted = record(&a);
         let r: Durable = crate::wire::decode(&granted).unwrap();
         assert_eq!((r.may_hold, r.grants), ([n(2)].into(), 1 + GRANT_RESERVE));
-        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(7, 3) }, &mut out);
+        a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(7, 3), mode: W }, &mut out);
         // Node 3 is next in line: written down, and this step's messages
         // (a FAILED) rest on nothing new.
         assert!(a.covered_by(&granted));
@@ -1315,7 +1644,7 @@ mod tests {
         // is written.
         assert!(a.covered_by(&ahead));
         assert_eq!(record(&a), ahead);
-        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(9, 2) }, &mut out);
+        a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(9, 2), mode: W }, &mut out);
         assert_eq!(record(&a), ahead);
         // Seen down while not holding, it is struck off.
         a.handle_peer_down(T, n(2), &mut out);

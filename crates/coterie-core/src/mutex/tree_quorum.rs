@@ -30,7 +30,20 @@
 //! contention up to 6 per member, as for Maekawa. When a member fails
 //! while a request waits, the requester builds a new quorum around it,
 //! cancels what it asked of members no longer needed and asks the new
-//! ones.
+//! ones. A read costs what a write does (*Readers and writers*).
+//!
+//! **Readers and writers.** Readers share arbiters (see `quorum`) and ask
+//! the same paths as writers: a read costs what a write does, and readers
+//! gain in concurrency, not in messages. No smaller read quorum exists
+//! beside these write quorums. A set that meets every tree quorum must
+//! meet every quorum formed round a failed root, so it must meet every
+//! quorum of one subtree, and so on down: it contains a path. Agrawal
+//! and El Abbadi's tree quorum protocol for replicated data (VLDB 1990;
+//! generalized in ACM TODS 17(4), 1992) reads from the root alone while
+//! it is up; a read of one node meets every write only if every write
+//! quorum contains the root, so a write there waits for a failed root to
+//! come back. This lock keeps the mutual-exclusion form, whose writes
+//! route round a failed root, and so reads with paths too.
 //!
 //! **State walk.** The locking itself is shared with `maekawa`; see
 //! `mutex/quorum.rs`.

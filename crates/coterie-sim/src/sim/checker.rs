@@ -21,6 +21,9 @@ pub(super) struct Checker {
     written: BTreeMap<Name, Fence>,
     /// Which lock each waiting client waits for, how, and since when.
     asked: BTreeMap<ClientId, (Name, Mode, Time)>,
+    /// For each waiting writer, the reads of its lock granted to others
+    /// since it asked: what a stream of readers made it wait for.
+    bypassed: BTreeMap<ClientId, u64>,
     /// A release with someone waiting, not yet followed by a grant.
     release_pending: Option<Time>,
     /// Since when, and in which state of the algorithms, the run has been
@@ -41,6 +44,9 @@ pub(super) struct Verdict {
     pub(super) stale: Option<Fence>,
     /// It went to a reader while another reader held.
     pub(super) shared: bool,
+    /// It went to a writer, after this many reads of the lock were
+    /// granted to others while it waited.
+    pub(super) bypassed: Option<u64>,
 }
 
 impl Checker {
@@ -74,6 +80,7 @@ impl Checker {
     pub(super) fn crashed(&mut self, node: NodeId) {
         self.holders.retain(|(_, holder), _| holder.node != node);
         self.asked.retain(|client, _| client.node != node);
+        self.bypassed.retain(|client, _| client.node != node);
     }
 
     /// Judges the grant of `name` to `client` with `fence` in `mode` now,
@@ -95,6 +102,17 @@ impl Checker {
         let overtook = match self.asked.remove(&client) {
             Some((.., asked_at)) => self.overtakes(client, (name, mode), asked_at, stamp),
             None => false,
+        };
+        let bypassed = match mode {
+            Mode::Write => Some(self.bypassed.remove(&client).unwrap_or(0)),
+            Mode::Read => {
+                let writers =
+                    self.asked.iter().filter(|(_, (n, m, _))| n == name && *m == Mode::Write);
+                for (&writer, _) in writers {
+                    *self.bypassed.entry(writer).or_default() += 1;
+                }
+                None
+            }
         };
         let sync_delay = self.release_pending.take().map(|released| now - released);
         let shared = mode == Mode::Read && !self.holders_of(name).is_empty();
@@ -121,7 +139,7 @@ impl Checker {
         }
         self.holders.insert((name.clone(), client), (fence, mode));
         let shared = shared && crowd.is_none();
-        Verdict { overtook, sync_delay, crowd, stale, shared }
+        Verdict { overtook, sync_delay, crowd, stale, shared, bypassed }
     }
 
     /// Whether `client`, which asked at `asked_at`, enters `name` in
@@ -242,6 +260,9 @@ impl<C: Chooser> Simulation<C> {
         }
         if verdict.shared {
             self.report.shared_reads += 1;
+        }
+        if let Some(reads) = verdict.bypassed {
+            self.report.write_bypass_max = self.report.write_bypass_max.max(reads);
         }
         if let Some(delay) = verdict.sync_delay {
             self.report.sync_delays_us.push(delay.as_micros() as u64);

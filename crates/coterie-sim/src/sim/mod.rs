@@ -37,7 +37,7 @@ pub mod report;
 mod workload;
 
 pub use config::{FaultDraw, Load, SimConfig};
-pub use report::{Injected, RunReport, Violation};
+pub use report::{EntryCost, Injected, RunReport, Violation};
 
 #[derive(Clone)]
 struct SimNode {

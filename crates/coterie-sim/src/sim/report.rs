@@ -1,6 +1,7 @@
 //! What a run saw: entries, messages, faults injected, broken invariants.
 
 use crate::invariant::Invariant;
+use coterie_core::Mode;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -13,6 +14,17 @@ pub struct Violation {
     pub detail: String,
     /// Simulated time, in microseconds.
     pub at_us: u64,
+}
+
+/// What one entry of a sequential load cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct EntryCost {
+    /// The mutex messages it cost.
+    pub messages: u64,
+    /// Whether its requester was the coordinator.
+    pub local: bool,
+    /// Whether it read or wrote.
+    pub mode: Mode,
 }
 
 /// What one run saw.
@@ -29,9 +41,8 @@ pub struct RunReport {
     pub mutex_messages: u64,
     /// Every message sent once the workload began, by kind.
     pub messages_by_kind: BTreeMap<&'static str, u64>,
-    /// Sequential load only: for each entry, the mutex messages it cost and
-    /// whether its requester was the coordinator.
-    pub per_entry: Vec<(u64, bool)>,
+    /// Sequential load only: what each entry cost.
+    pub per_entry: Vec<EntryCost>,
     /// Every coordinator change: (time in µs, node, leader, epoch).
     pub elections: Vec<(u64, u32, u32, u64)>,
     /// The faults injected and what the links went through.
@@ -73,6 +84,10 @@ pub struct RunReport {
     pub read_entries: u64,
     /// Reads granted while another reader held the lock: readers sharing.
     pub shared_reads: u64,
+    /// The most reads of a lock granted to others while one writer of it
+    /// waited: bounded however long readers keep coming, unless they
+    /// starve writers.
+    pub write_bypass_max: u64,
 }
 
 /// The faults a run injected and what its links went through, counted: a

@@ -372,9 +372,10 @@ impl Workload {
     /// Sequential load: the entry under way, if one is, is over; returns
     /// its requester, whether it was the coordinator, and the messages
     /// `sent_total` says were sent since it began.
-    pub(super) fn sequential_over(&mut self, sent_total: u64) -> Option<(NodeId, u64, bool)> {
+    pub(super) fn sequential_over(&mut self, sent_total: u64) -> Option<(NodeId, EntryCost)> {
         let (node, before, local) = self.sequential.take()?;
-        Some((node, sent_total - before, local))
+        let mode = self.mode(ClientId { node, slot: 0 });
+        Some((node, EntryCost { messages: sent_total - before, local, mode }))
     }
 
     /// Sequential load: whether an entry is under way.
@@ -587,11 +588,9 @@ impl<C: Chooser> Simulation<C> {
             self.push(self.now + wait, Event::NextSequential);
             return;
         }
-        if let Some((node, cost, local)) =
-            self.workload.sequential_over(self.net.mutex_sent_total())
-        {
-            self.trace(|| format!("{node}'s entry cost {cost} mutex messages"));
-            self.report.per_entry.push((cost, local));
+        if let Some((node, cost)) = self.workload.sequential_over(self.net.mutex_sent_total()) {
+            self.trace(|| format!("{node}'s entry cost {} mutex messages", cost.messages));
+            self.report.per_entry.push(cost);
         }
         let live: Vec<NodeId> = self.live_nodes().collect();
         let mut chosen = None;

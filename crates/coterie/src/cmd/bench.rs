@@ -7,7 +7,7 @@ use super::timeline::Reach;
 use super::workload;
 use anyhow::{bail, Context, Result};
 use coterie_core::registry::{self, ElectionInfo, MutexInfo, MUTEXES};
-use coterie_core::{Epoch, MutexOptions, Partitions, Priority};
+use coterie_core::{Epoch, Mode, MutexOptions, Partitions, Priority};
 use coterie_sim::sim::{self, Load, SimConfig};
 use serde::Serialize;
 use std::process::ExitCode;
@@ -127,6 +127,9 @@ struct Reads {
     exclusive_throughput_per_s: f64,
     /// Reads granted while another reader held: readers sharing.
     shared_reads: u64,
+    /// Messages per entry at light load with every client reading, which
+    /// theory puts at `theory.light_read`.
+    light_read_messages_per_entry: f64,
     violations: u64,
 }
 
@@ -162,6 +165,18 @@ fn measure_reads(base: &SimConfig, seeds: u64, share: f64) -> Reads {
     let per = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     let (msgs, entries, us, shared_reads, broken) = heavy_reads(base, seeds, readers);
     let (x_msgs, x_entries, x_us, _, x_broken) = heavy_reads(base, seeds, 0);
+    let (mut light_msgs, mut light_entries) = (0, 0);
+    for seed in 0..seeds {
+        let run = sim::run(SimConfig {
+            seed,
+            load: Load::Sequential,
+            requests: 30,
+            readers: base.nodes,
+            ..base.clone()
+        });
+        light_msgs += run.per_entry.iter().map(|e| e.messages).sum::<u64>();
+        light_entries += run.per_entry.len() as u64;
+    }
     Reads {
         share,
         readers,
@@ -171,6 +186,7 @@ fn measure_reads(base: &SimConfig, seeds: u64, share: f64) -> Reads {
         exclusive_messages_per_entry: per(x_msgs, x_entries),
         exclusive_throughput_per_s: per(x_entries * 1_000_000, x_us),
         shared_reads,
+        light_read_messages_per_entry: per(light_msgs, light_entries),
         violations: broken + x_broken,
     }
 }
@@ -183,6 +199,10 @@ fn measure_reads(base: &SimConfig, seeds: u64, share: f64) -> Reads {
 struct Theory {
     light: (u64, u64),
     light_at_coordinator: (u64, u64),
+    /// A read's `light` and `light_at_coordinator`, which differ from a
+    /// write's where the reader form asks fewer nodes.
+    light_read: (u64, u64),
+    light_read_at_coordinator: (u64, u64),
     heavy: (f64, f64),
     burst: (f64, f64),
 }
@@ -191,8 +211,10 @@ impl Theory {
     fn of(mutex: &MutexInfo, nodes: u32) -> Theory {
         let n = u64::from(nodes);
         Theory {
-            light: (mutex.light_load)(n, false),
-            light_at_coordinator: (mutex.light_load)(n, true),
+            light: (mutex.light_load)(n, false, Mode::Write),
+            light_at_coordinator: (mutex.light_load)(n, true, Mode::Write),
+            light_read: (mutex.light_load)(n, false, Mode::Read),
+            light_read_at_coordinator: (mutex.light_load)(n, true, Mode::Read),
             heavy: (mutex.heavy_load)(n),
             burst: (mutex.burst_load)(n),
         }
@@ -292,7 +314,7 @@ fn measure(
     for seed in 0..seeds {
         let light =
             sim::run(SimConfig { seed, load: Load::Sequential, requests: 30, ..base.clone() });
-        light_msgs += light.per_entry.iter().map(|(m, _)| m).sum::<u64>();
+        light_msgs += light.per_entry.iter().map(|e| e.messages).sum::<u64>();
         light_entries += light.per_entry.len() as u64;
         let heavy = sim::run(SimConfig {
             seed,
@@ -408,7 +430,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
         if let Some(share) = args.read_share {
             println!(
-                "\n{:<20} {:>3}  {:>9}  {:>11}  {:>11}  {:>11}  {:>11}  {:>8}",
+                "\n{:<20} {:>3}  {:>9}  {:>11}  {:>11}  {:>11}  {:>11}  {:>8}  {:>10}  {:>6}",
                 "READ-HEAVY LOAD",
                 "N",
                 "READERS",
@@ -416,14 +438,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 "ENTRIES/S",
                 "EXCL. MSGS",
                 "EXCL. E/S",
-                "SPEED-UP"
+                "SPEED-UP",
+                "LIGHT READ",
+                "THEORY"
             );
             for r in &rows {
                 let Some(x) = &r.reads else { continue };
                 let speedup =
                     x.throughput_per_s / x.exclusive_throughput_per_s.max(f64::MIN_POSITIVE);
+                let (remote, local) = (r.theory.light_read, r.theory.light_read_at_coordinator);
+                let (lo, hi) = (remote.0.min(local.0), remote.1.max(local.1));
                 println!(
-                    "{:<20} {:>3}  {:>9}  {:>11.2}  {:>11.0}  {:>11.2}  {:>11.0}  {:>7.2}x",
+                    "{:<20} {:>3}  {:>9}  {:>11.2}  {:>11.0}  {:>11.2}  {:>11.0}  {:>7.2}x  {:>10.2}  {:>6}",
                     r.mutex,
                     r.nodes,
                     format!("{}/{}", x.readers, x.clients),
@@ -431,12 +457,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     x.throughput_per_s,
                     x.exclusive_messages_per_entry,
                     x.exclusive_throughput_per_s,
-                    speedup
+                    speedup,
+                    x.light_read_messages_per_entry,
+                    format!("{lo}..{hi}")
                 );
             }
             println!(
                 "(heavy load, two clients per node, {share} of them reading, against all writing; \
-                 ENTRIES/S in simulated time)"
+                 ENTRIES/S in simulated time; LIGHT READ: one request at a time, every client \
+                 reading)"
             );
         }
         if args.real {

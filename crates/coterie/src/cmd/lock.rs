@@ -28,13 +28,13 @@ pub const EXIT_LOST: u8 = 76;
 /// is a counting semaphore: K holders at once (centralized,
 /// centralized-lending and raymond-k;
 /// every client of a lock must give the same K). With --read the command
-/// shares the locks with other readers (centralized, centralized-lending,
-/// ricart-agrawala, roucairol-carvalho and lamport; the other algorithms
-/// take a read as a write), and a writer (the default, or --write) holds
-/// them alone; no reader is let in ahead of a writer that asked before
-/// it, except under roucairol-carvalho, which keeps no request order (a
-/// writer there waits for the readers that enter before its request
-/// reaches them, and no longer).
+/// shares the locks with other readers (every algorithm but token-ring,
+/// bakery, raymond-k and lodha-kshemkalyani, which take a read as a
+/// write), and a writer (the default, or --write) holds them alone; no
+/// reader is let in ahead of a writer that asked before it, except under
+/// roucairol-carvalho, maekawa and tree-quorum, which keep no request
+/// order (a writer there waits for the readers that asked before it or
+/// entered before its request reached them, and no longer).
 ///
 /// CMD runs in a process group of its own, with COTERIE_LOCK set to the
 /// names held (space-separated), COTERIE_FENCE to the first one's fencing

@@ -3,7 +3,7 @@
 use super::common::{self, parse_duration};
 use anyhow::Result;
 use coterie_core::registry::{self, ElectionInfo, MutexInfo};
-use coterie_core::{Detector, LeaseTiming, MutexOptions, Partitions, Priority, Timing};
+use coterie_core::{Detector, LeaseTiming, Mode, MutexOptions, Partitions, Priority, Timing};
 use coterie_sim::run_seeds;
 use coterie_sim::sim::{self, Load, SimConfig};
 use std::io::Write;
@@ -335,6 +335,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         if args.readers > 0 {
             println!("reads granted beside another reader: {}", summary.shared_reads);
+            println!("most reads granted while one writer waited: {}", summary.write_bypass_max);
         }
         if summary.entries > 0 {
             let per_entry = summary.records as f64 / summary.entries as f64;
@@ -385,7 +386,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             );
         }
         let n = u64::from(args.nodes);
-        let (remote, local) = ((info.light_load)(n, false), (info.light_load)(n, true));
+        let (remote, local) =
+            ((info.light_load)(n, false, Mode::Write), (info.light_load)(n, true, Mode::Write));
         let range =
             |(lo, hi): (u64, u64)| if lo == hi { lo.to_string() } else { format!("{lo}..{hi}") };
         if args.burst {
