@@ -27,6 +27,22 @@ pub struct Demand {
     pub waiting_reads: u32,
 }
 
+/// Which of a node's waiting sessions take one of its grants of a lock
+/// ([`Engine::takers`]), in the order they asked there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Takers {
+    /// The first one waiting, whatever its mode.
+    First,
+    /// The first one waiting in this mode.
+    FirstIn(Mode),
+    /// Every one waiting to read ahead of the first waiting to write,
+    /// together: they share the grant, and the node gives it back once
+    /// the last of them is done. A reader that asks later waits for the
+    /// node's next grant, so that readers arriving one after another
+    /// cannot keep the node holding while a writer elsewhere waits.
+    Readers,
+}
+
 impl Demand {
     /// Nobody holds or wants it.
     pub const NONE: Demand =
@@ -45,6 +61,26 @@ impl Demand {
 }
 
 impl Engine {
+    /// Which of this node's waiting sessions take its grant `fence` of
+    /// lock `name`. Where reads do not share the lock (no reader form, or
+    /// more than one permit), the first waiting. Where the algorithm
+    /// counts sessions, each session asked for a grant of its own, in its
+    /// mode: the first waiting in the grant's mode. Else the node asked
+    /// once for all its sessions: a write grant, which nobody shares,
+    /// goes to the first waiting (it serves a reader too), and a read
+    /// grant to every reader waiting ahead of the first writer.
+    pub fn takers(&self, name: &Name, fence: Fence) -> Takers {
+        let permits = self.permits_of(name).unwrap_or(1);
+        if self.mode_in_use(Mode::Read, permits) == Mode::Write {
+            return Takers::First;
+        }
+        match self.mode_of(name, fence) {
+            mode if self.counts_sessions() => Takers::FirstIn(mode),
+            Mode::Read => Takers::Readers,
+            Mode::Write => Takers::First,
+        }
+    }
+
     /// Brings lock `name` in line with `demand`. Every grant no session
     /// uses is given back, unless `keep` says otherwise (`keep` is asked
     /// once for each such grant, just before it would go: a driver that

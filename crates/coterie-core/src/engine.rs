@@ -681,30 +681,10 @@ impl Engine {
         self.locks.get(name).map_or(Mode::Write, |l| l.mutex.mode_of(fence))
     }
 
-    /// Whether reads of lock `name` share it here: the algorithm has a
-    /// reader form ([`Claims::readers`](registry::Claims::readers)) and
-    /// the lock's instance one permit. Then each grant of it is a read's
-    /// or a write's ([`mode_of`](Self::mode_of)); else any request's.
-    pub fn shares_reads(&self, name: &Name) -> bool {
-        self.locks.get(name).is_some_and(|l| self.mode_in_use(Mode::Read, l.permits) == Mode::Read)
-    }
-
-    /// Which of a node's waiting sessions may take its grant `fence` of
-    /// lock `name`: `Some(mode)` only those waiting in that mode, `None`
-    /// any. Where reads share the lock, a read grant is for a reader only
-    /// (a writer may not share it). A write grant is for a writer only
-    /// where the algorithm counts sessions (their readers ask for reads of
-    /// their own); where it grants the node once for all its sessions, a
-    /// write grant, which nobody shares, serves a reader as well.
-    pub fn takers(&self, name: &Name, fence: Fence) -> Option<Mode> {
-        if !self.shares_reads(name) {
-            return None;
-        }
-        match self.mode_of(name, fence) {
-            Mode::Read => Some(Mode::Read),
-            Mode::Write if self.counts_sessions() => Some(Mode::Write),
-            Mode::Write => None,
-        }
+    /// The permits lock `name`'s instance here was made with, if it has
+    /// one.
+    pub fn permits_of(&self, name: &Name) -> Option<u32> {
+        self.locks.get(name).map(|l| l.permits)
     }
 
     /// How many locks have an instance here.

@@ -53,7 +53,7 @@ pub use algorithm::{
     AlgoConfig, Algorithm, Detector, ElectionAlgorithm, Forgetting, MutexAlgorithm, MutexOptions,
     Priority, Restored, Timing, UnknownPriority, MAX_READS,
 };
-pub use demand::Demand;
+pub use demand::{Demand, Takers};
 pub use engine::{Engine, EngineError, Output, Status, ViewStatus};
 pub use membership::{LeaseTiming, Partitions, UnknownPartitions, View};
 pub use name::{Name, NameError};

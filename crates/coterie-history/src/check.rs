@@ -18,6 +18,8 @@
 //!   above the writers' before it (readers that hold together are not
 //!   ordered among themselves). Two grants with one fence are a
 //!   violation even when concurrent: a resource could not tell them apart.
+//!   Readers that share one grant of their node are not two grants: they
+//!   hold it at once, through the same node, under its one fence.
 //!   With several permits only the repeats are judged: k holders' grants
 //!   are not ordered in time (Raymond's come from request stamps), so a
 //!   resource checks that a fence is never reused, not that it grows.
@@ -235,6 +237,18 @@ struct Hold {
     lost: bool,
     /// Shared with other readers, or alone.
     mode: Mode,
+    /// The node that granted it, where the history says.
+    node: Option<u32>,
+}
+
+impl Hold {
+    /// Whether `self` and `other` are readers sharing one grant of their
+    /// node: both read, through the same node, at one time.
+    fn shares_a_grant_with(&self, other: &Hold) -> bool {
+        let reads = self.mode == Mode::Read && other.mode == Mode::Read;
+        let together = self.start < other.end && other.start < self.end;
+        reads && together && self.node.is_some() && self.node == other.node
+    }
 }
 
 /// Judges `history` (in time order, as [`read`](crate::read) returns it).
@@ -394,6 +408,7 @@ fn holds_of(history: &[Op], completions: &[Option<usize>], name: &str, end: u64)
                             fence: ok.fence,
                             lost: false,
                             mode: op.mode,
+                            node: ok.node.or(op.node),
                         },
                     );
                 }
@@ -558,6 +573,9 @@ impl<'a> Found<'a> {
         for hold in holds {
             let Some(fence) = hold.fence else { continue };
             if let Some(other) = by_fence.get(&fence) {
+                if hold.shares_a_grant_with(other) {
+                    continue;
+                }
                 let detail = format!(
                     "processes {} and {} were both granted fence {fence}",
                     other.process, hold.process

@@ -377,3 +377,42 @@ fn readers_share_and_a_writer_is_alone() {
     assert_eq!(kinds(&report), [ViolationKind::FenceOrder]);
     assert!(report.violations[0].detail.contains("after process 3 had been granted 30"));
 }
+
+/// Readers that share one grant of their node hold it under its one
+/// fence: through the same node at one time, that is no repeat. The same
+/// fence through another node, at another time, or to a writer is.
+#[test]
+fn readers_sharing_one_grant_of_their_node_may_hold_its_fence_together() {
+    let through = |h: &mut H, p: u32, at: u64, node: u32| {
+        h.acquire_read(p, at, 23);
+        h.ops.last_mut().unwrap().node = Some(node);
+    };
+    let mut h = clean();
+    through(&mut h, 4, 30, 2);
+    through(&mut h, 5, 30, 2);
+    h.release(4, 35);
+    h.release(5, 37);
+    let report = check(&h.finish(200), &Options::default());
+    assert!(report.valid, "{:#?}", report.violations);
+    assert_eq!(report.names[0].max_holders, 2);
+
+    for (node, second_at) in [(3, 30), (2, 36)] {
+        let mut h = clean();
+        through(&mut h, 4, 30, 2);
+        h.release(4, 35);
+        through(&mut h, 5, second_at, node);
+        h.release(5, 38);
+        let report = check(&h.finish(200), &Options::default());
+        assert_eq!(kinds(&report), [ViolationKind::DuplicateFence], "node {node} at {second_at}");
+    }
+
+    let mut h = clean();
+    through(&mut h, 4, 30, 2);
+    h.push(30, 5, Kind::Invoke, Func::Acquire);
+    let ok = h.push(31, 5, Kind::Ok, Func::Acquire);
+    (ok.fence, ok.node) = (Some(23), Some(2));
+    h.release(5, 33);
+    h.release(4, 35);
+    let report = check(&h.finish(200), &Options::default());
+    assert!(report.count(ViolationKind::DuplicateFence) == 1, "{:#?}", report.violations);
+}

@@ -601,18 +601,17 @@ impl Agent {
             }
             Output::Lost { name, fence } => {
                 s.holdback.forget(&name);
-                let session = self.locks.take_back(&name, fence, now);
+                let sessions = self.locks.take_back(&name, fence, now);
                 warn!(
                     node = id,
                     %name,
                     fence = fence.0,
-                    session,
+                    ?sessions,
                     "lost the lease while holding: the holder is told to stop"
                 );
-                self.events.emit(NodeEvent::Released {
-                    name: name.to_string(),
-                    session: session.unwrap_or(0),
-                });
+                for session in if sessions.is_empty() { vec![0] } else { sessions } {
+                    self.events.emit(NodeEvent::Released { name: name.to_string(), session });
+                }
                 let _ = Self::follow(s, &name, &self.locks.demand(&name), now);
             }
             Output::View(view) => {
@@ -706,8 +705,8 @@ impl Agent {
             }
         }
         let takers = s.engine.takers(&name, fence);
-        let client = match self.locks.grant(&name, fence, takers, now) {
-            Handed::To(client) => client,
+        let clients = match self.locks.grant(&name, fence, takers, now) {
+            Handed::To(clients) => clients,
             Handed::Nobody => {
                 // Everyone who asked in its mode has gone: give it back,
                 // and ask again for those left (a read grant, when only
@@ -720,14 +719,21 @@ impl Agent {
                 return;
             }
         };
-        let session = client.session;
-        self.events.emit(NodeEvent::Granted { name: name.to_string(), fence: fence.0, session });
+        for session in clients.iter().map(|c| c.session) {
+            self.events.emit(NodeEvent::Granted {
+                name: name.to_string(),
+                fence: fence.0,
+                session,
+            });
+        }
+        let session = clients[0].session;
+        let shared = clients.len();
         let epoch = s.engine.epoch();
         if s.logged_epoch != Some(epoch) {
             s.logged_epoch = Some(epoch);
-            info!(node = id, %name, session, fence = fence.0, epoch = epoch.0, "first grant of this epoch");
+            info!(node = id, %name, session, shared, fence = fence.0, epoch = epoch.0, "first grant of this epoch");
         } else {
-            debug!(node = id, %name, session, fence = fence.0, epoch = epoch.0, "granted");
+            debug!(node = id, %name, session, shared, fence = fence.0, epoch = epoch.0, "granted");
         }
     }
 }

@@ -23,7 +23,7 @@
 
 use crate::metrics::Metrics;
 use crate::protocol::RevokeAsked;
-use coterie_core::{Demand, Fence, Mode, Name};
+use coterie_core::{Demand, Fence, Mode, Name, Takers};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -107,8 +107,8 @@ impl Local {
 /// What became of a grant handed to the table.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Handed {
-    /// To this session.
-    To(Client),
+    /// To these sessions, first first: one, or readers sharing it.
+    To(Vec<Client>),
     /// Nobody waits any more: the node should give it back.
     Nobody,
 }
@@ -326,23 +326,30 @@ impl Locks {
     }
 
     /// The node no longer holds `name` under the grant `fence` (its lease
-    /// ran out, or it started over in a new view): the session holding it
-    /// is told, and a lost holder's lock delay ends with it. The agent must
-    /// then follow. The session it was, if any.
-    pub(crate) fn take_back(&self, name: &Name, fence: Fence, now: Duration) -> Option<u64> {
+    /// ran out, or it started over in a new view): the sessions holding it
+    /// (one, or readers sharing it) are told, and a lost holder's lock
+    /// delay ends with it. The agent must then follow. The sessions they
+    /// were.
+    pub(crate) fn take_back(&self, name: &Name, fence: Fence, now: Duration) -> Vec<u64> {
         let mut t = self.table();
-        let local = t.names.get_mut(name)?;
+        let Some(local) = t.names.get_mut(name) else { return Vec::new() };
         local.orphans.retain(|(h, _)| h.fence != fence);
-        let at = local.holders.iter().position(|h| h.fence == fence);
-        let holder = at.map(|at| local.holders.remove(at));
+        let (taken, kept) =
+            std::mem::take(&mut local.holders).into_iter().partition(|h| h.fence == fence);
+        local.holders = kept;
         if local.unused() {
             t.names.remove(name);
         }
         drop(t);
-        let holder = holder?;
-        self.metrics.held(now.saturating_sub(holder.since));
-        let _ = self.taken_back.send((holder.client.session, name.clone()));
-        Some(holder.client.session)
+        let taken: Vec<Holder> = taken;
+        taken
+            .into_iter()
+            .map(|holder| {
+                self.metrics.held(now.saturating_sub(holder.since));
+                let _ = self.taken_back.send((holder.client.session, name.clone()));
+                holder.client.session
+            })
+            .collect()
     }
 
     /// Hears of the holds taken from sessions ([`take_back`](Self::take_back)).
@@ -422,40 +429,50 @@ impl Locks {
         }
     }
 
-    /// Hands the node's grant of `name` to the first session still waiting
-    /// for it (one that went away meanwhile is skipped): with `mode`, the
-    /// first waiting in that mode; without, the first of any (the engine's
-    /// [`takers`](coterie_core::Engine::takers) says which).
-    pub(crate) fn grant(
-        &self,
-        name: &Name,
-        fence: Fence,
-        mode: Option<Mode>,
-        now: Duration,
-    ) -> Handed {
+    /// Hands the node's grant of `name` to the sessions still waiting for
+    /// it that `takers` names (the engine's
+    /// [`takers`](coterie_core::Engine::takers)); one that went away
+    /// meanwhile is skipped. For [`Takers::Readers`], the first reader
+    /// waiting and every reader after it up to the next writer: they all
+    /// hold the grant, and the node keeps it until the last lets go.
+    pub(crate) fn grant(&self, name: &Name, fence: Fence, takers: Takers, now: Duration) -> Handed {
         let mut t = self.table();
         let Some(local) = t.names.get_mut(name) else { return Handed::Nobody };
+        let first = |waiters: &VecDeque<Waiter>| match takers {
+            Takers::First => (!waiters.is_empty()).then_some(0),
+            Takers::FirstIn(mode) => waiters.iter().position(|w| w.mode == mode),
+            Takers::Readers => waiters.iter().position(|w| w.mode == Mode::Read),
+        };
         let mut taken = 0;
-        let mut handed = Handed::Nobody;
-        while let Some(at) = local.waiters.iter().position(|w| mode.is_none_or(|m| w.mode == m)) {
+        let mut handed = Vec::new();
+        let mut next = first(&local.waiters);
+        while let Some(at) = next {
             let Some(waiter) = local.waiters.remove(at) else { break };
             taken += 1;
             if waiter.grant.send(fence).is_ok() {
                 self.metrics.granted(now.saturating_sub(waiter.since), waiter.value.is_some());
-                let client = waiter.client.clone();
+                handed.push(waiter.client.clone());
                 let (value, since, mode) = (waiter.value, now, waiter.mode);
                 let holder =
                     Holder { client: waiter.client, fence, since, value, revoke: None, mode };
                 local.holders.push(holder);
-                handed = Handed::To(client);
-                break;
             }
+            let reads_on = local.waiters.get(at).is_some_and(|w| w.mode == Mode::Read);
+            next = match takers {
+                _ if handed.is_empty() => first(&local.waiters),
+                Takers::Readers if reads_on => Some(at),
+                _ => None,
+            };
         }
         if local.unused() {
             t.names.remove(name);
         }
         t.waiting -= taken;
-        handed
+        if handed.is_empty() {
+            Handed::Nobody
+        } else {
+            Handed::To(handed)
+        }
     }
 
     /// When the next lock delay for a lost holder ends.
@@ -590,7 +607,10 @@ mod tests {
             Demand { permits: 1, used: vec![], waiting: 2, reads: 0, waiting_reads: 0 }
         );
         drop(rx_a); // a went away
-        assert_eq!(locks.grant(&name("x"), Fence(7), None, ms(2)), Handed::To(b.clone()));
+        assert_eq!(
+            locks.grant(&name("x"), Fence(7), Takers::First, ms(2)),
+            Handed::To(vec![b.clone()])
+        );
         assert_eq!(rx_b.try_recv(), Ok(Fence(7)));
         let snap = locks.snapshot("");
         assert_eq!(snap[0].holders[0].0.value.as_deref(), Some("v"));
@@ -598,7 +618,44 @@ mod tests {
         assert!(locks.leave(b.session, &name("x"), ms(3)));
         assert_eq!(locks.demand(&name("x")), Demand::NONE);
         assert_eq!(locks.len(), 0, "an unused name is forgotten");
-        assert_eq!(locks.grant(&name("x"), Fence(8), None, ms(3)), Handed::Nobody);
+        assert_eq!(locks.grant(&name("x"), Fence(8), Takers::First, ms(3)), Handed::Nobody);
+    }
+
+    /// A read grant, where the node asks once for all its sessions, goes
+    /// to every reader waiting ahead of the first writer; they share it,
+    /// the node uses it until the last lets go, and losing it takes it
+    /// from each of them.
+    #[test]
+    fn readers_waiting_together_share_one_grant_and_lose_it_together() {
+        let locks = Locks::new(Limits { max_pending: 8, max_names: 2 }, Metrics::default());
+        let who: Vec<Client> = (0..4).map(|_| client(&locks)).collect();
+        let mut rx = Vec::new();
+        for (c, mode) in who.iter().zip([Mode::Read, Mode::Read, Mode::Write, Mode::Read]) {
+            let (tx, r) = oneshot::channel();
+            locks.wait(c.clone(), &name("x"), (1, mode), None, ms(0), tx).unwrap();
+            rx.push(r);
+        }
+        let shared = vec![who[0].clone(), who[1].clone()];
+        assert_eq!(locks.grant(&name("x"), Fence(9), Takers::Readers, ms(1)), Handed::To(shared));
+        assert_eq!((rx[0].try_recv(), rx[1].try_recv()), (Ok(Fence(9)), Ok(Fence(9))));
+        assert!(rx[3].try_recv().is_err(), "the reader behind the writer waits");
+        let demand = locks.demand(&name("x"));
+        assert_eq!((demand.used, demand.waiting), (vec![Fence(9), Fence(9)], 2));
+        // One reader leaves: the other still uses the grant.
+        assert!(locks.leave(who[0].session, &name("x"), ms(2)));
+        assert_eq!(locks.demand(&name("x")).used, vec![Fence(9)]);
+        locks.leave(who[2].session, &name("x"), ms(2));
+        // Losing the grant takes it from every reader still on it.
+        let (tx, _r) = oneshot::channel();
+        locks.wait(who[2].clone(), &name("x"), (1, Mode::Read), None, ms(3), tx).unwrap();
+        let shared = vec![who[3].clone(), who[2].clone()];
+        assert_eq!(locks.grant(&name("x"), Fence(10), Takers::Readers, ms(4)), Handed::To(shared));
+        let mut told = locks.takings_back();
+        let taken = locks.take_back(&name("x"), Fence(10), ms(5));
+        assert_eq!(taken, vec![who[3].session, who[2].session]);
+        assert_eq!(told.try_recv().unwrap().0, who[3].session);
+        assert_eq!(told.try_recv().unwrap().0, who[2].session);
+        assert_eq!(locks.demand(&name("x")).used, vec![Fence(9)]);
     }
 
     /// Grants of a lock of several permits go to as many sessions, each
@@ -614,8 +671,14 @@ mod tests {
             rx.push(r);
         }
         assert_eq!(locks.demand(&name("x")).waiting, 3);
-        assert_eq!(locks.grant(&name("x"), Fence(5), None, ms(1)), Handed::To(a.clone()));
-        assert_eq!(locks.grant(&name("x"), Fence(6), None, ms(1)), Handed::To(b.clone()));
+        assert_eq!(
+            locks.grant(&name("x"), Fence(5), Takers::First, ms(1)),
+            Handed::To(vec![a.clone()])
+        );
+        assert_eq!(
+            locks.grant(&name("x"), Fence(6), Takers::First, ms(1)),
+            Handed::To(vec![b.clone()])
+        );
         let demand = locks.demand(&name("x"));
         assert_eq!(
             (demand.used, demand.waiting, locks.load().held),
@@ -625,7 +688,10 @@ mod tests {
         assert!(!locks.holds(a.session, &name("x"), Fence(6)), "b's grant");
         assert!(locks.leave(a.session, &name("x"), ms(2)));
         assert_eq!(locks.demand(&name("x")).used, vec![Fence(6)]);
-        assert_eq!(locks.grant(&name("x"), Fence(7), None, ms(3)), Handed::To(c.clone()));
+        assert_eq!(
+            locks.grant(&name("x"), Fence(7), Takers::First, ms(3)),
+            Handed::To(vec![c.clone()])
+        );
         let holders: Vec<u64> =
             locks.snapshot("x")[0].holders.iter().map(|(h, _)| h.fence.0).collect();
         assert_eq!(holders, [6, 7]);
@@ -637,7 +703,7 @@ mod tests {
         let (a, b) = (client(&locks), client(&locks));
         let (tx, _rx) = oneshot::channel();
         locks.wait(a.clone(), &name("x"), (1, Mode::Write), Some("v1".into()), ms(0), tx).unwrap();
-        locks.grant(&name("x"), Fence(4), None, ms(0));
+        locks.grant(&name("x"), Fence(4), Takers::First, ms(0));
         assert!(!locks.proclaim(b.session, &name("x"), Fence(4), "b".into()), "not the holder");
         assert!(!locks.proclaim(a.session, &name("x"), Fence(3), "old".into()), "an old fence");
         assert!(!locks.proclaim(a.session, &name("y"), Fence(4), "y".into()), "not held");
@@ -652,7 +718,7 @@ mod tests {
         let a = client(&locks);
         let (tx, _rx) = oneshot::channel();
         locks.wait(a.clone(), &name("x"), (1, Mode::Write), None, ms(0), tx).unwrap();
-        locks.grant(&name("x"), Fence(1), None, ms(0));
+        locks.grant(&name("x"), Fence(1), Takers::First, ms(0));
         assert!(locks.lose(a.session, &name("x"), ms(0), Some(ms(500))));
         assert!(locks.demand(&name("x")).holding(), "held for the lost session");
         assert_eq!(locks.load(), Load { held: 1, waiting: 0 }, "held for the lost session");

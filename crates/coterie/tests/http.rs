@@ -180,6 +180,53 @@ fn tree_quorum_readers_share_through_four_nodes_and_a_writer_holds_alone() {
     readers_share_and_a_writer_waits("tree-quorum");
 }
 
+/// Readers waiting at one node share its grant. Under ricart-agrawala a
+/// node asks once for all its sessions: two sessions that wait at node 2
+/// to read while a writer holds at node 1 enter together on node 2's one
+/// read grant (one fence, above the writer's), and node 2 keeps the grant
+/// until the second of them leaves, so a writer at node 3 waits for both.
+#[test]
+fn readers_waiting_at_one_node_share_its_grant_and_a_writer_waits_for_both() {
+    let algorithm = coterie_core::registry::mutex("ricart-agrawala").unwrap();
+    let up = Up::start_with(3, "http-node-readers", |cfg| cfg.cluster.mutex = algorithm);
+    let nodes: Vec<String> = (1..=3).map(|i| up.http(i)).collect();
+    let taker = |base: &str, body: Value| {
+        let base = base.to_string();
+        thread::spawn(move || acquire(&base, "cfg", body))
+    };
+    let w = session(&nodes[0], "20s");
+    let (status, wrote) = acquire(&nodes[0], "cfg", json!({ "session": w }));
+    assert_eq!(status, 200, "{wrote}");
+    let written = wrote["fence"].as_u64().unwrap();
+    let (r1, r2) = (session(&nodes[1], "20s"), session(&nodes[1], "20s"));
+    let read = |id: &str| json!({ "session": id, "mode": "read", "timeout": "15s" });
+    let (a, b) = (taker(&nodes[1], read(&r1)), taker(&nodes[1], read(&r2)));
+    eventually("both readers wait", || waiters(&nodes[2], "cfg").len() == 2);
+    let (status, _) = release(&nodes[0], "cfg", &w, written);
+    assert_eq!(status, 200);
+    let ((sa, ga), (sb, gb)) = (a.join().unwrap(), b.join().unwrap());
+    assert_eq!((sa, sb), (200, 200), "{ga} {gb}");
+    let shared = ga["fence"].as_u64().unwrap();
+    assert_eq!(gb["fence"].as_u64(), Some(shared), "one grant, one fence: {ga} {gb}");
+    assert!(shared > written, "the readers' fence {shared} is above the writer's {written}");
+    let listed = holders(&nodes[2], "cfg");
+    assert_eq!(listed.len(), 2, "both readers hold: {listed:?}");
+    assert!(listed.iter().all(|h| h["node"] == 2 && h["mode"] == "read"), "{listed:?}");
+
+    let w2 = session(&nodes[2], "20s");
+    let writer = taker(&nodes[2], json!({ "session": w2, "timeout": "15s" }));
+    eventually("the writer waits", || waiters(&nodes[0], "cfg").len() == 1);
+    let (status, _) = release(&nodes[1], "cfg", &r1, shared);
+    assert_eq!(status, 200);
+    thread::sleep(Duration::from_millis(300));
+    assert!(!writer.is_finished(), "the writer entered beside a reader still on the grant");
+    let (status, _) = release(&nodes[1], "cfg", &r2, shared);
+    assert_eq!(status, 200);
+    let (status, got) = writer.join().unwrap();
+    assert_eq!(status, 200, "{got}");
+    assert!(got["fence"].as_u64().unwrap() > shared, "{got} after {shared}");
+}
+
 fn readers_share_and_a_writer_waits(mutex: &str) {
     let algorithm = coterie_core::registry::mutex(mutex).unwrap();
     let up = Up::start_with(5, &format!("http-readers-{mutex}"), |cfg| {

@@ -7,7 +7,7 @@
 use super::fingerprint::state_hasher;
 use super::workload::{ClientId, ClientState};
 use super::*;
-use coterie_core::Stamp;
+use coterie_core::{Stamp, Takers};
 
 /// The state checker: what the clients hold and wait for, as the grants
 /// and releases say, and every fence granted.
@@ -89,12 +89,14 @@ impl Checker {
     /// where the algorithm orders requests by timestamp. On a lock of one
     /// holder, readers may share it: a reader may not join a writer, nor
     /// a writer anyone; a writer's fence must be above every earlier
-    /// grant's, a reader's above every earlier writer's.
+    /// grant's, a reader's above every earlier writer's. A fence is
+    /// granted once, but for a reader that `joined` readers of its node on
+    /// the grant they entered on just before.
     pub(super) fn granted(
         &mut self,
         client: ClientId,
         name: &Name,
-        (fence, mode): (Fence, Mode),
+        (fence, mode, joined): (Fence, Mode, bool),
         now: Time,
         (allowed, rising): (usize, bool),
         stamp: impl Fn(NodeId) -> Option<Stamp>,
@@ -131,7 +133,7 @@ impl Checker {
             Mode::Read => self.written.get(name).copied(),
         };
         let below = rising && max.is_some_and(|m| fence <= m);
-        let twice = !fences.insert(fence);
+        let twice = !fences.insert(fence) && !joined;
         let stale = (below || twice).then(|| max.unwrap_or_default());
         if mode == Mode::Write {
             let written = self.written.entry(name.clone()).or_default();
@@ -230,8 +232,9 @@ impl<C: Chooser> Simulation<C> {
         let named = self.named(&name);
         let engine = self.nodes[&node].engine.as_ref();
         let mode = engine.map_or(Mode::Write, |e| e.mode_of(&name, fence));
-        let takers = engine.and_then(|e| e.takers(&name, fence));
-        let Some(client) = self.workload.taker(node, &name, takers) else {
+        let takers = engine.map_or(Takers::First, |e| e.takers(&name, fence));
+        let clients = self.workload.takers(node, &name, takers);
+        if clients.is_empty() {
             // Judged as safety (ignored when only progress is judged): a
             // grant nobody asked for is not handed to any client.
             let states = self.workload.states_at(node);
@@ -240,7 +243,32 @@ impl<C: Chooser> Simulation<C> {
                 format!("{node} was granted{named} while no client of it waited ({states:?})"),
             );
             return;
-        };
+        }
+        for (i, &client) in clients.iter().enumerate() {
+            self.client_enters(client, &name, (fence, mode), i > 0);
+        }
+        // All hold the grant before any acts on it: one that lets go at
+        // once must not find it unused while the others are still to take
+        // it.
+        let taken: Vec<_> =
+            clients.iter().map(|&c| (c, self.workload.granted(c, name.clone(), fence))).collect();
+        for (client, taken) in taken {
+            self.taken(client, taken);
+        }
+    }
+
+    /// `client` enters `name` on its node's grant `fence`, in `mode`;
+    /// `joined` when it shares the grant with the readers of its node
+    /// that entered on it just before.
+    fn client_enters(
+        &mut self,
+        client: ClientId,
+        name: &Name,
+        (fence, mode): (Fence, Mode),
+        joined: bool,
+    ) {
+        let (node, name) = (client.node, name.clone());
+        let named = self.named(&name);
         let reading = if mode == Mode::Read { " to read" } else { "" };
         self.trace(|| format!("{client} ENTERS{named}{reading} with fence {fence}"));
         self.record(|r, at| r.enter(at, node, fence.0));
@@ -250,8 +278,14 @@ impl<C: Chooser> Simulation<C> {
         let rising = self.cfg.capacity == 1;
         let nodes = &self.nodes;
         let stamp = |id: NodeId| nodes[&id].engine.as_ref().and_then(|e| e.request_stamp(&name));
-        let verdict =
-            self.checker.granted(client, &name, (fence, mode), self.now, (allowed, rising), stamp);
+        let verdict = self.checker.granted(
+            client,
+            &name,
+            (fence, mode, joined),
+            self.now,
+            (allowed, rising),
+            stamp,
+        );
         if verdict.overtook {
             self.report.out_of_order += 1;
         }
@@ -286,7 +320,6 @@ impl<C: Chooser> Simulation<C> {
                 format!("{client} was granted{named} fence {fence}, not above the earlier {max}"),
             );
         }
-        self.take(client, name, fence);
     }
 
     /// In majority mode, a holder whose node is paused and whose lease

@@ -7,7 +7,7 @@
 //! otherwise its clients take turns with the node's one grant.
 
 use super::*;
-use coterie_core::Demand;
+use coterie_core::{Demand, Takers};
 
 /// A client: the `slot`-th session at `node`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -227,11 +227,21 @@ impl Workload {
         self.clients[&client].mode
     }
 
-    /// The client of `node` a grant of `name` goes to: the first in line
-    /// that waits for it, and with `mode` the first that waits in that
-    /// mode, as a node hands its grants (`Engine::takers` says which).
-    pub(super) fn taker(&self, node: NodeId, name: &Name, mode: Option<Mode>) -> Option<ClientId> {
-        self.in_line(node, name).find(|id| mode.is_none_or(|m| self.clients[id].mode == m))
+    /// The clients of `node` a grant of `name` goes to, as a node hands
+    /// its grants (`Engine::takers` says which): the first in line that
+    /// waits for it, or the first that waits in a mode; or, for readers
+    /// sharing it, the first reader in line and every reader after it up
+    /// to the next writer.
+    pub(super) fn takers(&self, node: NodeId, name: &Name, takers: Takers) -> Vec<ClientId> {
+        let reads = |id: &ClientId| self.clients[id].mode == Mode::Read;
+        let mut line = self.in_line(node, name);
+        match takers {
+            Takers::First => line.next().into_iter().collect(),
+            Takers::FirstIn(mode) => {
+                line.find(|id| self.clients[id].mode == mode).into_iter().collect()
+            }
+            Takers::Readers => line.skip_while(|id| !reads(id)).take_while(reads).collect(),
+        }
     }
 
     /// The states of `node`'s clients, for a grant nobody took.
@@ -239,9 +249,12 @@ impl Workload {
         self.at(node).map(|id| self.clients[&id].state).collect()
     }
 
-    /// The client of `node` that holds `name` with `fence`.
-    pub(super) fn holder(&self, node: NodeId, name: &Name, fence: Fence) -> Option<ClientId> {
-        self.at(node).find(|id| self.clients[id].held.iter().any(|(n, f)| n == name && *f == fence))
+    /// The clients of `node` that hold `name` with `fence`: one, or
+    /// readers sharing it.
+    pub(super) fn holders(&self, node: NodeId, name: &Name, fence: Fence) -> Vec<ClientId> {
+        let holds =
+            |id: &ClientId| self.clients[id].held.iter().any(|(n, f)| n == name && *f == fence);
+        self.at(node).filter(holds).collect()
     }
 
     /// `client`, the taker of a grant, was granted `name` with `fence`.
@@ -471,15 +484,19 @@ impl<C: Chooser> Simulation<C> {
     }
 
     /// `node`'s node released `name`, granted with `fence`, on its own:
-    /// its lease ran out. The client that held it stops at once, as the
-    /// node tells it to, lets go of what else it held, and its entry is
-    /// over.
+    /// its lease ran out. Each client that held it (one, or readers
+    /// sharing it) stops at once, as the node tells it to, lets go of what
+    /// else it held, and its entry is over.
     pub(super) fn lost(&mut self, node: NodeId, name: Name, fence: Fence) {
-        let now = self.now;
         self.trace(|| format!("{node} LOSES {name:?} (fence {fence})"));
-        let Some(client) = self.workload.holder(node, &name, fence) else {
-            return; // no client held it any more
-        };
+        for client in self.workload.holders(node, &name, fence) {
+            self.holder_lost(client, &name, fence);
+        }
+    }
+
+    /// `client` lost `name`, granted to its node with `fence`.
+    fn holder_lost(&mut self, client: ClientId, name: &Name, fence: Fence) {
+        let (now, node, name) = (self.now, client.node, name.clone());
         let state = self.workload.state(client);
         let others = self.workload.lost(client, &name);
         let mut gone: Vec<Name> = others.iter().map(|(n, _)| n.clone()).collect();
@@ -515,11 +532,11 @@ impl<C: Chooser> Simulation<C> {
         self.after_release(client);
     }
 
-    /// `client` was granted `name` with `fence`: it asks for its request's
-    /// next name at once, or holds for a while.
-    pub(super) fn take(&mut self, client: ClientId, name: Name, fence: Fence) {
+    /// `client` took a grant ([`Workload::granted`] said how): it asks for
+    /// its request's next name at once, or holds for a while.
+    pub(super) fn taken(&mut self, client: ClientId, taken: Taken) {
         let incarnation = self.nodes[&client.node].incarnation;
-        match self.workload.granted(client, name, fence) {
+        match taken {
             Taken::More => self.push(self.now, Event::Request { client, incarnation }),
             Taken::Entered => {
                 let hold = self.uniform(self.cfg.hold);

@@ -350,13 +350,16 @@ pub async fn hold(
                     HoldEvent::RevokeAsked(asked) => {
                         let why = asked.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
                         let action = match run.on_revoke {
-                            Some(Signo(number, name)) => {
-                                signal_group(pgid, number);
-                                format!("sent SIG{name} to {program}")
-                            }
+                            Some(Signo(_, name)) => format!("sent SIG{name} to {program}"),
                             None => "no --on-revoke: CMD was not told".to_string(),
                         };
-                        eprintln!("{who}: asked to let go of {:?}{why}; {action}", asked.name);
+                        // One write, before the signal: what CMD prints as
+                        // it gets it must not land inside the line.
+                        let line = format!("{who}: asked to let go of {:?}{why}; {action}\n", asked.name);
+                        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+                        if let Some(Signo(number, _)) = run.on_revoke {
+                            signal_group(pgid, number);
+                        }
                         continue;
                     }
                 };
