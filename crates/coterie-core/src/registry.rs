@@ -229,9 +229,10 @@ pub const MUTEXES: &[MutexInfo] = &[
     },
     MutexInfo {
         name: "raymond-k",
-        summary: "Ricart-Agrawala for k holders: enter once the requests in the way number at most k-1",
+        summary: "Ricart-Agrawala for k holders: enter once the requests in the way number at most k-1; a reader counts only writers",
         claims: Claims {
             counting: true,
+            readers: true,
             fair: true,
             options: &[MutexOption::FaultTolerant, MutexOption::Priority],
             ..Claims::BASIC

@@ -292,6 +292,7 @@ fn readers_and_a_writer_are_exhausted_for_every_reader_form() {
         ("roucairol-carvalho", [749_272, 752_412, 814_449]),
         ("maekawa", [819_966, 905_511, 1_010_218]),
         ("tree-quorum", [852_257, 885_924, 938_062]),
+        ("raymond-k", [511_376, 518_753, 567_437]),
     ];
     let forms = coterie_core::registry::MUTEXES.iter().filter(|m| m.claims.readers);
     assert_eq!(forms.count(), table.len(), "a reader form is not pinned");

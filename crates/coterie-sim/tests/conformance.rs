@@ -64,6 +64,9 @@ fn replay_hint(cfg: &SimConfig, seed: u64) -> String {
     if cfg.sessions > 1 {
         options.push_str(&format!(" --sessions {}", cfg.sessions));
     }
+    if cfg.readers > 0 {
+        options.push_str(&format!(" --readers {}", cfg.readers));
+    }
     let defaults = SimConfig::new(cfg.mutex, cfg.election);
     if cfg.requests != defaults.requests {
         options.push_str(&format!(" --requests {}", cfg.requests));

@@ -180,6 +180,15 @@ fn tree_quorum_readers_share_through_four_nodes_and_a_writer_holds_alone() {
     readers_share_and_a_writer_waits("tree-quorum");
 }
 
+/// The same under raymond-k, where each session asks on its own and a
+/// reader counts only the writers in its way: the late reader's request,
+/// ranked behind the writer's, is held back by it at the writer's node
+/// while the reader beside it at its own node still holds.
+#[test]
+fn raymond_k_readers_share_through_four_nodes_and_a_writer_holds_alone() {
+    readers_share_and_a_writer_waits("raymond-k");
+}
+
 /// Readers waiting at one node share its grant. Under ricart-agrawala a
 /// node asks once for all its sessions: two sessions that wait at node 2
 /// to read while a writer holds at node 1 enter together on node 2's one

@@ -7,7 +7,10 @@
 //! of the replies it awaits are outstanding. Raymond's nodes ask for one
 //! entry at a time; here a node asks once per client session, so a lock's
 //! k permits go to up to k sessions wherever they are, several at one node
-//! (the counting form below).
+//! (the counting form below). The readers and writers are k-exclusion's
+//! classic reduction (a reader takes one permit, a writer all of them),
+//! ordered as Courtois, Heymans and Parnas's fair form ("Concurrent
+//! control with 'readers' and 'writers'", CACM 14(10), 1971).
 //!
 //! **Assumptions.** As for [`ricart_agrawala`](super::ricart_agrawala):
 //! reliable links while both ends are up (FIFO is not needed), crash-stop
@@ -20,13 +23,14 @@
 //! come first answers at once with a WAIT saying how many, and again each
 //! time one of them finishes: up to 3(N-1) when every node has one
 //! request, one more per peer for every further request of that peer's
-//! that finishes first.
+//! that finishes first. Reads cost what writes do.
 //!
 //! **State walk.** A node keeps each request of its own *wanting* or
 //! *holding*, each with a *place* in line (priority, then the stamp of its
 //! first round, exactly as in Ricart–Agrawala). A peer's request is
-//! *blocked* here by every request of this node that holds, and every one
-//! that wants with a better (lower) place. Given a REQUEST, a node counts
+//! *blocked* here by every request of this node that conflicts with it
+//! (see *Readers and writers*; with k > 1, every one) and holds, or wants
+//! with a better (lower) place. Given a REQUEST, a node counts
 //! them: none, and it REPLYs at once; some, and it owes the requester its
 //! REPLY, sends the count in a WAIT (with k = 1, where the count can only
 //! be 1, it stays silent as Ricart–Agrawala does, or sends its NACK in the
@@ -59,18 +63,41 @@
 //! and it sees a peer's requests finish when the peer REPLYs, after making
 //! them, to a request of this node's that ranks behind them all.
 //!
+//! **Readers and writers.** On a lock of one permit a request says
+//! whether it reads or writes, and only requests that conflict count: a
+//! node's answer to a read counts its writes that hold or come first, its
+//! answer to a write everything that holds or comes first, and a request
+//! of its own is held back by its own conflicting ones alike. This is
+//! k-exclusion's reduction with k as large as the readers are many: a
+//! reader is one permit, a writer all of them. So readers enter side by
+//! side and a writer alone (the argument above, for two conflicting
+//! requests); no reader passes a writer that asked before it (the writer,
+//! ranked ahead, is counted against it), and a writer waits only for the
+//! readers ranked ahead of it, so a stream of readers never starves it.
+//! A node may then have several requests under way at k = 1: one write
+//! and any number of reads, one per session. Under a dynamic priority a
+//! reply to a read says nothing of the reads the replier made (readers
+//! answer readers at once), so only a reply to a write, or to a read when
+//! none of them read, tells that they are over.
+//!
 //! **Fences.** The stamp (timestamp, node id) of the request's last round,
 //! unique per grant. With k holders grants are not totally ordered in time,
 //! so a resource checks that a fence is never reused rather than that it
-//! grows. With k = 1 (a plain lock) a node has one request at a time, and
-//! fences rise exactly as Ricart–Agrawala makes them rise: a node enters
-//! only with a round stamp above every round it has answered and every
-//! entry it was deferred behind, and asks again otherwise.
+//! grows. With k = 1 (a plain lock) fences rise as Ricart–Agrawala's
+//! reader form makes them rise, for every two conflicting grants: a write
+//! enters only with a round stamp above every round its node has answered
+//! and every entry it was deferred behind, a read above every *writer's*
+//! round answered and every entry it was deferred behind, and either asks
+//! again otherwise. A node's own entries count as entries it was deferred
+//! behind: a read of its own may have asked again, with a fresh stamp,
+//! while a write of its own waited behind it. A deferred REPLY names the
+//! highest stamp among the entries it waited for. So a writer's fence is above every earlier
+//! grant's and a reader's above every earlier writer's.
 
 use super::ricart_agrawala::{Place, RaTimer, PROBES};
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out, Priority};
 use crate::outbox::{Message, Time};
-use crate::types::{CsState, Fence, LamportClock, NodeId, Stamp};
+use crate::types::{CsState, Fence, LamportClock, Mode, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -85,6 +112,8 @@ pub enum RkMsg {
         stamp: Stamp,
         /// The request's place, the same for all its rounds.
         place: Place,
+        /// Whether it reads or writes.
+        mode: Mode,
     },
     /// None of my requests stands in your way.
     Reply {
@@ -92,8 +121,8 @@ pub enum RkMsg {
         to: Stamp,
         /// The replier's Lamport clock.
         clock: u64,
-        /// For a reply that waited for the replier's own entry to end:
-        /// that entry's stamp (its fence).
+        /// For a reply that waited for the replier's own entries to end:
+        /// the highest of their stamps (their fences).
         after: Option<Stamp>,
     },
     /// `blocking` of my requests stand in your way; I will say when fewer
@@ -111,6 +140,8 @@ pub enum RkMsg {
         stamp: Stamp,
         /// Its place.
         place: Place,
+        /// Its mode.
+        mode: Mode,
     },
 }
 
@@ -136,8 +167,8 @@ pub struct RaymondK {
     /// This node's requests waiting, by place.
     wanting: BTreeMap<Place, Want>,
     /// This node's requests inside, by the stamp they entered on (their
-    /// fence), with their places.
-    held: BTreeMap<Stamp, Place>,
+    /// fence).
+    held: BTreeMap<Stamp, Held>,
     /// Peers' requests this node still owes a REPLY, by requester and
     /// first stamp.
     owed: BTreeMap<(NodeId, Stamp), Owed>,
@@ -145,8 +176,12 @@ pub struct RaymondK {
     /// and not seen finish: its own next request ranks behind it.
     answered: BTreeMap<NodeId, Answered>,
     /// With k = 1, the largest round stamp this node has answered or been
-    /// deferred behind: its own round must be above it to enter.
+    /// deferred behind: a write's round must be above it to enter.
     floor: Option<Stamp>,
+    /// With k = 1, the same over the writers' rounds it has answered and
+    /// the entries it was deferred behind: a read's round must be above
+    /// it to enter.
+    write_floor: Option<Stamp>,
     priority: Priority,
     /// Entries granted to this node (in this run of it).
     entries: u64,
@@ -159,6 +194,8 @@ pub struct RaymondK {
 /// One of this node's requests, waiting.
 #[derive(Debug, Clone, Hash)]
 struct Want {
+    /// Whether it reads or writes.
+    mode: Mode,
     /// The round under way.
     round: Stamp,
     /// Each peer still in the way and the count it last sent (`None`: not
@@ -170,16 +207,27 @@ struct Want {
     unanswered: BTreeMap<NodeId, u32>,
 }
 
+/// One of this node's requests, inside.
+#[derive(Debug, Clone, Copy, Hash)]
+struct Held {
+    place: Place,
+    mode: Mode,
+}
+
 /// A peer's request this node owes a REPLY.
 #[derive(Debug, Clone, Hash)]
 struct Owed {
     round: Stamp,
     place: Place,
+    mode: Mode,
     /// The places of this node's requests that stood in its way when its
     /// round arrived and have not finished: the count the requester holds
     /// for this node. Only these count, so it only falls, and reaches 0
     /// once they are over whatever this node asks meanwhile.
     ahead: BTreeSet<Place>,
+    /// The highest stamp among those of them that have finished: the
+    /// REPLY names it, so that the requester's fence goes above it.
+    after: Option<Stamp>,
 }
 
 impl Owed {
@@ -195,6 +243,9 @@ struct Answered {
     worst: Place,
     /// The latest of their first stamps' times.
     latest: u64,
+    /// Whether any of them reads: a reply to a read then says nothing of
+    /// them (readers answer readers at once).
+    reads: bool,
 }
 
 impl RaymondK {
@@ -212,6 +263,7 @@ impl RaymondK {
             owed: BTreeMap::new(),
             answered: BTreeMap::new(),
             floor: None,
+            write_floor: None,
             priority: opts.priority,
             entries: 0,
             last_entry: 0,
@@ -220,10 +272,33 @@ impl RaymondK {
     }
 
     /// The places of this node's requests that stand in the way of a
-    /// request at `place`: every one inside, and every one waiting ahead
-    /// of it.
-    fn ahead_of(&self, place: Place) -> impl Iterator<Item = Place> + '_ {
-        self.held.values().copied().chain(self.wanting.range(..place).map(|(&p, _)| p))
+    /// request at `place` in `mode`: every one inside, and every one
+    /// waiting ahead of it, that conflicts with it (all of them, for a
+    /// write; the writes, for a read).
+    fn ahead_of(&self, place: Place, mode: Mode) -> impl Iterator<Item = Place> + '_ {
+        let held = self.held.values().map(|h| (h.place, h.mode));
+        let waiting = self.wanting.range(..place).map(|(&p, w)| (p, w.mode));
+        held.chain(waiting).filter(move |&(_, m)| mode.conflicts(m)).map(|(p, _)| p)
+    }
+
+    /// The mode a request in `mode` is made in: a read stays a read only
+    /// on a lock of one permit (a semaphore's permits are all alike).
+    fn effective(&self, mode: Mode) -> Mode {
+        if self.capacity == 1 {
+            mode
+        } else {
+            Mode::Write
+        }
+    }
+
+    /// With k = 1, what a request in `mode` must enter above: every round
+    /// this node answered and every entry it was deferred behind, for a
+    /// write; for a read, the writers' rounds and those entries.
+    fn floor_for(&self, mode: Mode) -> Option<Stamp> {
+        match mode {
+            Mode::Write => self.floor,
+            Mode::Read => self.write_floor,
+        }
     }
 
     /// The count a requester holds for a peer: what it last sent, or, for
@@ -243,17 +318,26 @@ impl RaymondK {
                 continue;
             };
             let peers: u32 = want.awaiting.values().map(|&c| self.view(c)).sum();
-            let own = u32::try_from(self.ahead_of(place).count()).unwrap_or(u32::MAX);
+            let (round, mode) = (want.round, want.mode);
+            let own = u32::try_from(self.ahead_of(place, mode).count()).unwrap_or(u32::MAX);
             if own.saturating_add(peers) >= self.capacity {
                 continue;
             }
-            let round = want.round;
-            if self.capacity == 1 && self.floor.is_some_and(|floor| floor >= round) {
+            if self.capacity == 1 && self.floor_for(mode).is_some_and(|floor| floor >= round) {
                 self.ask_again(place, now, out);
                 continue;
             }
             self.wanting.remove(&place);
-            self.held.insert(round, place);
+            if self.capacity == 1 {
+                // This node's own requests are ordered by the floor too: a
+                // read that asked again while a write of this node's
+                // waited behind it entered above the write's round.
+                self.floor = self.floor.max(Some(round));
+                if mode == Mode::Write {
+                    self.write_floor = self.write_floor.max(Some(round));
+                }
+            }
+            self.held.insert(round, Held { place, mode });
             self.entries += 1;
             self.last_entry = round.ts;
             out.grant(Fence::from(round));
@@ -263,56 +347,64 @@ impl RaymondK {
         }
     }
 
-    /// Sends `to` the REPLY for its round `request` at `place`, owing it
-    /// nothing more.
+    /// Sends `to` the REPLY for its round `request` at `place` in
+    /// `mode`, owing it nothing more.
     fn reply(
         &mut self,
         to: NodeId,
-        request: Stamp,
-        place: Place,
+        (request, place, mode): (Stamp, Place, Mode),
         after: Option<Stamp>,
         out: &mut Out<RaymondK>,
     ) {
         self.owed.remove(&(to, place.first));
         if self.priority != Priority::Timestamp {
-            let seen = Answered { worst: place, latest: place.first.ts };
+            let reads = mode == Mode::Read;
+            let seen = Answered { worst: place, latest: place.first.ts, reads };
             self.answered
                 .entry(to)
                 .and_modify(|a| {
                     a.worst = a.worst.max(place);
                     a.latest = a.latest.max(place.first.ts);
+                    a.reads |= reads;
                 })
                 .or_insert(seen);
         }
         if self.capacity == 1 {
             self.floor = self.floor.max(Some(request));
+            if mode == Mode::Write {
+                self.write_floor = self.write_floor.max(Some(request));
+            }
         }
         let clock = self.clock.now();
         out.send(to, RkMsg::Reply { to: request, clock, after });
     }
 
     /// This node's request at `place`, which entered on `stamp`, is over:
-    /// tells every requester it stood in the way of its new count.
+    /// tells every requester it stood in the way of its new count (with
+    /// k = 1, where a requester takes silence for a count of 1, only the
+    /// REPLY, unless the fault-tolerant form says "wait" aloud).
     fn settle(&mut self, place: Place, stamp: Stamp, out: &mut Out<RaymondK>) {
+        let aloud = self.capacity > 1 || self.patience.is_some();
         let mut done = Vec::new();
         for (&(peer, _), o) in self.owed.iter_mut() {
             if !o.ahead.remove(&place) {
                 continue;
             }
+            o.after = o.after.max(Some(stamp));
             if o.ahead.is_empty() {
-                done.push((peer, o.round, o.place));
-            } else {
+                done.push((peer, (o.round, o.place, o.mode), o.after));
+            } else if aloud {
                 out.send(peer, RkMsg::Wait { to: o.round, blocking: o.count() });
             }
         }
-        for (peer, round, theirs) in done {
-            self.reply(peer, round, theirs, Some(stamp), out);
+        for (peer, request, after) in done {
+            self.reply(peer, request, after, out);
         }
     }
 
-    /// A new request of this node's: takes its place and sends its first
-    /// round.
-    fn ask(&mut self, now: Time, out: &mut Out<RaymondK>) {
+    /// A new request of this node's, in `mode`: takes its place and sends
+    /// its first round.
+    fn ask(&mut self, now: Time, mode: Mode, out: &mut Out<RaymondK>) {
         let own = match self.priority {
             Priority::Timestamp => 0,
             Priority::FewestEntries => self.entries,
@@ -324,21 +416,31 @@ impl RaymondK {
         let owed = self.owed.values().map(|o| o.place.rank);
         let rank = answered.chain(owed).fold(own, u64::max);
         let first = Stamp { ts: self.clock.tick(), node: self.id };
-        self.send_round(Place { rank, first }, first, now, out);
+        self.send_round((Place { rank, first }, mode), first, now, out);
     }
 
     /// Asks again for the request at `place`, with a fresh stamp.
     fn ask_again(&mut self, place: Place, now: Time, out: &mut Out<RaymondK>) {
+        let Some(mode) = self.wanting.get(&place).map(|w| w.mode) else {
+            return;
+        };
         let round = Stamp { ts: self.clock.tick(), node: self.id };
-        self.send_round(place, round, now, out);
+        self.send_round((place, mode), round, now, out);
     }
 
-    /// Sends round `round` of the request at `place` to every live peer
-    /// and waits for all of them again.
-    fn send_round(&mut self, place: Place, round: Stamp, now: Time, out: &mut Out<RaymondK>) {
-        out.broadcast(self.alive.iter().copied(), RkMsg::Request { stamp: round, place });
+    /// Sends round `round` of the request at `place` in `mode` to every
+    /// live peer and waits for all of them again.
+    fn send_round(
+        &mut self,
+        (place, mode): (Place, Mode),
+        round: Stamp,
+        now: Time,
+        out: &mut Out<RaymondK>,
+    ) {
+        out.broadcast(self.alive.iter().copied(), RkMsg::Request { stamp: round, place, mode });
         let awaiting = self.alive.iter().map(|&p| (p, None)).collect();
-        let want = Want { round, awaiting, heard: BTreeSet::new(), unanswered: BTreeMap::new() };
+        let (heard, unanswered) = (BTreeSet::new(), BTreeMap::new());
+        let want = Want { mode, round, awaiting, heard, unanswered };
         self.wanting.insert(place, want);
         if let Some(patience) = self.patience {
             if self.wanting.len() == 1 {
@@ -350,27 +452,26 @@ impl RaymondK {
 
     /// A request (or a probe carrying one) from `from`: reply, or say how
     /// many stand in its way.
-    fn on_request(&mut self, from: NodeId, stamp: Stamp, place: Place, out: &mut Out<RaymondK>) {
-        if self.capacity == 1 {
-            // One request at a time per node: whatever `from` asked before
-            // is over, or this is a new round of it, which needs a new
-            // answer.
-            self.answered.remove(&from);
-            self.owed.retain(|&(peer, _), _| peer != from);
-        }
+    fn on_request(
+        &mut self,
+        from: NodeId,
+        (stamp, place, mode): (Stamp, Place, Mode),
+        out: &mut Out<RaymondK>,
+    ) {
         if self.owed.get(&(from, place.first)).is_some_and(|o| o.round > stamp) {
             return; // a round since replaced
         }
-        let ahead: BTreeSet<Place> = self.ahead_of(place).collect();
+        let mode = self.effective(mode);
+        let ahead: BTreeSet<Place> = self.ahead_of(place, mode).collect();
         if ahead.is_empty() {
-            self.reply(from, stamp, place, None, out);
+            self.reply(from, (stamp, place, mode), None, out);
             return;
         }
-        let owed = Owed { round: stamp, place, ahead };
+        let owed = Owed { round: stamp, place, mode, ahead, after: None };
         let blocking = owed.count();
         self.owed.insert((from, place.first), owed);
-        // With k = 1 the requester takes silence for the one request in
-        // its way; the fault-tolerant form says it anyway.
+        // With k = 1 the requester takes silence for a request in its way;
+        // the fault-tolerant form says it anyway.
         if self.capacity > 1 || self.patience.is_some() {
             out.send(from, RkMsg::Wait { to: stamp, blocking });
         }
@@ -392,10 +493,10 @@ impl RaymondK {
 
     /// Releases the grant entered on `stamp`.
     fn leave(&mut self, stamp: Stamp, now: Time, out: &mut Out<RaymondK>) {
-        let Some(place) = self.held.remove(&stamp) else {
+        let Some(held) = self.held.remove(&stamp) else {
             return;
         };
-        self.settle(place, stamp, out);
+        self.settle(held.place, stamp, out);
         self.try_enter(now, out);
     }
 }
@@ -406,14 +507,14 @@ impl Algorithm for RaymondK {
 
     fn handle_message(&mut self, now: Time, from: NodeId, msg: RkMsg, out: &mut Out<RaymondK>) {
         match msg {
-            RkMsg::Request { stamp, place } => {
+            RkMsg::Request { stamp, place, mode } => {
                 self.clock.observe(stamp.ts);
                 if stamp.node != from || place.first.node != from {
                     return; // a stamp always names its sender
                 }
-                self.on_request(from, stamp, place, out);
+                self.on_request(from, (stamp, place, mode), out);
             }
-            RkMsg::Probe { stamp, place } => {
+            RkMsg::Probe { stamp, place, mode } => {
                 self.clock.observe(stamp.ts);
                 if stamp.node != from || place.first.node != from {
                     return;
@@ -426,7 +527,7 @@ impl Algorithm for RaymondK {
                     Some(o) if o.round > stamp => {} // about a round since replaced
                     // Unknown here (lost, or answered already): take it as
                     // the request, which answers again.
-                    _ => self.on_request(from, stamp, place, out),
+                    _ => self.on_request(from, (stamp, place, mode), out),
                 }
             }
             RkMsg::Reply { to, clock, after } => {
@@ -434,18 +535,27 @@ impl Algorithm for RaymondK {
                 let Some(place) = self.waiting_on(to) else {
                     return; // answers a round no longer waited on
                 };
+                let mode = self.wanting.get(&place).map_or(Mode::Write, |w| w.mode);
                 if let Some(theirs) = self.answered.get(&from) {
                     // `from` lets through a request ranking behind all it
                     // asked for that this node answered, and did so after
-                    // making them: they are over.
-                    if theirs.worst < place && clock >= theirs.latest {
+                    // making them, and would have held it back for each:
+                    // they are over.
+                    let conflicting = mode == Mode::Write || !theirs.reads;
+                    if conflicting && theirs.worst < place && clock >= theirs.latest {
                         self.answered.remove(&from);
                     }
                 }
                 if self.capacity == 1 {
-                    // Deferred behind an entry: this node's fence must be
-                    // above that one's.
+                    // Deferred behind entries: this node's next write must
+                    // be above them. A read was deferred behind writes
+                    // only, and its node's reads go above those; the
+                    // entries a write waited for may be reads, which
+                    // reads need not pass.
                     self.floor = self.floor.max(after);
+                    if mode == Mode::Read {
+                        self.write_floor = self.write_floor.max(after);
+                    }
                 }
                 if let Some(want) = self.wanting.get_mut(&place) {
                     want.awaiting.remove(&from);
@@ -490,7 +600,8 @@ impl Algorithm for RaymondK {
                     silent.push(peer);
                 } else {
                     *probes += 1;
-                    out.send(peer, RkMsg::Probe { stamp: want.round, place });
+                    let mode = want.mode;
+                    out.send(peer, RkMsg::Probe { stamp: want.round, place, mode });
                 }
             }
             // Given up on for this request: treated as failed, though the
@@ -513,7 +624,8 @@ impl Algorithm for RaymondK {
             want.awaiting.insert(peer, None);
             want.heard.remove(&peer);
             want.unanswered.remove(&peer);
-            out.send(peer, RkMsg::Request { stamp: want.round, place });
+            let mode = want.mode;
+            out.send(peer, RkMsg::Request { stamp: want.round, place, mode });
         }
     }
 
@@ -547,12 +659,26 @@ impl MutexAlgorithm for RaymondK {
             && (self.priority == Priority::Timestamp || self.answered.is_empty())
     }
 
-    /// One more request of this node's, up to the lock's permits.
+    /// One more write of this node's, up to the lock's permits.
     fn handle_request(&mut self, now: Time, out: &mut Out<RaymondK>) {
-        if self.wanting.len() + self.held.len() >= self.capacity as usize {
+        self.handle_request_in(now, Mode::Write, out);
+    }
+
+    /// One more request of this node's in `mode`: writes up to the lock's
+    /// permits, reads (on a lock of one permit) without a bound here.
+    fn handle_request_in(&mut self, now: Time, mode: Mode, out: &mut Out<RaymondK>) {
+        let mode = self.effective(mode);
+        let modes = self.held.values().map(|h| h.mode).chain(self.wanting.values().map(|w| w.mode));
+        let writes = modes.filter(|&m| m == Mode::Write).count();
+        if mode == Mode::Write && writes >= self.capacity as usize {
             return;
         }
-        self.ask(now, out);
+        self.ask(now, mode, out);
+    }
+
+    fn mode_of(&self, fence: Fence) -> Mode {
+        let held = self.held.iter().find(|(&s, _)| Fence::from(s) == fence);
+        held.map_or(Mode::Write, |(_, h)| h.mode)
     }
 
     /// Leaves the oldest grant held here.
@@ -584,7 +710,8 @@ impl MutexAlgorithm for RaymondK {
     fn request_stamp(&self) -> Option<Stamp> {
         match self.priority {
             Priority::Timestamp => {
-                self.held.values().chain(self.wanting.keys()).min().map(|p| p.first)
+                let held = self.held.values().map(|h| &h.place);
+                held.chain(self.wanting.keys()).min().map(|p| p.first)
             }
             Priority::FewestEntries | Priority::LeastRecent => None,
         }
@@ -621,7 +748,11 @@ mod tests {
     }
 
     fn request(ts: u64, id: u32) -> RkMsg {
-        RkMsg::Request { stamp: stamp(ts, id), place: place(ts, id) }
+        request_in(ts, id, Mode::Write)
+    }
+
+    fn request_in(ts: u64, id: u32, mode: Mode) -> RkMsg {
+        RkMsg::Request { stamp: stamp(ts, id), place: place(ts, id), mode }
     }
 
     fn reply(to: Stamp, clock: u64) -> RkMsg {
@@ -792,7 +923,12 @@ mod tests {
         let theirs = stamp(3, 1);
         q.handle_message(T, n(1), request(3, 1), &mut out);
         assert_eq!(out.take(), vec![send(1, wait(theirs, 2))]);
-        q.handle_message(T, n(1), RkMsg::Probe { stamp: theirs, place: place(3, 1) }, &mut out);
+        q.handle_message(
+            T,
+            n(1),
+            RkMsg::Probe { stamp: theirs, place: place(3, 1), mode: Mode::Write },
+            &mut out,
+        );
         assert_eq!(out.take(), vec![send(1, wait(theirs, 2))]);
     }
 
@@ -803,14 +939,145 @@ mod tests {
         let mut out = Out::<RaymondK>::new();
         p.handle_request(T, &mut out);
         out.take();
+        let probe = RkMsg::Probe { stamp: stamp(1, 1), place: place(1, 1), mode: Mode::Write };
         for _ in 0..PROBES {
             p.handle_timer(T, RaTimer::Patience, &mut out);
-            assert!(out
-                .take()
-                .contains(&send(2, RkMsg::Probe { stamp: stamp(1, 1), place: place(1, 1) })));
+            assert!(out.take().contains(&send(2, probe.clone())));
         }
         p.handle_timer(T, RaTimer::Patience, &mut out);
         assert!(out.take().contains(&grant(1, 1)));
+    }
+
+    #[test]
+    fn readers_answer_readers_at_once_while_holding() {
+        let mut p = node(1, 2, 1);
+        let mut out = Out::<RaymondK>::new();
+        p.handle_request_in(T, Mode::Read, &mut out);
+        assert_eq!(out.take(), vec![send(2, request_in(1, 1, Mode::Read))]);
+        p.handle_message(T, n(2), reply(stamp(1, 1), 1), &mut out);
+        assert_eq!(out.take(), vec![grant(1, 1)]);
+        assert_eq!(p.mode_of(Fence::new(1, 1)), Mode::Read);
+        // A second session here reads too, and a peer's reader is let in.
+        p.handle_request_in(T, Mode::Read, &mut out);
+        p.handle_message(T, n(2), reply(stamp(2, 1), 2), &mut out);
+        assert_eq!(out.take(), vec![send(2, request_in(2, 1, Mode::Read)), grant(2, 1)]);
+        p.handle_message(T, n(2), request_in(3, 2, Mode::Read), &mut out);
+        let to = stamp(3, 2);
+        assert_eq!(out.take(), vec![send(2, RkMsg::Reply { to, clock: 3, after: None })]);
+        // A peer's writer waits for both, and hears the later fence.
+        p.handle_message(T, n(2), request(4, 2), &mut out);
+        assert!(out.is_empty(), "deferred in silence");
+        p.handle_release_of(T, Fence::new(2, 1), &mut out);
+        assert!(out.is_empty(), "one reader is still inside");
+        p.handle_release_of(T, Fence::new(1, 1), &mut out);
+        let after = Some(stamp(2, 1));
+        assert_eq!(out.take(), vec![send(2, RkMsg::Reply { to: stamp(4, 2), clock: 4, after })]);
+    }
+
+    #[test]
+    fn no_reader_passes_a_writer_that_asked_first() {
+        let mut p = node(1, 2, 1);
+        let mut out = Out::<RaymondK>::new();
+        p.handle_request(T, &mut out);
+        out.take();
+        // A peer's later reader is held back by the waiting writer...
+        p.handle_message(T, n(2), request_in(2, 2, Mode::Read), &mut out);
+        assert!(out.is_empty());
+        // ...and so is a reader of this node's own, asked after it.
+        p.handle_request_in(T, Mode::Read, &mut out);
+        assert_eq!(out.take(), vec![send(2, request_in(3, 1, Mode::Read))]);
+        p.handle_message(T, n(2), reply(stamp(3, 1), 4), &mut out);
+        assert!(out.is_empty(), "the writer ahead of it has not entered");
+        p.handle_message(T, n(2), reply(stamp(1, 1), 4), &mut out);
+        assert_eq!(out.take(), vec![grant(1, 1)]);
+        // The writer leaves: both readers go, the peer's and this node's.
+        p.handle_release(T, &mut out);
+        let after = Some(stamp(1, 1));
+        let theirs = RkMsg::Reply { to: stamp(2, 2), clock: 4, after };
+        assert_eq!(out.take(), vec![send(2, theirs), grant(3, 1)]);
+        // A node asks for one write at a time, and reads beside it.
+        p.handle_request(T, &mut out);
+        p.handle_request(T, &mut out);
+        p.handle_request_in(T, Mode::Read, &mut out);
+        assert_eq!(out.take().len(), 2, "one more write, one more read");
+    }
+
+    #[test]
+    fn a_read_enters_above_the_writers_rounds_it_answered_a_write_above_all() {
+        // A peer's request ranked ahead, on a later round: answered.
+        let ahead = |ts, mode| RkMsg::Request { stamp: stamp(ts, 2), place: place(0, 2), mode };
+        for (theirs, mine, asks_again) in [
+            (Mode::Read, Mode::Read, false),
+            (Mode::Write, Mode::Read, true),
+            (Mode::Read, Mode::Write, true),
+        ] {
+            let mut p = node(1, 2, 1);
+            let mut out = Out::<RaymondK>::new();
+            p.handle_request_in(T, mine, &mut out);
+            out.take();
+            p.handle_message(T, n(2), ahead(5, theirs), &mut out);
+            assert_eq!(out.take().len(), 1, "the reply");
+            p.handle_message(T, n(2), reply(stamp(1, 1), 6), &mut out);
+            if asks_again {
+                let again = RkMsg::Request { stamp: stamp(7, 1), place: place(1, 1), mode: mine };
+                assert_eq!(out.take(), vec![send(2, again)], "{theirs:?} then {mine:?}");
+            } else {
+                assert_eq!(out.take(), vec![grant(1, 1)], "{theirs:?} then {mine:?}");
+            }
+        }
+    }
+
+    /// A node's own read asks again (above a writer's round it answered),
+    /// enters, leaves; the write that waited behind it on an older round
+    /// asks again too rather than enter below the read.
+    #[test]
+    fn a_write_asks_again_above_a_read_of_its_own_node_that_entered_first() {
+        let mut p = node(1, 2, 1);
+        let mut out = Out::<RaymondK>::new();
+        p.handle_request_in(T, Mode::Read, &mut out);
+        out.take();
+        let ahead = RkMsg::Request { stamp: stamp(2, 2), place: place(0, 2), mode: Mode::Write };
+        p.handle_message(T, n(2), ahead, &mut out);
+        assert_eq!(out.take(), vec![send(2, reply(stamp(2, 2), 2))]);
+        p.handle_request(T, &mut out);
+        out.take();
+        p.handle_message(T, n(2), reply(stamp(3, 1), 3), &mut out);
+        assert!(out.is_empty(), "the write waits behind this node's read");
+        p.handle_message(T, n(2), reply(stamp(1, 1), 3), &mut out);
+        let again = RkMsg::Request { stamp: stamp(4, 1), place: place(1, 1), mode: Mode::Read };
+        assert_eq!(out.take(), vec![send(2, again)], "round 1 is below the writer's 2");
+        p.handle_message(T, n(2), reply(stamp(4, 1), 4), &mut out);
+        assert_eq!(out.take(), vec![grant(4, 1)]);
+        p.handle_release_of(T, Fence::new(4, 1), &mut out);
+        let again = RkMsg::Request { stamp: stamp(5, 1), place: place(3, 1), mode: Mode::Write };
+        assert_eq!(out.take(), vec![send(2, again)], "not on round 3, below the read's 4");
+    }
+
+    /// The entries a write was deferred behind may be reads: the node's
+    /// next write goes above them, its reads need not.
+    #[test]
+    fn a_read_need_not_pass_the_reads_a_write_of_its_node_waited_for() {
+        let mut p = node(1, 2, 1);
+        let mut out = Out::<RaymondK>::new();
+        p.handle_request_in(T, Mode::Read, &mut out);
+        p.handle_request(T, &mut out);
+        out.take();
+        let after = Some(stamp(1, 2));
+        p.handle_message(T, n(2), RkMsg::Reply { to: stamp(2, 1), clock: 2, after }, &mut out);
+        p.handle_message(T, n(2), reply(stamp(1, 1), 2), &mut out);
+        assert_eq!(out.take(), vec![grant(1, 1)], "the read enters on round 1");
+        p.handle_release_of(T, Fence::new(1, 1), &mut out);
+        assert_eq!(out.take(), vec![grant(2, 1)], "the write is above (1, 2) and the read");
+    }
+
+    #[test]
+    fn a_semaphore_takes_a_read_as_a_write() {
+        let mut p = node(1, 2, 2);
+        let mut out = Out::<RaymondK>::new();
+        p.handle_request_in(T, Mode::Read, &mut out);
+        assert_eq!(out.take(), vec![send(2, request(1, 1))]);
+        p.handle_message(T, n(2), request_in(0, 2, Mode::Read), &mut out);
+        assert_eq!(out.take(), vec![send(2, reply(stamp(0, 2), 1))]);
     }
 
     #[test]

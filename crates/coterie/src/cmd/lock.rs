@@ -26,15 +26,15 @@ pub const EXIT_LOST: u8 = 76;
 /// in name order (bytewise), so two commands asking for overlapping sets
 /// never deadlock; a timeout releases what was taken. With -n K the lock
 /// is a counting semaphore: K holders at once (centralized,
-/// centralized-lending and raymond-k;
-/// every client of a lock must give the same K). With --read the command
-/// shares the locks with other readers (every algorithm but token-ring,
-/// bakery, raymond-k and lodha-kshemkalyani, which take a read as a
-/// write), and a writer (the default, or --write) holds them alone; no
-/// reader is let in ahead of a writer that asked before it, except under
-/// roucairol-carvalho, maekawa and tree-quorum, which keep no request
-/// order (a writer there waits for the readers that asked before it or
-/// entered before its request reached them, and no longer).
+/// centralized-lending and raymond-k; every client of a lock must give
+/// the same K). With --read the command shares the locks with other
+/// readers (every algorithm but token-ring, bakery and
+/// lodha-kshemkalyani, which take a read as a write), and a writer (the
+/// default, or --write) holds them alone; no reader is let in ahead of a
+/// writer that asked before it, except under roucairol-carvalho, maekawa
+/// and tree-quorum, which keep no request order (a writer there waits for
+/// the readers that asked before it or entered before its request
+/// reached them, and no longer).
 ///
 /// CMD runs in a process group of its own, with COTERIE_LOCK set to the
 /// names held (space-separated), COTERIE_FENCE to the first one's fencing
@@ -74,9 +74,8 @@ pub struct Args {
     names: Vec<String>,
     /// Hold one of K permits of each lock: a counting semaphore
     /// (centralized, centralized-lending and raymond-k; the others admit
-    /// one holder). Under centralized and centralized-lending the permits
-    /// go to clients wherever they are, several through one node;
-    /// raymond-k gives a node one at a time.
+    /// one holder). The permits go to clients wherever they are, several
+    /// through one node.
     #[arg(short = 'n', long = "permits", value_name = "K")]
     permits: Option<u32>,
     /// Read: share the locks with other readers, never with a writer.
