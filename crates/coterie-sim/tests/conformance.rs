@@ -78,8 +78,9 @@ fn replay_hint(cfg: &SimConfig, seed: u64) -> String {
     if let Some(f) = cfg.forgetting {
         options.push_str(&format!(" --forget-after {}us", f.after.as_micros()));
     }
-    if cfg.timing.lease.partitions == Partitions::Majority {
-        options.push_str(" --partition-mode majority");
+    match cfg.timing.lease.partitions {
+        Partitions::Majority => options.push_str(" --partition-mode majority"),
+        Partitions::Detector => options.push_str(" --partition-mode detector"),
     }
     if let Detector::Ring { watch } = cfg.timing.detector {
         options.push_str(&format!(" --detector ring --watch {watch}"));
@@ -1013,6 +1014,42 @@ fn every_pair_is_safe_and_live_under_every_fault_in_majority_mode() {
             let summary = run_seeds(&cfg, 0..SEEDS / 20, |_, _| {});
             assert_clean(&cfg, &summary);
         });
+    }
+}
+
+/// Readers and writers under partitions: with a majority deciding who is
+/// down, every reader form keeps readers from writers and fences rising
+/// through cuts both ways and one way, a crash and a pause, with half the
+/// clients reading and two sessions a node; the quorum forms do so on
+/// their own, with the failure detector's word taken (there through cuts
+/// both ways only: after a one-way cut their liveness is not promised,
+/// see `quorum_algorithms_stay_safe_under_one_way_partitions`). Readers
+/// still share.
+#[test]
+fn readers_and_writers_stay_apart_under_partitions() {
+    for m in mutexes().into_iter().filter(|m| m.claims.readers) {
+        let mut modes = vec![(majority as fn(SimConfig) -> SimConfig, 1)];
+        if m.claims.safe_under_partitions {
+            modes.push((detector, 0));
+        }
+        for (nodes, &(judged, one_way)) in
+            [3, 5].into_iter().flat_map(|n| modes.iter().map(move |f| (n, f)))
+        {
+            let cfg = judged(SimConfig {
+                nodes,
+                partitions: 2,
+                one_way_partitions: one_way,
+                crashes: 1,
+                pauses: 1,
+                sessions: 2,
+                readers: nodes,
+                ..SimConfig::new(m, &ELECTIONS[0])
+            });
+            let summary = run_seeds(&cfg, 0..SEEDS / 10, |_, _| {});
+            assert!(summary.injected.partitions > 0, "no partition was injected");
+            assert_clean(&cfg, &summary);
+            assert!(summary.shared_reads > 0, "{} n={nodes}: no readers shared", m.name);
+        }
     }
 }
 
