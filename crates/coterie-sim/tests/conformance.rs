@@ -1032,23 +1032,23 @@ fn readers_and_writers_stay_apart_under_partitions() {
         if m.claims.safe_under_partitions {
             modes.push((detector, 0));
         }
-        for (nodes, &(judged, one_way)) in
-            [3, 5].into_iter().flat_map(|n| modes.iter().map(move |f| (n, f)))
-        {
-            let cfg = judged(SimConfig {
-                nodes,
-                partitions: 2,
-                one_way_partitions: one_way,
-                crashes: 1,
-                pauses: 1,
-                sessions: 2,
-                readers: nodes,
-                ..SimConfig::new(m, &ELECTIONS[0])
-            });
-            let summary = run_seeds(&cfg, 0..SEEDS / 10, |_, _| {});
-            assert!(summary.injected.partitions > 0, "no partition was injected");
-            assert_clean(&cfg, &summary);
-            assert!(summary.shared_reads > 0, "{} n={nodes}: no readers shared", m.name);
+        for nodes in [3, 5] {
+            for &(judged, one_way) in &modes {
+                let cfg = judged(SimConfig {
+                    nodes,
+                    partitions: 2,
+                    one_way_partitions: one_way,
+                    crashes: 1,
+                    pauses: 1,
+                    sessions: 2,
+                    readers: nodes,
+                    ..SimConfig::new(m, &ELECTIONS[0])
+                });
+                let summary = run_seeds(&cfg, 0..SEEDS / 10, |_, _| {});
+                assert!(summary.injected.partitions > 0, "no partition was injected");
+                assert_clean(&cfg, &summary);
+                assert!(summary.shared_reads > 0, "{} n={nodes}: no readers shared", m.name);
+            }
         }
     }
 }

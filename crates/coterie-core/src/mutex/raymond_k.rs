@@ -30,12 +30,13 @@
 //! first round, exactly as in Ricart–Agrawala). A peer's request is
 //! *blocked* here by every request of this node that conflicts with it
 //! (see *Readers and writers*; with k > 1, every one) and holds, or wants
-//! with a better (lower) place. Given a REQUEST, a node counts
-//! them: none, and it REPLYs at once; some, and it owes the requester its
-//! REPLY, sends the count in a WAIT (with k = 1, where the count can only
-//! be 1, it stays silent as Ricart–Agrawala does, or sends its NACK in the
-//! fault-tolerant form), and sends the count again each time one of those
-//! requests finishes: a WAIT while some are left, the REPLY when none is.
+//! with a better (lower) place. Given a REQUEST, a node counts them:
+//! none, and it REPLYs at once; some, and it owes the requester its
+//! REPLY, sends the count in a WAIT (with k = 1, where any count holds the
+//! request back, it stays silent as Ricart–Agrawala does, or sends its
+//! NACK in the fault-tolerant form), and sends the count again each time
+//! one of those requests finishes: a WAIT while some are left (again
+//! silent with k = 1), the REPLY when none is.
 //! Its own requests made meanwhile do not count, so every owed REPLY goes
 //! out once the requests it waited for are over. A request enters
 //! once the counts it holds for its peers (the last each sent; 1 for a
@@ -91,8 +92,10 @@
 //! again otherwise. A node's own entries count as entries it was deferred
 //! behind: a read of its own may have asked again, with a fresh stamp,
 //! while a write of its own waited behind it. A deferred REPLY names the
-//! highest stamp among the entries it waited for. So a writer's fence is above every earlier
-//! grant's and a reader's above every earlier writer's.
+//! highest stamp among the entries it waited for; the entries a *write*
+//! waited for may be reads, so they bind the node's writes only. So a
+//! writer's fence is above every earlier grant's and a reader's above
+//! every earlier writer's.
 
 use super::ricart_agrawala::{Place, RaTimer, PROBES};
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out, Priority};
@@ -301,6 +304,26 @@ impl RaymondK {
         }
     }
 
+    /// With k = 1, this node's next writes must enter above `stamp`, and
+    /// its next reads too if `reads_too` (`stamp` is a write's, or an
+    /// entry a read of this node's was deferred behind).
+    fn raise_floors(&mut self, stamp: Option<Stamp>, reads_too: bool) {
+        if self.capacity == 1 {
+            self.floor = self.floor.max(stamp);
+            if reads_too {
+                self.write_floor = self.write_floor.max(stamp);
+            }
+        }
+    }
+
+    /// Whether this node says "wait" aloud: with k > 1, where the count
+    /// matters, and in the fault-tolerant form, where it also says "I am
+    /// alive". With k = 1 a requester takes silence for a request in its
+    /// way.
+    fn says_wait(&self) -> bool {
+        self.capacity > 1 || self.patience.is_some()
+    }
+
     /// The count a requester holds for a peer: what it last sent, or, for
     /// one not heard from, 1 with k = 1 (Ricart–Agrawala's silent
     /// deferral) and k otherwise (it may have any number).
@@ -328,15 +351,10 @@ impl RaymondK {
                 continue;
             }
             self.wanting.remove(&place);
-            if self.capacity == 1 {
-                // This node's own requests are ordered by the floor too: a
-                // read that asked again while a write of this node's
-                // waited behind it entered above the write's round.
-                self.floor = self.floor.max(Some(round));
-                if mode == Mode::Write {
-                    self.write_floor = self.write_floor.max(Some(round));
-                }
-            }
+            // This node's own entries bind its next ones too: a read that
+            // asked again while a write of this node's waited behind it
+            // entered above the write's round.
+            self.raise_floors(Some(round), mode == Mode::Write);
             self.held.insert(round, Held { place, mode });
             self.entries += 1;
             self.last_entry = round.ts;
@@ -369,22 +387,16 @@ impl RaymondK {
                 })
                 .or_insert(seen);
         }
-        if self.capacity == 1 {
-            self.floor = self.floor.max(Some(request));
-            if mode == Mode::Write {
-                self.write_floor = self.write_floor.max(Some(request));
-            }
-        }
+        self.raise_floors(Some(request), mode == Mode::Write);
         let clock = self.clock.now();
         out.send(to, RkMsg::Reply { to: request, clock, after });
     }
 
     /// This node's request at `place`, which entered on `stamp`, is over:
-    /// tells every requester it stood in the way of its new count (with
-    /// k = 1, where a requester takes silence for a count of 1, only the
-    /// REPLY, unless the fault-tolerant form says "wait" aloud).
+    /// tells every requester it stood in the way of its new count (a WAIT
+    /// only where [`says_wait`](Self::says_wait)), or its REPLY.
     fn settle(&mut self, place: Place, stamp: Stamp, out: &mut Out<RaymondK>) {
-        let aloud = self.capacity > 1 || self.patience.is_some();
+        let aloud = self.says_wait();
         let mut done = Vec::new();
         for (&(peer, _), o) in self.owed.iter_mut() {
             if !o.ahead.remove(&place) {
@@ -470,9 +482,7 @@ impl RaymondK {
         let owed = Owed { round: stamp, place, mode, ahead, after: None };
         let blocking = owed.count();
         self.owed.insert((from, place.first), owed);
-        // With k = 1 the requester takes silence for a request in its way;
-        // the fault-tolerant form says it anyway.
-        if self.capacity > 1 || self.patience.is_some() {
+        if self.says_wait() {
             out.send(from, RkMsg::Wait { to: stamp, blocking });
         }
     }
@@ -546,17 +556,11 @@ impl Algorithm for RaymondK {
                         self.answered.remove(&from);
                     }
                 }
-                if self.capacity == 1 {
-                    // Deferred behind entries: this node's next write must
-                    // be above them. A read was deferred behind writes
-                    // only, and its node's reads go above those; the
-                    // entries a write waited for may be reads, which
-                    // reads need not pass.
-                    self.floor = self.floor.max(after);
-                    if mode == Mode::Read {
-                        self.write_floor = self.write_floor.max(after);
-                    }
-                }
+                // Deferred behind entries: this node's next write must be
+                // above them. A read was deferred behind writes only, which
+                // its node's reads pass too; the entries a write waited for
+                // may be reads, which reads need not pass.
+                self.raise_floors(after, mode == Mode::Read);
                 if let Some(want) = self.wanting.get_mut(&place) {
                     want.awaiting.remove(&from);
                     want.heard.remove(&from);
