@@ -15,6 +15,16 @@
 #          uniform) against the same clients on one lock, DURATION each
 #          (default 5 s), without a witness, REPEAT times in turn (default
 #          3): the median entries per second of each, and their ratio.
+#   create every algorithm's rate of making new locks with RECORDED locks
+#          (default "10000 100000") already recorded at the nodes: a state
+#          directory (STATE=synced, the default; `unsynced`: state_sync =
+#          false; `none`: no state directory, the records kept in memory
+#          only) and forget_after "0s" (never
+#          forget, so every lock keeps its instance and, for the quorum
+#          algorithms, its record), RECORDED locks used once each (`a0`..),
+#          then CREATE new ones (default 20,000, `b0`..) used once each: the
+#          entries a second of that second sweep, and the state bytes the
+#          nodes wrote per change meanwhile (their /metrics).
 #   philosophers
 #          the dining philosophers: five clients, one per node, each
 #          taking its two forks (`--names 5 --per-request 2 --ring`, all
@@ -24,10 +34,10 @@
 #          them), and what the witness saw (overlaps, stale fences).
 #          Default mutexes: ricart-agrawala, token-ring, maekawa.
 #
-# Usage: scripts/bench-names.sh [idle|busy|philosophers|all] [MUTEX...]
+# Usage: scripts/bench-names.sh [idle|busy|create|philosophers|all] [MUTEX...]
 #        (default all; every mutex). NAMES=100000 SETTLE_S=10 IDLE_S=10
 #        CLIENTS=16 MANY=1000 DURATION=5s REPEAT=3 MEALS=10000
-#        OUT=target/bench-names
+#        RECORDED="10000 100000" CREATE=20000 OUT=target/bench-names
 # Prints a table per part, and writes each as TSV in OUT. Run it on a
 # quiet machine: every node is a process, and the numbers are what five
 # processes cost the cores there are.
@@ -43,6 +53,9 @@ many="${MANY:-1000}"
 duration="${DURATION:-5s}"
 repeat="${REPEAT:-3}"
 meals="${MEALS:-10000}"
+recorded="${RECORDED:-10000 100000}"
+create="${CREATE:-20000}"
+state="${STATE:-synced}"
 out="${OUT:-target/bench-names}"
 mkdir -p "$out"
 cargo build --release -q -p coterie
@@ -66,11 +79,16 @@ stop() {
 trap 'stop; rm -rf "$work"' EXIT
 
 # Starts a 5-node cluster of `mutex` (its configuration in $cfg) and
-# waits until it agrees.
+# waits until it agrees. Without a state directory, unless more `init`
+# arguments follow the mutex.
 start() {
     local mutex="$1"
-    cfg="$work/$1.toml"
-    "$bin" init --name names --nodes 5 --mutex "$mutex" --free-ports --no-state-dir \
+    shift
+    local extra=("$@")
+    [ "${#extra[@]}" -gt 0 ] || extra=(--no-state-dir)
+    cfg="$work/$mutex.toml"
+    rm -rf "$work/state"
+    "$bin" init --name names --nodes 5 --mutex "$mutex" --free-ports "${extra[@]}" \
         --heartbeat 50ms --failure-timeout 250ms --set "limits.max_names=$((names + 1000))" \
         --force --out "$cfg"
     "$bin" up --config "$cfg" >"$out/$mutex.up.log" 2>&1 &
@@ -156,6 +174,53 @@ busy() {
     column -t -s $'\t' "$tsv"
 }
 
+# A counter summed over the nodes' /metrics.
+metric() {
+    local total=0 url v
+    for url in $(grep -o 'http = "[^"]*"' "$cfg" | cut -d'"' -f2); do
+        v="$(curl -s "http://$url/metrics" | awk -v m="$1" '$1 == m { print $2 }')"
+        total=$((total + ${v:-0}))
+    done
+    echo "$total"
+}
+
+create() {
+    local tsv="$out/create-$state.tsv"
+    printf 'mutex\trecorded\tcreated\tentries_per_s\tchanges\tbytes_per_change\tlog_bytes_per_change\n' >"$tsv"
+    for mutex in "${mutexes[@]}"; do
+        for k in $recorded; do
+            local max=$((k + create + 1000))
+            local storage=()
+            case "$state" in
+                synced) ;;
+                unsynced) storage=(--set cluster.state_sync=false) ;;
+                none) storage=(--no-state-dir) ;;
+                *) echo "STATE is synced, unsynced or none, not $state" >&2; exit 2 ;;
+            esac
+            start "$mutex" --http --set cluster.forget_after=0s --set "limits.max_names=$max" \
+                "${storage[@]}"
+            "$bin" workload --config "$cfg" --no-witness --names "$k" --name-prefix a --skew sweep \
+                --requests $(((k + 4) / 5)) --answer-within 120s --json >/dev/null
+            local c0 b0 l0 c1 b1 l1 rate
+            c0="$(metric coterie_state_changes_total)"
+            l0="$(metric coterie_state_log_bytes_total)"
+            b0=$((l0 + $(metric coterie_state_snapshot_bytes_total)))
+            rate="$("$bin" workload --config "$cfg" --no-witness --names "$create" --name-prefix b \
+                --skew sweep --requests $(((create + 4) / 5)) --answer-within 120s --json \
+                | jq '.throughput_per_s | floor')"
+            c1="$(metric coterie_state_changes_total)"
+            l1="$(metric coterie_state_log_bytes_total)"
+            b1=$((l1 + $(metric coterie_state_snapshot_bytes_total)))
+            printf '%s\t%d\t%d\t%d\t%d\t%s\t%s\n' "$mutex" "$k" "$create" "$rate" "$((c1 - c0))" \
+                "$(awk -v b=$((b1 - b0)) -v c=$((c1 - c0)) 'BEGIN { printf "%.0f", c ? b / c : 0 }')" \
+                "$(awk -v b=$((l1 - l0)) -v c=$((c1 - c0)) 'BEGIN { printf "%.0f", c ? b / c : 0 }')" \
+                | tee -a "$tsv" >&2
+            stop
+        done
+    done
+    column -t -s $'\t' "$tsv"
+}
+
 philosophers() {
     local tsv="$out/philosophers.tsv"
     printf 'mutex\tmeals\tmeals_per_s\tunanswered\toverlaps\tstale_fences\n' >"$tsv"
@@ -183,7 +248,8 @@ philosophers() {
 case "$part" in
     idle) idle ;;
     busy) busy ;;
+    create) create ;;
     philosophers) philosophers ;;
-    all) idle; busy; philosophers ;;
-    *) echo "usage: $0 [idle|busy|philosophers|all] [MUTEX...]" >&2; exit 2 ;;
+    all) idle; busy; create; philosophers ;;
+    *) echo "usage: $0 [idle|busy|create|philosophers|all] [MUTEX...]" >&2; exit 2 ;;
 esac

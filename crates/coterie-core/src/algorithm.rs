@@ -7,9 +7,8 @@
 
 use crate::name::Name;
 use crate::outbox::{Message, Outbox, Time, Timer};
+pub use crate::stable::{Restored, WATERMARK_RESERVE};
 use crate::types::{CsState, Epoch, Fence, Mode, NodeId, Stamp};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Heartbeat and failure-detection periods, shared by every layer.
@@ -238,83 +237,10 @@ impl Default for Forgetting {
     }
 }
 
-/// What a node keeps in stable storage, and gets back when it restarts.
-/// The engine asks its driver to store it
-/// ([`Output::Persist`](crate::engine::Output::Persist)) whenever it
-/// changes, before the messages that rest on it leave.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Restored {
-    /// The highest election epoch the node had seen. Elections start above
-    /// it, so epochs, and the fences built from them, keep rising even
-    /// when every node restarts at once.
-    pub epoch: Epoch,
-    /// A value above every watermark (Lamport clock, ticket) the node had
-    /// used: the restarted node's clock starts there, so the stamps and
-    /// fences it issues stay above everything issued before, even when
-    /// every node restarts at once. The engine reserves ahead
-    /// ([`WATERMARK_RESERVE`]) and writes again only when the clock
-    /// catches up with the reserve.
-    pub watermark: u64,
-    /// Each lock's own record ([`MutexAlgorithm::durable_state`]), for the
-    /// names whose instance keeps one.
-    pub names: BTreeMap<Name, Vec<u8>>,
-    /// The highest view epoch the node proposed or accepted
-    /// ([`membership`](crate::membership)): it never accepts an older
-    /// one, across restarts too.
-    pub promised: Epoch,
-}
-
-/// The record as it was stored before it kept a promise: read once, when a
-/// node of this version first starts on a state file of the older one.
-#[derive(Deserialize)]
-struct RestoredBeforeViews {
-    epoch: Epoch,
-    watermark: u64,
-    names: BTreeMap<Name, Vec<u8>>,
-}
-
 /// The most reads ([`Mode::Read`]) of one lock a node holds or asks for
 /// at once: one per client session that reads it. A reader form accepts
 /// no more from a peer, so that a report of reads is bounded.
 pub const MAX_READS: u32 = 1 << 16;
-
-/// How far ahead of the mutex layer's watermark the stored one is kept:
-/// one write per this many ticks of the clock, and a jump of at most this
-/// much at each restart.
-pub const WATERMARK_RESERVE: u64 = 1 << 16;
-
-impl Restored {
-    /// The record in its stored form.
-    pub fn encode(&self) -> Vec<u8> {
-        crate::wire::encode(self)
-    }
-
-    /// A stored record, or `None` if `bytes` is not one (a file from
-    /// another version, say: the node then starts afresh). A record of the
-    /// version before views (no promise) is read as promising nothing.
-    pub fn decode(bytes: &[u8]) -> Option<Restored> {
-        crate::wire::decode(bytes).ok().or_else(|| {
-            let old: RestoredBeforeViews = crate::wire::decode(bytes).ok()?;
-            Some(Restored {
-                epoch: old.epoch,
-                watermark: old.watermark,
-                names: old.names,
-                promised: Epoch(0),
-            })
-        })
-    }
-
-    /// The highest epoch the previous run had seen (zero if none).
-    pub fn epoch_of(cfg: &AlgoConfig) -> Epoch {
-        cfg.restored.as_ref().map_or(Epoch(0), |r| r.epoch)
-    }
-
-    /// The record the previous run left for the lock `cfg` builds an
-    /// instance of ([`AlgoConfig::name`]), if any.
-    pub fn mutex_of(cfg: &AlgoConfig) -> Option<&[u8]> {
-        cfg.restored.as_ref().and_then(|r| r.names.get(&cfg.name)).map(Vec::as_slice)
-    }
-}
 
 impl AlgoConfig {
     /// A config for `id` in a cluster of ids `1..=n` with default timing,

@@ -46,7 +46,7 @@
 //! [`next_deadline`]: Engine::next_deadline
 //! [`handle_timeout`]: Engine::handle_timeout
 
-use crate::algorithm::{AlgoConfig, Detector, Restored, MAX_READS, WATERMARK_RESERVE};
+use crate::algorithm::{AlgoConfig, Detector, MAX_READS};
 use crate::detector::{FailureDetector, Verdict};
 use crate::membership::{Event, Membership, View};
 use crate::name::Name;
@@ -55,6 +55,7 @@ use crate::parked::{Lot, Parked};
 use crate::records::Records;
 use crate::registry::{self, Actions, DynElection, ElectionInfo, Encoded, MutexInfo};
 use crate::resources::Resources;
+use crate::stable::{Delta, Restored, WATERMARK_RESERVE};
 use crate::types::{CsState, Epoch, Fence, Mode, NodeId, Stamp};
 use crate::wire::{Envelope, Heartbeat, WireError};
 use serde::{Deserialize, Serialize};
@@ -131,14 +132,17 @@ pub enum Output {
         /// What it sent.
         bytes: Vec<u8>,
     },
-    /// Write this record to stable storage, replacing what was there; give
-    /// it back in [`AlgoConfig::restored`] when the node restarts. It
-    /// changes with each new epoch and, for the algorithms that keep state
-    /// across a crash, with that state. Records are numbered from 1 in the
-    /// order given; an output that rests on one must wait until it is
-    /// durable ([`Engine::poll_output_resting`]), and a driver that writes
-    /// each record before going on meets that for every output.
-    Persist(Restored),
+    /// Apply this change to the record in stable storage, after every
+    /// change given before it; give the record back in
+    /// [`AlgoConfig::restored`] when the node restarts. The record changes
+    /// with each new epoch and, for the algorithms that keep state across
+    /// a crash, with that state; a change names only what changed, so it
+    /// costs the same however many locks the record holds. Changes are
+    /// numbered from 1 in the order given; an output that rests on one
+    /// must wait until it is durable ([`Engine::poll_output_resting`]),
+    /// and a driver that writes each change before going on meets that for
+    /// every output.
+    Persist(Delta),
 }
 
 /// Why an input was refused. The engine's state is unchanged, except that
@@ -523,6 +527,10 @@ impl Engine {
         now: Time,
     ) -> Engine {
         let mut cfg = cfg;
+        // The records of the locks go to `records`, which keeps them up to
+        // date; the configuration keeps the rest, for the election.
+        let restored = cfg.restored.take();
+        cfg.restored = restored.as_ref().map(Restored::header);
         if cfg.timing.lease.partitions == crate::membership::Partitions::Majority {
             // Every lease needs a majority's echoes each period: every
             // member heartbeats every other, whatever the detector.
@@ -564,7 +572,7 @@ impl Engine {
             outputs: VecDeque::new(),
             rests_on: 0,
             scratch: Actions::new(),
-            records: Records::new(cfg.restored.clone().unwrap_or_default()),
+            records: Records::new(restored.unwrap_or_default()),
             cfg,
         };
         // A restarted node's clock starts above whatever it issued before.
@@ -812,9 +820,9 @@ impl Engine {
     }
 
     /// Hands the latest record over; what follows rests on it.
-    fn emit_record(&mut self, record: Restored) {
-        self.emit(Output::Persist(record.clone()));
-        self.rests_on = self.records.hand(record);
+    fn emit_record(&mut self, delta: Delta) {
+        self.emit(Output::Persist(delta.clone()));
+        self.rests_on = self.records.hand(delta);
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) should next be called.
@@ -1031,12 +1039,15 @@ impl Engine {
             incarnation: self.cfg.incarnation,
             wall_origin: self.cfg.wall_origin,
             mutex_options: self.cfg.mutex_options,
-            // What the previous run stored for this lock, if anything.
-            restored: self.cfg.restored.as_ref().map(|r| Restored {
-                epoch: r.epoch,
-                watermark: r.watermark,
-                names: r.names.get(name).map(|b| (name.clone(), b.clone())).into_iter().collect(),
-                promised: r.promised,
+            // What stable storage holds for this lock, if anything: left
+            // by the previous run, or by this lock's instance before it
+            // was forgotten (which it never is while its record matters).
+            restored: self.cfg.restored.as_ref().map(|r| {
+                let mut header = r.header();
+                if let Some(record) = self.records.latest().names.get(name) {
+                    header.names.insert(name.clone(), record.clone());
+                }
+                header
             }),
             forgetting: self.cfg.forgetting,
         };
@@ -1314,12 +1325,14 @@ impl Engine {
             |(scope, _), _| !matches!(scope, Scope::Mutex(n) if forgotten.binary_search(n).is_ok()),
         );
         let latest = self.records.latest();
-        if forgotten.iter().any(|n| latest.names.contains_key(n)) {
-            let mut record = latest.clone();
-            for name in &forgotten {
-                record.names.remove(name);
-            }
-            self.emit_record(record);
+        let mut delta = latest.unchanged();
+        delta.names = forgotten
+            .into_iter()
+            .filter(|n| latest.names.contains_key(n))
+            .map(|n| (n, None))
+            .collect();
+        if !delta.names.is_empty() {
+            self.emit_record(delta);
         }
     }
 
@@ -1710,26 +1723,22 @@ impl Engine {
         let ahead = epoch == latest.epoch
             && !reserve_reached
             && stored.zip(lock).is_some_and(|(r, l)| l.mutex.covered_by(r));
-        let mut record = latest.clone();
-        record.epoch = epoch;
+        let mut delta = latest.unchanged();
+        delta.epoch = epoch;
         if reserve_reached {
-            record.watermark = watermark.saturating_add(WATERMARK_RESERVE);
+            delta.watermark = watermark.saturating_add(WATERMARK_RESERVE);
         }
         if lock_changed {
             match (scope, durable) {
-                (_, Some((name, d))) => {
-                    record.names.insert(name.clone(), d);
-                }
-                (Scope::Mutex(name), None) => {
-                    record.names.remove(name);
-                }
+                (_, Some((name, d))) => delta.names.push((name.clone(), Some(d))),
+                (Scope::Mutex(name), None) => delta.names.push((name.clone(), None)),
                 (Scope::Election, None) => {}
             }
         }
         if ahead {
-            return Change::After(record);
+            return Change::After(delta);
         }
-        self.emit_record(record);
+        self.emit_record(delta);
         Change::Before
     }
 
@@ -1851,9 +1860,9 @@ impl Engine {
                     self.push_send(to, Envelope::Membership(msg), kind);
                 }
                 Event::Promised => {
-                    let mut record = self.records.latest().clone();
-                    record.promised = self.membership.promised();
-                    self.emit_record(record);
+                    let mut delta = self.records.latest().unchanged();
+                    delta.promised = self.membership.promised();
+                    self.emit_record(delta);
                 }
                 Event::Reset => self.start_over(now),
                 Event::Up(peer) => {
@@ -1918,7 +1927,7 @@ impl Engine {
         }
         self.held.clear();
         let floor = self.locks.floor();
-        let record = self.records.latest().clone();
+        let record = self.records.latest().header();
         let watermark = record.watermark;
         self.cfg.restored = Some(record);
         self.election = (self.election_info.build)(&self.cfg);
@@ -2054,7 +2063,7 @@ enum Change {
     /// Changed, and handed over before the step's messages.
     Before,
     /// Changed, to be handed over after them.
-    After(Restored),
+    After(Delta),
 }
 
 #[cfg(test)]
@@ -2339,7 +2348,7 @@ mod tests {
         let out = drain(&mut e);
         // What it now stores covers its new epoch, and a clock reserve
         // above the restored one.
-        let stored: Vec<&Restored> = out
+        let stored: Vec<&Delta> = out
             .iter()
             .filter_map(|o| if let Output::Persist(r) = o { Some(r) } else { None })
             .collect();
@@ -2507,5 +2516,33 @@ mod tests {
         // Node 2 asks again: it is named already, so nothing is written.
         let out = mutex(&mut e, 6, 2, QuorumMsg::Request { stamp: stamp(9, 2), mode: Mode::Write });
         assert!(!out.iter().any(|(o, _)| matches!(o, Output::Persist(_))));
+    }
+
+    #[test]
+    fn a_change_to_the_record_names_only_the_lock_it_changes() {
+        // A node that remembers the records of 10,000 other locks.
+        let mut cfg = AlgoConfig::for_test(1, 1);
+        let mut restored = Restored::default();
+        for i in 0..10_000 {
+            restored.names.insert(Name::new(&format!("x{i}")).unwrap(), vec![0; 40]);
+        }
+        cfg.restored = Some(restored);
+        let mut e = Engine::new(cfg, registry::mutex("maekawa").unwrap(), BULLY, ms(0));
+        assert_eq!(e.config().restored.as_ref().map(|r| r.names.len()), Some(0), "kept once");
+        let lock = Name::new("used").unwrap();
+        e.request(ms(1), &lock, 1).unwrap();
+        let out = drain(&mut e);
+        assert!(out.iter().any(|o| matches!(o, Output::Granted { .. })), "{out:?}");
+        let changes: Vec<&Delta> = out
+            .iter()
+            .filter_map(|o| if let Output::Persist(d) = o { Some(d) } else { None })
+            .collect();
+        assert!(changes.iter().any(|d| d.names.iter().any(|(n, _)| *n == lock)), "{changes:?}");
+        for change in changes {
+            // The lock asked for, or the default lock, made at start.
+            assert!(change.names.len() <= 1, "{change:?}");
+            assert!(change.encode().len() < 200, "{} bytes", change.encode().len());
+        }
+        assert_eq!(e.records.latest().names.len(), 10_002); // and `default`
     }
 }

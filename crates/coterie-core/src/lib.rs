@@ -39,6 +39,7 @@ mod records;
 pub mod registry;
 mod resources;
 pub mod session;
+pub mod stable;
 #[cfg(test)]
 mod testkit;
 pub mod types;
@@ -51,11 +52,12 @@ pub const CLUSTER_ERA: std::time::Duration = std::time::Duration::from_secs(1_57
 
 pub use algorithm::{
     AlgoConfig, Algorithm, Detector, ElectionAlgorithm, Forgetting, MutexAlgorithm, MutexOptions,
-    Priority, Restored, Timing, UnknownPriority, MAX_READS,
+    Priority, Timing, UnknownPriority, MAX_READS,
 };
 pub use demand::{Demand, Takers};
 pub use engine::{Engine, EngineError, Output, Status, ViewStatus};
 pub use membership::{LeaseTiming, Partitions, UnknownPartitions, View};
 pub use name::{Name, NameError};
 pub use outbox::{Action, Message, NoTimer, Outbox, Time, Timer, TimerId};
+pub use stable::{Delta, Restored};
 pub use types::{CsState, Epoch, Fence, LamportClock, Mode, NodeId, Stamp, Way};

@@ -13,8 +13,9 @@
 //! back past a change of epoch or clock reserve, which every message after
 //! it rests on.
 
-use crate::algorithm::Restored;
 use crate::name::Name;
+use crate::stable::{Delta, Restored};
+use crate::types::Epoch;
 use std::collections::VecDeque;
 
 /// How many of the latest records are kept to look back over: a record
@@ -24,12 +25,22 @@ const LOOK_BACK: usize = 8;
 /// The numbered records; see the module documentation.
 #[derive(Clone, Debug)]
 pub(crate) struct Records {
-    /// The latest record handed over (or restored).
+    /// The record as the latest change left it (or as restored).
     latest: Restored,
-    /// How many records have been handed over: the latest one's number.
+    /// How many changes have been handed over: the latest one's number.
     handed: u64,
-    /// The latest few, with their numbers, oldest first.
-    recent: VecDeque<(u64, Restored)>,
+    /// The latest few changes, oldest first.
+    recent: VecDeque<Handed>,
+}
+
+/// A change handed over, as [`Records::covering`] looks back at it.
+#[derive(Clone, Debug)]
+struct Handed {
+    number: u64,
+    /// The record's epoch and watermark after the change.
+    clock: (Epoch, u64),
+    /// Each lock the change named, with the record it had before.
+    replaced: Vec<(Name, Option<Vec<u8>>)>,
 }
 
 impl Records {
@@ -38,7 +49,7 @@ impl Records {
         Records { latest: restored, handed: 0, recent: VecDeque::new() }
     }
 
-    /// The latest record handed over.
+    /// The record as the latest change left it.
     pub(crate) fn latest(&self) -> &Restored {
         &self.latest
     }
@@ -48,29 +59,36 @@ impl Records {
         self.handed
     }
 
-    /// Hands `record` over; returns its number.
-    pub(crate) fn hand(&mut self, record: Restored) -> u64 {
+    /// Hands `delta` over; returns its number. Costs what the change
+    /// names, whatever the number of locks the record holds.
+    pub(crate) fn hand(&mut self, delta: Delta) -> u64 {
         self.handed += 1;
         if self.recent.len() == LOOK_BACK {
             self.recent.pop_front();
         }
-        self.recent.push_back((self.handed, record.clone()));
-        self.latest = record;
+        let clock = (delta.epoch, delta.watermark);
+        let replaced = self.latest.apply(delta);
+        self.recent.push_back(Handed { number: self.handed, clock, replaced });
         self.handed
     }
 
     /// The earliest record that messages covered by every record of lock
     /// `name` from it to the latest (as `covers` says) may rest on; the
-    /// latest one's number if `covers` refuses the latest.
+    /// latest one's number if `covers` refuses the latest. Walks back from
+    /// the latest record, undoing each change to `name` on the way.
     pub(crate) fn covering(&self, name: &Name, covers: impl Fn(&[u8]) -> bool) -> u64 {
-        let same_clock =
-            |r: &Restored| r.epoch == self.latest.epoch && r.watermark == self.latest.watermark;
+        let clock = (self.latest.epoch, self.latest.watermark);
+        let mut record = self.latest.names.get(name).map(Vec::as_slice);
         let mut number = self.handed;
-        for (n, record) in self.recent.iter().rev() {
-            if !same_clock(record) || !record.names.get(name).is_some_and(|r| covers(r)) {
+        for handed in self.recent.iter().rev() {
+            // `record` is lock `name`'s record as change `handed` left it.
+            if handed.clock != clock || !record.is_some_and(&covers) {
                 break;
             }
-            number = *n;
+            number = handed.number;
+            if let Some((_, before)) = handed.replaced.iter().find(|(n, _)| n == name) {
+                record = before.as_deref();
+            }
         }
         number
     }
@@ -79,11 +97,11 @@ impl Records {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{Epoch, NodeId};
+    use crate::types::NodeId;
 
-    fn record(epoch: u64, mutex: u8) -> Restored {
-        let names = [(Name::default(), vec![mutex])].into();
-        Restored { epoch: Epoch::new(epoch, NodeId(1)), watermark: 0, names, promised: Epoch(0) }
+    fn record(epoch: u64, mutex: u8) -> Delta {
+        let names = vec![(Name::default(), Some(vec![mutex]))];
+        Delta { epoch: Epoch::new(epoch, NodeId(1)), watermark: 0, names, promised: Epoch(0) }
     }
 
     #[test]
@@ -115,5 +133,23 @@ mod tests {
             24 - LOOK_BACK as u64 + 1,
             "only so far back"
         );
+    }
+
+    #[test]
+    fn a_change_to_another_lock_is_looked_through() {
+        let (a, b) = (Name::new("a").unwrap(), Name::new("b").unwrap());
+        let change = |name: &Name, m: u8| {
+            let mut d = record(1, 0);
+            d.names = vec![(name.clone(), Some(vec![m]))];
+            d
+        };
+        let mut r = Records::new(Restored::default());
+        r.hand(change(&a, 1));
+        r.hand(change(&b, 9));
+        r.hand(change(&a, 2));
+        assert_eq!(r.covering(&a, |m| m[0] >= 1), 1, "b's change keeps a's record");
+        assert_eq!(r.covering(&a, |m| m[0] >= 2), 3);
+        assert_eq!(r.covering(&b, |m| m[0] == 9), 2, "before 2, b had no record");
+        assert_eq!(r.latest().names.len(), 2);
     }
 }

@@ -53,6 +53,24 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
     let (value, used) = bincode::serde::decode_from_slice(bytes, config())
         .map_err(|e| WireError::Malformed(e.to_string()))?;
+    whole(bytes, value, used)
+}
+
+/// The most bytes a record read back from stable storage may take: far
+/// above a frame's limit, since a node's record grows with the locks it
+/// remembers (a million locks' records take tens of megabytes).
+pub const MAX_STORED: usize = u32::MAX as usize;
+
+/// Decodes a value read back from stable storage, which must take up all
+/// of `bytes`: as [`decode`], with [`MAX_STORED`] for a limit.
+pub fn decode_stored<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
+    let config = bincode::config::standard().with_limit::<MAX_STORED>();
+    let (value, used) = bincode::serde::decode_from_slice(bytes, config)
+        .map_err(|e| WireError::Malformed(e.to_string()))?;
+    whole(bytes, value, used)
+}
+
+fn whole<T>(bytes: &[u8], value: T, used: usize) -> Result<T, WireError> {
     if used != bytes.len() {
         return Err(WireError::Malformed(format!("{} trailing bytes", bytes.len() - used)));
     }

@@ -21,7 +21,7 @@
 use crate::frames;
 use coterie_core::session::{Limits, Received, Session};
 use coterie_core::wire::{self, Envelope, Hello, PeerFrame, PROTOCOL_VERSION};
-use coterie_core::{registry, AlgoConfig, Engine, NodeId, Output, Restored};
+use coterie_core::{registry, AlgoConfig, Delta, Engine, NodeId, Output};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -155,9 +155,8 @@ impl Node {
                         let bytes = wire::encode(&envelope);
                         assert_eq!(wire::decode::<Envelope>(&bytes).ok(), Some(envelope));
                     }
-                    Output::Persist(record) => {
-                        let bytes = wire::encode(&record);
-                        assert_eq!(Restored::decode(&bytes), Some(record));
+                    Output::Persist(change) => {
+                        assert_eq!(Delta::decode(&change.encode()), Some(change));
                     }
                     Output::Granted { .. } => granted = true,
                     _ => {}

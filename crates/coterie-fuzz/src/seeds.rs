@@ -4,7 +4,7 @@
 
 use crate::stream;
 use coterie_core::wire::{self, Envelope, Hello, PeerFrame, PROTOCOL_VERSION};
-use coterie_core::{registry, AlgoConfig, Engine, Mode, NodeId, Output, Restored};
+use coterie_core::{registry, AlgoConfig, Delta, Engine, Mode, NodeId, Output, Restored};
 use coterie_node::auth::{AuthFrame, Role};
 use coterie_node::protocol::{
     Acquire, ClientRequest, ClientResponse, FaultCommand, FaultState, Way, WitnessRequest,
@@ -122,27 +122,41 @@ pub fn witness() -> Vec<Vec<u8>> {
 }
 
 /// For `state_file`: the records quorum arbiters and elections store in a
-/// short run, as bare records (byte 0 odd) and as whole files, in slots
-/// and in the earlier format (byte 0 even).
+/// short run, as bare records and changes (wrapped by the target) and as
+/// whole files: a snapshot, a log, and the earlier single-file format.
 pub fn state_file() -> Vec<Vec<u8>> {
-    let mut records = vec![wire::encode(&Restored::default())];
+    let mut records = vec![Restored::default()];
+    let mut changes = Vec::new();
+    let mut logs = Vec::new();
     for name in ["maekawa", "tree-quorum", "centralized"] {
         let m = registry::MUTEXES.iter().position(|i| i.name == name).expect("registered");
         let run = Conversation::run(m, 0, 3);
-        records.extend(run.records.iter().rev().take(2).map(wire::encode));
+        let mut record = Restored::default();
+        for delta in &run.records {
+            record.apply(delta.clone());
+        }
+        records.push(record);
+        changes.extend(run.records.iter().rev().take(2).map(Delta::encode));
+        let numbered: Vec<(u64, Vec<u8>)> =
+            run.records.iter().zip(1..).map(|(d, i)| (i, d.encode())).collect();
+        logs.push(coterie_node::state::log_image(&numbered));
     }
     let mut seeds = Vec::new();
     for record in &records {
-        let mut bare = vec![1];
-        bare.extend(record);
-        seeds.push(bare);
-        let mut file = vec![0];
-        file.extend(coterie_node::state::image(record));
-        seeds.push(file);
-        let mut legacy = vec![0];
-        legacy.extend((record.len() as u32).to_le_bytes());
-        legacy.extend(record);
-        seeds.push(legacy);
+        let encoded = record.encode();
+        seeds.push([&[1][..], &encoded].concat());
+        seeds.push([&[0][..], &coterie_node::state::snapshot_image(record, 3)].concat());
+        seeds.push([&[4][..], &coterie_node::state::legacy::image(&encoded)].concat());
+        let mut length_prefixed = vec![4];
+        length_prefixed.extend((encoded.len() as u32).to_le_bytes());
+        length_prefixed.extend(&encoded);
+        seeds.push(length_prefixed);
+    }
+    for change in &changes {
+        seeds.push([&[3][..], change].concat());
+    }
+    for log in &logs {
+        seeds.push([&[2][..], log].concat());
     }
     seeds
 }
@@ -154,7 +168,7 @@ struct Conversation {
     /// before.
     heard: Vec<(NodeId, Envelope, u64)>,
     /// Every record any node asked to store.
-    records: Vec<Restored>,
+    records: Vec<Delta>,
 }
 
 impl Conversation {

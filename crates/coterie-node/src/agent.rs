@@ -426,6 +426,16 @@ impl Agent {
         (timing.heartbeat, timing.failure_timeout)
     }
 
+    /// What stable storage has written since the node started (`None`:
+    /// no state directory).
+    pub(crate) fn storage_counts(&self) -> Option<crate::state::Counts> {
+        match &self.storage {
+            Storage::None => None,
+            Storage::Unsynced(file) => Some(file.counts()),
+            Storage::Synced(writer) => Some(writer.counts()),
+        }
+    }
+
     /// The node's status, for `coterie status`, its sessions included.
     pub(crate) fn status(&self) -> Status {
         let now = self.now();
@@ -526,12 +536,12 @@ impl Agent {
         }
     }
 
-    /// Hands a record to stable storage: what follows waits for it.
+    /// Hands a change to stable storage: what follows waits for it.
     fn persist(&self, s: &mut Stack, record: Vec<u8>) {
         let number = s.gate.hand();
         match &self.storage {
             Storage::None => s.gate.all_written(),
-            Storage::Unsynced(file) => match file.store(&record) {
+            Storage::Unsynced(file) => match file.append(&[record]) {
                 Ok(()) => s.gate.all_written(),
                 Err(e) => {
                     let reason = format!("cannot write {}: {e}", file.path().display());

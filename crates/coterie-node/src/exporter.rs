@@ -117,6 +117,19 @@ impl Collector for Live {
         by_kind(e, "coterie_messages_sent", help, &status.messages_sent)?;
         let help = "Protocol messages this node received, by kind.";
         by_kind(e, "coterie_messages_received", help, &status.messages_received)?;
+        if let Some(c) = self.agent.storage_counts() {
+            let help = "Changes to the node's record appended to its state log.";
+            one(e, "coterie_state_changes", help, None, ConstCounter::new(c.changes))?;
+            let help = "Writes to the state log (one flush each when state_sync is on).";
+            one(e, "coterie_state_batches", help, None, ConstCounter::new(c.batches))?;
+            let help = "Snapshots written: the log folded into one.";
+            one(e, "coterie_state_snapshots", help, None, ConstCounter::new(c.snapshots))?;
+            let help = "Bytes appended to the state log.";
+            let bytes = Some(&Unit::Bytes);
+            one(e, "coterie_state_log", help, bytes, ConstCounter::new(c.log_bytes))?;
+            let help = "Bytes of snapshots written.";
+            one(e, "coterie_state_snapshot", help, bytes, ConstCounter::new(c.snapshot_bytes))?;
+        }
         Ok(())
     }
 }

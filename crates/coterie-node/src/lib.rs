@@ -27,7 +27,7 @@
 //!   (faults injected on request, `coterie fault`), `events` (what
 //!   watchers are told), `shutdown` (the stop signal), `throttle` (at most
 //!   a log line a second for what a remote party repeats).
-//! - [`state`]: a node's stable storage, one record in two checksummed slots.
+//! - [`state`]: a node's stable storage: a snapshot and a log of changes.
 //! - [`storage`]: the group-commit writer that makes records durable off the
 //!   runtime's thread.
 //! - [`Client`], [`WitnessClient`]: re-exported from `coterie-client`.

@@ -38,11 +38,11 @@ use crate::peers::Peers;
 use crate::session::Shared;
 use crate::sessions::Sessions;
 use crate::shutdown::Trigger;
-use crate::state::StateFile;
+use crate::state::{Found, StateFile};
 use crate::storage::StateWriter;
 use crate::transport::{call_task, delay_lane, dial_task, serve_peer, Transport};
 use coterie_core::wire::{Hello, PROTOCOL_VERSION};
-use coterie_core::{Engine, NodeId, Priority, Restored};
+use coterie_core::{Engine, NodeId, Priority};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -83,10 +83,10 @@ pub enum NodeError {
         /// Why it is not served.
         why: String,
     },
-    /// The state directory or file could not be used.
-    #[error("cannot use the state file {path}: {source}")]
+    /// The state directory or its files could not be used.
+    #[error("cannot use the state in {path}: {source}")]
     State {
-        /// The file.
+        /// The state directory.
         path: PathBuf,
         /// Why.
         source: io::Error,
@@ -180,6 +180,7 @@ pub async fn run(
     let incarnation = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let since_unix = wall.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let wall_origin = since_unix.saturating_sub(coterie_core::CLUSTER_ERA);
+    let mut algo = cfg.algo_config(id, incarnation, wall_origin);
     let state_file = match &cfg.cluster.state_dir {
         None => {
             warn!(
@@ -192,23 +193,36 @@ pub async fn run(
         Some(dir) => {
             let error = |source| NodeError::State { path: dir.clone(), source };
             let sync = cfg.cluster.state_sync;
-            Some(StateFile::open(dir, &cfg.cluster.name, id, sync).map_err(error)?)
+            let opened = StateFile::open(dir, &cfg.cluster.name, id, sync).map_err(error)?;
+            let path = opened.file.snapshot_path().display().to_string();
+            let epoch = opened.restored.as_ref().map_or(0, |r| r.epoch.0);
+            let names = opened.restored.as_ref().map_or(0, |r| r.names.len());
+            match opened.found {
+                Found::Nothing => {}
+                Found::Record { changes, torn } => {
+                    info!(node = id, %path, epoch, names, changes, "restored the state of the previous run");
+                    if torn {
+                        warn!(
+                            node = id,
+                            "the state log ended in a change that was not whole \
+                            (cut short or damaged): restored what came before it"
+                        );
+                    }
+                }
+                Found::Migrated => info!(node = id, %path, epoch, names,
+                    "restored the state of the previous run from the earlier single-file format, \
+                     now a snapshot and a log"),
+                Found::NotUnderstood => {
+                    warn!(
+                        node = id,
+                        "state file of the earlier format not understood: starting afresh"
+                    )
+                }
+            }
+            algo.restored = opened.restored;
+            Some(opened.file)
         }
     };
-    let mut algo = cfg.algo_config(id, incarnation, wall_origin);
-    if let Some(file) = &state_file {
-        let error = |source| NodeError::State { path: file.path().to_path_buf(), source };
-        if let Some(bytes) = file.load().map_err(error)? {
-            let path = file.path().display();
-            match Restored::decode(&bytes) {
-                Some(record) => {
-                    info!(node = id, %path, epoch = record.epoch.0, "restored the state of the previous run");
-                    algo.restored = Some(record);
-                }
-                None => warn!(node = id, %path, "state file not understood: starting afresh"),
-            }
-        }
-    }
     let engine = Engine::new(algo, cfg.cluster.mutex, cfg.cluster.election, Duration::ZERO);
     let hello = Hello {
         cluster: cfg.cluster.name.clone(),

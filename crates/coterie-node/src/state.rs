@@ -1,273 +1,596 @@
-//! A node's stable storage: one small file that the engine's
-//! [`Output::Persist`](coterie_core::engine::Output::Persist) replaces and a
-//! restarted node reads back ([`AlgoConfig::restored`](coterie_core::AlgoConfig)).
+//! A node's stable storage: a snapshot of its record and a log of the
+//! changes since, which the engine's
+//! [`Output::Persist`](coterie_core::engine::Output::Persist) appends to and
+//! a restarted node reads back ([`AlgoConfig::restored`](coterie_core::AlgoConfig)).
 //!
-//! The engine asks for a write before the messages that rest on it leave,
-//! and the agent makes it before it sends them. [`storage`](crate::storage)
-//! has the group-commit writer that makes these writes off the runtime's
-//! thread.
+//! The engine asks for a change to be durable before the messages that
+//! rest on it leave, and the agent makes it so before it sends them.
+//! [`storage`](crate::storage) has the group-commit writer that makes
+//! these writes off the runtime's thread.
 //!
-//! ## Format: two slots
-//! The file is two slots of `S` bytes each, `S` a multiple of 4096 and at
-//! least 4096, so the file is `2·S` long. A slot holds, little-endian:
+//! ## Why a log
+//! A change names one lock (or none); the record holds every lock the node
+//! remembers. Rewriting the record on every change made a change cost
+//! what the node remembers: the quorum algorithms, which keep a record per
+//! lock, created locks some thirty times slower than the others, and
+//! slower as locks piled up. Appending the change costs the change: its
+//! bytes on disk are the same at a thousand locks and at a million. When
+//! the log has grown past the snapshot (and past [`FOLD_AT`]), the two are
+//! folded into a new snapshot and the log starts again, so the log's
+//! bytes pay for the fold: a constant amount of disk work per change,
+//! averaged. etcd keeps its state the same way (a write-ahead log and
+//! snapshots of bbolt).
+//!
+//! ## Files
+//! In the state directory, for node `id` of cluster `c`:
+//! `c-node{id}.snapshot` and `c-node{id}.log`, and `c-node{id}.lock`, which
+//! a node holds locked (`flock`) while it runs, so that a second process
+//! on the same state is refused. Little-endian throughout.
+//!
+//! The **snapshot** is written whole to a temporary file, flushed, renamed
+//! over the old one, and the directory flushed: it is the old snapshot or
+//! the new one, never a mix.
 //!
 //! | bytes | what |
 //! | --- | --- |
-//! | `0..8` | the generation, a `u64` that every write raises by one |
-//! | `8..12` | the record's length `n`, a `u32` |
-//! | `12..16` | CRC-32 ([`crc32fast`]) of bytes `0..12` and the record |
-//! | `16..16+n` | the record; the rest of the slot is unused |
+//! | `0..8` | `coterieS` |
+//! | `8..12` | the format, [`FORMAT`] |
+//! | `12..16` | CRC-32 ([`crc32fast`]) of bytes `16..32+n` |
+//! | `16..24` | `upto`: the number of the last change folded in |
+//! | `24..32` | the record's length `n` |
+//! | `32..32+n` | the record ([`Restored`]) |
 //!
-//! A write goes, with the next generation, to the slot that does *not* hold
-//! the newest record (double-buffering, as file systems keep their
-//! superblocks), then comes one `fdatasync`. [`StateFile::load`] reads both
-//! slots and takes the valid one (checksum right) with the higher
-//! generation.
+//! The **log** is a 16-byte header (`coterieL`, the format, four zero
+//! bytes), then the changes, each:
 //!
-//! Why: the previous format was one record replaced through a temporary
-//! file, flushed, renamed over the old one, and the directory flushed: three
-//! flushes, a new inode and journal traffic on every write. Overwriting
-//! blocks that are already allocated, in a file whose length does not
-//! change, needs one `fdatasync` and no metadata (`fdatasync` leaves the
-//! modification time alone): one flush per write. On the ext4 disk where
-//! it was measured (`measure_synced_stores` below), a synced write went
-//! from about 0.7 ms to about 0.13 ms (from ~1,450 to ~7,700 a second).
-//! A power loss in the middle of a write can tear only the slot being
-//! written, whose checksum then fails, and `load` falls back to the other
-//! slot: the old record or the new one, never a torn mix.
+//! | bytes | what |
+//! | --- | --- |
+//! | `0..4` | the change's length `n` |
+//! | `4..8` | CRC-32 of bytes `0..4` and `8..16+n` |
+//! | `8..16` | the change's number: one above the one before |
+//! | `16..16+n` | the change ([`Delta`]) |
 //!
-//! Slots are sized from the records: `S` is the smallest power of two, at
-//! least 4096, that holds the header and the record. A record that no
-//! longer fits has the file rewritten whole with larger slots, the old way
-//! (temporary file, flush, rename, directory flush), once; later writes are
-//! in place again. The first write to a file that holds nothing (missing,
-//! empty, or only zeros) lays it out in place: zeros first, flushed, then
-//! the record; a power loss in between leaves a file of zeros, which holds
-//! no record.
+//! A batch of changes is one `pwrite` at the log's end, then one
+//! `fdatasync`. Numbers go on across runs and folds.
+//!
+//! ## Recovery
+//! Read the snapshot (none: the empty record), then apply the log's
+//! changes numbered above its `upto`, in order, stopping at the first that
+//! is torn (shorter than its length says), fails its checksum, is not the
+//! next number, or is not understood. Whatever follows such a change was
+//! written after it and is dropped with it: a power loss mid-write, a
+//! truncated file or a copy of another moment (what the nemesis's disk
+//! faults make) all leave a record that was once whole. A change numbered
+//! at or below `upto` was folded in already (a crash between the fold's
+//! rename and the log's reset leaves them); it is skipped.
+//!
+//! Then, if the log held anything, the recovered record is folded into a
+//! new snapshot and the log reset, so that every run starts from a
+//! snapshot and an empty log. A node refuses a file of a newer format
+//! with a message saying so; a snapshot whose checksum fails is an error
+//! (it is never written in place, so this is damage, not a torn write).
+//!
+//! The earlier single-file format (`c-node{id}.state`, the whole record in
+//! one of two slots) is read once, when there is no snapshot yet, written
+//! as the first snapshot, and removed: see [`legacy`].
 //!
 //! ## Synced or not
-//! One format both ways, as the configuration's `state_sync` says:
-//! - **synced** (the default): every write is flushed (`fdatasync`) before
-//!   [`StateFile::store`] returns. Durable against a power loss.
-//! - **unsynced**: the same writes without the flushes. A slot is written
-//!   in a single `pwrite`; a killed process cannot interrupt a system call
-//!   half-way, and the page cache outlives it, so this is durable against
-//!   crashes of the process (what `coterie demo`, `run` and `bench`
-//!   inflict), at a few microseconds; not against a power loss.
-//!
-//! A file in the earlier format (a 4-byte length, then the record) is still
-//! read, and replaced by the two-slot file on the first write.
+//! - **synced** (the default): every batch and every fold is flushed
+//!   before [`StateFile::append`] returns. Durable against a power loss.
+//! - **unsynced**: the same writes without the flushes. A batch is one
+//!   `pwrite`; a killed process cannot interrupt a system call half-way,
+//!   and the page cache outlives it, so this is durable against crashes of
+//!   the process (what `coterie demo`, `run` and `bench` inflict), not
+//!   against a power loss.
 
+pub mod legacy;
+
+use coterie_core::{Delta, Restored};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-/// A slot's header: generation, length, checksum.
-const HEADER: usize = 16;
-/// The smallest slot, and what every slot size is a multiple of.
-const MIN_SLOT: u64 = 4096;
+/// The storage format this build writes, and the newest it reads. The
+/// earlier single-file format was 1.
+pub const FORMAT: u32 = 2;
+/// The log is folded into the snapshot once its changes take more bytes
+/// than the snapshot and than this.
+pub const FOLD_AT: u64 = 64 * 1024;
 
-/// The file holding one node's durable state.
+const SNAPSHOT_MAGIC: &[u8; 8] = b"coterieS";
+const LOG_MAGIC: &[u8; 8] = b"coterieL";
+/// A snapshot's bytes before its record.
+const SNAPSHOT_HEADER: usize = 32;
+/// The log's own header, before its first change.
+const LOG_HEADER: u64 = 16;
+/// A change's bytes before the change itself.
+const CHANGE_HEADER: usize = 16;
+
+/// The files holding one node's durable state.
 #[derive(Debug)]
 pub struct StateFile {
-    path: PathBuf,
-    /// Whether every write is flushed before `store` returns.
+    snapshot: PathBuf,
+    log: PathBuf,
+    /// Whether every write is flushed before it returns.
     sync: bool,
     inner: Mutex<Inner>,
+    /// Read without the lock, which a write holds across its flush.
+    counted: Counted,
+    /// `c-node{id}.lock`, locked for as long as this is open: a second
+    /// process on the same state (a node started twice) is refused.
+    _lock: File,
 }
 
-/// What a write must know of the file as it is.
+/// What a write must know of the files as they are.
 #[derive(Debug)]
 struct Inner {
-    layout: Layout,
-    /// The generation of the newest record in the file, 0 if none.
-    generation: u64,
+    /// The log, open for writing once it has a header.
+    log: Option<File>,
+    /// Where the next change goes in the log.
+    log_len: u64,
+    /// The snapshot's length, to tell when the log outgrows it.
+    snapshot_len: u64,
+    /// The number the next change takes.
+    next: u64,
 }
 
+/// [`Counts`], as the writes keep them.
+#[derive(Debug, Default)]
+struct Counted {
+    changes: AtomicU64,
+    batches: AtomicU64,
+    log_bytes: AtomicU64,
+    snapshots: AtomicU64,
+    snapshot_bytes: AtomicU64,
+}
+
+impl Counted {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// What a node's storage has written since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Changes appended to the log.
+    pub changes: u64,
+    /// Batches written (one flush each when synced).
+    pub batches: u64,
+    /// Bytes appended to the log.
+    pub log_bytes: u64,
+    /// Snapshots written (folds, and the one a start may write).
+    pub snapshots: u64,
+    /// Bytes of snapshots written.
+    pub snapshot_bytes: u64,
+}
+
+/// What a start found in the state directory.
 #[derive(Debug)]
-enum Layout {
-    /// No record: the file is missing, empty or only zeros (and not the
-    /// length of two slots). The first write lays it out in place.
-    Blank,
-    /// Two slots of `slot` bytes each; the next write goes to slot `next`
-    /// (0 or 1), the one that does not hold the newest record.
-    Slots { file: File, slot: u64, next: u64 },
-    /// Something else, such as the earlier format: the first write
-    /// replaces it whole, through a temporary file.
-    Other,
+pub struct Opened {
+    /// The files, to append to.
+    pub file: StateFile,
+    /// The record the previous run left, if any.
+    pub restored: Option<Restored>,
+    /// What was there, in a few words, for the log.
+    pub found: Found,
+}
+
+/// Where the record a start found came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// Nothing was there: a first start, or a lost state directory.
+    Nothing,
+    /// A snapshot (or none) and this many changes after it; `torn` if a
+    /// change was dropped with what followed it.
+    Record {
+        /// Changes applied from the log.
+        changes: u64,
+        /// Whether the log ended in a change that was not whole.
+        torn: bool,
+    },
+    /// The earlier single-file format, migrated to a snapshot.
+    Migrated,
+    /// A file of the earlier format whose record was not understood: the
+    /// node starts afresh, as that format's readers did.
+    NotUnderstood,
+}
+
+/// A snapshot and a log as [`recover`] reads them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// The record (`None`: no snapshot and no change).
+    pub restored: Option<Restored>,
+    /// The number of the last change in it (the snapshot's `upto`, or the
+    /// last change applied).
+    pub upto: u64,
+    /// Changes applied from the log.
+    pub changes: u64,
+    /// Whether the log held anything beyond its header: a change applied,
+    /// skipped or dropped.
+    pub log_used: bool,
+    /// Whether the log ended in something that was not a whole change.
+    pub torn: bool,
 }
 
 impl StateFile {
-    /// The state file of node `id` of cluster `cluster` in `dir`, creating
-    /// `dir` if need be. With `sync`, every write is flushed to disk before
-    /// it returns. Reads what is there, to go on from its newest
-    /// generation; a file whose contents do not make sense is not an error
-    /// here, but for [`load`](Self::load).
-    pub fn open(dir: &Path, cluster: &str, id: u32, sync: bool) -> io::Result<StateFile> {
+    /// Opens the state of node `id` of cluster `cluster` in `dir`, creating
+    /// `dir` if need be, and recovers what the previous run left (see the
+    /// module documentation). With `sync`, every write is flushed to disk
+    /// before it returns.
+    pub fn open(dir: &Path, cluster: &str, id: u32, sync: bool) -> io::Result<Opened> {
         std::fs::create_dir_all(dir)?;
-        let path = dir.join(format!("{cluster}-node{id}.state"));
-        let (layout, generation) = match read_all(&path)? {
-            None => (Layout::Blank, 0),
-            Some(bytes) => match slot_size(bytes.len()) {
-                Some(slot) => {
-                    let file = OpenOptions::new().read(true).write(true).open(&path)?;
-                    match newest(&bytes, slot) {
-                        Some((generation, index, _)) => {
-                            (Layout::Slots { file, slot, next: 1 - index }, generation)
-                        }
-                        None => (Layout::Slots { file, slot, next: 0 }, 0),
-                    }
-                }
-                None if is_zero(&bytes) => (Layout::Blank, 0),
-                None => (Layout::Other, 0),
-            },
+        let lock_path = dir.join(format!("{cluster}-node{id}.lock"));
+        let lock = OpenOptions::new().write(true).create(true).truncate(false).open(&lock_path)?;
+        if let Err(e) = lock.try_lock() {
+            let why = match e {
+                std::fs::TryLockError::WouldBlock => "another process holds it".to_string(),
+                std::fs::TryLockError::Error(e) => e.to_string(),
+            };
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "cannot lock {}: {why} (is node {id} already running on this state?)",
+                    lock_path.display()
+                ),
+            ));
+        }
+        let file = StateFile {
+            snapshot: dir.join(format!("{cluster}-node{id}.snapshot")),
+            log: dir.join(format!("{cluster}-node{id}.log")),
+            sync,
+            inner: Mutex::new(Inner { log: None, log_len: 0, snapshot_len: 0, next: 1 }),
+            counted: Counted::default(),
+            _lock: lock,
         };
-        Ok(StateFile { path, sync, inner: Mutex::new(Inner { layout, generation }) })
+        let snapshot = read_all(&file.snapshot)?;
+        let log = read_all(&file.log)?;
+        let old = dir.join(format!("{cluster}-node{id}.state"));
+        if snapshot.is_none() && log.is_none() {
+            if let Some(bytes) = read_all(&old)? {
+                return file.migrate(&old, &bytes);
+            }
+        }
+        let recovered = recover(snapshot.as_deref(), log.as_deref())?;
+        let mut inner = file.inner();
+        inner.next = recovered.upto + 1;
+        inner.snapshot_len = snapshot.as_ref().map_or(0, |s| s.len() as u64);
+        if recovered.log_used || recovered.torn {
+            // Start from a snapshot of what was recovered and an empty log.
+            if let Some(record) = &recovered.restored {
+                file.write_snapshot(&mut inner, record)?;
+            }
+            file.reset_log(&mut inner)?;
+        } else if log.is_some_and(|l| l.len() as u64 >= LOG_HEADER) {
+            inner.log = Some(OpenOptions::new().read(true).write(true).open(&file.log)?);
+            inner.log_len = LOG_HEADER;
+        } // else no log, or an empty one: the first append writes its header
+        drop(inner);
+        let found = match &recovered.restored {
+            None => Found::Nothing,
+            Some(_) => Found::Record { changes: recovered.changes, torn: recovered.torn },
+        };
+        Ok(Opened { file, restored: recovered.restored, found })
     }
 
-    /// Where it is.
+    /// What a start of node `id` of cluster `cluster` would recover from
+    /// `dir`, read without writing anything (the earlier single-file
+    /// format aside): for tools and tests that look at a running node's
+    /// state.
+    pub fn read(dir: &Path, cluster: &str, id: u32) -> io::Result<Recovered> {
+        let snapshot = read_all(&dir.join(format!("{cluster}-node{id}.snapshot")))?;
+        let log = read_all(&dir.join(format!("{cluster}-node{id}.log")))?;
+        recover(snapshot.as_deref(), log.as_deref())
+    }
+
+    /// Reads the earlier format's `bytes` (from `old`), writes its record
+    /// as the first snapshot and removes `old`.
+    fn migrate(self, old: &Path, bytes: &[u8]) -> io::Result<Opened> {
+        let restored = match legacy::parse(bytes) {
+            Ok(record) => record.map(|r| Restored::decode(&r)),
+            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", old.display()))),
+        };
+        let found = match &restored {
+            None => Found::Nothing,
+            Some(None) => Found::NotUnderstood,
+            Some(Some(_)) => Found::Migrated,
+        };
+        let restored = restored.flatten();
+        if let Some(record) = &restored {
+            let mut inner = self.inner();
+            self.write_snapshot(&mut inner, record)?;
+            self.reset_log(&mut inner)?;
+        }
+        std::fs::remove_file(old)?;
+        if self.sync {
+            self.sync_dir()?;
+        }
+        Ok(Opened { file: self, restored, found })
+    }
+
+    /// Where the changes go: the file whose writes can fail in use.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.log
     }
 
-    /// What the previous run left, if anything: the newest record whose
-    /// checksum holds. A file in slots with no valid record, or in the
-    /// earlier format too short for its own length prefix, was damaged or
-    /// never completely written: an error, not a guess.
-    pub fn load(&self) -> io::Result<Option<Vec<u8>>> {
-        match read_all(&self.path)? {
-            Some(bytes) => parse(&bytes),
-            None => Ok(None),
+    /// Where the snapshot is.
+    pub fn snapshot_path(&self) -> &Path {
+        &self.snapshot
+    }
+
+    /// What has been written since the files were opened.
+    pub fn counts(&self) -> Counts {
+        let c = &self.counted;
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        Counts {
+            changes: get(&c.changes),
+            batches: get(&c.batches),
+            log_bytes: get(&c.log_bytes),
+            snapshots: get(&c.snapshots),
+            snapshot_bytes: get(&c.snapshot_bytes),
         }
     }
 
-    /// Replaces the record with `bytes`: writes it, with the next
-    /// generation, to the slot that does not hold the newest record, and
-    /// flushes it if synced. Rewrites the file with larger slots if it does
-    /// not fit. After an error the newest record that was stored whole is
-    /// still there, and the next write goes to the same slot again.
-    pub fn store(&self, bytes: &[u8]) -> io::Result<()> {
-        let len = u32::try_from(bytes.len())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "record too long"))?;
-        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let generation = inner.generation + 1;
-        let image = encode(generation, len, bytes);
-        let needed = image.len() as u64;
-        match &mut inner.layout {
-            Layout::Slots { file, slot, next } if needed <= *slot => {
-                file.write_all_at(&image, *next * *slot)?;
-                if self.sync {
-                    file.sync_data()?;
-                }
-                *next ^= 1;
-            }
-            layout => {
-                let slot = needed.next_power_of_two().max(MIN_SLOT);
-                let file = match layout {
-                    Layout::Blank => self.lay_out(slot, &image)?,
-                    _ => self.rewrite(slot, &image)?,
-                };
-                *layout = Layout::Slots { file, slot, next: 1 };
-            }
+    /// Appends `changes` (each an encoded [`Delta`]), in order, in one
+    /// write, and flushes them if synced; then folds the log into a new
+    /// snapshot if it has outgrown the one there. After an error the files
+    /// hold what they held before, perhaps with a torn change at the log's
+    /// end, which recovery drops.
+    pub fn append(&self, changes: &[Vec<u8>]) -> io::Result<()> {
+        let mut inner = self.inner();
+        if inner.log.is_none() {
+            self.reset_log(&mut inner)?;
         }
-        inner.generation = generation;
+        let mut batch = Vec::with_capacity(changes.iter().map(|c| CHANGE_HEADER + c.len()).sum());
+        for change in changes {
+            let number = inner.next;
+            inner.next += 1;
+            frame(&mut batch, number, change)?;
+        }
+        let log = inner.log.as_ref().expect("the log was just opened");
+        log.write_all_at(&batch, inner.log_len)?;
+        if self.sync {
+            log.sync_data()?;
+        }
+        inner.log_len += batch.len() as u64;
+        Counted::add(&self.counted.changes, changes.len() as u64);
+        Counted::add(&self.counted.batches, 1);
+        Counted::add(&self.counted.log_bytes, batch.len() as u64);
+        if inner.log_len - LOG_HEADER > inner.snapshot_len.max(FOLD_AT) {
+            self.fold(&mut inner)?;
+        }
         Ok(())
     }
 
-    /// Makes a file that holds nothing two slots of `slot` bytes, in place,
-    /// with `image` in the first: zeros first, flushed, so that a power
-    /// loss before the record is whole leaves zeros, which hold no record.
-    fn lay_out(&self, slot: u64, image: &[u8]) -> io::Result<File> {
-        let existed = self.path.try_exists()?;
-        let file = OpenOptions::new()
+    /// Folds the log into a new snapshot and resets the log: reads both
+    /// back as a restart would (from the page cache, as a rule), writes
+    /// the record as the snapshot, then empties the log. A crash between
+    /// the two leaves changes the snapshot already holds, which recovery
+    /// skips.
+    fn fold(&self, inner: &mut Inner) -> io::Result<()> {
+        let snapshot = read_all(&self.snapshot)?;
+        let log = read_all(&self.log)?;
+        let recovered = recover(snapshot.as_deref(), log.as_deref())?;
+        if recovered.upto + 1 != inner.next {
+            return Err(invalid("the log does not read back as written"));
+        }
+        self.write_snapshot(inner, &recovered.restored.unwrap_or_default())?;
+        self.reset_log(inner)
+    }
+
+    /// Replaces the snapshot with `record`, holding every change numbered
+    /// below `inner.next`: through a temporary file, renamed over it.
+    fn write_snapshot(&self, inner: &mut Inner, record: &Restored) -> io::Result<()> {
+        let bytes = snapshot_image(record, inner.next - 1);
+        let tmp = self.snapshot.with_extension("snapshot.tmp");
+        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        file.write_all(&bytes)?;
+        if self.sync {
+            file.sync_data()?;
+        }
+        std::fs::rename(&tmp, &self.snapshot)?;
+        if self.sync {
+            self.sync_dir()?; // the rename itself lives in the directory
+        }
+        inner.snapshot_len = bytes.len() as u64;
+        Counted::add(&self.counted.snapshots, 1);
+        Counted::add(&self.counted.snapshot_bytes, bytes.len() as u64);
+        Ok(())
+    }
+
+    /// Makes the log its header alone, creating it if need be.
+    fn reset_log(&self, inner: &mut Inner) -> io::Result<()> {
+        let existed = self.log.try_exists()?;
+        let log = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(&self.path)?;
-        let len = 2 * slot;
-        file.write_all_at(&vec![0; len as usize], 0)?;
-        let meta = file.metadata()?;
-        if meta.is_file() && meta.len() > len {
-            file.set_len(len)?; // zeros beyond two slots
+            .open(&self.log)?;
+        log.write_all_at(&log_header(), 0)?;
+        if log.metadata()?.len() > LOG_HEADER {
+            log.set_len(LOG_HEADER)?;
         }
         if self.sync {
-            file.sync_data()?;
+            log.sync_data()?;
             if !existed {
                 self.sync_dir()?;
             }
         }
-        file.write_all_at(image, 0)?;
-        if self.sync {
-            file.sync_data()?;
-        }
-        Ok(file)
-    }
-
-    /// Replaces the file whole with two slots of `slot` bytes, `image` in
-    /// the first, through a temporary file renamed over it: the old record
-    /// stays until the new one is complete.
-    fn rewrite(&self, slot: u64, image: &[u8]) -> io::Result<File> {
-        let tmp = self.path.with_extension("state.tmp");
-        let mut whole = vec![0; 2 * slot as usize];
-        whole[..image.len()].copy_from_slice(image);
-        let mut file =
-            OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&tmp)?;
-        file.write_all(&whole)?;
-        if self.sync {
-            file.sync_data()?;
-        }
-        std::fs::rename(&tmp, &self.path)?;
-        if self.sync {
-            self.sync_dir()?; // the rename itself lives in the directory
-        }
-        Ok(file) // the same inode, now at `path`
+        inner.log = Some(log);
+        inner.log_len = LOG_HEADER;
+        Ok(())
     }
 
     fn sync_dir(&self) -> io::Result<()> {
-        match self.path.parent() {
+        match self.log.parent() {
             Some(dir) => File::open(dir)?.sync_all(),
             None => Ok(()),
         }
     }
+
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
-/// The record a state file's `bytes` hold, as [`StateFile::load`] reads
-/// it: the newest slot whose checksum holds, or the earlier format's
-/// length-prefixed record. A file of zeros (or none) holds nothing; a file
-/// in slots with no valid record, or in the earlier format too short for
-/// its own length prefix, is an error.
-pub fn parse(bytes: &[u8]) -> io::Result<Option<Vec<u8>>> {
-    if is_zero(bytes) {
-        return Ok(None); // created, never written
-    }
-    if let Some(slot) = slot_size(bytes.len()) {
-        return match newest(bytes, slot) {
-            Some((_, _, record)) => Ok(Some(record.to_vec())),
-            None => Err(invalid("neither slot holds a valid record")),
+/// The record a snapshot's and a log's bytes hold, as a start reads them
+/// (see the module documentation): `None` for a missing file. An error
+/// for a snapshot that is damaged or not a snapshot, and for either file
+/// of a newer format; a log's damage only ends it.
+pub fn recover(snapshot: Option<&[u8]>, log: Option<&[u8]>) -> io::Result<Recovered> {
+    let (mut restored, upto) = match snapshot {
+        Some(bytes) => {
+            let (record, upto) = parse_snapshot(bytes)?;
+            (Some(record), upto)
+        }
+        None => (None, 0),
+    };
+    let mut recovered = Recovered { upto, ..Recovered::default() };
+    let Some(log) = log else {
+        recovered.restored = restored;
+        return Ok(recovered);
+    };
+    let mut rest = match log.get(..LOG_HEADER as usize) {
+        // Shorter than its header: created, and cut short before or as
+        // the header was written. Nothing was appended to it.
+        None => {
+            recovered.torn = !log.is_empty();
+            recovered.restored = restored;
+            return Ok(recovered);
+        }
+        Some(header) => {
+            check_magic(header, LOG_MAGIC, "log")?;
+            &log[LOG_HEADER as usize..]
+        }
+    };
+    recovered.log_used = !rest.is_empty();
+    while !rest.is_empty() {
+        let Some((number, change, after)) = unframe(rest) else {
+            recovered.torn = true;
+            break;
         };
+        rest = after;
+        if recovered.changes == 0 && number <= recovered.upto {
+            continue; // folded in already
+        }
+        let Some(delta) = (number == recovered.upto + 1).then(|| Delta::decode(change)).flatten()
+        else {
+            recovered.torn = true;
+            break;
+        };
+        restored.get_or_insert_with(Restored::default).apply(delta);
+        recovered.upto = number;
+        recovered.changes += 1;
     }
-    // The earlier format: a length, then the record (then, perhaps, the
-    // tail of a longer record it overwrote in place).
-    let len = bytes.get(..4).ok_or_else(|| invalid("truncated record"))?;
-    let len = u32::from_le_bytes(len.try_into().expect("four bytes")) as usize;
-    let end = len.checked_add(4).ok_or_else(|| invalid("truncated record"))?;
-    let record = bytes.get(4..end).ok_or_else(|| invalid("truncated record"))?;
-    Ok(Some(record.to_vec()))
+    recovered.restored = restored;
+    Ok(recovered)
 }
 
-/// A whole state file that holds `record` (generation 1, first slot), as
-/// the first [`StateFile::store`] lays it out: for tests and fuzzing of
-/// [`parse`].
-pub fn image(record: &[u8]) -> Vec<u8> {
-    let len = u32::try_from(record.len()).unwrap_or(u32::MAX);
-    let slot = encode(1, len, record);
-    let size = (slot.len() as u64).next_power_of_two().max(MIN_SLOT) as usize;
-    let mut file = vec![0; 2 * size];
-    file[..slot.len()].copy_from_slice(&slot);
-    file
+/// A whole snapshot holding `record`, as the changes up to `upto` left it.
+pub fn snapshot_image(record: &Restored, upto: u64) -> Vec<u8> {
+    snapshot_bytes(&record.encode(), upto)
+}
+
+/// A whole snapshot holding the encoded record `encoded` (for the fuzzer,
+/// any bytes).
+pub fn snapshot_bytes(encoded: &[u8], upto: u64) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(SNAPSHOT_HEADER + encoded.len());
+    bytes.extend_from_slice(SNAPSHOT_MAGIC);
+    bytes.extend_from_slice(&FORMAT.to_le_bytes());
+    bytes.extend_from_slice(&[0; 4]); // the checksum, below
+    bytes.extend_from_slice(&upto.to_le_bytes());
+    bytes.extend_from_slice(&(encoded.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(encoded);
+    let crc = crc32fast::hash(&bytes[16..]);
+    bytes[12..16].copy_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+/// A whole log holding `changes` (number, encoded [`Delta`]), in order.
+pub fn log_image(changes: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let mut bytes = log_header().to_vec();
+    for (number, change) in changes {
+        frame(&mut bytes, *number, change).expect("a change shorter than 4 GiB");
+    }
+    bytes
+}
+
+fn log_header() -> [u8; LOG_HEADER as usize] {
+    let mut header = [0; LOG_HEADER as usize];
+    header[..8].copy_from_slice(LOG_MAGIC);
+    header[8..12].copy_from_slice(&FORMAT.to_le_bytes());
+    header
+}
+
+/// A snapshot's record and `upto`.
+fn parse_snapshot(bytes: &[u8]) -> io::Result<(Restored, u64)> {
+    let header = bytes.get(..SNAPSHOT_HEADER).ok_or_else(|| invalid("snapshot cut short"))?;
+    check_magic(header, SNAPSHOT_MAGIC, "snapshot")?;
+    let crc = u32::from_le_bytes(header[12..16].try_into().expect("four bytes"));
+    let upto = u64::from_le_bytes(header[16..24].try_into().expect("eight bytes"));
+    let len = u64::from_le_bytes(header[24..32].try_into().expect("eight bytes"));
+    let end = usize::try_from(len).ok().and_then(|l| l.checked_add(SNAPSHOT_HEADER));
+    let whole = end.and_then(|end| bytes.get(16..end));
+    let Some(whole) = whole.filter(|w| crc32fast::hash(w) == crc) else {
+        return Err(invalid("snapshot damaged: its checksum fails"));
+    };
+    let record = Restored::decode(&whole[16..])
+        .ok_or_else(|| invalid("snapshot's record not understood"))?;
+    Ok((record, upto))
+}
+
+/// Checks a file's first twelve bytes: its magic, and a format this build
+/// reads.
+fn check_magic(header: &[u8], magic: &[u8; 8], what: &str) -> io::Result<()> {
+    if &header[..8] != magic {
+        return Err(invalid(&format!("not a coterie {what}")));
+    }
+    let format = u32::from_le_bytes(header[8..12].try_into().expect("four bytes"));
+    if format > FORMAT {
+        return Err(invalid(&format!(
+            "{what} of storage format {format}, written by a newer coterie: this one reads \
+             formats up to {FORMAT}; run that version, or move the state directory aside to \
+             start this node afresh"
+        )));
+    }
+    if format < FORMAT {
+        return Err(invalid(&format!("{what} of unknown storage format {format}")));
+    }
+    Ok(())
+}
+
+/// Appends change `number` to `out`.
+fn frame(out: &mut Vec<u8>, number: u64, change: &[u8]) -> io::Result<()> {
+    let len = u32::try_from(change.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "change too long"))?;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&len.to_le_bytes());
+    crc.update(&number.to_le_bytes());
+    crc.update(change);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&crc.finalize().to_le_bytes());
+    out.extend_from_slice(&number.to_le_bytes());
+    out.extend_from_slice(change);
+    Ok(())
+}
+
+/// The first change in `bytes` (its number, its bytes) and what follows
+/// it, if it is whole and its checksum holds.
+fn unframe(bytes: &[u8]) -> Option<(u64, &[u8], &[u8])> {
+    let len = u32::from_le_bytes(bytes.get(0..4)?.try_into().ok()?);
+    let crc = u32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?);
+    let number = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
+    let end = CHANGE_HEADER.checked_add(len as usize)?;
+    let change = bytes.get(CHANGE_HEADER..end)?;
+    let mut sum = crc32fast::Hasher::new();
+    sum.update(&len.to_le_bytes());
+    sum.update(&number.to_le_bytes());
+    sum.update(change);
+    (sum.finalize() == crc).then(|| (number, change, &bytes[end..]))
 }
 
 /// The file's bytes, `None` if there is no file. Reads no more than the
@@ -284,266 +607,9 @@ fn read_all(path: &Path) -> io::Result<Option<Vec<u8>>> {
     Ok(Some(bytes))
 }
 
-/// The size of a slot, if a file of `len` bytes is two of them.
-fn slot_size(len: usize) -> Option<u64> {
-    let len = len as u64;
-    (len >= 2 * MIN_SLOT && len.is_multiple_of(2 * MIN_SLOT)).then_some(len / 2)
-}
-
-fn is_zero(bytes: &[u8]) -> bool {
-    bytes.iter().all(|&b| b == 0)
-}
-
 fn invalid(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_string())
 }
 
-/// A slot's contents: header, then record.
-fn encode(generation: u64, len: u32, record: &[u8]) -> Vec<u8> {
-    let mut image = Vec::with_capacity(HEADER + record.len());
-    image.extend_from_slice(&generation.to_le_bytes());
-    image.extend_from_slice(&len.to_le_bytes());
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&image);
-    crc.update(record);
-    image.extend_from_slice(&crc.finalize().to_le_bytes());
-    image.extend_from_slice(record);
-    image
-}
-
-/// The generation and record in `slot`, if its checksum holds.
-fn decode(slot: &[u8]) -> Option<(u64, &[u8])> {
-    let generation = u64::from_le_bytes(slot.get(0..8)?.try_into().ok()?);
-    let len = u32::from_le_bytes(slot.get(8..12)?.try_into().ok()?) as usize;
-    let sum = u32::from_le_bytes(slot.get(12..16)?.try_into().ok()?);
-    let record = slot.get(HEADER..HEADER.checked_add(len)?)?;
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&slot[..12]);
-    crc.update(record);
-    (generation > 0 && crc.finalize() == sum).then_some((generation, record))
-}
-
-/// The valid slot with the highest generation: its generation, its index
-/// (0 or 1) and its record.
-fn newest(bytes: &[u8], slot: u64) -> Option<(u64, u64, &[u8])> {
-    let (first, second) = bytes.split_at(slot as usize);
-    let a = decode(first).map(|(g, r)| (g, 0, r));
-    let b = decode(second).map(|(g, r)| (g, 1, r));
-    match (a, b) {
-        (Some(a), Some(b)) => Some(if b.0 > a.0 { b } else { a }),
-        (a, b) => a.or(b),
-    }
-}
-
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use std::time::{Duration, Instant};
-
-    /// An empty scratch directory for one test (the storage tests use it
-    /// too).
-    pub(crate) fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("coterie-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
-    }
-
-    /// The generation in each slot of the file, 0 where it is not valid.
-    fn generations(file: &StateFile) -> [u64; 2] {
-        let bytes = std::fs::read(file.path()).unwrap();
-        let slot = slot_size(bytes.len()).expect("two slots");
-        let (a, b) = bytes.split_at(slot as usize);
-        [decode(a).map_or(0, |s| s.0), decode(b).map_or(0, |s| s.0)]
-    }
-
-    #[test]
-    fn what_is_stored_is_loaded_and_replaced_whole_both_ways() {
-        for sync in [true, false] {
-            let dir = scratch(&format!("state-{sync}"));
-            let file = StateFile::open(&dir, "t", 3, sync).unwrap();
-            assert_eq!(file.load().unwrap(), None, "nothing before the first store");
-            file.store(b"first, longer contents").unwrap();
-            file.store(b"second").unwrap();
-            assert_eq!(file.load().unwrap().as_deref(), Some(&b"second"[..]), "sync {sync}");
-            assert!(file.path().ends_with("t-node3.state"));
-            // The next run reads what this one wrote, whichever way.
-            let again = StateFile::open(&dir, "t", 3, !sync).unwrap();
-            assert_eq!(again.load().unwrap().as_deref(), Some(&b"second"[..]));
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-
-    #[test]
-    fn a_torn_record_is_an_error_not_a_guess() {
-        let dir = scratch("torn");
-        let file = StateFile::open(&dir, "t", 1, true).unwrap();
-        std::fs::write(file.path(), [9, 0, 0, 0, 1, 2]).unwrap();
-        assert!(file.load().is_err());
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    #[test]
-    fn load_takes_the_newest_valid_slot_and_writes_alternate() {
-        let dir = scratch("slots");
-        let file = StateFile::open(&dir, "t", 1, true).unwrap();
-        file.store(b"one").unwrap();
-        assert_eq!(generations(&file), [1, 0]);
-        assert_eq!(std::fs::metadata(file.path()).unwrap().len(), 2 * MIN_SLOT);
-        file.store(b"two").unwrap();
-        assert_eq!(generations(&file), [1, 2]);
-        file.store(b"three").unwrap();
-        assert_eq!(generations(&file), [3, 2], "the older slot is overwritten");
-        assert_eq!(file.load().unwrap().as_deref(), Some(&b"three"[..]));
-        // A new run goes on from the newest generation, into the older slot.
-        drop(file);
-        let file = StateFile::open(&dir, "t", 1, true).unwrap();
-        assert_eq!(file.load().unwrap().as_deref(), Some(&b"three"[..]));
-        file.store(b"four").unwrap();
-        assert_eq!(generations(&file), [3, 4]);
-        assert_eq!(file.load().unwrap().as_deref(), Some(&b"four"[..]));
-        assert_eq!(std::fs::metadata(file.path()).unwrap().len(), 2 * MIN_SLOT, "in place");
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    #[test]
-    fn a_damaged_newest_slot_falls_back_to_the_older_one() {
-        let dir = scratch("damaged");
-        let file = StateFile::open(&dir, "t", 1, true).unwrap();
-        file.store(b"old record").unwrap();
-        file.store(b"new record").unwrap();
-        assert_eq!(generations(&file), [1, 2]);
-        let pristine = std::fs::read(file.path()).unwrap();
-        // A flipped byte anywhere in the newest slot's header or record.
-        for at in [0, 8, 12, HEADER, HEADER + 9] {
-            let mut bytes = pristine.clone();
-            bytes[MIN_SLOT as usize + at] ^= 0x20;
-            std::fs::write(file.path(), &bytes).unwrap();
-            assert_eq!(file.load().unwrap().as_deref(), Some(&b"old record"[..]), "byte {at}");
-        }
-        // Generation 2 torn: the next run writes over it, not over 1.
-        let again = StateFile::open(&dir, "t", 1, true).unwrap();
-        again.store(b"newer").unwrap();
-        assert_eq!(generations(&again), [1, 2]);
-        assert_eq!(again.load().unwrap().as_deref(), Some(&b"newer"[..]));
-        // Both slots damaged: an error, not a guess.
-        let mut bytes = std::fs::read(again.path()).unwrap();
-        bytes[HEADER] ^= 1;
-        bytes[MIN_SLOT as usize + HEADER] ^= 1;
-        std::fs::write(again.path(), &bytes).unwrap();
-        assert!(again.load().is_err());
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    #[test]
-    fn records_of_every_size_fit_and_the_file_grows_once_for_a_big_one() {
-        for sync in [true, false] {
-            let dir = scratch(&format!("sizes-{sync}"));
-            let file = StateFile::open(&dir, "t", 1, sync).unwrap();
-            let len = |f: &StateFile| std::fs::metadata(f.path()).unwrap().len();
-            let fits = MIN_SLOT as usize - HEADER;
-            for (size, file_len) in [
-                (0, 2 * MIN_SLOT),
-                (1, 2 * MIN_SLOT),
-                (300, 2 * MIN_SLOT),
-                (fits, 2 * MIN_SLOT),
-                (fits + 1, 4 * MIN_SLOT),
-                (10_000, 8 * MIN_SLOT),
-                (100_000, 2 * 131_072),
-                (5, 2 * 131_072), // slots do not shrink
-            ] {
-                let record: Vec<u8> = (0..size).map(|i| (i * 7 + size) as u8).collect();
-                file.store(&record).unwrap();
-                assert_eq!(file.load().unwrap(), Some(record.clone()), "size {size}");
-                assert_eq!(len(&file), file_len, "size {size}");
-                let again = StateFile::open(&dir, "t", 1, sync).unwrap();
-                assert_eq!(again.load().unwrap(), Some(record), "size {size}, reopened");
-            }
-            assert!(!dir.join("t-node1.state.tmp").exists());
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-
-    #[test]
-    fn the_earlier_format_is_read_and_replaced_by_the_first_store() {
-        let dir = scratch("legacy");
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("t-node1.state");
-        std::fs::write(&path, [3, 0, 0, 0, b'a', b'b', b'c', b'z']).unwrap();
-        let file = StateFile::open(&dir, "t", 1, true).unwrap();
-        assert_eq!(file.load().unwrap().as_deref(), Some(&b"abc"[..]));
-        file.store(b"new").unwrap();
-        assert_eq!(generations(&file), [1, 0]);
-        file.store(b"newer").unwrap();
-        assert_eq!(file.load().unwrap().as_deref(), Some(&b"newer"[..]));
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    #[test]
-    fn a_file_of_zeros_holds_nothing_and_is_laid_out_by_the_first_store() {
-        let dir = scratch("zeros");
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("t-node1.state");
-        for len in [0, 100, 2 * MIN_SLOT as usize, 3 * MIN_SLOT as usize] {
-            std::fs::write(&path, vec![0; len]).unwrap();
-            let file = StateFile::open(&dir, "t", 1, true).unwrap();
-            assert_eq!(file.load().unwrap(), None, "{len} zeros");
-            file.store(b"first").unwrap();
-            assert_eq!(file.load().unwrap().as_deref(), Some(&b"first"[..]), "{len} zeros");
-            assert_eq!(std::fs::metadata(&path).unwrap().len(), 2 * MIN_SLOT);
-        }
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    /// The previous synced write: temporary file, flush, rename, directory
-    /// flush.
-    fn store_by_rename(path: &Path, bytes: &[u8]) -> io::Result<()> {
-        let mut record = Vec::with_capacity(4 + bytes.len());
-        record.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-        record.extend_from_slice(bytes);
-        let tmp = path.with_extension("state.tmp");
-        let mut file = File::create(&tmp)?;
-        file.write_all(&record)?;
-        file.sync_data()?;
-        std::fs::rename(&tmp, path)?;
-        File::open(path.parent().unwrap())?.sync_all()
-    }
-
-    /// By hand: `cargo test -p coterie-node --release --lib
-    /// measure_synced_stores -- --ignored --nocapture`, with
-    /// `COTERIE_STORES` (default 500) stores of a 200-byte record in
-    /// `COTERIE_STATE_DIR` (default the temporary directory).
-    #[test]
-    #[ignore = "a measurement, run by hand"]
-    fn measure_synced_stores() {
-        let n: u32 =
-            std::env::var("COTERIE_STORES").ok().and_then(|s| s.parse().ok()).unwrap_or(500);
-        let base = std::env::var_os("COTERIE_STATE_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
-        let dir = base.join(format!("coterie-measure-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let record = vec![0x5a; 200];
-        let report = |what: &str, took: Duration| {
-            let each = took / n;
-            let rate = f64::from(n) / took.as_secs_f64();
-            println!("{what:<32} {n} stores in {took:>10.2?}: {each:>9.2?} each, {rate:>9.0}/s");
-        };
-        let old = dir.join("old.state");
-        let start = Instant::now();
-        for _ in 0..n {
-            store_by_rename(&old, &record).unwrap();
-        }
-        report("synced, temp+rename (before)", start.elapsed());
-        for (sync, what) in [(true, "synced, two slots (now)"), (false, "unsynced, two slots")] {
-            let file = StateFile::open(&dir, &format!("m{sync}"), 1, sync).unwrap();
-            file.store(&record).unwrap(); // lays the file out
-            file.store(&record).unwrap();
-            let start = Instant::now();
-            for _ in 0..n {
-                file.store(&record).unwrap();
-            }
-            report(what, start.elapsed());
-        }
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}
+pub(crate) mod tests;

@@ -8,15 +8,15 @@
 //! flushing each record in turn under the node's state, on its
 //! single-threaded runtime, caps the node at one record per flush.
 //!
-//! Records *replace* each other: each is the whole state, so only the
-//! newest one matters. [`StateWriter`] owns a thread of its own (a flush
-//! blocks, so not a tokio task) and the [`StateFile`]. The node hands it a
-//! record with [`submit`](StateWriter::submit), which never waits on the
-//! disk, and goes on; the messages that depend on the record wait in the
-//! caller. When the thread wakes it takes everything submitted meanwhile
-//! and writes only the newest record: one flush covers them all (group
-//! commit), so under load the number of flushes stays flat while the rate
-//! of records rises. Then it says so on a watch channel,
+//! Records are changes, applied in order ([`Delta`](coterie_core::Delta)).
+//! [`StateWriter`] owns a thread of its own (a flush blocks, so not a
+//! tokio task) and the [`StateFile`]. The node hands it a change with
+//! [`submit`](StateWriter::submit), which never waits on the disk, and
+//! goes on; the messages that depend on the change wait in the caller.
+//! When the thread wakes it takes everything submitted meanwhile and
+//! appends it all in one write: one flush covers them all (group commit),
+//! so under load the number of flushes stays flat while the rate of
+//! changes rises. Then it says so on a watch channel,
 //! [`durable`](StateWriter::durable): [`Durability::Upto`]`(n)` means every
 //! generation up to `n` is on disk, and the caller sends the messages it
 //! held back for them.
@@ -33,7 +33,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::watch;
 
-use crate::state::StateFile;
+use crate::state::{Counts, StateFile};
 
 /// How far the writer has got, on [`StateWriter::durable`]'s channel.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,13 +46,14 @@ pub enum Durability {
     Failed(String),
 }
 
-/// A group-commit writer: a thread that owns a [`StateFile`] and writes
-/// the newest record submitted to it, as often as the disk allows.
+/// A group-commit writer: a thread that owns a [`StateFile`] and appends
+/// the changes submitted to it, in batches, as often as the disk allows.
 /// Dropping it writes what was submitted and then stops the thread,
 /// blocking until it has (a flush, at most two).
 #[derive(Debug)]
 pub struct StateWriter {
     shared: Arc<Shared>,
+    file: Arc<StateFile>,
     durable: watch::Receiver<Durability>,
     thread: Option<JoinHandle<()>>,
 }
@@ -63,14 +64,14 @@ struct Shared {
     queue: Mutex<Queue>,
     /// Rung when there is a record to write or the writer is dropped.
     wake: Condvar,
-    /// Records written (stores that succeeded).
+    /// Batches written (appends that succeeded).
     writes: AtomicU64,
 }
 
 #[derive(Debug, Default)]
 struct Queue {
-    /// The newest record submitted and not yet taken by the thread.
-    pending: Option<(u64, Vec<u8>)>,
+    /// The changes submitted and not yet taken by the thread, in order.
+    pending: Vec<Vec<u8>>,
     /// The highest generation submitted.
     submitted: u64,
     /// The writer is being dropped: write what is pending, then stop.
@@ -95,25 +96,26 @@ impl StateWriter {
             writes: AtomicU64::new(0),
         });
         let (tx, durable) = watch::channel(Durability::Upto(0));
+        let file = Arc::new(file);
         let thread = std::thread::Builder::new()
             .name("coterie-state".into())
             .spawn({
-                let shared = Arc::clone(&shared);
+                let (shared, file) = (Arc::clone(&shared), Arc::clone(&file));
                 move || run(&shared, &file, &tx)
             })
             .expect("cannot start the state writer's thread");
-        StateWriter { shared, durable, thread: Some(thread) }
+        StateWriter { shared, file, durable, thread: Some(thread) }
     }
 
-    /// Hands the thread the record of `generation`, which replaces any
-    /// record submitted before and not yet written. Never waits on the
-    /// disk. Generations start at 1 and must rise with every call:
-    /// reusing one would let a record that is not on disk pass for durable,
-    /// so it panics. After a failed write the record is dropped.
-    pub fn submit(&self, generation: u64, record: Vec<u8>) {
+    /// Hands the thread change `generation`, to append after every change
+    /// submitted before it. Never waits on the disk. Generations start at
+    /// 1 and rise by one with every call: skipping or reusing one would let
+    /// a change that is not on disk pass for durable, so it panics. After
+    /// a failed write the change is dropped.
+    pub fn submit(&self, generation: u64, change: Vec<u8>) {
         let mut queue = self.shared.queue();
         let last = queue.submitted;
-        if generation <= last {
+        if generation != last + 1 {
             drop(queue);
             panic!("state generation {generation} submitted after {last}");
         }
@@ -121,7 +123,7 @@ impl StateWriter {
         if queue.failed {
             return;
         }
-        queue.pending = Some((generation, record));
+        queue.pending.push(change);
         drop(queue);
         self.shared.wake.notify_one();
     }
@@ -132,10 +134,15 @@ impl StateWriter {
         self.durable.clone()
     }
 
-    /// How many records the thread has written: one flush each when synced.
-    /// Far fewer than were submitted under load.
+    /// How many batches the thread has written: one flush each when
+    /// synced. Far fewer than the changes submitted under load.
     pub fn writes(&self) -> u64 {
         self.shared.writes.load(Ordering::Relaxed)
+    }
+
+    /// What the file has written, as of now.
+    pub fn counts(&self) -> Counts {
+        self.file.counts()
     }
 }
 
@@ -150,15 +157,15 @@ impl Drop for StateWriter {
     }
 }
 
-/// The writer's thread: takes the newest pending record, writes it, says
+/// The writer's thread: takes the pending changes, appends them, says
 /// so; until dropped or a write fails.
 fn run(shared: &Shared, file: &StateFile, tx: &watch::Sender<Durability>) {
     loop {
-        let (generation, record) = {
+        let (generation, batch) = {
             let mut queue = shared.queue();
             loop {
-                if let Some(next) = queue.pending.take() {
-                    break next;
+                if !queue.pending.is_empty() {
+                    break (queue.submitted, std::mem::take(&mut queue.pending));
                 }
                 if queue.closing {
                     return;
@@ -166,7 +173,7 @@ fn run(shared: &Shared, file: &StateFile, tx: &watch::Sender<Durability>) {
                 queue = shared.wake.wait(queue).unwrap_or_else(PoisonError::into_inner);
             }
         };
-        match file.store(&record) {
+        match file.append(&batch) {
             Ok(()) => {
                 shared.writes.fetch_add(1, Ordering::Relaxed);
                 tx.send_replace(Durability::Upto(generation));
@@ -177,7 +184,7 @@ fn run(shared: &Shared, file: &StateFile, tx: &watch::Sender<Durability>) {
                 tracing::error!(generation, "{why}");
                 let mut queue = shared.queue();
                 queue.failed = true;
-                queue.pending = None;
+                queue.pending.clear();
                 drop(queue);
                 tx.send_replace(Durability::Failed(why));
                 return;
@@ -206,39 +213,46 @@ mod tests {
         })
     }
 
-    fn load(dir: &Path) -> Option<Vec<u8>> {
-        StateFile::open(dir, "t", 1, true).unwrap().load().unwrap()
+    /// What a restart would read: the watermark the last change set.
+    fn load(dir: &Path) -> Option<u64> {
+        StateFile::read(dir, "t", 1).unwrap().restored.map(|r| r.watermark)
+    }
+
+    /// Change `n`: the watermark set to `n`.
+    fn change(n: u64) -> Vec<u8> {
+        coterie_core::Delta { watermark: n, ..Default::default() }.encode()
     }
 
     #[test]
     fn a_submitted_record_becomes_durable_and_is_loaded() {
         let dir = scratch("writer");
-        let writer = StateWriter::spawn(StateFile::open(&dir, "t", 1, true).unwrap());
+        let writer = StateWriter::spawn(StateFile::open(&dir, "t", 1, true).unwrap().file);
         assert_eq!(*writer.durable().borrow(), Durability::Upto(0));
-        writer.submit(1, b"one".to_vec());
+        writer.submit(1, change(1));
         assert_eq!(wait(writer.durable(), |d| *d == Durability::Upto(1)), Durability::Upto(1));
-        assert_eq!(load(&dir).as_deref(), Some(&b"one"[..]));
+        assert_eq!(load(&dir), Some(1));
         assert_eq!(writer.writes(), 1);
         // Dropping writes what was submitted before stopping.
-        writer.submit(2, b"two".to_vec());
-        writer.submit(3, b"three".to_vec());
+        writer.submit(2, change(2));
+        writer.submit(3, change(3));
         drop(writer);
-        assert_eq!(load(&dir).as_deref(), Some(&b"three"[..]));
+        assert_eq!(load(&dir), Some(3));
         let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn records_submitted_meanwhile_share_one_flush() {
         let dir = scratch("group");
-        let writer = StateWriter::spawn(StateFile::open(&dir, "t", 1, true).unwrap());
+        let writer = StateWriter::spawn(StateFile::open(&dir, "t", 1, true).unwrap().file);
         for generation in 1..=1000u64 {
-            writer.submit(generation, format!("record {generation}").into_bytes());
+            writer.submit(generation, change(generation));
         }
         wait(writer.durable(), |d| *d == Durability::Upto(1000));
         let writes = writer.writes();
         println!("1000 records submitted, {writes} written");
         assert!(writes <= 100, "{writes} writes for 1000 records");
-        assert_eq!(load(&dir).as_deref(), Some(&b"record 1000"[..]));
+        drop(writer);
+        assert_eq!(load(&dir), Some(1000));
         let _ = std::fs::remove_dir_all(dir);
     }
 
@@ -251,19 +265,19 @@ mod tests {
         }
         let dir = scratch("full");
         std::fs::create_dir_all(&dir).unwrap();
-        std::os::unix::fs::symlink(full, dir.join("t-node1.state")).unwrap();
-        let writer = StateWriter::spawn(StateFile::open(&dir, "t", 1, true).unwrap());
-        writer.submit(1, b"one".to_vec());
+        std::os::unix::fs::symlink(full, dir.join("t-node1.log")).unwrap();
+        let writer = StateWriter::spawn(StateFile::open(&dir, "t", 1, true).unwrap().file);
+        writer.submit(1, change(1));
         let failed = wait(writer.durable(), |d| *d != Durability::Upto(0));
         let Durability::Failed(why) = &failed else {
             panic!("a write to /dev/full reported {failed:?}")
         };
-        assert!(why.contains("t-node1.state"), "{why}");
+        assert!(why.contains("t-node1.log"), "{why}");
         assert!(why.contains("No space left on device"), "{why}");
         // Later records are neither written nor called durable.
         let durable = writer.durable();
-        writer.submit(2, b"two".to_vec());
-        writer.submit(3, b"three".to_vec());
+        writer.submit(2, change(2));
+        writer.submit(3, change(3));
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(writer.writes(), 0);
         drop(writer);
@@ -273,8 +287,8 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "state generation 2 submitted after 2")]
-    fn a_generation_is_never_reused() {
+    #[should_panic(expected = "state generation 3 submitted after 1")]
+    fn a_generation_is_never_skipped() {
         struct Cleanup(PathBuf);
         impl Drop for Cleanup {
             fn drop(&mut self) {
@@ -283,8 +297,8 @@ mod tests {
         }
         let dir = scratch("reuse");
         let _cleanup = Cleanup(dir.clone());
-        let writer = StateWriter::spawn(StateFile::open(&dir, "t", 1, false).unwrap());
-        writer.submit(2, b"two".to_vec());
-        writer.submit(2, b"two again".to_vec());
+        let writer = StateWriter::spawn(StateFile::open(&dir, "t", 1, false).unwrap().file);
+        writer.submit(1, change(1));
+        writer.submit(3, change(3));
     }
 }

@@ -612,7 +612,7 @@ async fn a_node_whose_state_cannot_be_written_stops_and_the_rest_serve() {
     }
     let dir = std::env::temp_dir().join(format!("coterie-full-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::os::unix::fs::symlink(full, dir.join("test-node1.state")).unwrap();
+    std::os::unix::fs::symlink(full, dir.join("test-node1.log")).unwrap();
     let (mut cfg, listeners) = bound_config(3, "centralized").await;
     cfg.cluster.state_dir = Some(dir.clone());
     cfg.cluster.state_sync = true;

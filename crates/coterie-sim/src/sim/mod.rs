@@ -47,7 +47,8 @@ struct SimNode {
     wake_at: Option<Time>,
     /// The session with each peer, new with each incarnation.
     sessions: BTreeMap<NodeId, Session>,
-    /// The node's stable storage: what its engine last asked to persist.
+    /// The node's stable storage: the changes its engine asked to persist,
+    /// applied in order.
     /// It survives a crash, as a disk would.
     stable: Option<coterie_core::Restored>,
 }
@@ -317,7 +318,7 @@ impl<C: Chooser> Simulation<C> {
             Output::Persist(record) => {
                 self.report.records += 1;
                 if let Some(n) = self.nodes.get_mut(&node).filter(|_| self.cfg.stable_storage) {
-                    n.stable = Some(record);
+                    n.stable.get_or_insert_with(Default::default).apply(record);
                 }
             }
         }

@@ -92,6 +92,10 @@ pub struct ChoiceArgs {
     /// lock alone).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     names: u32,
+    /// What the locks' names start with, before their number (`r`: `r0`
+    /// .. `rK-1`): another prefix takes locks no earlier run took.
+    #[arg(long, default_value = "r", value_parser = parse_prefix)]
+    name_prefix: String,
     /// Locks each request takes at once, all or none, in name order.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     per_request: u32,
@@ -128,12 +132,19 @@ impl ChoiceArgs {
         }
         Ok(Choice {
             names: self.names,
+            prefix: self.name_prefix.clone(),
             per_request: self.per_request,
             skew: if self.ring { Skew::Ring } else { self.skew },
             permits: self.permits,
             seed: self.seed,
         })
     }
+}
+
+/// A `--name-prefix`: a lock name once a number follows it.
+fn parse_prefix(s: &str) -> Result<String, String> {
+    coterie_core::Name::new(&format!("{s}0")).map_err(|e| e.to_string())?;
+    Ok(s.to_string())
 }
 
 /// How requests pick their names.
@@ -169,6 +180,8 @@ impl Skew {
 pub struct Choice {
     /// Locks in play (1: the `default` lock alone).
     pub names: u32,
+    /// What their names start with, before their number.
+    pub prefix: String,
     /// Locks each request takes at once.
     pub per_request: u32,
     /// How they are picked.
@@ -182,7 +195,14 @@ pub struct Choice {
 impl Default for Choice {
     /// The `default` lock, every time.
     fn default() -> Choice {
-        Choice { names: 1, per_request: 1, skew: Skew::Uniform, permits: 0, seed: 1 }
+        Choice {
+            names: 1,
+            prefix: "r".into(),
+            per_request: 1,
+            skew: Skew::Uniform,
+            permits: 0,
+            seed: 1,
+        }
     }
 }
 
@@ -192,7 +212,7 @@ impl Choice {
         if self.names <= 1 {
             coterie_core::Name::DEFAULT.to_string()
         } else {
-            format!("r{i}")
+            format!("{}{i}", self.prefix)
         }
     }
 

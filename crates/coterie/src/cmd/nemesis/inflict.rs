@@ -39,13 +39,18 @@ fn clock_file(dir: &Path, id: u32) -> PathBuf {
     dir.join(format!("clock-n{id}"))
 }
 
-fn state_file(dir: &Path, id: u32) -> PathBuf {
-    dir.join("state").join(format!("demo-node{id}.state"))
+/// A node's state files: its snapshot, then its log.
+fn state_files(dir: &Path, id: u32) -> [PathBuf; 2] {
+    let state = dir.join("state");
+    [state.join(format!("demo-node{id}.snapshot")), state.join(format!("demo-node{id}.log"))]
 }
 
-/// A state file's copies: (the older, the newer); `None` where there was
-/// no file.
-type Snapshots = (Option<Vec<u8>>, Option<Vec<u8>>);
+/// A copy of a node's state files, as [`state_files`] lists them; `None`
+/// where there was no file.
+type Copy = [Option<Vec<u8>>; 2];
+
+/// A node's state copied at two looks: (the older, the newer).
+type Copies = (Option<Copy>, Option<Copy>);
 
 /// The nemesis's hold on the cluster: what it has done and must undo.
 pub struct Nemesis<'a> {
@@ -56,9 +61,9 @@ pub struct Nemesis<'a> {
     /// The nodes' namespaces, when partitions are made there (else by the
     /// agents' own faults).
     network: Option<&'a Network>,
-    /// Each node's state file as it was at the previous look, and at the
-    /// one before (a rollback restores the older).
-    snapshots: BTreeMap<u32, Snapshots>,
+    /// Each node's state files as they were at the previous look, and at
+    /// the one before (a rollback restores the older).
+    copies: BTreeMap<u32, Copies>,
     /// Clients frozen and not yet thawed.
     frozen: Vec<u32>,
 }
@@ -77,19 +82,19 @@ impl<'a> Nemesis<'a> {
             dir: dir.to_path_buf(),
             nodes,
             network,
-            snapshots: BTreeMap::new(),
+            copies: BTreeMap::new(),
             frozen: Vec::new(),
         }
     }
 
-    /// Copies every node's state file aside, keeping the previous copy for
-    /// a rollback.
+    /// Copies every node's state files aside, keeping the previous copy
+    /// for a rollback.
     pub fn snapshot(&mut self) {
         for id in 1..=self.nodes {
-            let now = std::fs::read(state_file(&self.dir, id)).ok();
-            let entry = self.snapshots.entry(id).or_default();
-            entry.0 = entry.1.take().or(now.clone());
-            entry.1 = now;
+            let now = state_files(&self.dir, id).map(|path| std::fs::read(path).ok());
+            let entry = self.copies.entry(id).or_default();
+            entry.0 = entry.1.take().or(Some(now.clone()));
+            entry.1 = Some(now);
         }
     }
 
@@ -148,30 +153,38 @@ impl<'a> Nemesis<'a> {
             }
             Kind::Disk => {
                 self.cluster.kill(id).await?;
-                let path = state_file(&self.dir, id);
+                let files = state_files(&self.dir, id);
                 let what = match fault.disk {
                     Disk::Lose => {
-                        let _ = std::fs::remove_file(&path);
-                        "lost"
+                        for path in &files {
+                            let _ = std::fs::remove_file(path);
+                        }
+                        "state lost"
                     }
                     Disk::Truncate => {
-                        if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) {
+                        // The log is the file a power loss can tear (the
+                        // snapshot is replaced by a rename).
+                        if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&files[1]) {
                             let len = f.metadata().map_or(0, |m| m.len());
                             f.set_len(len / 2)?;
                         }
-                        "truncated to half"
+                        "state log truncated to half"
                     }
                     Disk::Rollback => {
-                        match self.snapshots.get(&id).and_then(|s| s.0.clone()) {
-                            Some(old) => std::fs::write(&path, old)?,
-                            None => {
-                                let _ = std::fs::remove_file(&path);
+                        let old =
+                            self.copies.get(&id).and_then(|c| c.0.clone()).unwrap_or_default();
+                        for (path, old) in files.iter().zip(old) {
+                            match old {
+                                Some(old) => std::fs::write(path, old)?,
+                                None => {
+                                    let _ = std::fs::remove_file(path);
+                                }
                             }
                         }
-                        "rolled back to an earlier copy"
+                        "state rolled back to an earlier copy"
                     }
                 };
-                format!("kill -9 n{id}, its state file {what}")
+                format!("kill -9 n{id}, its {what}")
             }
         })
     }
