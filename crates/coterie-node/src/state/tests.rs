@@ -309,3 +309,39 @@ fn measure_synced_changes() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// By hand: `cargo test -p coterie-node --release --lib measure_recovery
+/// -- --ignored --nocapture`: the state of `COTERIE_LOCKS` locks (default
+/// 1,000,000) with a 40-byte record each, as a quorum arbiter keeps them
+/// with `forget_after = "0s"`: its size on disk, and how long a start
+/// takes to read it back (snapshot, then a log of 10,000 changes).
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn measure_recovery() {
+    let locks: usize =
+        std::env::var("COTERIE_LOCKS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let dir = scratch("measure-recovery");
+    let opened = open(&dir, false);
+    let changes: Vec<Vec<u8>> =
+        (0..locks).map(|i| change(1, &format!("r{i}"), Some(&[7; 40])).encode()).collect();
+    for batch in changes.chunks(1000) {
+        opened.file.append(batch).unwrap();
+    }
+    let tail: Vec<Vec<u8>> =
+        (0..10_000).map(|i| change(2, &format!("r{i}"), Some(&[8; 40])).encode()).collect();
+    opened.file.append(&tail).unwrap();
+    drop(opened);
+    let size = |name: &str| std::fs::metadata(dir.join(name)).map_or(0, |m| m.len());
+    let (snapshot, log) = (size("t-node1.snapshot"), size("t-node1.log"));
+    let start = Instant::now();
+    let again = open(&dir, false);
+    let took = start.elapsed();
+    let names = again.restored.as_ref().map_or(0, |r| r.names.len());
+    assert_eq!(names, locks);
+    println!(
+        "{locks} locks: snapshot {snapshot} B + log {log} B ({:.1} B a lock); a start read \
+         them back in {took:.2?}",
+        (snapshot + log) as f64 / locks as f64
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
