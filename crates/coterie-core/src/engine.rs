@@ -1042,8 +1042,8 @@ impl Engine {
             // What stable storage holds for this lock, if anything: left
             // by the previous run, or by this lock's instance before it
             // was forgotten (which it never is while its record matters).
-            restored: self.cfg.restored.as_ref().map(|r| {
-                let mut header = r.header();
+            restored: self.cfg.restored.as_ref().map(|header| {
+                let mut header = header.clone(); // `new` left it no names
                 if let Some(record) = self.records.latest().names.get(name) {
                     header.names.insert(name.clone(), record.clone());
                 }

@@ -238,16 +238,16 @@ impl StateFile {
                 ),
             ));
         }
+        let [snapshot, log] = files(dir, cluster, id);
         let file = StateFile {
-            snapshot: dir.join(format!("{cluster}-node{id}.snapshot")),
-            log: dir.join(format!("{cluster}-node{id}.log")),
+            snapshot,
+            log,
             sync,
             inner: Mutex::new(Inner { log: None, log_len: 0, snapshot_len: 0, next: 1 }),
             counted: Counted::default(),
             _lock: lock,
         };
-        let snapshot = read_all(&file.snapshot)?;
-        let log = read_all(&file.log)?;
+        let (snapshot, log) = (read_all(&file.snapshot)?, read_all(&file.log)?);
         let old = dir.join(format!("{cluster}-node{id}.state"));
         if snapshot.is_none() && log.is_none() {
             if let Some(bytes) = read_all(&old)? {
@@ -281,9 +281,8 @@ impl StateFile {
     /// format aside): for tools and tests that look at a running node's
     /// state.
     pub fn read(dir: &Path, cluster: &str, id: u32) -> io::Result<Recovered> {
-        let snapshot = read_all(&dir.join(format!("{cluster}-node{id}.snapshot")))?;
-        let log = read_all(&dir.join(format!("{cluster}-node{id}.log")))?;
-        recover(snapshot.as_deref(), log.as_deref())
+        let [snapshot, log] = files(dir, cluster, id);
+        read_files(&snapshot, &log)
     }
 
     /// Reads the earlier format's `bytes` (from `old`), writes its record
@@ -371,9 +370,7 @@ impl StateFile {
     /// the two leaves changes the snapshot already holds, which recovery
     /// skips.
     fn fold(&self, inner: &mut Inner) -> io::Result<()> {
-        let snapshot = read_all(&self.snapshot)?;
-        let log = read_all(&self.log)?;
-        let recovered = recover(snapshot.as_deref(), log.as_deref())?;
+        let recovered = read_files(&self.snapshot, &self.log)?;
         if recovered.upto + 1 != inner.next {
             return Err(invalid("the log does not read back as written"));
         }
@@ -435,6 +432,17 @@ impl StateFile {
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// The files that hold node `id`'s state in `dir`: its snapshot, then its
+/// log.
+pub fn files(dir: &Path, cluster: &str, id: u32) -> [PathBuf; 2] {
+    ["snapshot", "log"].map(|ext| dir.join(format!("{cluster}-node{id}.{ext}")))
+}
+
+/// What the files at `snapshot` and `log` hold, as [`recover`] reads it.
+fn read_files(snapshot: &Path, log: &Path) -> io::Result<Recovered> {
+    recover(read_all(snapshot)?.as_deref(), read_all(log)?.as_deref())
 }
 
 /// The record a snapshot's and a log's bytes hold, as a start reads them

@@ -27,7 +27,6 @@
 //! and the node must stop rather than send what it cannot back.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
@@ -64,8 +63,6 @@ struct Shared {
     queue: Mutex<Queue>,
     /// Rung when there is a record to write or the writer is dropped.
     wake: Condvar,
-    /// Batches written (appends that succeeded).
-    writes: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -90,11 +87,7 @@ impl StateWriter {
     /// Starts the writer's thread, which owns `file` from now on.
     /// [`durable`](Self::durable) says `Upto(0)` until the first write.
     pub fn spawn(file: StateFile) -> StateWriter {
-        let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue::default()),
-            wake: Condvar::new(),
-            writes: AtomicU64::new(0),
-        });
+        let shared = Arc::new(Shared { queue: Mutex::new(Queue::default()), wake: Condvar::new() });
         let (tx, durable) = watch::channel(Durability::Upto(0));
         let file = Arc::new(file);
         let thread = std::thread::Builder::new()
@@ -137,7 +130,7 @@ impl StateWriter {
     /// How many batches the thread has written: one flush each when
     /// synced. Far fewer than the changes submitted under load.
     pub fn writes(&self) -> u64 {
-        self.shared.writes.load(Ordering::Relaxed)
+        self.file.counts().batches
     }
 
     /// What the file has written, as of now.
@@ -175,7 +168,6 @@ fn run(shared: &Shared, file: &StateFile, tx: &watch::Sender<Durability>) {
         };
         match file.append(&batch) {
             Ok(()) => {
-                shared.writes.fetch_add(1, Ordering::Relaxed);
                 tx.send_replace(Durability::Upto(generation));
             }
             Err(e) => {

@@ -1,6 +1,6 @@
 //! Carrying out each fault of the schedule on a local cluster, and undoing
 //! it: signals to node and client processes, the agents' own partition
-//! faults, libfaketime clock files, and a node's state file.
+//! faults, libfaketime clock files, and a node's state files.
 
 use super::clients::{Clients, Doing};
 use super::netns::Network;
@@ -41,8 +41,7 @@ fn clock_file(dir: &Path, id: u32) -> PathBuf {
 
 /// A node's state files: its snapshot, then its log.
 fn state_files(dir: &Path, id: u32) -> [PathBuf; 2] {
-    let state = dir.join("state");
-    [state.join(format!("demo-node{id}.snapshot")), state.join(format!("demo-node{id}.log"))]
+    coterie_node::state::files(&dir.join("state"), "demo", id)
 }
 
 /// A copy of a node's state files, as [`state_files`] lists them; `None`

@@ -35,7 +35,7 @@ use std::time::Duration;
 /// they wait and while they hold, partitions the nodes (halves, a bridge
 /// node that sees both, a majorities ring; with the agents' own faults),
 /// steps or speeds a node's wall clock (libfaketime) and restarts it, and
-/// loses, truncates or rolls back a node's state file before a restart.
+/// loses or rolls back a node's state, or truncates its state log, before a restart.
 /// One fault every --every, each healed before the next, for --duration;
 /// then everything is healed and the clients run on for --recover.
 ///

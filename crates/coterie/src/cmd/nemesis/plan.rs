@@ -32,7 +32,7 @@ pub enum Kind {
     /// Step a node's wall clock by an hour either way, or make it run
     /// fast, and restart it under that clock.
     Clock,
-    /// Kill a node, lose, truncate or roll back its state file, restart it.
+    /// Kill a node, lose or roll back its state or truncate its log, restart it.
     Disk,
 }
 
@@ -103,7 +103,7 @@ impl Clock {
     }
 }
 
-/// What a disk fault does to a node's state file.
+/// What a disk fault does to a node's state files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Disk {
     /// Deleted.
