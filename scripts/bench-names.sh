@@ -38,6 +38,7 @@
 #        (default all; every mutex). NAMES=100000 SETTLE_S=10 IDLE_S=10
 #        CLIENTS=16 MANY=1000 DURATION=5s REPEAT=3 MEALS=10000
 #        RECORDED="10000 100000" CREATE=20000 OUT=target/bench-names
+#        COTERIE_BIN=... (another build; default: a fresh release build)
 # Prints a table per part, and writes each as TSV in OUT. Run it on a
 # quiet machine: every node is a process, and the numbers are what five
 # processes cost the cores there are.
@@ -58,8 +59,12 @@ create="${CREATE:-20000}"
 state="${STATE:-synced}"
 out="${OUT:-target/bench-names}"
 mkdir -p "$out"
-cargo build --release -q -p coterie
-bin="$PWD/target/release/coterie"
+if [ -n "${COTERIE_BIN:-}" ]; then
+    bin="$COTERIE_BIN"
+else
+    cargo build --release -q -p coterie
+    bin="$PWD/target/release/coterie"
+fi
 if [ "$#" -gt 0 ]; then
     mutexes=("$@")
 elif [ "$part" = philosophers ]; then

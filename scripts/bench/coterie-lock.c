@@ -13,7 +13,9 @@
  * varint integers. ClientRequest::Acquire is variant 0, Release variant 1;
  * Acquire's fields in order: names (a length, then each name's length and
  * bytes), permits (0: the cluster's count), timeout_ms (None), try_lock
- * (false), value (None), client (the label in listings). ClientResponse::
+ * (false), value (None), client (the label in listings), mode (Write,
+ * variant 1). The test `the_c_clients_frames_are_the_protocols` in
+ * crates/coterie-client/src/protocol.rs holds these bytes. ClientResponse::
  * Granted is variant 0, Released variant 3. A cluster with a secret is
  * not supported (no handshake): use it on an open one, as the bench does.
  *
@@ -96,6 +98,7 @@ int main(int argc, char **argv) {
         0,                                  /* try_lock: false */
         0,                                  /* value: None */
         12, 'c', 'o', 't', 'e', 'r', 'i', 'e', '-', 'l', 'o', 'c', 'k', /* client */
+        1,                                  /* mode: Mode::Write */
     };
     static const unsigned char release[] = {1}; /* ClientRequest::Release */
     unsigned char first[64], chained[64];

@@ -647,3 +647,31 @@ pub struct WitnessReport {
     /// counted in `stale_fences`.
     pub late_entries: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes the blocking C client of the benchmarks
+    /// (`scripts/bench/coterie-lock.c`) writes by hand: when a request
+    /// gains a field, this fails, and the C client must follow.
+    #[test]
+    fn the_c_clients_frames_are_the_protocols() {
+        let acquire = ClientRequest::Acquire(Acquire {
+            names: vec!["default".into()],
+            client: "coterie-lock".into(),
+            ..Acquire::default_lock()
+        });
+        let mut c = vec![0, 1, 7];
+        c.extend_from_slice(b"default");
+        c.extend_from_slice(&[0, 0, 0, 0, 12]);
+        c.extend_from_slice(b"coterie-lock");
+        c.push(1);
+        assert_eq!(coterie_core::wire::encode(&acquire), c);
+        assert_eq!(coterie_core::wire::encode(&ClientRequest::Release), vec![1]);
+        let granted = ClientResponse::Granted { fences: vec![], node: 1 };
+        assert_eq!(coterie_core::wire::encode(&granted)[0], 0, "Granted is variant 0");
+        let released = coterie_core::wire::encode(&ClientResponse::Released);
+        assert_eq!(released, vec![3], "Released is variant 3");
+    }
+}
