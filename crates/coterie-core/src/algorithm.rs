@@ -453,6 +453,23 @@ pub trait MutexAlgorithm: Algorithm {
         0
     }
 
+    /// How far ahead of the [`watermark`](Self::watermark) the engine keeps
+    /// the stored one: a write each time the watermark climbs this much,
+    /// and a jump of at most this much at each restart. The default suits
+    /// a clock that ticks by one; an algorithm whose watermark climbs in
+    /// larger steps reserves in those.
+    const WATERMARK_RESERVE: u64 = WATERMARK_RESERVE;
+
+    /// How far above its [`watermark`](Self::watermark) what the
+    /// algorithm hands out may reach, beside what it issues itself: the
+    /// engine keeps the stored watermark more than this far above the
+    /// watermark, before any message of the step leaves, so that a
+    /// restarted node starts above that too. `roucairol-carvalho` owes
+    /// the peers it answers a ceiling up to its reservation above their
+    /// stamps, which its clock has seen; the others issue nothing above
+    /// their watermark (0).
+    const WATERMARK_AHEAD: u64 = 0;
+
     /// A peer's [`watermark`](Self::watermark), seen on its heartbeat.
     fn observe_watermark(&mut self, _watermark: u64) {}
 

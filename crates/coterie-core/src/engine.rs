@@ -55,7 +55,7 @@ use crate::parked::{Lot, Parked};
 use crate::records::Records;
 use crate::registry::{self, Actions, DynElection, ElectionInfo, Encoded, MutexInfo};
 use crate::resources::Resources;
-use crate::stable::{Delta, Restored, WATERMARK_RESERVE};
+use crate::stable::{Delta, Restored};
 use crate::types::{CsState, Epoch, Fence, Mode, NodeId, Stamp};
 use crate::wire::{Envelope, Heartbeat, WireError};
 use serde::{Deserialize, Serialize};
@@ -1703,8 +1703,6 @@ impl Engine {
     fn record_changes(&mut self, scope: &Scope) -> Change {
         let latest = self.records.latest();
         let epoch = latest.epoch.max(self.election.epoch());
-        let watermark = self.locks.floor();
-        let reserve_reached = watermark >= latest.watermark;
         let (lock, durable) = match scope {
             Scope::Mutex(name) => {
                 let lock = self.locks.get(name);
@@ -1712,6 +1710,11 @@ impl Engine {
             }
             Scope::Election => (None, None),
         };
+        // The floor follows the stepping lock's watermark only once the
+        // step is over: what this step issued counts here already.
+        let watermark = self.locks.floor().max(lock.map_or(0, |l| l.mutex.watermark()));
+        let (above, reserve) = self.locks.ahead_and_reserve();
+        let reserve_reached = watermark.saturating_add(above) >= latest.watermark;
         let stored = match scope {
             Scope::Mutex(name) => latest.names.get(name),
             Scope::Election => None,
@@ -1726,7 +1729,7 @@ impl Engine {
         let mut delta = latest.unchanged();
         delta.epoch = epoch;
         if reserve_reached {
-            delta.watermark = watermark.saturating_add(WATERMARK_RESERVE);
+            delta.watermark = watermark.saturating_add(above).saturating_add(reserve);
         }
         if lock_changed {
             match (scope, durable) {
@@ -2069,6 +2072,7 @@ enum Change {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stable::WATERMARK_RESERVE;
     use std::time::Duration;
 
     const BULLY: &ElectionInfo = &registry::ELECTIONS[0];
@@ -2544,5 +2548,77 @@ mod tests {
             assert!(change.encode().len() < 200, "{} bytes", change.encode().len());
         }
         assert_eq!(e.records.latest().names.len(), 10_002); // and `default`
+    }
+
+    /// A roucairol-carvalho node that answers a request owes the
+    /// requester its ceiling, a reservation above the request's stamp:
+    /// the stored watermark is above it before the REPLY leaves, so a
+    /// restart starts the node's own fences above whatever the requester
+    /// may enter with on that permission.
+    #[test]
+    fn a_ceiling_owed_is_stored_before_the_reply_that_owes_it_leaves() {
+        use crate::mutex::roucairol_carvalho::{RcMsg, RESERVE};
+        use crate::types::{Mode, Stamp};
+        let cfg = AlgoConfig::for_test(1, 2);
+        let mutex = registry::mutex("roucairol-carvalho").unwrap();
+        let mut e = Engine::new(cfg, mutex, BULLY, ms(0));
+        e.handle_message(ms(1), NodeId(2), heartbeat()).unwrap();
+        for k in 1..=4 {
+            e.handle_timeout(ms(250 * k));
+        }
+        drain(&mut e);
+        for (i, ts) in [(0, 5), (1, 3 * WATERMARK_RESERVE)] {
+            let stamp = Stamp { ts, node: NodeId(2) };
+            let request =
+                RcMsg::Request { stamp, place: stamp, ceiling: ts + RESERVE, mode: Mode::Write };
+            let bytes = crate::wire::encode(&request);
+            let envelope = Envelope::Mutex { name: Name::default(), permits: 1, bytes };
+            e.handle_message(ms(1001 + i), NodeId(2), envelope).unwrap();
+            let out = drain(&mut e);
+            let reply = out
+                .iter()
+                .position(|o| matches!(o, Output::Send { to: NodeId(2), kind: "reply", .. }))
+                .unwrap_or_else(|| panic!("answered: {out:?}"));
+            let stored = e.records.latest().watermark;
+            assert!(stored > ts + RESERVE, "{stored} does not cover ceiling {}", ts + RESERVE);
+            if i == 1 {
+                // Above what the node stored when it joined: written now,
+                // and ahead of the reply.
+                let written = out[..reply].iter().any(|o| matches!(o, Output::Persist(_)));
+                assert!(written, "{out:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn token_ring_writes_once_per_reserve_of_rounds_not_once_per_new_lock() {
+        let cfg = AlgoConfig::for_test(1, 1);
+        let mut e = Engine::new(cfg, registry::mutex("token-ring").unwrap(), BULLY, ms(0));
+        for k in 1..=u64::from(JOIN_PATIENCE) + 1 {
+            e.handle_timeout(ms(250 * k));
+        }
+        let start = 250 * (u64::from(JOIN_PATIENCE) + 2);
+        drain(&mut e);
+        let locks = 3 * crate::mutex::token_ring::RESERVE_ROUNDS;
+        let (mut grants, mut writes) = (0, 0);
+        for i in 0..locks {
+            let lock = Name::new(&format!("new{i}")).unwrap();
+            e.request(ms(start + i), &lock, 1).unwrap();
+            for o in drain(&mut e) {
+                match o {
+                    Output::Granted { .. } => grants += 1,
+                    Output::Persist(_) => writes += 1,
+                    _ => {}
+                }
+            }
+            e.release(ms(start + i), &lock);
+            writes += drain(&mut e).iter().filter(|o| matches!(o, Output::Persist(_))).count();
+        }
+        assert_eq!(grants, locks);
+        // Each new lock's generation is a round above the last; the
+        // reserve covers RESERVE_ROUNDS of them.
+        assert!(writes <= 4, "{writes} writes for {locks} new locks");
+        let generation = Epoch(e.records.latest().watermark);
+        assert!(generation.round() >= locks, "the reserve is above every generation");
     }
 }

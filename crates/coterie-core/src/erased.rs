@@ -71,6 +71,10 @@ pub trait DynMutex: DynAlgorithm {
     fn request_stamp(&self) -> Option<Stamp>;
     /// See [`MutexAlgorithm::watermark`].
     fn watermark(&self) -> u64;
+    /// See [`MutexAlgorithm::WATERMARK_RESERVE`].
+    fn watermark_reserve(&self) -> u64;
+    /// See [`MutexAlgorithm::WATERMARK_AHEAD`].
+    fn watermark_ahead(&self) -> u64;
     /// See [`MutexAlgorithm::observe_watermark`].
     fn observe_watermark(&mut self, watermark: u64);
     /// See [`MutexAlgorithm::durable_state`].
@@ -219,6 +223,12 @@ impl<A: MutexAlgorithm> DynMutex for Erased<A> {
     }
     fn watermark(&self) -> u64 {
         self.alg.watermark()
+    }
+    fn watermark_reserve(&self) -> u64 {
+        A::WATERMARK_RESERVE
+    }
+    fn watermark_ahead(&self) -> u64 {
+        A::WATERMARK_AHEAD
     }
     fn observe_watermark(&mut self, watermark: u64) {
         self.alg.observe_watermark(watermark);

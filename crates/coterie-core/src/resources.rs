@@ -33,6 +33,7 @@ use crate::algorithm::{AlgoConfig, Forgetting};
 use crate::erased::DynMutex;
 use crate::name::Name;
 use crate::outbox::Time;
+use crate::stable::WATERMARK_RESERVE;
 use crate::types::{CsState, Fence, Mode};
 use std::collections::{HashMap, VecDeque};
 
@@ -135,6 +136,11 @@ pub(crate) struct Resources {
     build: fn(&AlgoConfig) -> Box<dyn DynMutex>,
     map: Table,
     floor: u64,
+    /// How far ahead of the floor stable storage keeps its watermark: at
+    /// least the algorithm's `ahead`, and its reserve beyond, once an
+    /// instance has told them.
+    ahead: u64,
+    reserve: u64,
     forgetting: Option<Forgetting>,
     /// Instances that became forgettable, in the order they did (an entry
     /// whose instance changed since is passed over).
@@ -158,6 +164,8 @@ impl Resources {
             build,
             map: Table::with_hasher(foldhash::fast::FixedState::with_seed(0)),
             floor: 0,
+            ahead: 0,
+            reserve: WATERMARK_RESERVE,
             forgetting,
             idle: VecDeque::new(),
             remnants: Remnants::with_hasher(foldhash::fast::FixedState::with_seed(0)),
@@ -172,6 +180,7 @@ impl Resources {
     /// about peers and the coordinator.
     pub(crate) fn create(&mut self, cfg: &AlgoConfig) -> &mut Instance {
         let mut mutex = (self.build)(cfg);
+        (self.ahead, self.reserve) = (mutex.watermark_ahead(), mutex.watermark_reserve());
         mutex.observe_watermark(self.floor);
         // The remnant stays: it is still a bound for the instance after
         // this one (which leaves a higher one), and a name that shares its
@@ -241,6 +250,17 @@ impl Resources {
     /// The highest watermark seen under any name or from any peer.
     pub(crate) fn floor(&self) -> u64 {
         self.floor
+    }
+
+    /// How far above the floor stable storage must keep its watermark,
+    /// and how much further it reserves when it writes (see
+    /// [`MutexAlgorithm::WATERMARK_AHEAD`] and
+    /// [`MutexAlgorithm::WATERMARK_RESERVE`]).
+    ///
+    /// [`MutexAlgorithm::WATERMARK_AHEAD`]: crate::algorithm::MutexAlgorithm::WATERMARK_AHEAD
+    /// [`MutexAlgorithm::WATERMARK_RESERVE`]: crate::algorithm::MutexAlgorithm::WATERMARK_RESERVE
+    pub(crate) fn ahead_and_reserve(&self) -> (u64, u64) {
+        (self.ahead, self.reserve)
     }
 
     /// A peer's or the stored watermark: the floor rises to it. Instances

@@ -32,8 +32,8 @@ impl Epoch {
     const LEADER_BITS: u32 = 16;
 
     /// The epoch of `round` won by `leader`.
-    pub fn new(round: u64, leader: NodeId) -> Epoch {
-        Epoch((round << Self::LEADER_BITS) | u64::from(leader.0 & 0xffff))
+    pub const fn new(round: u64, leader: NodeId) -> Epoch {
+        Epoch((round << Self::LEADER_BITS) | (leader.0 & 0xffff) as u64)
     }
 
     /// The election round.

@@ -23,10 +23,11 @@
 //! it, an arbiter that restarts while its holder is silent may grant
 //! twice). Partitions and pauses cost liveness while they last, never
 //! safety: no permission moves on a suspicion (see `quorum`). Request sets
-//! are fixed: a requester whose set has a dead
-//! member waits until it is back, so one crash can stall the nodes whose
-//! sets contain it for the crash's duration (`tree-quorum` routes round
-//! failures instead).
+//! are fixed: a requester whose set has a dead member withdraws its
+//! request and asks again once the member is back, so one crash stalls the
+//! nodes whose sets contain it for the crash's duration (in a grid of
+//! five, three or four of the five), not the others (`tree-quorum` routes
+//! round failures instead).
 //!
 //! **Messages per entry.** At light load REQUEST, GRANT and RELEASE to and
 //! from each member but the requester itself: 3(K − 1), plus a RESTAMP to
@@ -71,8 +72,6 @@ pub struct RequestSets {
 }
 
 impl QuorumRule for RequestSets {
-    const REPLACES_FAILED: bool = false;
-
     fn new(cfg: &AlgoConfig) -> Self {
         let n = cfg.members.len();
         let me = cfg.members.iter().position(|&m| m == cfg.id).unwrap_or(0);
@@ -80,12 +79,12 @@ impl QuorumRule for RequestSets {
         RequestSets { set: named(&request_sets(n)[me]), read: named(&read_sets(n)[me]) }
     }
 
-    fn quorum(&self, _up: &BTreeSet<NodeId>) -> Option<BTreeSet<NodeId>> {
-        Some(self.set.clone())
+    fn quorum(&self, up: &BTreeSet<NodeId>) -> Option<BTreeSet<NodeId>> {
+        self.set.is_subset(up).then(|| self.set.clone())
     }
 
-    fn read_quorum(&self, _up: &BTreeSet<NodeId>) -> Option<BTreeSet<NodeId>> {
-        Some(self.read.clone())
+    fn read_quorum(&self, up: &BTreeSet<NodeId>) -> Option<BTreeSet<NodeId>> {
+        self.read.is_subset(up).then(|| self.read.clone())
     }
 }
 

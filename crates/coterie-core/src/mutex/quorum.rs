@@ -51,10 +51,15 @@
 //! (YIELD) never counts. The price: a holder
 //! that crashes and never returns blocks its arbiters' permission for good,
 //! as in Maekawa's original. A requester whose quorum member goes down
-//! drops that member's permission, and asks the rule for a new quorum when
-//! the rule can route round failed members (tree quorums; any quorum will
-//! do, as every arbiter still grants one request at a time); otherwise
-//! (Maekawa) it waits for the member to return.
+//! drops that member's permission and asks the rule for a quorum of the
+//! nodes up: a tree quorum routes round the failed member (any quorum
+//! will do, as every arbiter still grants one request at a time).
+//! Maekawa's fixed set has none without it, so the requester withdraws
+//! its request (CANCEL to every member it asked) and asks again once the
+//! member is back: meanwhile it holds no permission that a node whose set
+//! does not contain the failed one needs. (Holding them while it waited,
+//! as the textbook's requester does, stalled every node of a five-node
+//! grid while any one was down.)
 //!
 //! **Readers and writers.** A request says whether it reads or writes,
 //! and an arbiter gives its permission to one writer or to any number of
@@ -132,16 +137,13 @@ use std::fmt::Debug;
 /// Whose permission a node needs: the one thing that differs between the
 /// quorum algorithms.
 pub trait QuorumRule: Debug + Clone + std::hash::Hash + Send + 'static {
-    /// Whether the rule can route round a failed member. If not, a
-    /// requester waits for a failed member of its quorum to come back.
-    const REPLACES_FAILED: bool;
-
     /// The rule for `cfg.id` in the cluster `cfg.members`.
     fn new(cfg: &AlgoConfig) -> Self;
 
     /// The quorum this node asks to write, given the nodes up (this one
-    /// included), or `None` if no quorum can be formed from them. Any two
-    /// meet, whatever each requester saw up.
+    /// included), or `None` if no quorum can be formed from them (the
+    /// requester then withdraws its request and asks again when a node
+    /// comes up). Any two meet, whatever each requester saw up.
     fn quorum(&self, up: &BTreeSet<NodeId>) -> Option<BTreeSet<NodeId>>;
 
     /// The quorum this node asks to read. Two reads need not meet, but a
@@ -1038,7 +1040,7 @@ impl<R: QuorumRule> Algorithm for QuorumLock<R> {
         if let Requester::Wanting(w) = &mut self.me {
             w.forget(peer);
             let member = w.quorum.as_ref().is_some_and(|q| q.contains(&peer));
-            if member && R::REPLACES_FAILED {
+            if member {
                 self.requorum(now, out);
             }
         }
@@ -1322,6 +1324,38 @@ mod tests {
         m.handle_request(T, &mut out);
         let s = stamp(2, 1);
         assert_eq!(out.take(), vec![send(2, ask(s, W)), send(3, ask(s, W)), send(4, ask(s, W))]);
+    }
+
+    #[test]
+    fn a_requester_whose_set_lost_a_member_gives_back_what_it_holds_until_the_member_returns() {
+        // Node 1 writes with {1,2,3,4}; node 4 goes down while node 1 holds
+        // node 2's grant: it withdraws its request everywhere it asked, so
+        // that node 3, whose set {1,2,3} does not contain node 4, can have
+        // every permission it needs, and asks again once node 4 is up.
+        let mut m = node_of(1, 5);
+        let mut out = Out::new();
+        m.handle_request(T, &mut out);
+        let s = stamp(1, 1);
+        assert_eq!(out.take(), vec![send(2, ask(s, W)), send(3, ask(s, W)), send(4, ask(s, W))]);
+        m.handle_message(T, n(2), grant(s, FLOOR, 1), &mut out);
+        m.handle_peer_down(T, n(4), &mut out);
+        let cancel = |s| QuorumMsg::Cancel { stamp: s };
+        let sent = out.take();
+        for a in [2, 3] {
+            assert!(sent.contains(&send(a, cancel(s))), "{a} is told: {sent:?}");
+        }
+        assert!(!sent.iter().any(|a| matches!(a, Action::Grant { .. })));
+        assert_eq!(m.cs_state(), CsState::Wanting, "it still wants");
+        m.handle_peer_up(T, n(4), &mut out);
+        let asked: Vec<NodeId> = out
+            .take()
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Send { to, msg: QuorumMsg::Request { mode: W, .. } } => Some(to),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(asked, [n(2), n(3), n(4)], "its whole set, again");
     }
 
     #[test]

@@ -48,15 +48,24 @@
 //! fences must be above every ceiling it owes to a peer it saw go down
 //! holding its permission, and it takes that into its clock before it
 //! enters. A peer that answered a request goes on owing it until the
-//! requester answers one of its own; what it owes outlives it in the
-//! lock's stored record (with a state directory) and in the remnant a
+//! requester answers one of its own. What it owes outlives it in the
+//! node's stored watermark (with a state directory) and in the remnant a
 //! forgotten instance leaves, and the next instance's first request starts
-//! above it. A REPLY's clock also covers the ceilings of peers the replier
-//! saw go down, for a requester that restarted without its records. Local
-//! fences so rise past crashes of the holder as well as of everyone else.
-//! The ceilings owed stay out of the heartbeat watermark: it reaches the
-//! very node that holds the permissions, whose next new instance would
-//! start above its own reservation and spend it.
+//! above it. A ceiling owed is at most [`RESERVE`] above a stamp the
+//! answerer's clock has seen, and the engine keeps the stored watermark
+//! more than that above the clock
+//! ([`WATERMARK_AHEAD`](crate::MutexAlgorithm::WATERMARK_AHEAD)), written
+//! before the REPLY leaves when it must be: one write per 65,536 ticks for
+//! the whole node, where each lock's record once held its own ceilings and
+//! every new lock cost each answering peer a write. A REPLY's clock also
+//! covers the ceilings of peers the replier saw go down, for a requester
+//! that restarted without its records. Local fences so rise past crashes
+//! of the holder as well as of everyone else. The ceilings owed stay out
+//! of the heartbeat watermark: it reaches the very node that holds the
+//! permissions, whose next new instance would start above its own
+//! reservation and spend it. (A node that restarts does carry the stored
+//! bound in its heartbeats, so after a restart the holders of its
+//! permissions renew once.)
 //!
 //! **Order.** A node that holds every permission enters at once, even while
 //! an older request of another node is on its way to it: entries do not
@@ -100,10 +109,6 @@ use std::collections::{BTreeMap, BTreeSet};
 /// clock up by as much: with fences' 40-bit timestamps that leaves a
 /// million such jumps.
 pub const RESERVE: u64 = 1 << 20;
-
-/// How far above the highest ceiling owed the stored one is kept: one
-/// write per this many ticks of the ceilings.
-pub const DURABLE_AHEAD: u64 = 1 << 16;
 
 /// The messages of [`RoucairolCarvalho`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Hash)]
@@ -194,9 +199,12 @@ pub struct RoucairolCarvalho {
     floor: u64,
     /// Whether the first request has been made (and the floor taken in).
     caught_up: bool,
-    /// The ceiling stored for a restart: at least every ceiling owed, kept
-    /// [`DURABLE_AHEAD`] above the highest so that a write is rare.
-    durable: u64,
+    /// The highest ceiling this instance has owed, for its remnant.
+    owed_high: u64,
+    /// The bound a record of an earlier version stored (the ceilings it
+    /// owed), kept as this lock's record until the clock has passed it
+    /// and the stored watermark covers it.
+    stored: u64,
     /// Requests not answered yet, by requester: the round, its ceiling
     /// and its mode.
     deferred: BTreeMap<NodeId, (Stamp, u64, Mode)>,
@@ -216,17 +224,20 @@ impl RoucairolCarvalho {
             lost: 0,
             floor: 0,
             caught_up: false,
-            durable: 0,
+            owed_high: 0,
+            stored: 0,
             deferred: BTreeMap::new(),
         }
         .restored(cfg)
     }
 
-    /// Takes in what this lock's instance stored before the node crashed.
+    /// Takes in what this lock's instance stored before the node crashed,
+    /// under a version that kept the ceilings owed in each lock's record
+    /// (this one keeps none: see *Fences*).
     fn restored(mut self, cfg: &AlgoConfig) -> Self {
-        if let Some(Ok(durable)) = Restored::mutex_of(cfg).map(crate::wire::decode::<u64>) {
-            self.floor = durable;
-            self.durable = durable;
+        if let Some(Ok(stored)) = Restored::mutex_of(cfg).map(crate::wire::decode::<u64>) {
+            self.floor = stored;
+            self.stored = stored;
         }
         self
     }
@@ -312,7 +323,10 @@ impl RoucairolCarvalho {
         (round, ceiling, mode): (Stamp, u64, Mode),
         out: &mut Out<RoucairolCarvalho>,
     ) {
-        let ceiling = ceiling.max(round.ts);
+        // What it asked for, never more than a reservation above its
+        // stamp, which the clock has seen: so every ceiling owed is within
+        // WATERMARK_AHEAD of the watermark, and stored storage covers it.
+        let ceiling = ceiling.max(round.ts).min(round.ts.saturating_add(RESERVE));
         match mode {
             Mode::Write => {
                 self.kept.remove(&to);
@@ -326,9 +340,7 @@ impl RoucairolCarvalho {
         // A peer that still reads on an earlier answer goes on owing that.
         let owed = self.owed.entry(to).or_default();
         *owed = (*owed).max(ceiling);
-        if ceiling > self.durable {
-            self.durable = ceiling.saturating_add(DURABLE_AHEAD);
-        }
+        self.owed_high = self.owed_high.max(ceiling);
         // Above this node's fences, and above those a peer that went down
         // with its permission may have issued: a requester that restarted
         // without its records learns them here.
@@ -516,19 +528,25 @@ impl MutexAlgorithm for RoucairolCarvalho {
         self.clock.now().max(self.lost)
     }
 
+    /// A ceiling owed is at most a reservation above a stamp the clock
+    /// has seen.
+    const WATERMARK_AHEAD: u64 = RESERVE;
+
     fn observe_watermark(&mut self, watermark: u64) {
         self.floor = self.floor.max(watermark);
     }
 
-    /// The ceilings owed, for a restart: a peer holding this node's
-    /// permission may enter on it, and crash, while this node is down.
+    /// Nothing of this version's: the stored watermark covers every
+    /// ceiling owed ([`WATERMARK_AHEAD`](MutexAlgorithm::WATERMARK_AHEAD)).
+    /// A bound an earlier version stored stays until the clock has passed
+    /// it.
     fn durable_state(&self) -> Option<Vec<u8>> {
-        (self.durable > 0).then(|| crate::wire::encode(&self.durable))
+        (self.stored > self.clock.now()).then(|| crate::wire::encode(&self.stored))
     }
 
     /// Every ceiling owed, and every fence issued here.
     fn remnant(&self) -> Option<u64> {
-        Some(self.durable.max(self.watermark()))
+        Some(self.owed_high.max(self.stored).max(self.watermark()))
     }
 
     fn observe_remnant(&mut self, own: Option<u64>, floor: u64) {
@@ -671,8 +689,9 @@ mod tests {
         let mut out = Out::<RoucairolCarvalho>::new();
         p.handle_message(T, n(2), request(stamp(9, 2), stamp(9, 2)), &mut out);
         out.take();
-        let stored = p.durable_state().map(|d| crate::wire::decode::<u64>(&d).unwrap());
-        assert!(stored >= Some(9 + RESERVE), "the ceiling owed is stored: {stored:?}");
+        assert_eq!(p.durable_state(), None, "no record of its own");
+        let ahead = <RoucairolCarvalho as MutexAlgorithm>::WATERMARK_AHEAD;
+        assert!(p.watermark() + ahead >= 9 + RESERVE, "the stored watermark covers the ceiling");
         assert_eq!(p.watermark(), 9, "but kept out of heartbeats");
         p.handle_peer_down(T, n(2), &mut out);
         p.handle_request(T, &mut out);
@@ -682,6 +701,29 @@ mod tests {
         assert_eq!(out.take(), vec![send(3, request(stamp(9 + RESERVE + 1, 1), place))]);
         p.handle_message(T, n(3), reply(stamp(9 + RESERVE + 1, 1), 4), &mut out);
         assert!(granted(&mut out) > Fence::new(9 + RESERVE, 2));
+    }
+
+    /// A record an earlier version stored (the ceilings it owed) bounds
+    /// the restarted instance's fences, and stays until the clock has
+    /// passed it: from then on the stored watermark covers it.
+    #[test]
+    fn a_ceiling_an_earlier_version_stored_bounds_fences_until_passed() {
+        let cfg = AlgoConfig {
+            restored: Some(Restored {
+                names: [(crate::Name::default(), crate::wire::encode(&5_000u64))].into(),
+                ..Restored::default()
+            }),
+            ..AlgoConfig::for_test(1, 2)
+        };
+        let mut p = with_up(RoucairolCarvalho::new(&cfg), cfg.peers());
+        assert_eq!(p.durable_state(), Some(crate::wire::encode(&5_000u64)));
+        let mut out = Out::<RoucairolCarvalho>::new();
+        p.handle_request(T, &mut out);
+        let [(_, RcMsg::Request { stamp: round, .. })] = sends(&mut out)[..] else {
+            panic!("asks its peer");
+        };
+        assert!(round.ts > 5_000, "above the stored bound: {round:?}");
+        assert_eq!(p.durable_state(), None, "passed: the watermark covers it now");
     }
 
     #[test]

@@ -101,6 +101,16 @@
 //! highest generation seen is the node's watermark, which the engine keeps
 //! a reserve above in stable storage: after a restart of every node the
 //! next generation is above all earlier ones, and so are its fences.
+//!
+//! **Stable storage.** Every new lock's first generation is a round above
+//! the highest any lock has seen (the floor, which is what lets a lock's
+//! remnant be dropped), so the watermark climbs a whole round, 2¹⁶ in
+//! ballot units, per lock made. The reserve is kept
+//! [`RESERVE_ROUNDS`] rounds ahead: a node writes once per that many new
+//! locks, not once per lock, and a restart skips at most that many
+//! rounds. A fence's major part holds the generation's round in 24 bits
+//! (its other 16 name the coordinator): 2²⁴ rounds, one per lock made,
+//! per regeneration and per `RESERVE_ROUNDS` at a restart.
 
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out};
 use crate::outbox::{Message, Time, Timer};
@@ -689,7 +699,13 @@ impl Algorithm for TokenRing {
     }
 }
 
+/// How many rounds ahead of the highest generation stable storage keeps
+/// its reserve (see the module documentation).
+pub const RESERVE_ROUNDS: u64 = 64;
+
 impl MutexAlgorithm for TokenRing {
+    const WATERMARK_RESERVE: u64 = Epoch::new(RESERVE_ROUNDS, NodeId(0)).0;
+
     fn handle_request(&mut self, now: Time, out: &mut Out<TokenRing>) {
         if self.state != CsState::Idle {
             return;

@@ -64,8 +64,6 @@ pub struct Tree {
 }
 
 impl QuorumRule for Tree {
-    const REPLACES_FAILED: bool = true;
-
     fn new(cfg: &AlgoConfig) -> Self {
         let me = cfg.members.iter().position(|&m| m == cfg.id).unwrap_or(0);
         Tree { members: cfg.members.clone(), me }
