@@ -136,9 +136,10 @@ pub(crate) struct Resources {
     build: fn(&AlgoConfig) -> Box<dyn DynMutex>,
     map: Table,
     floor: u64,
-    /// How far ahead of the floor stable storage keeps its watermark: at
-    /// least the algorithm's `ahead`, and its reserve beyond, once an
-    /// instance has told them.
+    /// How far above the floor stable storage keeps its watermark (the
+    /// algorithm's `WATERMARK_AHEAD`) and how much further it writes
+    /// (`WATERMARK_RESERVE`): constants of the algorithm, read off each
+    /// instance as it is made.
     ahead: u64,
     reserve: u64,
     forgetting: Option<Forgetting>,

@@ -325,7 +325,7 @@ impl RoucairolCarvalho {
     ) {
         // What it asked for, never more than a reservation above its
         // stamp, which the clock has seen: so every ceiling owed is within
-        // WATERMARK_AHEAD of the watermark, and stored storage covers it.
+        // WATERMARK_AHEAD of the watermark, and stable storage covers it.
         let ceiling = ceiling.max(round.ts).min(round.ts.saturating_add(RESERVE));
         match mode {
             Mode::Write => {
