@@ -338,17 +338,25 @@ impl Agent {
     }
 
     /// Has the engine follow `demand`, `name`'s sessions' wants
-    /// ([`Engine::follow`](coterie_core::Engine::follow)): a grant held
-    /// back by the lock delay is kept while a session waits for it, and
-    /// forgotten when it is given back.
+    /// ([`Engine::follow`](coterie_core::Engine::follow)). A grant still
+    /// in the gate, waiting for its record, is kept: no session uses it
+    /// because none has been handed it yet, and giving it back would let
+    /// the coordinator grant the lock again while the gate is about to
+    /// hand this one out (when it does, [`grant`](Self::grant) hands it
+    /// to a waiting session or gives it back). A grant held back by the
+    /// lock delay is kept while a session waits for it, and forgotten
+    /// when it is given back.
     fn follow(
         s: &mut Stack,
         name: &Name,
         demand: &Demand,
         now: Duration,
     ) -> Result<(), RequestError> {
-        let holdback = &mut s.holdback;
+        let (gate, holdback) = (&s.gate, &mut s.holdback);
         s.engine.follow(now, name, demand, |fence| {
+            if gate.holds_grant(name, fence) {
+                return true;
+            }
             let kept = demand.waiting > 0 && holdback.holds_grant(name, fence);
             if !kept {
                 holdback.forget_grant(name, fence);
@@ -788,7 +796,83 @@ fn kind_of(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::kind_of;
+    use super::*;
+    use coterie_core::{registry, AlgoConfig};
+
+    /// A lone node's stack, its records never made durable unless the
+    /// test says so.
+    fn lone_stack() -> Stack {
+        let engine = Engine::new(
+            AlgoConfig::for_test(1, 1),
+            registry::mutex("centralized").unwrap(),
+            registry::election("bully").unwrap(),
+            Duration::ZERO,
+        );
+        Stack {
+            engine,
+            links: PeerLinks::new(&[]),
+            gate: Gate::default(),
+            holdback: Holdback::default(),
+            logged_epoch: None,
+        }
+    }
+
+    /// What `carry_out` does, with the outputs that leave collected
+    /// instead of performed.
+    fn pump(s: &mut Stack) -> Vec<Output> {
+        let mut left = Vec::new();
+        while let Some((output, rests_on)) = s.engine.poll_output_resting() {
+            if matches!(output, Output::Persist(_)) {
+                s.gate.hand();
+            } else if let Some(output) = s.gate.admit(output, rests_on) {
+                left.push(output);
+            }
+        }
+        left
+    }
+
+    fn waiting(sessions: u32) -> Demand {
+        Demand { permits: 1, used: Vec::new(), waiting: sessions, reads: 0, waiting_reads: 0 }
+    }
+
+    fn grants(outputs: &[Output]) -> Vec<Fence> {
+        outputs
+            .iter()
+            .filter_map(|o| match o {
+                Output::Granted { fence, .. } => Some(*fence),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The race the docker end-to-end test once caught as two holders: a
+    /// grant waits in the gate for its record, a second session asks
+    /// meanwhile, and following the sessions' demand must not give the
+    /// grant back (nobody uses it only because nobody was handed it yet),
+    /// or the coordinator grants again and the gate then hands out both.
+    #[test]
+    fn a_grant_waiting_for_its_record_is_not_given_back_when_another_session_asks() {
+        let mut s = lone_stack();
+        let name = Name::default();
+        let now = Duration::from_millis(1);
+        s.engine.handle_timeout(now);
+        pump(&mut s);
+        Agent::follow(&mut s, &name, &waiting(1), now).unwrap();
+        let left = pump(&mut s);
+        let held = s.engine.fences_of(&name).to_vec();
+        assert_eq!(held.len(), 1, "the lone coordinator grants itself");
+        let fence = held[0];
+        assert!(grants(&left).is_empty(), "the grant waits for its record: {left:?}");
+        assert!(s.gate.holds_grant(&name, fence));
+        // A second session waits too: the grant in the gate stays.
+        Agent::follow(&mut s, &name, &waiting(2), now).unwrap();
+        let left = pump(&mut s);
+        assert_eq!(s.engine.fences_of(&name), [fence], "given back while in the gate");
+        assert!(grants(&left).is_empty(), "granted again: {left:?}");
+        // The record lands: the one grant leaves, and nothing else.
+        let freed = s.gate.durable_upto(u64::MAX);
+        assert_eq!(grants(&freed), [fence]);
+    }
 
     #[test]
     fn kinds_are_read_off_a_messages_text() {

@@ -11,9 +11,13 @@
 //! never ordered messages on different links, and a grant to a local
 //! session rests on its own record, not on a record another peer's grant
 //! needs. A write that fails closes the gate for good.
+//!
+//! A grant waiting here is one the engine counts held and no session
+//! uses yet, because none has been handed it: the agent asks
+//! [`Gate::holds_grant`] before it gives back a grant nobody uses.
 
 use coterie_core::engine::Output;
-use coterie_core::NodeId;
+use coterie_core::{Fence, Name, NodeId};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Where an output goes, for ordering.
@@ -75,6 +79,16 @@ impl Gate {
         Some(output)
     }
 
+    /// Whether grant `fence` of lock `name` waits here, not yet handed to
+    /// a session: the engine counts it held, and nobody uses it yet.
+    pub(crate) fn holds_grant(&self, name: &Name, fence: Fence) -> bool {
+        self.held.get(&Lane::Local).is_some_and(|queue| {
+            queue.iter().any(|(_, output)| {
+                matches!(output, Output::Granted { name: n, fence: f } if n == name && *f == fence)
+            })
+        })
+    }
+
     /// Records up to `number` are on disk: the held outputs that may now
     /// leave, lane by lane, in order.
     pub(crate) fn durable_upto(&mut self, number: u64) -> Vec<Output> {
@@ -96,7 +110,6 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use coterie_core::Fence;
 
     fn send(to: u32) -> Output {
         let envelope = coterie_core::wire::Envelope::Mutex {
@@ -123,6 +136,21 @@ mod tests {
         assert_eq!(gate.durable_upto(1), vec![send(3)]);
         assert_eq!(gate.durable_upto(2), vec![send(2), send(2)]);
         assert_eq!(gate.admit(send(2), 2), Some(send(2)));
+    }
+
+    #[test]
+    fn a_grant_waiting_for_its_record_is_known_by_name_and_fence() {
+        let mut gate = Gate::default();
+        gate.hand();
+        let name = Name::default();
+        let granted = Output::Granted { name: name.clone(), fence: Fence::new(1, 1) };
+        assert!(!gate.holds_grant(&name, Fence::new(1, 1)));
+        assert!(gate.admit(granted.clone(), 1).is_none());
+        assert!(gate.holds_grant(&name, Fence::new(1, 1)));
+        assert!(!gate.holds_grant(&name, Fence::new(1, 2)));
+        assert!(!gate.holds_grant(&Name::new("other").unwrap(), Fence::new(1, 1)));
+        assert_eq!(gate.durable_upto(1), vec![granted]);
+        assert!(!gate.holds_grant(&name, Fence::new(1, 1)));
     }
 
     #[test]
