@@ -117,7 +117,14 @@ impl Client {
                 tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(io)?;
             runtime.block_on(async {
                 let client = AsyncClient::connect_with(addr, credentials).await?;
-                client.into_stream().into_std().map_err(io)
+                match client.into_stream() {
+                    crate::stream::Stream::Plain(s) => s.into_std().map_err(io),
+                    crate::stream::Stream::Tls(_) => Err(ClientError::Tls {
+                        addr: addr.to_string(),
+                        why: "the blocking client does not speak TLS yet: use the async client"
+                            .into(),
+                    }),
+                }
             })
         };
         let stream = std::thread::scope(|scope| scope.spawn(handshake).join())

@@ -6,6 +6,8 @@ use crate::protocol::{
     Acquire, ClientRequest, ClientResponse, FaultCommand, FaultState, LeaderReport, LockInfo,
     RevokeAsked, WatchEvent, WitnessReport, WitnessRequest, WitnessResponse,
 };
+use crate::stream::Stream;
+use crate::tls::TlsClient;
 use coterie_core::{Mode, Status};
 use serde::{de::DeserializeOwned, Serialize};
 use std::collections::VecDeque;
@@ -40,6 +42,16 @@ pub enum ClientError {
     /// [`Client::lost`]).
     #[error("the session was lost: {0}")]
     Lost(Loss),
+    /// The TLS handshake failed: the node's certificate is not from the
+    /// CA trusted, or does not name the address dialled, or the node
+    /// refused the client's certificate, or the port does not speak TLS.
+    #[error("TLS with {addr} failed: {why}")]
+    Tls {
+        /// The address.
+        addr: String,
+        /// Why, in a line.
+        why: String,
+    },
     /// The node refused our credentials, or could not show it knows the
     /// secret.
     #[error("authentication with {addr} failed: {source}")]
@@ -51,20 +63,32 @@ pub enum ClientError {
     },
 }
 
-/// What a client proves itself with: the cluster's secret, and the
-/// cluster's name (empty: whichever cluster the node belongs to).
-#[derive(Clone, Debug)]
+/// What a client proves itself with, and checks the node by: TLS (the
+/// CA to trust, and a certificate to show if the node asks for one), or
+/// else the cluster's secret; and the cluster's name (empty: whichever
+/// cluster the node belongs to).
+#[derive(Clone, Debug, Default)]
 pub struct Credentials {
-    /// The shared secret.
-    pub secret: Secret,
+    /// The shared secret, for a cluster without TLS.
+    pub secret: Option<Secret>,
     /// The cluster's name, or empty.
     pub cluster: String,
+    /// TLS settings, for a cluster with certificates: the secret's
+    /// handshake is then not made.
+    pub tls: Option<TlsClient>,
+}
+
+impl Credentials {
+    /// The credentials of a cluster with a secret.
+    pub fn with_secret(secret: Secret, cluster: impl Into<String>) -> Credentials {
+        Credentials { secret: Some(secret), cluster: cluster.into(), tls: None }
+    }
 }
 
 /// A framed request/response connection. Reading is cancel-safe
 /// ([`FrameReader`]).
 struct Conn {
-    reader: FrameReader<TcpStream>,
+    reader: FrameReader<Stream>,
     /// Keepalive pings written whose PONG has not been read yet.
     pings_due: u32,
     /// Pleas to let go that came between answers, not yet taken
@@ -73,7 +97,7 @@ struct Conn {
 }
 
 impl Conn {
-    async fn open(addr: &str) -> Result<Conn, ClientError> {
+    async fn open(addr: &str, tls: Option<&TlsClient>) -> Result<Conn, ClientError> {
         let connect = TcpStream::connect(addr);
         let stream = match tokio::time::timeout(Duration::from_secs(5), connect).await {
             Ok(Ok(s)) => s,
@@ -84,10 +108,62 @@ impl Conn {
             }
         };
         stream.set_nodelay(true).map_err(FrameError::Io)?;
-        Ok(Conn { reader: FrameReader::new(stream), pings_due: 0, pleas: VecDeque::new() })
+        let stream = match tls {
+            None => Stream::Plain(stream),
+            Some(tls) => {
+                let refused = |why: String| ClientError::Tls { addr: addr.to_string(), why };
+                let name = crate::tls::server_name(addr).map_err(refused)?;
+                let handshake =
+                    tokio::time::timeout(auth::HANDSHAKE_TIMEOUT, tls.connect(name, stream));
+                match handshake.await {
+                    Ok(Ok(s)) => Stream::Tls(Box::new(s.into())),
+                    Ok(Err(e)) => return Err(refused(crate::tls::explain(&e))),
+                    Err(_) => return Err(refused("no TLS handshake within 5s".into())),
+                }
+            }
+        };
+        let mut conn =
+            Conn { reader: FrameReader::new(stream), pings_due: 0, pleas: VecDeque::new() };
+        if tls.is_some() {
+            conn.admitted(addr).await?;
+        }
+        Ok(conn)
     }
 
-    fn stream(&mut self) -> &mut TcpStream {
+    /// Waits for the node's answer to a ping, after a TLS handshake: under
+    /// TLS 1.3 the node judges the client's certificate after the client
+    /// has finished its handshake, and a refusal comes as the first thing
+    /// read. Read here, it is a refusal with its reason, not a connection
+    /// that breaks later.
+    async fn admitted(&mut self, addr: &str) -> Result<(), ClientError> {
+        let tls = |e: &std::io::Error| ClientError::Tls {
+            addr: addr.to_string(),
+            why: crate::tls::explain(e),
+        };
+        let answer = async {
+            self.send(&ClientRequest::Ping).await.map_err(|e| match e {
+                FrameError::Io(e) => tls(&e),
+                e => ClientError::Frame(e),
+            })?;
+            match self.read::<ClientResponse>().await {
+                Ok(Some(ClientResponse::Pong { .. })) => Ok(()),
+                Ok(Some(ClientResponse::Error(why))) => Err(ClientError::Refused(why)),
+                Ok(Some(other)) => Err(ClientError::Unexpected(format!("{other:?}"))),
+                Ok(None) => Err(ClientError::Closed),
+                Err(FrameError::Io(e)) => Err(tls(&e)),
+                Err(e) => Err(ClientError::Frame(e)),
+            }
+        };
+        match tokio::time::timeout(auth::HANDSHAKE_TIMEOUT, answer).await {
+            Ok(answered) => answered,
+            Err(_) => Err(ClientError::Tls {
+                addr: addr.to_string(),
+                why: "the node did not answer within 5s of the TLS handshake".into(),
+            }),
+        }
+    }
+
+    fn stream(&mut self) -> &mut Stream {
         self.reader.get_mut()
     }
 
@@ -103,12 +179,11 @@ impl Conn {
     /// Sends every request of `reqs` in one write (the node answers them
     /// in order).
     async fn send_all<Req: Serialize>(&mut self, reqs: &[Req]) -> Result<(), FrameError> {
-        use tokio::io::AsyncWriteExt;
         let mut bytes = Vec::new();
         for req in reqs {
             coterie_core::wire::write_frame(req, &mut bytes);
         }
-        self.stream().write_all(&bytes).await.map_err(FrameError::Io)
+        crate::codec::write_out(self.stream(), &bytes).await.map_err(FrameError::Io)
     }
 
     async fn call<Req: Serialize>(&mut self, req: &Req) -> Result<ClientResponse, ClientError> {
@@ -339,9 +414,10 @@ impl Client {
         addr: &str,
         credentials: Option<&Credentials>,
     ) -> Result<Client, ClientError> {
-        let mut conn = Conn::open(addr).await?;
-        if let Some(c) = credentials {
-            auth::dial(conn.stream(), &c.secret, &c.cluster, Role::Client, 0)
+        let tls = credentials.and_then(|c| c.tls.as_ref());
+        let mut conn = Conn::open(addr, tls).await?;
+        if let Some(Credentials { secret: Some(secret), cluster, tls: None }) = credentials {
+            auth::dial(conn.stream(), secret, cluster, Role::Client, 0)
                 .await
                 .map_err(|source| ClientError::Auth { addr: addr.to_string(), source })?;
         }
@@ -351,7 +427,7 @@ impl Client {
     /// The session's connection, handed over to a blocking client once
     /// opened (and authenticated): nothing has been read from it past the
     /// handshake.
-    pub(crate) fn into_stream(self) -> TcpStream {
+    pub(crate) fn into_stream(self) -> Stream {
         self.conn.reader.into_inner()
     }
 
@@ -754,7 +830,7 @@ pub struct WitnessClient {
 impl WitnessClient {
     /// Connects to the witness.
     pub async fn connect(addr: &str) -> Result<WitnessClient, ClientError> {
-        Ok(WitnessClient { conn: Conn::open(addr).await? })
+        Ok(WitnessClient { conn: Conn::open(addr, None).await? })
     }
 
     /// Enters lock `name`'s resource with `fence`, granted by `node`.

@@ -123,7 +123,15 @@ where
 {
     let mut buf = Vec::with_capacity(64);
     wire::write_frame(value, &mut buf);
-    writer.write_all(&buf).await
+    write_out(writer, &buf).await
+}
+
+/// Writes `bytes` and flushes them out: a TLS stream may keep the last
+/// record it wrote until it is flushed (a TCP stream's flush does
+/// nothing).
+pub async fn write_out<W: AsyncWrite + Unpin>(writer: &mut W, bytes: &[u8]) -> std::io::Result<()> {
+    writer.write_all(bytes).await?;
+    writer.flush().await
 }
 
 #[cfg(test)]

@@ -15,7 +15,9 @@
 //! - [`WitnessClient`]: the witness a test cluster checks its entries at.
 //! - The wire underneath, shared with the node: [`protocol`] (what is
 //!   said), [`codec`] (frames on tokio streams), [`auth`] (the
-//!   challenge–response handshake when the cluster has a secret).
+//!   challenge–response handshake when the cluster has a secret),
+//!   [`tls`] (TLS on every port, when the cluster has certificates) and
+//!   [`stream`] (a connection, plain or TLS).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), coterie_client::ClientError> {
@@ -36,6 +38,8 @@ mod client;
 pub mod codec;
 pub mod http;
 pub mod protocol;
+pub mod stream;
+pub mod tls;
 
 pub use client::{
     client_label, Acquired, Client, ClientError, Credentials, Entry, Grant, HoldEvent, Lock,

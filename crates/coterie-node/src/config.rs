@@ -26,6 +26,12 @@
 //!
 //! [security]
 //! # secret_file = "secret"      # the shared secret; COTERIE_SECRET_FILE overrides
+//! # tls_ca = "ca.pem"           # TLS on every port (`coterie init --tls` writes these):
+//! # tls_cert = "node{id}.pem"   # the CA, and each node's certificate and key
+//! # tls_key = "node{id}.key"    # ({id} is the node's id)
+//! # client_cert_auth = false    # clients too must show a certificate from tls_ca
+//! # tls_client_cert = "client.pem"  # what commands show (COTERIE_TLS_CERT overrides)
+//! # tls_client_key = "client.key"   # (COTERIE_TLS_KEY overrides)
 //! # allow_faults = false        # take `coterie fault` commands (labs and tests only)
 //!
 //! [witness]            # optional: where workloads check their entries
@@ -73,6 +79,9 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
+    /// A TLS certificate, key or CA could not be read or used.
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 /// `[cluster]`.
@@ -303,6 +312,37 @@ impl Default for TimingSection {
     }
 }
 
+/// A client's TLS settings from the environment (`COTERIE_TLS_CA`,
+/// `COTERIE_TLS_CERT`, `COTERIE_TLS_KEY`), each falling back on the file
+/// given here; `None` without a CA.
+pub fn client_tls_from(
+    ca: Option<&Path>,
+    cert: Option<&Path>,
+    key: Option<&Path>,
+) -> Result<Option<crate::tls::TlsClient>, ConfigError> {
+    let env = |var: &str, file: Option<&Path>| match std::env::var_os(var) {
+        Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
+        _ => file.map(Path::to_path_buf),
+    };
+    let Some(ca) = env("COTERIE_TLS_CA", ca) else { return Ok(None) };
+    let (cert, key) = (env("COTERIE_TLS_CERT", cert), env("COTERIE_TLS_KEY", key));
+    let identity = match (&cert, &key) {
+        (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+        (None, None) => None,
+        _ => {
+            return Err(ConfigError::Invalid {
+                path: cert.or(key).unwrap_or_default(),
+                message: "a client certificate needs its key, and a key its certificate \
+                          (COTERIE_TLS_CERT and COTERIE_TLS_KEY)"
+                    .into(),
+            })
+        }
+    };
+    crate::tls::TlsClient::from_files(&ca, identity)
+        .map(Some)
+        .map_err(|e| ConfigError::Tls(e.to_string()))
+}
+
 /// Reads a secret file.
 pub fn read_secret(path: &Path) -> Result<crate::auth::Secret, ConfigError> {
     let bytes = std::fs::read(path)
@@ -339,6 +379,80 @@ pub struct SecuritySection {
     /// port can take and release locks. Off by default.
     #[serde(default)]
     pub api_open: bool,
+    /// The CA certificates (PEM) that every node's and client's
+    /// certificate must come from. With `tls_cert` and `tls_key`, every
+    /// port speaks TLS: peers authenticate each other by certificate (each
+    /// names its node id), clients check the node's, and the HTTP API is
+    /// served as HTTPS. The secret's handshake is then not made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<PathBuf>,
+    /// Each node's certificate chain (PEM); `{id}` in the path stands for
+    /// the node's id. It must name `node-ID.coterie`, and the hosts clients
+    /// dial it at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    /// Each node's private key (PEM); `{id}` as in `tls_cert`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
+    /// With TLS, clients (the client port's and the HTTP API's) must show
+    /// a certificate from `tls_ca` too. Off by default: any client that
+    /// reaches the port may then take locks, over an encrypted link.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub client_cert_auth: bool,
+    /// The certificate commands (`coterie lock`, `status`, ...) show a node
+    /// that asks for one; `COTERIE_TLS_CERT` overrides it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_cert: Option<PathBuf>,
+    /// Its private key; `COTERIE_TLS_KEY` overrides it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_key: Option<PathBuf>,
+}
+
+/// A node's TLS files, with its id put in for `{id}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The CA certificates to trust.
+    pub ca: PathBuf,
+    /// The node's certificate chain.
+    pub cert: PathBuf,
+    /// The node's private key.
+    pub key: PathBuf,
+}
+
+impl SecuritySection {
+    /// Whether the cluster speaks TLS.
+    pub fn tls(&self) -> bool {
+        self.tls_ca.is_some()
+    }
+
+    /// Node `id`'s TLS files, if the cluster speaks TLS.
+    pub fn tls_files(&self, id: u32) -> Option<TlsFiles> {
+        let of = |p: &Option<PathBuf>| -> Option<PathBuf> {
+            let text = p.as_ref()?.to_string_lossy().replace("{id}", &id.to_string());
+            Some(PathBuf::from(text))
+        };
+        Some(TlsFiles { ca: of(&self.tls_ca)?, cert: of(&self.tls_cert)?, key: of(&self.tls_key)? })
+    }
+
+    /// The keys that must be set together, or none of them: why not, if
+    /// they are not.
+    fn check_tls(&self) -> Result<(), String> {
+        let node = [self.tls_ca.is_some(), self.tls_cert.is_some(), self.tls_key.is_some()];
+        if node.contains(&true) && node.contains(&false) {
+            return Err("[security] tls_ca, tls_cert and tls_key go together: set all three, \
+                        or none"
+                .into());
+        }
+        if self.client_cert_auth && !self.tls() {
+            return Err("[security] client_cert_auth asks for TLS: set tls_ca, tls_cert and \
+                        tls_key too"
+                .into());
+        }
+        if self.tls_client_cert.is_some() != self.tls_client_key.is_some() {
+            return Err("[security] tls_client_cert and tls_client_key go together".into());
+        }
+        Ok(())
+    }
 }
 
 /// `[limits]`: what one node takes on from its clients, so that none of
@@ -524,6 +638,11 @@ impl Config {
                 &mut cfg.cluster.state_dir,
                 &mut security.secret_file,
                 &mut security.api_token_file,
+                &mut security.tls_ca,
+                &mut security.tls_cert,
+                &mut security.tls_key,
+                &mut security.tls_client_cert,
+                &mut security.tls_client_key,
             ] {
                 if let Some(dir) = p.as_mut().filter(|d| d.is_relative()) {
                     *dir = base.join(&*dir);
@@ -544,6 +663,19 @@ impl Config {
             },
         };
         read_secret(&path).map(Some)
+    }
+
+    /// What a command shows and trusts over TLS: the CA from
+    /// `COTERIE_TLS_CA` or `[security] tls_ca`, and a certificate from
+    /// `COTERIE_TLS_CERT` and `COTERIE_TLS_KEY` or `tls_client_cert` and
+    /// `tls_client_key`, if any; `None` if the cluster does not speak TLS.
+    pub fn client_tls(&self) -> Result<Option<crate::tls::TlsClient>, ConfigError> {
+        let s = &self.security;
+        client_tls_from(
+            s.tls_ca.as_deref(),
+            s.tls_client_cert.as_deref(),
+            s.tls_client_key.as_deref(),
+        )
     }
 
     /// The HTTP API's bearer tokens, one per line of `[security]
@@ -603,6 +735,7 @@ impl Config {
         if cfg.cluster.count == 0 {
             return Err(invalid("count must be at least 1".into()));
         }
+        cfg.security.check_tls().map_err(invalid)?;
         let l = &cfg.limits;
         if [l.max_clients, l.max_pending, l.max_names, l.max_sessions, l.max_http].contains(&0) {
             return Err(invalid(

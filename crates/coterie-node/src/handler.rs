@@ -21,12 +21,11 @@ use crate::metrics::Loss;
 use crate::protocol::{Acquire, ClientRequest, ClientResponse, FaultCommand, NodeEvent, Revoked};
 use crate::session::{Lease, Shared, Taken};
 use crate::shutdown::Shutdown;
+use crate::stream::{ReadHalf, Stream, WriteHalf};
 use coterie_core::{Fence, Name};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
+use tokio::io::AsyncReadExt;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -42,7 +41,7 @@ const WATCH_LINGER: Duration = Duration::from_millis(2);
 const WATCH_BATCH: usize = 64 * 1024;
 
 /// A client connection's read half, read a frame at a time.
-type Reader = FrameReader<OwnedReadHalf>;
+type Reader = FrameReader<ReadHalf>;
 
 /// What a session waits for from its client, at most.
 #[derive(Clone, Copy)]
@@ -61,7 +60,7 @@ struct Handler {
     shared: Arc<Shared>,
     client: Client,
     reader: Reader,
-    writer: OwnedWriteHalf,
+    writer: WriteHalf,
     /// Answers held back while the client's next request is already here,
     /// to go out with its answer in one write (a chained release and
     /// acquire cost the client one wake-up, not two).
@@ -89,9 +88,9 @@ async fn taking_back(taken: &mut broadcast::Receiver<(u64, Name)>, session: u64)
 
 /// Serves one client connection until it closes or the node stops. The
 /// listener has admitted it (and authenticated it, with a secret).
-pub(crate) async fn serve(shared: Arc<Shared>, stream: TcpStream, mut shutdown: Shutdown) {
-    let from = stream.peer_addr().ok();
-    let _ = stream.set_nodelay(true);
+pub(crate) async fn serve(shared: Arc<Shared>, stream: Stream, mut shutdown: Shutdown) {
+    let from = stream.tcp().peer_addr().ok();
+    let _ = stream.tcp().set_nodelay(true);
     let (reader, writer) = stream.into_split();
     let session = shared.locks.new_session();
     let client = Client { session, label: format!("session-{session}") };
@@ -453,7 +452,7 @@ impl Handler {
                 }
                 deadline.get_or_insert_with(|| Instant::now() + WATCH_LINGER);
             }
-            if self.writer.write_all(&batch).await.is_err() {
+            if crate::codec::write_out(&mut self.writer, &batch).await.is_err() {
                 return;
             }
             batch.clear();
@@ -510,7 +509,7 @@ fn pong(shared: &Shared) -> ClientResponse {
 /// the session still open the lock would be held for ever.
 struct Pings<'a> {
     reader: &'a mut Reader,
-    writer: &'a mut OwnedWriteHalf,
+    writer: &'a mut WriteHalf,
     /// The session's answers held back, sent before it waits.
     unsent: &'a mut Vec<u8>,
     shared: &'a Shared,
@@ -520,11 +519,11 @@ struct Pings<'a> {
 }
 
 /// Writes the answers a session held back (see `Handler::unsent`), if any.
-async fn send_unsent(writer: &mut OwnedWriteHalf, unsent: &mut Vec<u8>) -> std::io::Result<()> {
+async fn send_unsent(writer: &mut WriteHalf, unsent: &mut Vec<u8>) -> std::io::Result<()> {
     if unsent.is_empty() {
         return Ok(());
     }
-    let written = writer.write_all(unsent).await;
+    let written = crate::codec::write_out(writer, unsent).await;
     unsent.clear();
     written
 }

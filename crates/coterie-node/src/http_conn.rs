@@ -11,19 +11,19 @@
 //! response it is writing and closes.
 
 use crate::shutdown::Shutdown;
+use crate::stream::Stream;
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::time::Duration;
-use tokio::net::TcpStream;
 use tracing::debug;
 
-/// Serves `router` on `stream` until the client closes, `idle` passes
-/// without a request, or the node stops.
-pub(crate) async fn serve(router: Router, stream: TcpStream, idle: Duration, mut stop: Shutdown) {
+/// Serves `router` on `stream` (plain, or TLS: HTTPS) until the client
+/// closes, `idle` passes without a request, or the node stops.
+pub(crate) async fn serve(router: Router, stream: Stream, idle: Duration, mut stop: Shutdown) {
     // Answers are small and awaited one by one: do not let Nagle hold them.
-    let _ = stream.set_nodelay(true);
+    let _ = stream.tcp().set_nodelay(true);
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(idle)

@@ -5,7 +5,7 @@
 //!
 //! ## Layout
 //! - [`config`]: the cluster's TOML file, checked as it is read.
-//! - [`codec`], [`protocol`], [`auth`]: the wire — frames on tokio
+//! - [`codec`], [`protocol`], [`auth`], [`tls`], [`stream`]: the wire — frames on tokio
 //!   streams, what clients and the witness say, the challenge–response
 //!   handshake — shared with the clients of the `coterie-client` crate.
 //! - [`node`]: one node's runtime, which builds the parts below and runs
@@ -23,7 +23,8 @@
 //!   elections by name).
 //! - What it counts: `metrics` (recorded as it happens), `exporter`
 //!   (`/metrics`, with what is read off the node at each scrape).
-//! - Beside them: `admission` (the handshake at the door), `faults`
+//! - Beside them: `admission` (the handshake at the door), `certs` (its
+//!   TLS configurations, reloaded when their files change), `faults`
 //!   (faults injected on request, `coterie fault`), `events` (what
 //!   watchers are told), `shutdown` (the stop signal), `throttle` (at most
 //!   a log line a second for what a remote party repeats).
@@ -32,10 +33,12 @@
 //!   runtime's thread.
 //! - [`Client`], [`WitnessClient`]: re-exported from `coterie-client`.
 //! - [`witness`]: the shared resource that checks safety on a real cluster.
+//! - [`pki`]: certificates a lab can make (`coterie init --tls`).
 #![warn(missing_docs)]
 
 mod admission;
 mod agent;
+mod certs;
 mod cluster;
 pub mod config;
 mod events;
@@ -52,6 +55,7 @@ mod locks;
 mod metrics;
 pub mod node;
 mod peers;
+pub mod pki;
 mod session;
 mod sessions;
 mod shutdown;
@@ -65,7 +69,7 @@ pub mod witness;
 pub use config::Config;
 /// The wire and the client side of it live in `coterie-client`; the node
 /// serves what they say.
-pub use coterie_client::{auth, codec, protocol};
+pub use coterie_client::{auth, codec, protocol, stream, tls};
 pub use coterie_client::{
     client_label, Acquired, Client, ClientError, Credentials, Entry, Grant, HoldEvent, Lock,
     LockRequest, Loss, Mode, Observer, Outcome, Watch, WitnessClient,

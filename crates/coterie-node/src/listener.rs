@@ -14,6 +14,7 @@
 
 use crate::admission::{Admission, Port};
 use crate::shutdown::Shutdown;
+use crate::stream::Stream;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -43,7 +44,7 @@ impl Listener {
         let limit = Arc::new(Semaphore::new(self.max));
         let mut conns = JoinSet::new();
         loop {
-            let (mut stream, from) = tokio::select! {
+            let (stream, from) = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok(accepted) => accepted,
                     Err(e) => {
@@ -69,8 +70,9 @@ impl Listener {
                             "this node serves {max} {what} connections already ([limits] {key}): \
                              try again later, or another node"
                         );
-                        admission.turn_away(&mut stream, from, port, &why).await;
-                        linger(stream).await;
+                        if let Some(stream) = admission.turn_away(stream, from, port, &why).await {
+                            linger(stream).await;
+                        }
                     }
                     .in_current_span(),
                 );
@@ -92,18 +94,20 @@ impl Listener {
     }
 }
 
-/// Serves a client connection once it has passed the handshake (with a
-/// secret): `serve` gets the stream, or nothing happens if it failed.
+/// Serves a client or HTTP connection once it has passed the handshake
+/// (TLS, or the secret's on the client port): `serve` gets the stream, or
+/// nothing happens if it failed.
 pub(crate) async fn admitted<F, Fut>(
     admission: Arc<Admission>,
-    mut stream: TcpStream,
+    stream: TcpStream,
     from: SocketAddr,
+    port: Port,
     serve: F,
 ) where
-    F: FnOnce(TcpStream) -> Fut,
+    F: FnOnce(Stream) -> Fut,
     Fut: Future<Output = ()>,
 {
-    if admission.admit(&mut stream, from, Port::Client).await.is_ok() {
+    if let Ok((stream, _)) = admission.admit(stream, from, port).await {
         serve(stream).await;
     }
 }
@@ -111,7 +115,7 @@ pub(crate) async fn admitted<F, Fut>(
 /// Closes a refused connection gracefully: what the client sent meanwhile
 /// is read and dropped, for a second at most, so that the close does not
 /// reset the connection before the client has read why.
-async fn linger(mut stream: TcpStream) {
+async fn linger(mut stream: Stream) {
     let _ = stream.shutdown().await;
     let mut sink = [0u8; 512];
     let drain = async { while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {} };

@@ -65,6 +65,12 @@ struct LossLabels {
     reason: Loss,
 }
 
+/// Which of the node's ports a TLS refusal was on.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PortLabels {
+    port: &'static str,
+}
+
 /// The node's counters and histograms; see the module documentation.
 #[derive(Clone)]
 pub(crate) struct Metrics {
@@ -80,6 +86,7 @@ pub(crate) struct Metrics {
     redials: Counter,
     revokes: Counter,
     connections: Gauge,
+    tls_refusals: Family<PortLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -97,7 +104,11 @@ impl Default for Metrics {
             redials: Counter::default(),
             revokes: Counter::default(),
             connections: Gauge::default(),
+            tls_refusals: Family::default(),
         };
+        for port in ["peer", "client", "http"] {
+            metrics.tls_refusals.get_or_create(&PortLabels { port }).inc_by(0);
+        }
         for reason in [Loss::Disconnected, Loss::Silent, Loss::Expired, Loss::NoQuorum] {
             // Every reason is exported from the start, at 0: a rate over a
             // series that appears only with its first loss misses that loss.
@@ -156,6 +167,13 @@ impl Metrics {
     /// they hold (`coterie revoke`).
     pub(crate) fn asked_to_let_go(&self, holders: u32) {
         self.revokes.inc_by(holders.into());
+    }
+
+    /// A connection to the `port` port was refused at its TLS handshake
+    /// (a certificate from another CA, expired, naming another node, or
+    /// plain TCP to a TLS port).
+    pub(crate) fn tls_refused(&self, port: &'static str) {
+        self.tls_refusals.get_or_create(&PortLabels { port }).inc();
     }
 
     /// A binary-protocol client connection opened; it counts until the
@@ -222,6 +240,9 @@ impl Metrics {
         registry.register("coterie_locks_lost", lost_help, self.lost.clone());
         let connections = "Binary-protocol client connections open (the CLI's sessions)";
         registry.register("coterie_client_connections", connections, self.connections.clone());
+        let tls_help = "Connections refused at the TLS handshake (another CA, an expired \
+            certificate, one naming another node, plain TCP to a TLS port), by port";
+        registry.register("coterie_tls_refusals", tls_help, self.tls_refusals.clone());
     }
 }
 

@@ -21,8 +21,9 @@
 //! The agent serves what the application's table wants; the application
 //! hears back through that table (grants) and the agent's notices.
 
-use crate::admission::{Admission, Port};
+use crate::admission::{Admission, Lock, Port};
 use crate::agent::{Agent, Parts, Storage};
+use crate::certs::Certs;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::events::Events;
@@ -83,6 +84,9 @@ pub enum NodeError {
         /// Why it is not served.
         why: String,
     },
+    /// The node's TLS files could not be used.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// The state directory or its files could not be used.
     #[error("cannot use the state in {path}: {source}")]
     State {
@@ -171,8 +175,18 @@ pub async fn run(
 ) -> Result<(), NodeError> {
     cfg.node(id).ok_or(NodeError::UnknownNode(id))?;
     let secret = cfg.secret()?;
+    let certs = match cfg.security.tls_files(id) {
+        Some(files) => {
+            Some(Arc::new(Certs::load(files, NodeId(id), cfg.security.client_cert_auth)?))
+        }
+        None => None,
+    };
+    // Who must show who they are on the HTTP port: with a secret, tokens;
+    // with TLS and client certificates, the certificate does.
+    let api_by_certificate = certs.as_ref().is_some_and(|c| c.client_cert_auth());
+    let api_guarded = secret.is_some() && !api_by_certificate;
     let tokens = match &listeners.http {
-        Some(http) => api_tokens(&cfg, secret.is_some(), http)?,
+        Some(http) => api_tokens(&cfg, api_guarded, api_by_certificate, http)?,
         None => None,
     };
     make_room_for_connections(&cfg, listeners.http.is_some());
@@ -253,9 +267,15 @@ pub async fn run(
         Some(file) => Storage::Unsynced(file),
     };
     let span = tracing::info_span!("node", id);
-    if secret.is_none() {
-        warn!(parent: &span, "no secret configured ([security] secret_file): peers and clients are \
-            not authenticated; anyone who reaches this node's ports can speak for a member");
+    match (&certs, &secret) {
+        (Some(certs), _) if !certs.client_cert_auth() => info!(parent: &span,
+            "TLS on every port; clients are not asked for a certificate ([security] \
+             client_cert_auth): anyone who reaches the client port may take locks"),
+        (Some(_), _) => info!(parent: &span, "TLS on every port, clients with certificates"),
+        (None, None) => warn!(parent: &span, "no secret configured ([security] secret_file): \
+            peers and clients are not authenticated; anyone who reaches this node's ports can \
+            speak for a member"),
+        (None, Some(_)) => {}
     }
     let events = Arc::new(Events::new(NodeId(id)));
     let limits = Limits { max_pending: cfg.limits.max_pending, max_names: cfg.limits.max_names };
@@ -274,7 +294,17 @@ pub async fn run(
         metrics,
         notices,
     }));
-    let admission = Arc::new(Admission::new(NodeId(id), cfg.cluster.name.clone(), secret));
+    let lock = match (&certs, secret) {
+        (Some(certs), _) => Lock::Tls(certs.clone()),
+        (None, Some(secret)) => Lock::Secret(secret),
+        (None, None) => Lock::Open,
+    };
+    let admission = Arc::new(Admission::new(
+        NodeId(id),
+        cfg.cluster.name.clone(),
+        lock,
+        agent.metrics().clone(),
+    ));
     let transport = Arc::new(Transport {
         agent: agent.clone(),
         peers: peer_handles.clone(),
@@ -319,6 +349,10 @@ pub async fn run(
         l.expire_delays(|| a.now(), follow, stop).await
     };
     tasks.spawn(expiry.instrument(span.clone()));
+    if let Some(certs) = certs {
+        let stop = shutdown_signal.clone();
+        tasks.spawn(certs.watch(stop).instrument(span.clone()));
+    }
     for (peer, lane) in lanes {
         tasks.spawn(delay_lane(transport.clone(), peer, lane, shutdown_signal.clone()));
     }
@@ -349,7 +383,7 @@ pub async fn run(
     let (api_shared, api_admission) = (shared.clone(), admission.clone());
     let serve = move |stream, from, stop| {
         let (admission, shared) = (admission.clone(), shared.clone());
-        listener::admitted(admission, stream, from, move |stream| {
+        listener::admitted(admission, stream, from, Port::Client, move |stream| {
             handler::serve(shared, stream, stop)
         })
     };
@@ -368,11 +402,16 @@ pub async fn run(
         let http_port = Listener {
             listener: http,
             port: Port::Http,
-            admission: api_admission,
+            admission: api_admission.clone(),
             max: cfg.limits.max_http,
         };
         let idle = cfg.limits.http_idle;
-        let serve = move |stream, _from, stop| http_conn::serve(router.clone(), stream, idle, stop);
+        let serve = move |stream, from, stop| {
+            let router = router.clone();
+            listener::admitted(api_admission.clone(), stream, from, Port::Http, move |stream| {
+                http_conn::serve(router, stream, idle, stop)
+            })
+        };
         tasks.spawn(http_port.run(serve, shutdown_signal.clone()).instrument(span.clone()));
     }
 
@@ -422,11 +461,14 @@ fn make_room_for_connections(cfg: &Config, http: bool) {
     }
 }
 
-/// The HTTP API's tokens: required with a secret; without one, the API is
-/// served on loopback only unless `[security] api_open` says otherwise.
+/// The HTTP API's tokens: required with a secret (and no TLS); without
+/// one, the API is served on loopback only unless clients show
+/// certificates (TLS with `client_cert_auth`) or `[security] api_open`
+/// says otherwise.
 fn api_tokens(
     cfg: &Config,
     secret: bool,
+    by_certificate: bool,
     http: &TcpListener,
 ) -> Result<Option<Vec<Vec<u8>>>, NodeError> {
     let addr =
@@ -439,7 +481,9 @@ fn api_tokens(
              [security] api_token_file",
         )),
         (_, Some(tokens)) => Ok(Some(tokens)),
-        (false, None) if addr.ip().is_loopback() || cfg.security.api_open => Ok(None),
+        (false, None) if addr.ip().is_loopback() || by_certificate || cfg.security.api_open => {
+            Ok(None)
+        }
         (false, None) => Err(refuse(
             "without a secret and tokens, the API is served on loopback only (anyone who \
              reaches it could take and release locks); set [security] api_open = true to serve \

@@ -38,22 +38,21 @@
 //! The sessions themselves live in [`links`](crate::links), in the agent's
 //! stack; each peer's handles in [`peers`](crate::peers).
 
-use crate::admission::{Admission, Port};
+use crate::admission::{Admission, Port, Proof};
 use crate::agent::{Agent, Delivery};
 use crate::auth::{AuthError, Role};
-use crate::codec::{self, read_frame, write_frame, FrameError};
+use crate::codec::{self, read_frame, write_frame, write_out, FrameError};
 use crate::faults::Injector;
 use crate::links::Accepted;
 use crate::peers::{Lane, Peers};
 use crate::shutdown::Shutdown;
+use crate::stream::{ReadHalf, Stream, WriteHalf};
 use crate::throttle::Throttle;
 use coterie_core::wire::{self, Hello, PeerFrame};
 use coterie_core::NodeId;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tracing::{debug, error, info, warn};
 
@@ -250,9 +249,10 @@ fn tune(t: &Transport, stream: &TcpStream) {
     let _ = socket2::SockRef::from(stream).set_tcp_user_timeout(Some(failure_timeout));
 }
 
-/// Connects to `peer` at `addr` and authenticates, if the cluster has a
-/// secret.
-async fn connect(t: &Transport, peer: NodeId, addr: &str) -> Result<TcpStream, DialError> {
+/// Connects to `peer` at `addr` and authenticates: over TLS, checking
+/// that its certificate names `peer`, if the cluster has certificates;
+/// with the challenge–response, if it has a secret.
+async fn connect(t: &Transport, peer: NodeId, addr: &str) -> Result<Stream, DialError> {
     let mut stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
@@ -265,8 +265,23 @@ async fn connect(t: &Transport, peer: NodeId, addr: &str) -> Result<TcpStream, D
         Err(_) => return Err(DialError::Other),
     };
     tune(t, &stream);
+    if let Some(certs) = t.admission.certs() {
+        let name = rustls::pki_types::ServerName::try_from(crate::tls::node_name(peer.0))
+            .map_err(|e| DialError::Handshake(e.to_string()))?;
+        let dialler = certs.dialler();
+        let handshake = dialler.connect(name, stream);
+        return match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+            Ok(Ok(tls)) => Ok(Stream::Tls(Box::new(tls.into()))),
+            Ok(Err(e)) if codec::hung_up(&e) => Err(DialError::Reset),
+            Ok(Err(e)) => Err(DialError::Handshake(format!(
+                "TLS: {}",
+                crate::tls::explain(&e).replace("node's certificate", "peer's certificate")
+            ))),
+            Err(_) => Err(DialError::Other),
+        };
+    }
     match t.admission.dial(&mut stream).await {
-        Ok(()) => Ok(stream),
+        Ok(()) => Ok(Stream::Plain(stream)),
         Err(AuthError::Closed) => Err(DialError::Reset),
         Err(AuthError::Frame(FrameError::Io(e))) => Err(DialError::broken(&e)),
         Err(AuthError::Timeout) => Err(DialError::Other),
@@ -276,7 +291,7 @@ async fn connect(t: &Transport, peer: NodeId, addr: &str) -> Result<TcpStream, D
 
 /// A dial that was answered.
 struct Connected {
-    stream: TcpStream,
+    stream: Stream,
     /// The peer's incarnation.
     boot: u64,
     /// How much of our session it had delivered.
@@ -291,7 +306,7 @@ struct Connected {
 async fn handshake(
     t: &Transport,
     peer: NodeId,
-    mut stream: TcpStream,
+    mut stream: Stream,
 ) -> Result<Connected, DialError> {
     let (expects, delivered, batch) = t.agent.links(|l| l.dialling(peer));
     let mut bytes = Vec::with_capacity(64 + batch.bytes.len());
@@ -300,7 +315,7 @@ async fn handshake(
     bytes.extend_from_slice(&batch.bytes);
     let written = batch.last.unwrap_or(0);
     let answer = async {
-        stream.write_all(&bytes).await?;
+        write_out(&mut stream, &bytes).await?;
         let mut buf = Vec::new();
         // Exactly the Welcome: what follows it is the conversation's.
         read_frame::<PeerFrame, _>(&mut stream, &mut buf).await
@@ -365,7 +380,7 @@ async fn converse(
     t: &Transport,
     peer: NodeId,
     link: (u64, u64),
-    stream: TcpStream,
+    stream: Stream,
     written: u64,
     shutdown: &mut Shutdown,
 ) -> End {
@@ -391,7 +406,7 @@ async fn converse(
 
 /// Delivers every frame the peer writes, through the session, to the
 /// engine.
-async fn read_frames(t: &Transport, peer: NodeId, link: (u64, u64), reader: OwnedReadHalf) -> End {
+async fn read_frames(t: &Transport, peer: NodeId, link: (u64, u64), reader: ReadHalf) -> End {
     // What the peer sends that cannot be used is logged, a line a second.
     let mut drops = Throttle::default();
     // Frames are read a few at a time, not a header and a body per call.
@@ -451,7 +466,7 @@ async fn write_frames(
     t: &Transport,
     peer: NodeId,
     link: (u64, u64),
-    mut writer: OwnedWriteHalf,
+    mut writer: WriteHalf,
     mut written: u64,
 ) -> End {
     let handle = t.peers.get(peer);
@@ -460,7 +475,7 @@ async fn write_frames(
             return End::Superseded;
         };
         if let Some(last) = batch.last {
-            if writer.write_all(&batch.bytes).await.is_err() {
+            if write_out(&mut writer, &batch.bytes).await.is_err() {
                 return End::Closed;
             }
             written = last;
@@ -473,12 +488,14 @@ async fn write_frames(
 /// conversation; or, for a peer above asking to be dialled, the dial.
 pub(crate) async fn serve_peer(
     t: Arc<Transport>,
-    mut stream: TcpStream,
+    stream: TcpStream,
     from: std::net::SocketAddr,
     mut shutdown: Shutdown,
 ) {
     tune(&t, &stream);
-    let Ok(dialler) = t.admission.admit(&mut stream, from, Port::Peer).await else { return };
+    let Ok((mut stream, proof)) = t.admission.admit(stream, from, Port::Peer).await else {
+        return;
+    };
     let mut buf = Vec::new();
     let hello = match tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
@@ -501,11 +518,19 @@ pub(crate) async fn serve_peer(
             return;
         }
     };
-    let check = match dialler {
-        Some(d) if d.role != Role::Peer || d.id != hello.node.0 => Err(format!(
+    let check = match proof {
+        Proof::Secret(d) if d.role != Role::Peer || d.id != hello.node.0 => Err(format!(
             "authenticated as {:?} {}, but says it is node {}",
             d.role, d.id, hello.node.0
         )),
+        Proof::Certificate(cert) if !crate::certs::names_node(&cert, hello.node) => {
+            t.agent.metrics().tls_refused("peer");
+            Err(format!(
+                "its certificate does not name node {} ({}), which it says it is",
+                hello.node.0,
+                crate::tls::node_name(hello.node.0)
+            ))
+        }
         _ => t.agent.check_hello(&hello),
     };
     if let Err(reason) = check {

@@ -111,7 +111,18 @@ fn main() -> std::process::ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("coterie: {e:#}");
-            std::process::ExitCode::from(2)
+            // Refused at a node's door (TLS, or the secret): unavailable to
+            // this client, as `coterie lock` says when no node lets it in.
+            let refused = e.chain().any(|cause| {
+                matches!(
+                    cause.downcast_ref::<coterie_node::ClientError>(),
+                    Some(
+                        coterie_node::ClientError::Tls { .. }
+                            | coterie_node::ClientError::Auth { .. }
+                    )
+                )
+            });
+            std::process::ExitCode::from(if refused { cmd::lock::EXIT_UNAVAILABLE } else { 2 })
         }
     }
 }

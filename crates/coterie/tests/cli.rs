@@ -363,9 +363,8 @@ fn the_blocking_client_proves_the_secret_or_is_told_why_not() {
     let dir = scratch("blocking-secret");
     let up = Up::start_with(2, "blocking-secret", api_security(&dir.0, "token\n"));
     let addr = &up.configuration().nodes[0].client;
-    let credentials = |secret: &str| Credentials {
-        secret: Secret::from_file_bytes(secret.as_bytes()).unwrap(),
-        cluster: String::new(),
+    let credentials = |secret: &str| {
+        Credentials::with_secret(Secret::from_file_bytes(secret.as_bytes()).unwrap(), "")
     };
     let jobs = LockRequest::new(["jobs"]);
     let right = credentials("a shared secret for the tests");

@@ -256,6 +256,7 @@ async fn measure_real(
         count: 1,
         lock_delay: std::time::Duration::ZERO,
         partitions,
+        tls: false,
     };
     let (cluster, witness) = LocalCluster::launch(&shape, "text", &dir).await?;
     let mut cluster = Cluster::Local(cluster);

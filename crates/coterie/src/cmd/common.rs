@@ -81,11 +81,17 @@ where
     Err(errors.join("; "))
 }
 
-/// The credentials a cluster's configuration gives (its secret, with
-/// `COTERIE_SECRET_FILE` overriding the file), if any.
+/// The credentials a cluster's configuration gives, if any: TLS (the CA
+/// and a client certificate, each of which `COTERIE_TLS_CA`,
+/// `COTERIE_TLS_CERT` and `COTERIE_TLS_KEY` override), or else its secret
+/// (`COTERIE_SECRET_FILE` overriding the file).
 pub fn credentials(cfg: &Config) -> Result<Option<Arc<Credentials>>> {
+    let cluster = cfg.cluster.name.clone();
+    if let Some(tls) = cfg.client_tls()? {
+        return Ok(Some(Arc::new(Credentials { secret: None, cluster, tls: Some(tls) })));
+    }
     let secret = cfg.secret()?;
-    Ok(secret.map(|secret| Arc::new(Credentials { secret, cluster: cfg.cluster.name.clone() })))
+    Ok(secret.map(|secret| Arc::new(Credentials::with_secret(secret, cluster))))
 }
 
 impl Target {
@@ -101,12 +107,16 @@ impl Target {
     /// The nodes the command should address, in id order.
     pub fn nodes(&self) -> Result<Vec<NodeAddr>> {
         if let Some(addr) = &self.addr {
-            // No configuration: a secret only from the environment, and
-            // whichever cluster the node belongs to.
+            // No configuration: TLS or a secret only from the
+            // environment, and whichever cluster the node belongs to.
+            let tls = coterie_node::config::client_tls_from(None, None, None)?;
             let credentials = match std::env::var_os("COTERIE_SECRET_FILE") {
+                _ if tls.is_some() => {
+                    Some(Arc::new(Credentials { secret: None, cluster: String::new(), tls }))
+                }
                 Some(path) if !path.is_empty() => {
                     let secret = coterie_node::config::read_secret(std::path::Path::new(&path))?;
-                    Some(Arc::new(Credentials { secret, cluster: String::new() }))
+                    Some(Arc::new(Credentials::with_secret(secret, "")))
                 }
                 _ => None,
             };

@@ -169,6 +169,7 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         count: args.algorithms.count,
         lock_delay: Duration::ZERO,
         partitions: args.algorithms.partition_mode,
+        tls: false,
     };
     let placement = Placement { base_port: args.base_port, ..Placement::LOCAL };
     let (cluster, witness) =

@@ -40,6 +40,13 @@ pub struct Args {
     /// Serve the HTTP/JSON API on every node.
     #[arg(long)]
     http: bool,
+    /// TLS on every port: write a CA (`ca.pem`, and its key `ca.key`), a
+    /// certificate and key per node (`nodeN.pem`, `nodeN.key`) and one for
+    /// clients (`client.pem`, `client.key`) beside the --out file, valid
+    /// for a year, and the `[security]` keys that name them. Add `--set
+    /// security.client_cert_auth=true` to make clients show theirs.
+    #[arg(long, requires = "out")]
+    tls: bool,
     /// Take `coterie fault` commands: labs and tests only.
     #[arg(long)]
     allow_faults: bool,
@@ -88,7 +95,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
             path.display()
         );
     }
-    let config = build(&args)?;
+    let mut config = build(&args)?;
+    if args.tls {
+        let out = args.out.as_deref().expect("clap: --tls requires --out");
+        let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        coterie_node::pki::make(&mut config, dir, coterie_node::pki::VALID_FOR)?;
+    }
     let text = set(config.to_toml(), &args.set)?;
     // As `up` will read it: what the builder cannot refuse, this does.
     let written = Config::parse(&text, args.out.as_deref().unwrap_or(Path::new("cluster.toml")))?;
@@ -148,7 +160,11 @@ fn build(args: &Args) -> Result<Config> {
 /// served beyond loopback needs a secret and tokens, or `api_open`.
 fn refuse_an_open_api(config: &Config) -> Result<()> {
     let security = &config.security;
-    if security.secret_file.is_some() || security.api_token_file.is_some() || security.api_open {
+    if security.secret_file.is_some()
+        || security.api_token_file.is_some()
+        || security.api_open
+        || security.client_cert_auth
+    {
         return Ok(());
     }
     let exposed = config.nodes.iter().filter_map(|n| n.http.as_deref()).find(|addr| {
@@ -157,9 +173,10 @@ fn refuse_an_open_api(config: &Config) -> Result<()> {
     });
     if let Some(addr) = exposed {
         bail!(
-            "the API on {addr}: without a secret the API is served on loopback only; write the \
-             file for 127.0.0.1, add [security] secret_file and api_token_file (--set \
-             security.secret_file=... --set security.api_token_file=...), or --set \
+            "the API on {addr}: without a secret or client certificates the API is served on \
+             loopback only; write the file for 127.0.0.1, add [security] secret_file and \
+             api_token_file (--set security.secret_file=... --set security.api_token_file=...), \
+             use --tls with --set security.client_cert_auth=true, or --set \
              security.api_open=true"
         );
     }

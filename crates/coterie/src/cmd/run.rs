@@ -165,6 +165,7 @@ async fn play(
                 count: c.count,
                 lock_delay: c.lock_delay.unwrap_or_default(),
                 partitions: c.partitions,
+                tls: false,
             };
             let (cluster, witness) = LocalCluster::launch(&shape, log_format, &dir).await?;
             let mut cluster = Cluster::Local(cluster);

@@ -96,16 +96,70 @@ impl Up {
         env: &[(&str, &str)],
     ) -> Up {
         for attempt in 0..3 {
-            let mut up = Up::launch(n, &format!("{name}-{attempt}"), &configure, env);
-            let settled = up.try_wait_for(Duration::from_secs(10), |rows| {
-                agreed(rows).is_some_and(|(c, n_up)| c == n && n_up == n as usize)
-            });
-            if settled.is_some() {
+            let up = Up::launch(n, &format!("{name}-{attempt}"), &configure, env);
+            if let Some(up) = up.settled(n) {
                 return up;
             }
-            up.control = None;
         }
         panic!("a {n}-node cluster never settled in three attempts");
+    }
+
+    /// Starts a cluster of `n` nodes from the file `coterie init` writes
+    /// with `init` (flags: `--tls`, `--set ...`), on free ports, with the
+    /// timing of [`test_config`] and faults allowed; three attempts, as
+    /// [`start_in`](Up::start_in) makes.
+    pub fn init(n: u32, name: &str, init: &[&str]) -> Up {
+        for attempt in 0..3 {
+            let dir = scratch(&format!("init-{name}-{attempt}"));
+            let config = dir.0.join("cluster.toml");
+            let nodes = n.to_string();
+            let mut args = vec!["init", "--nodes", &nodes, "--free-ports", "--allow-faults"];
+            args.extend(["--heartbeat", "50ms", "--failure-timeout", "250ms", "--name", name]);
+            args.extend(["--out", config.to_str().unwrap()]);
+            args.extend_from_slice(init);
+            let out = coterie(&args);
+            assert!(out.status.success(), "init: {}", String::from_utf8_lossy(&out.stderr));
+            let cfg = Config::load(&config).unwrap();
+            let http = cfg.nodes.iter().filter_map(|node| node.http.clone()).collect();
+            let log = std::fs::File::create(dir.0.join("up.log")).unwrap();
+            let mut child = Command::new(BIN)
+                .args(["up", "--config"])
+                .arg(&config)
+                .stderr(log)
+                .stdout(Stdio::null())
+                .stdin(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let control = child.stdin.take();
+            if let Some(up) = (Up { child, control, config, http, _dir: dir }).settled(n) {
+                return up;
+            }
+        }
+        panic!("a {n}-node cluster from coterie init never settled in three attempts");
+    }
+
+    /// The cluster, once its `n` nodes agree on the highest as coordinator
+    /// within 10 s; else `None`, and it is stopped.
+    fn settled(self, n: u32) -> Option<Up> {
+        let settled = self.try_wait_for(Duration::from_secs(10), |rows| {
+            agreed(rows).is_some_and(|(c, n_up)| c == n && n_up == n as usize)
+        });
+        settled.map(|_| self)
+    }
+
+    /// The directory the cluster's files are in.
+    pub fn dir(&self) -> &Path {
+        &self._dir.0
+    }
+
+    /// What `coterie up` and its nodes logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.0.join("up.log")).unwrap_or_default()
+    }
+
+    /// Node `id`'s HTTP API address, `HOST:PORT`.
+    pub fn http_addr(&self, id: u32) -> &str {
+        &self.http[id as usize - 1]
     }
 
     pub fn launch(n: u32, name: &str, configure: impl Fn(&mut Config), env: &[(&str, &str)]) -> Up {

@@ -29,6 +29,9 @@ pub struct Shape {
     pub lock_delay: Duration,
     /// `[cluster] partitions`.
     pub partitions: coterie_core::Partitions,
+    /// TLS on every port (certificates made for the cluster, as `init
+    /// --tls` makes them), instead of a secret.
+    pub tls: bool,
 }
 
 /// Node processes this command started and owns.
@@ -189,8 +192,9 @@ impl LocalCluster {
         )
     }
 
-    /// Writes `dir/cluster.toml` and a fresh secret for a cluster whose
-    /// nodes have `addrs` (a peer and a client address each).
+    /// Writes `dir/cluster.toml` and a fresh secret (or, with `shape.tls`,
+    /// certificates) for a cluster whose nodes have `addrs` (a peer and a
+    /// client address each).
     fn configure(
         shape: &Shape,
         addrs: &[(String, String)],
@@ -214,19 +218,32 @@ impl LocalCluster {
             })
             .collect();
         let mut cfg = Config::new(cluster, nodes);
-        cfg.security.secret_file = Some("secret".into());
         cfg.security.allow_faults = true;
         cfg.timing.heartbeat = Duration::from_millis(50);
         cfg.timing.failure_timeout = Duration::from_millis(250);
         cfg.witness = Some(WitnessSection { addr: witness_addr.to_string() });
-        // A fresh secret for every cluster launched: its nodes and this
-        // driver authenticate each other, as a production cluster should.
-        let secret = coterie_node::auth::Secret::generate_hex()?;
-        std::fs::write(dir.join("secret"), &secret)?;
-        let secret = coterie_node::auth::Secret::from_file_bytes(secret.as_bytes())
-            .context("an empty secret")?;
-        let credentials =
-            std::sync::Arc::new(coterie_node::Credentials { secret, cluster: "demo".into() });
+        // A fresh secret (or CA) for every cluster launched: its nodes and
+        // this driver authenticate each other, as a production cluster
+        // should.
+        let credentials = if shape.tls {
+            coterie_node::pki::make(&mut cfg, dir, coterie_node::pki::VALID_FOR)?;
+            let s = &cfg.security;
+            let file = |p: &Option<PathBuf>| p.as_ref().map(|p| dir.join(p));
+            let tls = coterie_node::config::client_tls_from(
+                file(&s.tls_ca).as_deref(),
+                file(&s.tls_client_cert).as_deref(),
+                file(&s.tls_client_key).as_deref(),
+            )?;
+            let credentials = coterie_node::Credentials { tls, ..Default::default() };
+            std::sync::Arc::new(coterie_node::Credentials { cluster: "demo".into(), ..credentials })
+        } else {
+            cfg.security.secret_file = Some("secret".into());
+            let secret = coterie_node::auth::Secret::generate_hex()?;
+            std::fs::write(dir.join("secret"), &secret)?;
+            let secret = coterie_node::auth::Secret::from_file_bytes(secret.as_bytes())
+                .context("an empty secret")?;
+            std::sync::Arc::new(coterie_node::Credentials::with_secret(secret, "demo"))
+        };
         let mut nodes = Vec::new();
         for node in &cfg.nodes {
             let credentials = Some(credentials.clone());

@@ -116,6 +116,10 @@ pub struct Args {
         value_parser = super::sim::partition_mode
     )]
     partition_mode: coterie_core::Partitions,
+    /// TLS on every port of the cluster (certificates made for it, as
+    /// `init --tls` makes them) instead of a secret.
+    #[arg(long)]
+    tls: bool,
     /// How long a client holds the lock between reading the register and
     /// writing it back.
     #[arg(long, value_parser = common::parse_duration, default_value = "20ms")]
@@ -318,6 +322,7 @@ async fn one(
         count: args.count as usize,
         lock_delay: args.lock_delay,
         partitions: args.partition_mode,
+        tls: args.tls,
     };
     let clocks = kinds.contains(&Kind::Clock);
     let env = |id| if clocks { inflict::clock_env(dir, id) } else { Vec::new() };
