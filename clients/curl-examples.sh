@@ -2,11 +2,15 @@
 # The API from a shell, with curl and jq: the examples of docs/src/http.md,
 # run by the Python client's tests against a real cluster.
 #   clients/curl-examples.sh [http://127.0.0.1:7401]
-# With a secret, set COTERIE_TOKEN (one of [security] api_token_file's).
+# With a secret, set COTERIE_TOKEN (one of [security] api_token_file's);
+# over TLS (an https:// address), COTERIE_TLS_CA, and with client
+# certificates COTERIE_TLS_CERT and COTERIE_TLS_KEY.
 set -euo pipefail
 api="${1:-http://127.0.0.1:7401}"
 auth=()
 if [ -n "${COTERIE_TOKEN:-}" ]; then auth=(-H "authorization: Bearer $COTERIE_TOKEN"); fi
+if [ -n "${COTERIE_TLS_CA:-}" ]; then auth+=(--cacert "$COTERIE_TLS_CA"); fi
+if [ -n "${COTERIE_TLS_CERT:-}" ]; then auth+=(--cert "$COTERIE_TLS_CERT" --key "$COTERIE_TLS_KEY"); fi
 call() { curl -sS --fail-with-body "${auth[@]}" "$@"; }
 
 # A session that lives 10 s past each keepalive.

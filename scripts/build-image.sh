@@ -135,7 +135,18 @@ else
     say "wrote a random secret for the docker lab to ${SECRET#"$ROOT"/}"
 fi
 
-# 5. Smoke test: the binary starts inside the image (loader and libraries
+# 5. The docker lab's certificates, for COTERIE_CONFIG_FILE=docker-tls.toml:
+# a CA and a certificate per node of config/docker-tls.toml, made by the
+# binary just built (kept if there already).
+TLS_DIR="$ROOT/config/tls"
+if [ -s "$TLS_DIR/ca.pem" ]; then
+    say "keeping the docker lab's certificates ${TLS_DIR#"$ROOT"/}/"
+else
+    "$BIN" certs --config "$ROOT/config/docker-tls.toml" --dir "$TLS_DIR" >/dev/null
+    say "wrote a CA and certificates for the docker lab's TLS cluster to ${TLS_DIR#"$ROOT"/}/"
+fi
+
+# 6. Smoke test: the binary starts inside the image (loader and libraries
 # are all there).
 if ! docker run --rm "$IMAGE" --help >/dev/null 2>&1; then
     docker run --rm "$IMAGE" --help || true

@@ -36,6 +36,12 @@ if ! cmp -s scripts/requirements.txt "$venv/requirements.txt"; then
 fi
 
 cargo test --workspace --release 2>&1 | tee "$log"
+# The node's in-process cluster suite and the CLI and HTTP suites again,
+# every cluster over TLS (the tests that speak the plain wire by hand, or
+# test the secret itself, skip themselves).
+echo "== the node's cluster suite and the CLI and HTTP suites over TLS (COTERIE_TEST_TLS=1)"
+COTERIE_TEST_TLS=1 cargo test --release -p coterie-node --test cluster 2>&1 | tee -a "$log"
+COTERIE_TEST_TLS=1 cargo test --release -p coterie --test cli --test http 2>&1 | tee -a "$log"
 count() { grep -oE "test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed" "$log" | awk -v f="$1" '{ s += $f } END { print s + 0 }'; }
 passed="$(count 4)"
 failed="$(count 6)"

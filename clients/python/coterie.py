@@ -34,7 +34,11 @@ holder's fence is higher.
 The node's address comes from the argument ``url``, else the environment
 variable ``COTERIE_URL`` (several, comma-separated: the first that answers
 is used), else ``http://127.0.0.1:7401``; a bearer token from ``token``,
-else ``COTERIE_TOKEN``. Given several, ``lock`` also moves on from a node
+else ``COTERIE_TOKEN``. An ``https://`` URL speaks TLS: the node's
+certificate is checked against the CA in ``ca`` (else ``COTERIE_TLS_CA``;
+else the system's), and the client shows ``cert`` and ``key`` (else
+``COTERIE_TLS_CERT`` and ``COTERIE_TLS_KEY``) when the node asks for one
+(``client_cert_auth``; docs/src/security.md). Given several, ``lock`` also moves on from a node
 that answers ``503 no_quorum`` (cut off from a majority of the cluster, it
 grants nothing: docs/src/membership.md) to the next, and raises that
 error only when every node gave it.
@@ -46,6 +50,7 @@ import http.client
 import json
 import os
 import re
+import ssl
 import threading
 import time
 import urllib.parse
@@ -110,14 +115,31 @@ def parse_duration(text: str) -> float:
 class Client:
     """The API of one node (the first of ``url``'s that answers)."""
 
-    def __init__(self, url: str | None = None, token: str | None = None):
+    def __init__(self, url: str | None = None, token: str | None = None,
+                 ca: str | None = None, cert: str | None = None, key: str | None = None):
         urls = url or os.environ.get("COTERIE_URL") or "http://127.0.0.1:7401"
         self.urls = [u.strip().rstrip("/") for u in urls.split(",") if u.strip()]
         self.token = token if token is not None else os.environ.get("COTERIE_TOKEN")
         self.url = self.urls[0]
+        self.ca = ca or os.environ.get("COTERIE_TLS_CA") or None
+        self.cert = cert or os.environ.get("COTERIE_TLS_CERT") or None
+        self.key = key or os.environ.get("COTERIE_TLS_KEY") or None
+        self._tls = None
+
+    def _tls_context(self) -> ssl.SSLContext:
+        """The TLS settings of every ``https://`` connection, made once."""
+        if self._tls is None:
+            context = ssl.create_default_context(cafile=self.ca)
+            if self.cert:
+                context.load_cert_chain(self.cert, self.key)
+            self._tls = context
+        return self._tls
 
     def _connection(self, url: str, timeout: float | None) -> http.client.HTTPConnection:
         parts = urllib.parse.urlsplit(url)
+        if parts.scheme == "https":
+            return http.client.HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout,
+                                               context=self._tls_context())
         return http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
 
     def move_on(self, tried: set) -> bool:

@@ -25,6 +25,11 @@
 //! like etcd's and Consul's, cannot promise that the lock is still held
 //! the moment after it was checked.
 //!
+//! **TLS.** Given [`Credentials`] with TLS, the session is made as the
+//! async client makes it (the handshake, and the node's first answer),
+//! and then carried on over the same TLS session with rustls's blocking
+//! stream.
+//!
 //! Dropping the client closes the session, which releases what it held.
 //! Every call blocks its thread: in async code, use [`crate::Client`].
 //!
@@ -67,9 +72,70 @@ struct Shared {
     wake: Condvar,
 }
 
+/// A blocking connection: plain TCP, or a TLS session over it.
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Conn {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Conn::Plain(s) => s,
+            Conn::Tls(s) => s.get_ref(),
+        }
+    }
+
+    /// The async client's connection, handed over: its TLS session goes
+    /// on where the async client left it (nothing buffered is lost).
+    fn of(stream: crate::stream::Stream) -> std::io::Result<Conn> {
+        Ok(match stream {
+            crate::stream::Stream::Plain(s) => Conn::Plain(s.into_std()?),
+            crate::stream::Stream::Tls(s) => match *s {
+                tokio_rustls::TlsStream::Client(s) => {
+                    let (tcp, session) = s.into_inner();
+                    Conn::Tls(Box::new(rustls::StreamOwned::new(session, tcp.into_std()?)))
+                }
+                tokio_rustls::TlsStream::Server(_) => {
+                    return Err(std::io::Error::other("a server's TLS session for a client"))
+                }
+            },
+        })
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(buf),
+            // A TLS close without `close_notify` is the end of the
+            // stream, as for the async client (`crate::stream`).
+            Conn::Tls(s) => match s.read(buf) {
+                Err(e) if e.kind() == ErrorKind::UnexpectedEof => Ok(0),
+                read => read,
+            },
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.write(buf),
+            Conn::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.flush(),
+            Conn::Tls(s) => s.flush(),
+        }
+    }
+}
+
 /// The connection and what the lease needs to know about it.
 struct Session {
-    stream: TcpStream,
+    stream: Conn,
     /// Bytes read that are not a whole frame yet.
     pending: Vec<u8>,
     /// The frames of the write being made.
@@ -117,20 +183,13 @@ impl Client {
                 tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(io)?;
             runtime.block_on(async {
                 let client = AsyncClient::connect_with(addr, credentials).await?;
-                match client.into_stream() {
-                    crate::stream::Stream::Plain(s) => s.into_std().map_err(io),
-                    crate::stream::Stream::Tls(_) => Err(ClientError::Tls {
-                        addr: addr.to_string(),
-                        why: "the blocking client does not speak TLS yet: use the async client"
-                            .into(),
-                    }),
-                }
+                Conn::of(client.into_stream()).map_err(io)
             })
         };
         let stream = std::thread::scope(|scope| scope.spawn(handshake).join())
             .map_err(|_| io(std::io::Error::other("the handshake's thread panicked")))??;
-        stream.set_nonblocking(false).map_err(io)?;
-        stream.set_read_timeout(Some(FIRST_KEEPALIVE.0)).map_err(io)?;
+        stream.tcp().set_nonblocking(false).map_err(io)?;
+        stream.tcp().set_read_timeout(Some(FIRST_KEEPALIVE.0)).map_err(io)?;
         let now = Instant::now();
         let session = Session {
             stream,
@@ -209,7 +268,7 @@ impl Drop for Client {
             let _ = keeper.join();
         }
         // Closing the connection ends the session, at once.
-        let _ = lock(&self.shared.session).stream.shutdown(Shutdown::Both);
+        let _ = lock(&self.shared.session).stream.tcp().shutdown(Shutdown::Both);
     }
 }
 
@@ -291,7 +350,8 @@ impl Session {
                 self.pings_due += 1;
             }
         }
-        self.stream.write_all(&self.out).map_err(|e| Loss::Broken(e.to_string()))?;
+        let written = self.stream.write_all(&self.out).and_then(|()| self.stream.flush());
+        written.map_err(|e| Loss::Broken(e.to_string()))?;
         self.last_sent = Instant::now();
         Ok(())
     }
@@ -346,7 +406,7 @@ impl Session {
             }
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Ok(false),
             Err(e) if e.kind() == ErrorKind::Interrupted => Ok(false),
-            Err(e) => Err(Loss::Broken(e.to_string())),
+            Err(e) => Err(Loss::Broken(crate::tls::describe(&e))),
         }
     }
 
@@ -355,6 +415,7 @@ impl Session {
     fn heed(&mut self, timing: (Duration, Duration)) -> Result<(), Loss> {
         if timing.0 != self.keepalive.0 {
             self.stream
+                .tcp()
                 .set_read_timeout(Some(timing.0))
                 .map_err(|e| Loss::Broken(e.to_string()))?;
         }

@@ -122,45 +122,10 @@ impl Conn {
                 }
             }
         };
-        let mut conn =
-            Conn { reader: FrameReader::new(stream), pings_due: 0, pleas: VecDeque::new() };
-        if tls.is_some() {
-            conn.admitted(addr).await?;
-        }
-        Ok(conn)
-    }
-
-    /// Waits for the node's answer to a ping, after a TLS handshake: under
-    /// TLS 1.3 the node judges the client's certificate after the client
-    /// has finished its handshake, and a refusal comes as the first thing
-    /// read. Read here, it is a refusal with its reason, not a connection
-    /// that breaks later.
-    async fn admitted(&mut self, addr: &str) -> Result<(), ClientError> {
-        let tls = |e: &std::io::Error| ClientError::Tls {
-            addr: addr.to_string(),
-            why: crate::tls::explain(e),
-        };
-        let answer = async {
-            self.send(&ClientRequest::Ping).await.map_err(|e| match e {
-                FrameError::Io(e) => tls(&e),
-                e => ClientError::Frame(e),
-            })?;
-            match self.read::<ClientResponse>().await {
-                Ok(Some(ClientResponse::Pong { .. })) => Ok(()),
-                Ok(Some(ClientResponse::Error(why))) => Err(ClientError::Refused(why)),
-                Ok(Some(other)) => Err(ClientError::Unexpected(format!("{other:?}"))),
-                Ok(None) => Err(ClientError::Closed),
-                Err(FrameError::Io(e)) => Err(tls(&e)),
-                Err(e) => Err(ClientError::Frame(e)),
-            }
-        };
-        match tokio::time::timeout(auth::HANDSHAKE_TIMEOUT, answer).await {
-            Ok(answered) => answered,
-            Err(_) => Err(ClientError::Tls {
-                addr: addr.to_string(),
-                why: "the node did not answer within 5s of the TLS handshake".into(),
-            }),
-        }
+        // Under TLS 1.3 the node judges a client's certificate after the
+        // client's side of the handshake is done: a refusal is the first
+        // thing read, and says why (`FrameError`'s message explains it).
+        Ok(Conn { reader: FrameReader::new(stream), pings_due: 0, pleas: VecDeque::new() })
     }
 
     fn stream(&mut self) -> &mut Stream {

@@ -8,8 +8,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
-    /// The connection failed, or closed in the middle of a frame.
-    #[error("connection error: {0}")]
+    /// The connection failed, or closed in the middle of a frame (a TLS
+    /// refusal said with what to do about it).
+    #[error("connection error: {}", crate::tls::describe(.0))]
     Io(#[from] std::io::Error),
     /// The bytes are not a frame of the expected type.
     #[error(transparent)]

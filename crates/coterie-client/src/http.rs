@@ -20,6 +20,8 @@
 //! # Ok(()) }
 //! ```
 
+use crate::stream::Stream;
+use crate::tls::TlsClient;
 use coterie_core::Mode;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -116,9 +118,34 @@ impl HttpClient {
     /// Connects to the API at `addr` (`host:port`), presenting `token`
     /// with every request if given (a node with a secret asks for one).
     pub async fn connect(addr: &str, token: Option<&str>) -> Result<HttpClient, HttpError> {
+        HttpClient::connect_with(addr, token, None).await
+    }
+
+    /// Connects as [`connect`](Self::connect) does, over TLS (HTTPS) when
+    /// `tls` is given: the node's certificate checked against its CA and
+    /// `addr`'s host, and the client's shown if the node asks for one.
+    pub async fn connect_with(
+        addr: &str,
+        token: Option<&str>,
+        tls: Option<&TlsClient>,
+    ) -> Result<HttpClient, HttpError> {
         let error = |source| HttpError::Connect { addr: addr.to_string(), source };
         let stream = TcpStream::connect(addr).await.map_err(error)?;
         stream.set_nodelay(true).map_err(error)?;
+        let stream = match tls {
+            None => Stream::Plain(stream),
+            Some(tls) => {
+                let refused = |why: String| HttpError::Connect {
+                    addr: addr.to_string(),
+                    source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, why),
+                };
+                let name = crate::tls::server_name(addr).map_err(refused)?;
+                match tls.connect(name, stream).await {
+                    Ok(s) => Stream::Tls(Box::new(s.into())),
+                    Err(e) => return Err(refused(format!("TLS: {}", crate::tls::explain(&e)))),
+                }
+            }
+        };
         let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
         // The connection's own task; it ends when the client is dropped.
         tokio::spawn(connection);

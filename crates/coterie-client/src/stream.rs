@@ -4,6 +4,15 @@
 //! takes any tokio stream). Split into a reader and a writer, a plain
 //! connection keeps tokio's own halves, which share nothing; a TLS one
 //! shares its session between the halves behind tokio's lock.
+//!
+//! **A close without `close_notify`.** rustls reports a TLS peer that
+//! closes its connection without the closing alert (a process that dies,
+//! or simply drops the connection) as an error, against an attacker who
+//! would cut a stream short where a message ends. coterie's frames carry
+//! their own length, so a frame cut short is caught anyway ("closed in the
+//! middle of a frame"); such a close is read here as the end of the
+//! stream, as it is on plain TCP, and a session lost so is `Closed`, not
+//! `Broken`.
 
 use std::io;
 use std::pin::Pin;
@@ -77,13 +86,25 @@ macro_rules! forward {
     };
 }
 
+/// A read's outcome, with a TLS close without `close_notify` taken for
+/// the end of the stream (see the module documentation).
+fn ended(read: Poll<io::Result<()>>) -> Poll<io::Result<()>> {
+    match read {
+        Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => Poll::Ready(Ok(())),
+        other => other,
+    }
+}
+
 impl AsyncRead for Stream {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        forward!(self, s => Pin::new(s).poll_read(cx, buf))
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => ended(Pin::new(s).poll_read(cx, buf)),
+        }
     }
 }
 
@@ -121,7 +142,10 @@ impl AsyncRead for ReadHalf {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        forward!(self, s => Pin::new(s).poll_read(cx, buf))
+        match self.get_mut() {
+            ReadHalf::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            ReadHalf::Tls(s) => ended(Pin::new(s).poll_read(cx, buf)),
+        }
     }
 }
 

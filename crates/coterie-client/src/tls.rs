@@ -180,18 +180,30 @@ pub fn server_name(addr: &str) -> Result<ServerName<'static>, String> {
     ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: not a host name: {e}"))
 }
 
+/// The TLS error an I/O error carries, if it is one: what tokio-rustls
+/// returns for a handshake that failed, or an alert read later (under
+/// TLS 1.3 a refused client certificate is told after the handshake).
+pub fn tls_error(e: &std::io::Error) -> Option<&rustls::Error> {
+    e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>())
+}
+
 /// What a TLS handshake's failure means, in a line for whoever dialled:
-/// rustls's error with what to do about the common ones.
+/// rustls's error with what to do about the common ones, and a close in
+/// the middle of the handshake read as a port that does not speak TLS.
 pub fn explain(e: &std::io::Error) -> String {
-    let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) else {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            return format!(
-                "{e}: the node closed the connection during the TLS handshake (does the port \
-                 speak TLS? is the node configured with [security] tls_cert?)"
-            );
-        }
-        return e.to_string();
-    };
+    if tls_error(e).is_none() && e.kind() == std::io::ErrorKind::UnexpectedEof {
+        return format!(
+            "{e}: the node closed the connection during the TLS handshake (does the port \
+             speak TLS? is the node configured with [security] tls_cert?)"
+        );
+    }
+    describe(e)
+}
+
+/// An I/O error in a line: a TLS one (an alert the node sent, a
+/// certificate refused) with what to do about it, any other as it is.
+pub fn describe(e: &std::io::Error) -> String {
+    let Some(tls) = tls_error(e) else { return e.to_string() };
     use rustls::{AlertDescription as Alert, CertificateError as Cert, Error};
     match tls {
         Error::InvalidCertificate(Cert::UnknownIssuer | Cert::BadSignature) => {

@@ -277,9 +277,7 @@ async fn tell_plain(stream: &mut TcpStream, port: Port, why: &str) {
 
 /// What a TLS handshake's failure was, in a line for the log.
 fn refusal(e: &std::io::Error) -> String {
-    let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) else {
-        return e.to_string();
-    };
+    let Some(tls) = crate::tls::tls_error(e) else { return e.to_string() };
     use rustls::{CertificateError as Cert, Error};
     match tls {
         Error::InvalidCertificate(Cert::UnknownIssuer | Cert::BadSignature) => {

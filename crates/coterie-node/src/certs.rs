@@ -14,6 +14,12 @@
 //! The files are looked at every [`RELOAD_EVERY`]; a set that no longer
 //! loads (a key that does not match its certificate, a file half written)
 //! is logged and the configurations built last stay in use.
+//!
+//! **Expiry.** The earliest `notAfter` of the node's chain and its CA is
+//! exported (`coterie_tls_cert_expiry_timestamp_seconds`, for an alert on
+//! `... - time() < 14 * 86400`), and the node warns in its log once a day
+//! from [`WARN_AHEAD`] before it, and at start and each reload; past it,
+//! each line is an error: the node's peers and clients refuse it.
 
 use crate::config::TlsFiles;
 use crate::tls::{self, TlsClient, TlsError};
@@ -23,10 +29,23 @@ use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
 use rustls::ServerConfig;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// How often the files are looked at for a change.
 pub(crate) const RELOAD_EVERY: Duration = Duration::from_secs(2);
+
+/// How long before a certificate's expiry the node starts to warn.
+pub(crate) const WARN_AHEAD: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// How often the warning is repeated.
+const WARN_EVERY: Duration = Duration::from_secs(24 * 3600);
+
+/// When a certificate (DER) stops being valid.
+fn not_after(cert: &CertificateDer<'_>) -> Option<SystemTime> {
+    use x509_cert::der::Decode;
+    let cert = x509_cert::Certificate::from_der(cert).ok()?;
+    Some(std::time::UNIX_EPOCH + cert.tbs_certificate.validity.not_after.to_unix_duration())
+}
 
 /// Whether `cert` names node `id` (`node-ID.coterie`). The chain has been
 /// verified by the handshake.
@@ -44,6 +63,8 @@ struct Built {
     client: Arc<ServerConfig>,
     /// Dials to peers: this node's certificate shown, theirs checked.
     dial: TlsClient,
+    /// The earliest expiry of the chain and the CA, and the file it is in.
+    expiry: Option<(SystemTime, std::path::PathBuf)>,
 }
 
 /// A node's TLS configurations; see the module documentation.
@@ -99,33 +120,71 @@ impl Certs {
         self.client_cert_auth
     }
 
+    /// The earliest expiry of the node's certificates and its CA.
+    pub(crate) fn expiry(&self) -> Option<SystemTime> {
+        self.built().expiry.as_ref().map(|(at, _)| *at)
+    }
+
     /// Builds the configurations again if a file changed since they were
     /// built; says so in the log, and keeps the old ones if the new files
-    /// do not load.
-    pub(crate) fn reload_if_changed(&self) {
+    /// do not load. Whether it built them again.
+    pub(crate) fn reload_if_changed(&self) -> bool {
         let now = stamps(&self.files);
         let mut seen = self.stamps.lock().unwrap_or_else(|e| e.into_inner());
         if *seen == now {
-            return;
+            return false;
         }
         *seen = now;
         match build(&self.files, self.node, self.client_cert_auth) {
             Ok(built) => {
                 *self.built.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(built);
                 info!(cert = %self.files.cert.display(), "TLS files changed: new connections use them");
+                true
             }
-            Err(e) => warn!(
-                "TLS files changed but do not load ({e}): connections keep using the ones before"
-            ),
+            Err(e) => {
+                warn!("TLS files changed but do not load ({e}): connections keep using the ones before");
+                false
+            }
         }
     }
 
-    /// Looks at the files every [`RELOAD_EVERY`] until `shutdown`.
-    pub(crate) async fn watch(self: Arc<Self>, mut shutdown: crate::shutdown::Shutdown) {
+    /// Warns of the coming (or past) expiry of a certificate, if it is
+    /// within [`WARN_AHEAD`] of `now`.
+    fn warn_of_expiry(&self, now: SystemTime) {
+        let Some((at, file)) = self.built().expiry.clone() else { return };
+        let file = file.display();
+        match at.duration_since(now) {
+            Err(_) => error!(%file, "a TLS certificate has expired: peers and clients refuse this \
+                node; renew it (coterie init --tls makes new ones) and the node takes it up"),
+            Ok(left) if left <= WARN_AHEAD => {
+                let left = humantime::format_duration(Duration::from_secs(left.as_secs()));
+                warn!(%file, "a TLS certificate expires in {left}: renew it before then (the node \
+                    takes up new files without a restart)");
+            }
+            Ok(_) => {}
+        }
+    }
+
+    /// Looks at the files every [`RELOAD_EVERY`] until `shutdown`, and
+    /// keeps `metrics`' expiry up to date; warns of an expiry at start,
+    /// at each reload and once a day.
+    pub(crate) async fn watch(
+        self: Arc<Self>,
+        metrics: crate::metrics::Metrics,
+        mut shutdown: crate::shutdown::Shutdown,
+    ) {
+        let mut warned = tokio::time::Instant::now();
+        metrics.tls_expiry(self.expiry());
+        self.warn_of_expiry(SystemTime::now());
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(RELOAD_EVERY) => self.reload_if_changed(),
+                _ = tokio::time::sleep(RELOAD_EVERY) => {}
                 _ = shutdown.recv() => return,
+            }
+            if self.reload_if_changed() || warned.elapsed() >= WARN_EVERY {
+                metrics.tls_expiry(self.expiry());
+                self.warn_of_expiry(SystemTime::now());
+                warned = tokio::time::Instant::now();
             }
         }
     }
@@ -163,10 +222,18 @@ fn build(files: &TlsFiles, node: NodeId, client_cert_auth: bool) -> Result<Built
             .with_single_cert(chain.clone(), key.clone_key())?;
         Ok(Arc::new(config))
     };
+    let ca = tls::read_certs(&files.ca)?;
+    let expiry = chain
+        .iter()
+        .map(|c| (c, &files.cert))
+        .chain(ca.iter().map(|c| (c, &files.ca)))
+        .filter_map(|(cert, file)| Some((not_after(cert)?, file.clone())))
+        .min_by_key(|(at, _)| *at);
     Ok(Built {
         peer: server(verifier(false)?)?,
         client: server(verifier(!client_cert_auth)?)?,
         dial: TlsClient::new(roots.clone(), Some((chain.clone(), key.clone_key())))?,
+        expiry,
     })
 }
 
@@ -214,6 +281,17 @@ mod tests {
         certs.reload_if_changed();
         assert!(Arc::ptr_eq(&second, &certs.built()), "a broken set replaced a good one");
         let _ = (std::fs::remove_dir_all(dir), std::fs::remove_dir_all(other));
+    }
+
+    #[test]
+    fn the_expiry_is_the_earliest_of_the_chain_and_the_ca() {
+        let (dir, files) = made("expiry");
+        let certs = Certs::load(files, NodeId(1), false).unwrap();
+        let at = certs.expiry().expect("an expiry");
+        let left = at.duration_since(SystemTime::now()).expect("in the future");
+        // `made` makes them for an hour; X.509 keeps whole seconds.
+        assert!(left <= Duration::from_secs(3600) && left > Duration::from_secs(3500), "{left:?}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

@@ -87,6 +87,7 @@ pub(crate) struct Metrics {
     revokes: Counter,
     connections: Gauge,
     tls_refusals: Family<PortLabels, Counter>,
+    tls_expiry: Gauge,
 }
 
 impl Default for Metrics {
@@ -105,6 +106,7 @@ impl Default for Metrics {
             revokes: Counter::default(),
             connections: Gauge::default(),
             tls_refusals: Family::default(),
+            tls_expiry: Gauge::default(),
         };
         for port in ["peer", "client", "http"] {
             metrics.tls_refusals.get_or_create(&PortLabels { port }).inc_by(0);
@@ -176,6 +178,13 @@ impl Metrics {
         self.tls_refusals.get_or_create(&PortLabels { port }).inc();
     }
 
+    /// The node's certificates (its chain and its CA) stop being valid at
+    /// `at`, the earliest of them.
+    pub(crate) fn tls_expiry(&self, at: Option<std::time::SystemTime>) {
+        let at = at.and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok());
+        self.tls_expiry.set(at.map_or(0, |d| d.as_secs() as i64));
+    }
+
     /// A binary-protocol client connection opened; it counts until the
     /// guard is dropped.
     pub(crate) fn connection(&self) -> Connected {
@@ -243,6 +252,15 @@ impl Metrics {
         let tls_help = "Connections refused at the TLS handshake (another CA, an expired \
             certificate, one naming another node, plain TCP to a TLS port), by port";
         registry.register("coterie_tls_refusals", tls_help, self.tls_refusals.clone());
+        let expiry_help =
+            "When the earliest of this node's TLS certificates and its CA's expires, \
+            in seconds since the Unix epoch (0 without TLS)";
+        registry.register_with_unit(
+            "coterie_tls_cert_expiry_timestamp",
+            expiry_help,
+            Unit::Seconds,
+            self.tls_expiry.clone(),
+        );
     }
 }
 

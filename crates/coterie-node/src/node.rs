@@ -351,7 +351,8 @@ pub async fn run(
     tasks.spawn(expiry.instrument(span.clone()));
     if let Some(certs) = certs {
         let stop = shutdown_signal.clone();
-        tasks.spawn(certs.watch(stop).instrument(span.clone()));
+        let metrics = agent.metrics().clone();
+        tasks.spawn(certs.watch(metrics, stop).instrument(span.clone()));
     }
     for (peer, lane) in lanes {
         tasks.spawn(delay_lane(transport.clone(), peer, lane, shutdown_signal.clone()));

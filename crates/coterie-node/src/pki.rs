@@ -14,7 +14,7 @@ use rcgen::{
     KeyUsagePurpose,
 };
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// How long what `init --tls` makes stays valid.
 pub const VALID_FOR: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -56,10 +56,22 @@ type Result<T> = std::result::Result<T, PkiError>;
 /// little behind); points `config`'s `[security]` at them (by name,
 /// relative to `dir`: put the configuration there).
 pub fn make(config: &mut Config, dir: &Path, valid: Duration) -> Result<()> {
-    let now = time::OffsetDateTime::now_utc();
+    let now = SystemTime::now();
+    make_between(config, dir, now - Duration::from_secs(3600), now + valid)
+}
+
+/// As [`make`], valid from `not_before` until `not_after` (in the past,
+/// for a test of expired certificates).
+pub fn make_between(
+    config: &mut Config,
+    dir: &Path,
+    not_before: SystemTime,
+    not_after: SystemTime,
+) -> Result<()> {
+    let (not_before, not_after) = (not_before.into(), not_after.into());
     let window = |params: &mut CertificateParams| {
-        params.not_before = now - time::Duration::hours(1);
-        params.not_after = now + valid;
+        params.not_before = not_before;
+        params.not_after = not_after;
     };
     let ca_key = KeyPair::generate()?;
     let mut ca = CertificateParams::default();

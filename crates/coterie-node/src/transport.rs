@@ -232,7 +232,11 @@ impl DialError {
     /// What an I/O error while the dial waited for the peer's first word
     /// means.
     fn broken(e: &io::Error) -> DialError {
-        if codec::hung_up(e) {
+        if crate::tls::tls_error(e).is_some() {
+            // The peer refused this node's certificate after the
+            // handshake (TLS 1.3 says so in the first thing read).
+            DialError::Handshake(format!("TLS: {}", crate::tls::explain(e)))
+        } else if codec::hung_up(e) {
             DialError::Reset
         } else {
             DialError::Other

@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
 mod support;
-use support::{bound_config, exclusive, TestCluster, PATIENCE};
+use support::{bound_config, exclusive, plain_only, TestCluster, PATIENCE};
 
 /// Several clients on every node: never two inside at once, fences rising.
 async fn exclusive_with_rising_fences(mutex: &str) {
@@ -173,6 +173,9 @@ async fn a_plea_to_let_go_reaches_the_holder_and_takes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_that_vanishes_while_waiting_gives_up_its_place() {
+    if plain_only("client_that_vanishes_while_waiting_gives_up_its_place") {
+        return;
+    }
     let cluster = TestCluster::start(3, "centralized").await;
     let mut holder = cluster.client(1).await;
     assert!(matches!(holder.acquire(Some(PATIENCE), false).await.unwrap(), Acquired::Granted(_)));
@@ -228,6 +231,9 @@ async fn garbage_and_oversized_frames_are_refused_and_the_node_keeps_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hello_for_another_cluster_or_node_is_refused_with_the_reason() {
+    if plain_only("hello_for_another_cluster_or_node_is_refused_with_the_reason") {
+        return;
+    }
     let cluster = TestCluster::start(2, "centralized").await;
     let hello = Hello {
         cluster: "test".into(),
@@ -480,8 +486,11 @@ async fn a_node_whose_state_cannot_be_written_stops_and_the_rest_serve() {
     assert!(error.contains("No space left on device"), "{error}");
     // n1's client port is closed; n2 and n3 go on without it.
     let n1 = cfg.node(1).unwrap().client.clone();
-    assert!(Client::connect(&n1).await.is_err(), "n1 still takes clients");
-    let mut client = Client::connect(&cfg.node(2).unwrap().client).await.unwrap();
+    let tls = cfg.client_tls().unwrap();
+    let credentials = coterie_node::Credentials { tls, ..Default::default() };
+    assert!(Client::connect_with(&n1, Some(&credentials)).await.is_err(), "n1 still takes clients");
+    let n2 = cfg.node(2).unwrap().client.clone();
+    let mut client = Client::connect_with(&n2, Some(&credentials)).await.unwrap();
     let granted = client.acquire(Some(PATIENCE), false).await.unwrap();
     assert!(matches!(granted, Acquired::Granted(_)), "{granted:?}");
     let _ = std::fs::remove_dir_all(dir);
@@ -528,6 +537,9 @@ impl std::io::Write for LogWriter {
 /// liar falls silent the two agree again and grant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_that_lies_crashes_nothing_and_grants_nothing_unasked() {
+    if plain_only("a_member_that_lies_crashes_nothing_and_grants_nothing_unasked") {
+        return;
+    }
     use coterie_core::mutex::centralized::CentralizedMsg;
     use coterie_core::mutex::token_ring::TokenMsg;
     use coterie_core::wire::{self, Envelope, Heartbeat};

@@ -37,17 +37,9 @@ impl Drop for Scratch {
     }
 }
 
-/// Makes certificates for `cfg`'s nodes in `dir` and points `cfg` at them
-/// (by absolute path: the configuration is not read from a file).
+/// Makes certificates for `cfg`'s nodes in `dir` and points `cfg` at them.
 fn with_tls(cfg: &mut Config, dir: &Path) {
-    pki::make(cfg, dir, Duration::from_secs(3600)).unwrap();
-    let s = &mut cfg.security;
-    for p in [&mut s.tls_ca, &mut s.tls_cert, &mut s.tls_key]
-        .into_iter()
-        .chain([&mut s.tls_client_cert, &mut s.tls_client_key])
-    {
-        *p = p.as_ref().map(|p| dir.join(p));
-    }
+    support::certify(cfg, dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,6 +139,42 @@ async fn the_peer_port_refuses_another_ca_another_nodes_certificate_and_plain_tc
     }
     // None of it cost the cluster anything.
     exclusive(&cluster, 3, || {}).await;
+}
+
+/// A node whose certificates expired an hour ago still starts (and says
+/// so in its log), but whoever dials it refuses it, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_certificate_is_refused_with_the_reason() {
+    let (dir, expired) = (Scratch::new("fresh"), Scratch::new("expired"));
+    let (mut cfg, listeners) = bound_config(1, "centralized").await;
+    let mut old = cfg.clone();
+    with_tls(&mut cfg, &dir.0);
+    let now = std::time::SystemTime::now();
+    let day = Duration::from_secs(24 * 3600);
+    pki::make_between(&mut old, &expired.0, now - 2 * day, now - day / 24).unwrap();
+    let client = TlsClient::from_files(&expired.0.join("ca.pem"), None).unwrap();
+    let l1 = listeners.into_iter().next().unwrap();
+    let peer = l1.peer.local_addr().unwrap().to_string();
+    // Node 1 on the expired set.
+    let mut expired_cfg = cfg.clone();
+    let s = &mut expired_cfg.security;
+    s.tls_ca = Some(expired.0.join("ca.pem"));
+    s.tls_cert = Some(expired.0.join("node{id}.pem"));
+    s.tls_key = Some(expired.0.join("node{id}.key"));
+    let cluster = TestCluster { cfg: cfg.clone(), stops: Vec::new(), credentials: None };
+    let _stop = cluster.spawn_as(1, l1, expired_cfg);
+    let name = rustls::pki_types::ServerName::try_from(tls::node_name(1)).unwrap();
+    let dial = async {
+        loop {
+            match TcpStream::connect(&peer).await {
+                Ok(tcp) => return client.connect(name.clone(), tcp).await,
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    };
+    let e = tokio::time::timeout(PATIENCE, dial).await.unwrap().expect_err("trusted");
+    let why = tls::explain(&e);
+    assert!(why.contains("has expired"), "{why}");
 }
 
 /// A proxy from `listener` to `target` that flips one bit of what the

@@ -29,6 +29,8 @@ enum Command {
     Demo(cmd::demo::Args),
     /// Write a cluster's configuration file.
     Init(cmd::init::Args),
+    /// Make a CA and TLS certificates for the nodes of a configuration.
+    Certs(cmd::certs::Args),
     /// Run one node of a cluster.
     Node(cmd::node::Args),
     /// Run every node of a configuration as local processes.
@@ -85,6 +87,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Demo(args) => cmd::demo::run(args, log),
         Command::Init(args) => cmd::init::run(args),
+        Command::Certs(args) => cmd::certs::run(args),
         Command::Node(args) => cmd::node::run(args, log),
         Command::Up(args) => cmd::up::run(args, log),
         Command::Status(args) => cmd::status::run(args),

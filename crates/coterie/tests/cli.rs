@@ -289,8 +289,9 @@ fn the_blocking_client_keeps_its_lease_while_it_works_and_learns_its_node_is_gon
             std::thread::sleep(Duration::from_millis(10));
         }
     };
-    let mut a = blocking::Client::connect(&nodes[0].client).unwrap();
-    let mut b = blocking::Client::connect(&nodes[1].client).unwrap();
+    let credentials = up.credentials();
+    let mut a = blocking::Client::connect_with(&nodes[0].client, credentials.as_ref()).unwrap();
+    let mut b = blocking::Client::connect_with(&nodes[1].client, credentials.as_ref()).unwrap();
     let Outcome::Granted(first) = a.request(&jobs).unwrap() else { panic!("not granted") };
     // Eight failure timeouts of work without a call.
     std::thread::sleep(Duration::from_secs(2));
@@ -337,7 +338,8 @@ fn a_spent_term_is_renewed_on_real_nodes_with_fences_rising() {
         let mut fences = Vec::new();
         // One client away from the coordinator, one at it, in turns.
         for addr in [&nodes[0].client, &nodes[2].client] {
-            let mut client = blocking::Client::connect(addr).unwrap();
+            let mut client =
+                blocking::Client::connect_with(addr, up.credentials().as_ref()).unwrap();
             for i in 0..6 {
                 let outcome =
                     if i == 0 { client.request(&jobs) } else { client.release_and_request(&jobs) };
@@ -358,6 +360,9 @@ fn a_spent_term_is_renewed_on_real_nodes_with_fences_rising() {
 /// the node tells it that it must authenticate.
 #[test]
 fn the_blocking_client_proves_the_secret_or_is_told_why_not() {
+    if plain_only("the_blocking_client_proves_the_secret_or_is_told_why_not") {
+        return;
+    }
     use coterie_client::auth::Secret;
     use coterie_client::{blocking, ClientError, Credentials, LockRequest, Outcome};
     let dir = scratch("blocking-secret");
@@ -739,7 +744,9 @@ fn fault_partitions_a_node_and_heal_rejoins_it() {
         let mut all = vec!["fault", "--config", up.config(), "--node", node, "--json"];
         all.extend_from_slice(args);
         let out = coterie(&all);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let (stdout, stderr) =
+            (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{stderr}{stdout}");
         serde_json::from_slice::<Value>(&out.stdout).unwrap()
     };
     let shown = fault("3", &["partition"]);
@@ -806,6 +813,9 @@ impl Drop for Nodes {
 /// works for every command.
 #[test]
 fn with_a_secret_only_those_who_know_it_get_in() {
+    if plain_only("with_a_secret_only_those_who_know_it_get_in") {
+        return;
+    }
     let dir = scratch("secret");
     std::fs::write(dir.0.join("secret"), "right secret\n").unwrap();
     std::fs::write(dir.0.join("wrong"), "wrong secret\n").unwrap();
@@ -934,6 +944,9 @@ fn up_kills_and_restarts_its_nodes_on_command() {
 /// first-request timeout, giving their slots back.
 #[test]
 fn a_node_refuses_clients_beyond_its_limits_and_drops_silent_ones() {
+    if plain_only("a_node_refuses_clients_beyond_its_limits_and_drops_silent_ones") {
+        return;
+    }
     let up = Up::start_with(2, "limits", |c| {
         c.limits.max_clients = 3;
         c.limits.max_pending = 1;

@@ -20,10 +20,9 @@ fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
 }
 
-#[test]
-fn the_python_client_and_the_curl_examples_work_against_a_real_cluster() {
-    let up = Up::start(3, "python");
-    let urls: Vec<String> = (1..=3).map(|id| up.http(id)).collect();
+/// Runs the Python client's tests against `up`, whose nodes' APIs are at
+/// `urls`, with `env` set.
+fn python_suite(up: &Up, urls: &[String], env: &[(&str, PathBuf)]) {
     let pids: Vec<String> = (1..=3).map(|id| up.node_pid(id).to_string()).collect();
     let out = Command::new("python3")
         .args(["-m", "unittest", "-v", "test_coterie"])
@@ -32,12 +31,37 @@ fn the_python_client_and_the_curl_examples_work_against_a_real_cluster() {
         .env("COTERIE_PIDS", pids.join(","))
         .env("COTERIE_BIN", env!("CARGO_BIN_EXE_coterie"))
         .env("COTERIE_CONFIG", up.config())
+        .envs(env.iter().map(|(k, v)| (*k, v.as_os_str())))
         .output()
         .expect("run python3");
     let log = text(&out);
     println!("{log}");
     assert!(out.status.success(), "the Python client's tests failed:\n{log}");
     assert!(log.contains("Ran 11 tests"), "not every test ran:\n{log}");
+}
+
+#[test]
+fn the_python_client_and_the_curl_examples_work_against_a_real_cluster() {
+    let up = Up::start(3, "python");
+    let urls: Vec<String> = (1..=3).map(|id| up.http(id)).collect();
+    python_suite(&up, &urls, &[]);
+}
+
+/// The same tests over HTTPS, the node asking for client certificates:
+/// the Python client and curl take the CA and the client's certificate
+/// from the environment.
+#[test]
+fn the_python_client_and_the_curl_examples_work_over_tls_with_client_certificates() {
+    let init = ["--tls", "--http", "--set", "security.client_cert_auth=true"];
+    let up = Up::init(3, "python-tls", &init);
+    let urls: Vec<String> = (1..=3).map(|id| format!("https://{}", up.http_addr(id))).collect();
+    let file = |name: &str| up.dir().join(name);
+    let env = [
+        ("COTERIE_TLS_CA", file("ca.pem")),
+        ("COTERIE_TLS_CERT", file("client.pem")),
+        ("COTERIE_TLS_KEY", file("client.key")),
+    ];
+    python_suite(&up, &urls, &env);
 }
 
 /// Runs schemathesis in `dir` on the document at `schema` against `base`,

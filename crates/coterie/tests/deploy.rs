@@ -124,3 +124,43 @@ fn the_kubernetes_manifests_agree_with_their_cluster_file() {
     assert!(mounts.contains(&state.to_str().unwrap().to_string()), "the state volume is mounted");
     assert_eq!(after(&statefulset, "name: COTERIE_CONFIG", "value"), config_path);
 }
+
+/// The TLS overlay (deploy/kubernetes-tls/) carries the same cluster with
+/// certificates instead of the secret: its file differs from the base's
+/// only in `[security]`, every TLS path is under the directory it mounts
+/// the Secret `coterie-tls` at, and `coterie certs` can certify its nodes.
+#[test]
+fn the_kubernetes_tls_overlay_mounts_what_its_cluster_file_names() {
+    let overlay = dir().join("../kubernetes-tls");
+    let text = std::fs::read_to_string(overlay.join("coterie.toml")).unwrap();
+    let tls = Config::parse(&text, &overlay.join("coterie.toml")).expect("a valid cluster file");
+    let base = Config::parse(&read("coterie.toml"), &dir().join("coterie.toml")).unwrap();
+    assert_eq!(tls.to_toml().split("[security]").next(), base.to_toml().split("[security]").next());
+    let s = &tls.security;
+    assert!(s.secret_file.is_none() && s.client_cert_auth && !s.allow_faults, "{s:?}");
+    let kustomization = std::fs::read_to_string(overlay.join("kustomization.yaml")).unwrap();
+    assert_eq!(after(&kustomization, "secret:", "secretName"), "coterie-tls");
+    let mounted = values(&kustomization, "mountPath");
+    assert_eq!(mounted, ["/tls"], "{kustomization}");
+    let files = [&s.tls_ca, &s.tls_cert, &s.tls_key, &s.tls_client_cert, &s.tls_client_key];
+    for file in files {
+        let file = file.as_ref().expect("every TLS key set");
+        assert!(file.starts_with("/tls/"), "{} is not under /tls", file.display());
+    }
+    // The files `coterie certs` makes are the ones named.
+    let scratch = std::env::temp_dir().join(format!("coterie-k8s-tls-{}", std::process::id()));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_coterie"))
+        .args(["certs", "--config"])
+        .arg(overlay.join("coterie.toml"))
+        .arg("--dir")
+        .arg(&scratch)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for id in 1..=tls.nodes.len() {
+        let name = s.tls_cert.as_ref().unwrap().to_string_lossy().replace("{id}", &id.to_string());
+        let name = name.strip_prefix("/tls/").unwrap();
+        assert!(scratch.join(name).exists(), "coterie certs made no {name}");
+    }
+    let _ = std::fs::remove_dir_all(scratch);
+}

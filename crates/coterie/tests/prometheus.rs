@@ -4,6 +4,8 @@
 //! file. After a workload — locks held for a known time through the CLI,
 //! one holder killed — and the coordinator killed, Prometheus's query API
 //! must show the grants, the hold times, the loss and the new coordinator.
+//! And a cluster from `coterie init --tls` with client certificates,
+//! scraped over HTTPS as the guide's security page sets Prometheus up.
 
 mod support;
 
@@ -32,6 +34,17 @@ impl Prometheus {
     /// Starts Prometheus in `dir`, scraping `targets` every 250 ms with
     /// the bearer token in `token_file`.
     fn start(dir: &Path, targets: &[String], token_file: &Path) -> Prometheus {
+        let auth = format!(
+            "    authorization:\n      credentials_file: {:?}\n",
+            token_file.display().to_string()
+        );
+        Prometheus::start_with(dir, targets, &auth)
+    }
+
+    /// Starts Prometheus in `dir`, scraping `targets` every 250 ms, its
+    /// scrape configuration's `auth` lines (YAML, indented for the job)
+    /// saying how.
+    fn start_with(dir: &Path, targets: &[String], auth: &str) -> Prometheus {
         assert!(
             Path::new(PROMETHEUS).exists(),
             "{PROMETHEUS} is missing: install Debian's prometheus package (scripts/test.sh does)"
@@ -39,9 +52,8 @@ impl Prometheus {
         let targets: Vec<String> = targets.iter().map(|t| format!("{t:?}")).collect();
         let config = format!(
             "global:\n  scrape_interval: 250ms\n  scrape_timeout: 200ms\n\
-             scrape_configs:\n  - job_name: coterie\n    authorization:\n      \
-             credentials_file: {:?}\n    static_configs:\n      - targets: [{}]\n",
-            token_file.display().to_string(),
+             scrape_configs:\n  - job_name: coterie\n{auth}    static_configs:\n      \
+             - targets: [{}]\n",
             targets.join(", "),
         );
         let file = dir.join("prometheus.yml");
@@ -176,4 +188,42 @@ fn prometheus_sees_grants_hold_times_losses_and_the_new_coordinator() {
     let series = prom.query("{__name__=~\"coterie_.+\", job=\"coterie\"}");
     let named = series.iter().find(|(labels, _)| labels.to_string().contains("jobs/"));
     assert!(named.is_none(), "a series labelled with a lock's name: {named:?}");
+}
+
+#[test]
+fn prometheus_scrapes_a_tls_cluster_over_https_with_a_client_certificate() {
+    let init = ["--tls", "--http", "--set", "security.client_cert_auth=true"];
+    let up = Up::init(3, "prometheus-tls", &init);
+    let targets: Vec<String> = (1..=3).map(|n| up.http_addr(n).to_string()).collect();
+    let file = |name: &str| format!("{:?}", up.dir().join(name).display().to_string());
+    let auth = format!(
+        "    scheme: https\n    tls_config:\n      ca_file: {}\n      cert_file: {}\n      \
+         key_file: {}\n",
+        file("ca.pem"),
+        file("client.pem"),
+        file("client.key")
+    );
+    let dir = scratch("prometheus-tls");
+    let prom = Prometheus::start_with(&dir.0, &targets, &auth);
+    prom.until("every node up over HTTPS, following node 3", |p| {
+        by_node(p, "up", &targets) == [(1, 1.0), (2, 1.0), (3, 1.0)]
+            && by_node(p, "coterie_coordinator", &targets) == [(1, 3.0), (2, 3.0), (3, 3.0)]
+    });
+    // Each node's certificates expire within the year init gives them.
+    let left = by_node(&prom, "coterie_tls_cert_expiry_timestamp_seconds - time()", &targets);
+    assert_eq!(left.len(), 3, "{left:?}");
+    for (node, seconds) in left {
+        assert!(seconds > 364.0 * 86400.0 && seconds <= 365.0 * 86400.0, "node {node}: {seconds}");
+    }
+    // A scrape without the client certificate is refused, and counted.
+    let ca = up.dir().join("ca.pem");
+    let metrics = format!("https://{}/metrics", targets[0]);
+    let out =
+        Command::new("curl").args(["-sS", "--cacert"]).arg(&ca).arg(&metrics).output().unwrap();
+    assert!(!out.status.success(), "scraped without a client certificate");
+    prom.until("the refusal counted", |p| {
+        by_node(p, "coterie_tls_refusals_total{port=\"http\"}", &targets)
+            .first()
+            .is_some_and(|(node, n)| *node == 1 && *n >= 1.0)
+    });
 }

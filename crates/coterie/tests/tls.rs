@@ -57,6 +57,30 @@ fn a_cluster_from_init_tls_locks_serves_https_and_refuses_plain_tcp() {
     let with_ca = lock_at(&client, &[("COTERIE_TLS_CA", &ca)]);
     assert!(with_ca.status.success(), "{}", String::from_utf8_lossy(&with_ca.stderr));
 
+    // The Rust clients: the blocking one's session, and the API's over
+    // HTTPS, with the CA alone (the node asks for no certificate).
+    let tls = coterie_client::tls::TlsClient::from_files(&ca, None).unwrap();
+    let credentials = coterie_client::Credentials { tls: Some(tls.clone()), ..Default::default() };
+    let jobs = coterie_client::LockRequest::new(["jobs/blocking"]);
+    let mut blocking = coterie_client::blocking::Client::connect_with(&client, Some(&credentials))
+        .expect("the blocking client over TLS");
+    let granted = blocking.request(&jobs).unwrap();
+    assert!(matches!(granted, coterie_client::Outcome::Granted(_)), "{granted:?}");
+    std::thread::sleep(std::time::Duration::from_millis(300)); // the keeper pings meanwhile
+    assert!(blocking.lost().is_none(), "{:?}", blocking.lost());
+    blocking.release().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let addr = up.http_addr(1);
+        let mut api =
+            coterie_client::HttpClient::connect_with(addr, None, Some(&tls)).await.unwrap();
+        let session = api.create_session(std::time::Duration::from_secs(10)).await.unwrap();
+        let wait = coterie_client::Wait::Block(Some(std::time::Duration::from_secs(5)));
+        let grant = api.acquire("jobs/https", &session, wait).await.unwrap();
+        api.release("jobs/https", &session, grant.fence).await.unwrap();
+        api.close_session(&session).await.unwrap();
+    });
+
     let metrics = format!("https://{}/metrics", up.http_addr(1));
     let (_, text) = curl(&["--cacert", ca.to_str().unwrap(), &metrics]);
     let refused = |port: &str| {

@@ -1,5 +1,11 @@
 //! The in-process cluster the node's integration tests share: real nodes
 //! on loopback sockets, each a task of the test's runtime.
+//!
+//! With `COTERIE_TEST_TLS=1` in the environment every cluster speaks TLS,
+//! its certificates made afresh ([`bound_config`]) and its clients given
+//! the CA: `scripts/test.sh` runs the cluster suite so a second time. The
+//! few tests that speak the plain wire by hand skip themselves then
+//! ([`plain_only`]).
 #![allow(dead_code)] // each test file uses its own part
 
 use coterie_core::registry;
@@ -124,9 +130,62 @@ impl TestCluster {
     }
 }
 
+/// Whether the clusters speak TLS (`COTERIE_TEST_TLS`).
+pub fn tls_on() -> bool {
+    std::env::var_os("COTERIE_TEST_TLS").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Whether test `name`, which speaks the plain wire by hand, is to be
+/// skipped: it is under TLS, and says so.
+pub fn plain_only(name: &str) -> bool {
+    let skip = tls_on();
+    if skip {
+        println!("{name}: speaks plain TCP by hand: skipped under COTERIE_TEST_TLS");
+    }
+    skip
+}
+
+/// Where this test process keeps its clusters' certificates: nodes read
+/// them while they run, so they stay until the process is gone, and the
+/// next run removes them.
+fn certificates_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("coterie-test-tls-{}", std::process::id()))
+}
+
+/// Removes the certificates of test processes that have ended.
+fn remove_certificates_of_earlier_runs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("coterie-test-tls-")) else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Certificates for `cfg`'s nodes in a directory of their own, and `cfg`
+/// pointed at them by absolute path (a configuration not read from a
+/// file has nothing to be relative to). The directory is left for the
+/// nodes to read while the test runs, under the system's temporary one.
+pub fn certify(cfg: &mut Config, dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    coterie_node::pki::make(cfg, dir, Duration::from_secs(3600)).unwrap();
+    let s = &mut cfg.security;
+    for p in [&mut s.tls_ca, &mut s.tls_cert, &mut s.tls_key]
+        .into_iter()
+        .chain([&mut s.tls_client_cert, &mut s.tls_client_key])
+    {
+        *p = p.as_ref().map(|p| dir.join(p));
+    }
+}
+
 /// The configuration of an `n`-node cluster of `mutex` under bully on
 /// free loopback ports, heartbeats every 20 ms, a failure timeout of
-/// 150 ms, faults allowed; and its bound sockets.
+/// 150 ms, faults allowed (and TLS, under `COTERIE_TEST_TLS`); and its
+/// bound sockets.
 pub async fn bound_config(n: u32, mutex: &str) -> (Config, Vec<Listeners>) {
     let mut listeners = Vec::new();
     let mut nodes = Vec::new();
@@ -148,6 +207,14 @@ pub async fn bound_config(n: u32, mutex: &str) -> (Config, Vec<Listeners>) {
     cfg.timing.heartbeat = Duration::from_millis(20);
     cfg.timing.failure_timeout = Duration::from_millis(150);
     cfg.security.allow_faults = true;
+    if tls_on() {
+        static CLUSTERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let made = CLUSTERS.fetch_add(1, Ordering::Relaxed);
+        if made == 0 {
+            remove_certificates_of_earlier_runs();
+        }
+        certify(&mut cfg, &certificates_dir().join(made.to_string()));
+    }
     // Through its file, as a node reads it.
     (Config::parse(&cfg.to_toml(), Path::new("test.toml")).unwrap(), listeners)
 }

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 /// The subcommands, by what they are for, in the order `--help` lists them.
 pub const GROUPS: &[(&str, &[&str])] = &[
-    ("Run a cluster", &["demo", "init", "up", "node", "status", "watch", "dashboard"]),
+    ("Run a cluster", &["demo", "init", "certs", "up", "node", "status", "watch", "dashboard"]),
     ("Take locks and lead", &["lock", "locks", "revoke", "elect", "leader"]),
     ("Break it and measure", &["workload", "fault", "run", "nemesis", "bench"]),
     ("Check the algorithms", &["sim", "check", "history", "witness"]),

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod certs;
 pub mod chart;
 pub mod check;
 pub mod common;

@@ -58,7 +58,8 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
         }
         let mut local = LocalCluster::from_config(&args.config, log_format)?;
         for node in &cfg.nodes {
-            let http = node.http.as_ref().map_or(String::new(), |a| format!(" http://{a}"));
+            let scheme = if cfg.security.tls() { "https" } else { "http" };
+            let http = node.http.as_ref().map_or(String::new(), |a| format!(" {scheme}://{a}"));
             eprintln!(
                 "coterie up: node {} peer {} client {}{http} (pid {})",
                 node.id,

@@ -331,9 +331,16 @@ pub struct HttpTarget {
     pub addrs: std::collections::BTreeMap<u32, String>,
     /// The bearer token, when the nodes ask for one.
     pub token: Option<String>,
+    /// TLS (HTTPS), when the cluster speaks it.
+    pub tls: Option<coterie_node::tls::TlsClient>,
 }
 
 impl HttpTarget {
+    /// A keep-alive connection to the API at `addr`.
+    async fn connect(&self, addr: &str) -> Result<HttpClient, HttpError> {
+        HttpClient::connect_with(addr, self.token.as_deref(), self.tls.as_ref()).await
+    }
+
     /// The API of every node of `cfg`, with the token from COTERIE_TOKEN
     /// or the configuration's token file.
     pub fn of(cfg: &coterie_node::Config) -> Result<HttpTarget> {
@@ -349,7 +356,7 @@ impl HttpTarget {
                 .and_then(|t| t.into_iter().next())
                 .map(|t| String::from_utf8_lossy(&t).into_owned()),
         };
-        Ok(HttpTarget { addrs, token })
+        Ok(HttpTarget { addrs, token, tls: cfg.client_tls()? })
     }
 }
 
@@ -708,7 +715,7 @@ async fn run_end(deadline: Option<Instant>) {
 async fn http_session(api: &HttpTarget, run: &mut Run) -> Result<()> {
     let id = run.id();
     let Some(addr) = api.addrs.get(&id) else { bail!("node {id} does not serve the HTTP API") };
-    let mut client = HttpClient::connect(addr, api.token.as_deref()).await?;
+    let mut client = api.connect(addr).await?;
     // Long enough to outlast any one entry (a wait, a hold, a think); a
     // longer run keeps the session alive between entries, as a client of
     // etcd's or Consul's sessions does, at a third of its TTL.
@@ -733,7 +740,7 @@ async fn http_session(api: &HttpTarget, run: &mut Run) -> Result<()> {
                 // session withdraws the request (and releases the lock if
                 // it was granted meanwhile), on a fresh connection, the
                 // old one being mid-request.
-                let mut fresh = HttpClient::connect(addr, api.token.as_deref()).await?;
+                let mut fresh = api.connect(addr).await?;
                 fresh.close_session(&session).await?;
                 return Ok(());
             }

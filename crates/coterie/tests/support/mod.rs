@@ -1,6 +1,16 @@
 //! What the binary's end-to-end tests share: running `coterie`, a
 //! cluster of real node processes started with `coterie up`, and `coterie
 //! lock` commands run in the background.
+//!
+//! With `COTERIE_TEST_TLS=1` every cluster [`Up`] starts speaks TLS on
+//! every port (clients are not asked for certificates, so the API's
+//! tokens stay as the tests set them), `coterie` commands find the CA in
+//! the cluster file, and [`curl`] trusts it: `scripts/test.sh` runs the
+//! CLI and HTTP suites so a second time. One set of certificates serves
+//! every cluster of the process: they are all on loopback, and a node's
+//! certificate names only its id and the loopback host. The tests that
+//! speak the plain wire by hand, or test the secret itself, skip
+//! themselves then ([`plain_only`]).
 #![allow(dead_code)] // each test file uses its own part
 
 use coterie_node::config::{ClusterSection, Config};
@@ -15,6 +25,64 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_coterie");
 /// Every mutual-exclusion algorithm, by its configuration name.
 pub fn mutexes() -> impl Iterator<Item = &'static str> {
     coterie_core::registry::MUTEXES.iter().map(|m| m.name)
+}
+
+/// Whether the clusters speak TLS (`COTERIE_TEST_TLS`).
+pub fn tls_on() -> bool {
+    std::env::var_os("COTERIE_TEST_TLS").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Whether test `name`, which speaks the plain wire by hand or tests the
+/// secret, is to be skipped: it is under TLS, and says so.
+pub fn plain_only(name: &str) -> bool {
+    let skip = tls_on();
+    if skip {
+        println!("{name}: plain TCP or the secret only: skipped under COTERIE_TEST_TLS");
+    }
+    skip
+}
+
+/// The directory of the process's certificates under TLS, made on first
+/// use: a CA and a certificate for each node id up to 16 on 127.0.0.1,
+/// and one for clients.
+pub fn certificates() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        // Those of test processes that have ended go first.
+        for entry in std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("coterie-cli-tls-")) else {
+                continue;
+            };
+            if !Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("coterie-cli-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cfg = test_config(16);
+        coterie_node::pki::make(&mut cfg, &dir, Duration::from_secs(24 * 3600)).unwrap();
+        dir
+    })
+}
+
+/// `cfg` with TLS on every port, from [`certificates`].
+pub fn with_tls(cfg: &mut Config) {
+    let dir = certificates();
+    let s = &mut cfg.security;
+    s.tls_ca = Some(dir.join("ca.pem"));
+    s.tls_cert = Some(dir.join("node{id}.pem"));
+    s.tls_key = Some(dir.join("node{id}.key"));
+    s.tls_client_cert = Some(dir.join("client.pem"));
+    s.tls_client_key = Some(dir.join("client.key"));
+}
+
+/// What curl needs to trust the clusters' nodes, under TLS.
+pub fn curl_tls() -> Vec<String> {
+    if !tls_on() {
+        return Vec::new();
+    }
+    vec!["--cacert".into(), certificates().join("ca.pem").display().to_string()]
 }
 
 pub fn coterie(args: &[&str]) -> Output {
@@ -167,6 +235,9 @@ impl Up {
         std::fs::create_dir_all(&dir).unwrap();
         let mut cfg = test_config(n);
         configure(&mut cfg);
+        if tls_on() {
+            with_tls(&mut cfg);
+        }
         // The HTTP API too, unless a secret without tokens forbids it.
         let http: Vec<String> = cfg.nodes.iter().filter_map(|node| node.http.clone()).collect();
         if cfg.security.secret_file.is_some() && cfg.security.api_token_file.is_none() {
@@ -188,6 +259,14 @@ impl Up {
         Up { child, control, config, http, _dir: TempDir(dir) }
     }
 
+    /// What a client library shows the cluster's nodes: TLS from the
+    /// configuration, if it speaks TLS (the tests that use the secret
+    /// pass their own).
+    pub fn credentials(&self) -> Option<coterie_node::Credentials> {
+        let tls = self.configuration().client_tls().unwrap()?;
+        Some(coterie_node::Credentials { tls: Some(tls), ..Default::default() })
+    }
+
     /// The configuration the cluster runs, as written.
     pub fn configuration(&self) -> Config {
         Config::load(&self.config).unwrap()
@@ -200,9 +279,11 @@ impl Up {
         stdin.flush().unwrap();
     }
 
-    /// Node `id`'s HTTP API, as `http://HOST:PORT`.
+    /// Node `id`'s HTTP API, as `http://HOST:PORT` (`https://` under
+    /// TLS).
     pub fn http(&self, id: u32) -> String {
-        format!("http://{}", self.http[id as usize - 1])
+        let scheme = if tls_on() { "https" } else { "http" };
+        format!("{scheme}://{}", self.http[id as usize - 1])
     }
 
     pub fn config(&self) -> &str {
@@ -349,6 +430,7 @@ pub fn api_security(dir: &Path, tokens: &str) -> impl Fn(&mut Config) {
 
 /// `curl -sS ARGS`: what it printed.
 pub fn curl(args: &[&str]) -> String {
-    let out = Command::new("curl").arg("-sS").args(args).output().expect("run curl");
+    let out =
+        Command::new("curl").arg("-sS").args(curl_tls()).args(args).output().expect("run curl");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
