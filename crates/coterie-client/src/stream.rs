@@ -50,11 +50,6 @@ impl Stream {
         }
     }
 
-    /// Whether the connection is over TLS.
-    pub fn is_tls(&self) -> bool {
-        matches!(self, Stream::Tls(_))
-    }
-
     /// A reader and a writer that can be used at once, from two tasks.
     pub fn into_split(self) -> (ReadHalf, WriteHalf) {
         match self {
@@ -95,6 +90,28 @@ fn ended(read: Poll<io::Result<()>>) -> Poll<io::Result<()>> {
     }
 }
 
+/// `AsyncWrite` for an enum of writers, each poll forwarded to the
+/// variant's.
+macro_rules! write_through {
+    ($type:ty) => {
+        impl AsyncWrite for $type {
+            fn poll_write(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                b: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                forward!(self, s => Pin::new(s).poll_write(cx, b))
+            }
+            fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                forward!(self, s => Pin::new(s).poll_flush(cx))
+            }
+            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                forward!(self, s => Pin::new(s).poll_shutdown(cx))
+            }
+        }
+    };
+}
+
 impl AsyncRead for Stream {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -108,17 +125,7 @@ impl AsyncRead for Stream {
     }
 }
 
-impl AsyncWrite for Stream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, b: &[u8]) -> Poll<io::Result<usize>> {
-        forward!(self, s => Pin::new(s).poll_write(cx, b))
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        forward!(self, s => Pin::new(s).poll_flush(cx))
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        forward!(self, s => Pin::new(s).poll_shutdown(cx))
-    }
-}
+write_through!(Stream);
 
 /// The reading half of a [`Stream`].
 pub enum ReadHalf {
@@ -149,14 +156,4 @@ impl AsyncRead for ReadHalf {
     }
 }
 
-impl AsyncWrite for WriteHalf {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, b: &[u8]) -> Poll<io::Result<usize>> {
-        forward!(self, s => Pin::new(s).poll_write(cx, b))
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        forward!(self, s => Pin::new(s).poll_flush(cx))
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        forward!(self, s => Pin::new(s).poll_shutdown(cx))
-    }
-}
+write_through!(WriteHalf);

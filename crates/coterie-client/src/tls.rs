@@ -30,11 +30,6 @@ pub fn node_name(id: u32) -> String {
     format!("node-{id}.coterie")
 }
 
-/// The node id a DNS name of [`node_name`]'s form stands for.
-pub fn node_of_name(name: &str) -> Option<u32> {
-    name.strip_prefix("node-")?.strip_suffix(".coterie")?.parse().ok()
-}
-
 /// What went wrong reading a certificate, a key or a CA, or building a TLS
 /// configuration from them.
 #[derive(Debug, thiserror::Error)]
@@ -106,8 +101,16 @@ pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
 
 /// The CA certificates of a PEM file, as roots to trust.
 pub fn read_roots(path: &Path) -> Result<Arc<RootCertStore>, TlsError> {
+    roots(path, read_certs(path)?)
+}
+
+/// `certs`, read from `path`, as roots to trust.
+pub fn roots(
+    path: &Path,
+    certs: Vec<CertificateDer<'static>>,
+) -> Result<Arc<RootCertStore>, TlsError> {
     let mut roots = RootCertStore::empty();
-    for cert in read_certs(path)? {
+    for cert in certs {
         roots.add(cert).map_err(|e| TlsError::Pem {
             path: path.to_path_buf(),
             what: format!("not a CA certificate: {e}"),
@@ -154,11 +157,6 @@ impl TlsClient {
             None => builder.with_no_client_auth(),
         };
         Ok(TlsClient { config: Arc::new(config) })
-    }
-
-    /// A client whose configuration is `config`.
-    pub fn from_config(config: Arc<ClientConfig>) -> TlsClient {
-        TlsClient { config }
     }
 
     /// TLS over `stream`, checking that the server's certificate names
@@ -238,14 +236,6 @@ pub fn describe(e: &std::io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_node_name_stands_for_its_id_and_nothing_else() {
-        assert_eq!(node_of_name(&node_name(17)), Some(17));
-        assert_eq!(node_of_name("node-x.coterie"), None);
-        assert_eq!(node_of_name("node-3.example"), None);
-        assert_eq!(node_of_name("client.coterie"), None);
-    }
 
     #[test]
     fn a_client_checks_the_host_it_dialled() {

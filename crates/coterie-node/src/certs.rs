@@ -197,7 +197,8 @@ fn stamps(files: &TlsFiles) -> [Option<SystemTime>; 3] {
 }
 
 fn build(files: &TlsFiles, node: NodeId, client_cert_auth: bool) -> Result<Built, TlsError> {
-    let roots = tls::read_roots(&files.ca)?;
+    let ca = tls::read_certs(&files.ca)?;
+    let roots = tls::roots(&files.ca, ca.clone())?;
     let chain = tls::read_certs(&files.cert)?;
     let key = tls::read_key(&files.key)?;
     if !names_node(&chain[0], node) {
@@ -222,7 +223,6 @@ fn build(files: &TlsFiles, node: NodeId, client_cert_auth: bool) -> Result<Built
             .with_single_cert(chain.clone(), key.clone_key())?;
         Ok(Arc::new(config))
     };
-    let ca = tls::read_certs(&files.ca)?;
     let expiry = chain
         .iter()
         .map(|c| (c, &files.cert))

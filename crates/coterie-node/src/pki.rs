@@ -105,7 +105,6 @@ pub fn make_between(
             }
             names.push(host);
         }
-        names.dedup();
         names.sort();
         names.dedup();
         let (cert, key) = leaf(names, format!("coterie node {}", node.id))?;

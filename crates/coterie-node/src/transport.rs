@@ -277,10 +277,7 @@ async fn connect(t: &Transport, peer: NodeId, addr: &str) -> Result<Stream, Dial
         return match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
             Ok(Ok(tls)) => Ok(Stream::Tls(Box::new(tls.into()))),
             Ok(Err(e)) if codec::hung_up(&e) => Err(DialError::Reset),
-            Ok(Err(e)) => Err(DialError::Handshake(format!(
-                "TLS: {}",
-                crate::tls::explain(&e).replace("node's certificate", "peer's certificate")
-            ))),
+            Ok(Err(e)) => Err(DialError::Handshake(format!("TLS: {}", crate::tls::explain(&e)))),
             Err(_) => Err(DialError::Other),
         };
     }

@@ -189,17 +189,7 @@ impl Up {
             assert!(out.status.success(), "init: {}", String::from_utf8_lossy(&out.stderr));
             let cfg = Config::load(&config).unwrap();
             let http = cfg.nodes.iter().filter_map(|node| node.http.clone()).collect();
-            let log = std::fs::File::create(dir.0.join("up.log")).unwrap();
-            let mut child = Command::new(BIN)
-                .args(["up", "--config"])
-                .arg(&config)
-                .stderr(log)
-                .stdout(Stdio::null())
-                .stdin(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let control = child.stdin.take();
-            if let Some(up) = (Up { child, control, config, http, _dir: dir }).settled(n) {
+            if let Some(up) = Up::run(config, http, dir, &[]).settled(n) {
                 return up;
             }
         }
@@ -245,7 +235,13 @@ impl Up {
         }
         let config = dir.join("cluster.toml");
         std::fs::write(&config, cfg.to_toml()).unwrap();
-        let log = std::fs::File::create(dir.join("up.log")).unwrap();
+        Up::run(config, http, TempDir(dir), env)
+    }
+
+    /// `coterie up` on the file `config` in `dir` (its log `up.log`
+    /// there), with `env` set; `http`: the nodes' API addresses.
+    fn run(config: PathBuf, http: Vec<String>, dir: TempDir, env: &[(&str, &str)]) -> Up {
+        let log = std::fs::File::create(dir.0.join("up.log")).unwrap();
         let mut child = Command::new(BIN)
             .args(["up", "--config"])
             .arg(&config)
@@ -256,7 +252,7 @@ impl Up {
             .spawn()
             .unwrap();
         let control = child.stdin.take();
-        Up { child, control, config, http, _dir: TempDir(dir) }
+        Up { child, control, config, http, _dir: dir }
     }
 
     /// What a client library shows the cluster's nodes: TLS from the
