@@ -31,6 +31,8 @@
 #   SKIP_BUILD=1        reuse the existing image instead of running
 #                       scripts/build-image.sh
 #   COTERIE_IMAGE       image to test (default coterie:latest)
+#   COTERIE_BIN         the coterie binary for the image and the scenario
+#                       (default: target/release/coterie, built)
 #   START_TIMEOUT       seconds for the first agreement      (default 60)
 #   ELECT_TIMEOUT       seconds for the re-election          (default 15)
 #   WORKLOAD_ARGS       flags of the before/after workloads
@@ -435,7 +437,7 @@ RESTARTED_AT="$(date +%s%N)"
 wait_for_coordinator node1 5 1,2,3,4,5 "$ELECT_TIMEOUT" "$RESTARTED_AT" \
     || fail "nodes 1-5 did not agree on coordinator 5 after node5 came back"
 log "playing scenarios/coordinator-crash.toml with coterie run --compose"
-(cd "$ROOT" && target/release/coterie run scenarios/coordinator-crash.toml \
+(cd "$ROOT" && "${COTERIE_BIN:-target/release/coterie}" run scenarios/coordinator-crash.toml \
     --compose "$PROJECT" --compose-file "$ROOT/docker-compose.yml" \
     --config "$TMP/config/docker.toml") >"$TMP/scenario.log" 2>&1 \
     || { cat "$TMP/scenario.log"; fail "the coordinator-crash scenario failed under compose"; }

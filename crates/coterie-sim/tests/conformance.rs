@@ -10,10 +10,19 @@ use coterie_core::{
 };
 use coterie_sim::sim::{self, Load, SimConfig};
 use coterie_sim::{run_seeds, EntryCost, Invariant, Summary};
+use std::ops::Range;
 use std::time::Duration;
 
-/// Seeds per algorithm pair and fault setting.
+/// Seeds per algorithm pair and fault setting in a deep run.
 const SEEDS: u64 = 1000;
+
+/// The seeds a test runs where a deep run runs `deep`: all of them with
+/// `COTERIE_DEEP=1`, a quarter otherwise (at least 25), the size CI runs
+/// every time. The hunts for a rare schedule keep their counts either way.
+fn seeds(deep: u64) -> Range<u64> {
+    let all = std::env::var_os("COTERIE_DEEP").is_some_and(|v| !v.is_empty() && v != "0");
+    0..if all { deep } else { (deep / 4).max(deep.min(25)) }
+}
 
 /// A run of the mutex and election algorithms named.
 fn pair(mutex: &str, election: &str) -> SimConfig {
@@ -141,7 +150,7 @@ fn every_pair(mut f: impl FnMut(SimConfig)) {
 #[test]
 fn every_pair_is_safe_live_and_agrees_without_faults() {
     every_pair(|cfg| {
-        let summary = run_seeds(&cfg, 0..SEEDS, |_, _| {});
+        let summary = run_seeds(&cfg, seeds(SEEDS), |_, _| {});
         assert_clean(&cfg, &summary);
         assert_eq!(summary.injected.crashes, 0);
     });
@@ -151,10 +160,10 @@ fn every_pair_is_safe_live_and_agrees_without_faults() {
 fn every_pair_survives_crashes_and_restarts() {
     every_pair(|base| {
         let cfg = SimConfig { crashes: 2, ..base };
-        let summary = run_seeds(&cfg, 0..SEEDS, |_, _| {});
+        let summary = run_seeds(&cfg, seeds(SEEDS), |_, _| {});
         assert_clean(&cfg, &summary);
         assert!(
-            summary.injected.crashes > SEEDS,
+            summary.injected.crashes > summary.seeds,
             "crashes were injected: {}",
             summary.injected.crashes
         );
@@ -183,7 +192,7 @@ fn locality_survives_crashes_and_resets_under_a_sparse_load() {
                 think: (Duration::ZERO, Duration::from_millis(300)),
                 ..SimConfig::new(m, e)
             };
-            let summary = run_seeds(&cfg, 0..SEEDS / 4, |_, _| {});
+            let summary = run_seeds(&cfg, seeds(SEEDS / 4), |_, _| {});
             assert_clean(&cfg, &summary);
             assert!(summary.injected.crashes > 0 && summary.injected.resets > 0);
             let kind = |k: &str| summary.messages_by_kind.get(k).copied().unwrap_or(0);
@@ -226,18 +235,19 @@ fn spent_terms_and_generations_are_renewed_with_fences_rising() {
                 mutex_options: MutexOptions { fence_room: Some(room), ..MutexOptions::default() },
                 ..SimConfig::new(m, e)
             };
-            let summary = run_seeds(&base, 0..SEEDS / 10, |_, _| {});
+            let summary = run_seeds(&base, seeds(SEEDS / 10), |_, _| {});
             assert_clean(&base, &summary);
             let kind = |k: &str| summary.messages_by_kind.get(k).copied().unwrap_or(0);
             let renewals =
                 if m.name == "token-ring" { kind("missing") } else { kind("state_query") };
-            assert!(renewals >= SEEDS / 10, "{m}/{e}: {renewals} renewals in {} runs", SEEDS / 10);
+            let runs = summary.seeds;
+            assert!(renewals >= runs, "{m}/{e}: {renewals} renewals in {runs} runs");
             for faults in [
                 SimConfig { crashes: 2, resets: 2, ..base.clone() },
                 SimConfig { partitions: 1, progress_only: true, ..base.clone() },
                 SimConfig { pauses: 1, progress_only: true, ..base.clone() },
             ] {
-                let summary = run_seeds(&faults, 0..SEEDS / 10, |_, _| {});
+                let summary = run_seeds(&faults, seeds(SEEDS / 10), |_, _| {});
                 assert_clean(&faults, &summary);
             }
         }
@@ -248,10 +258,10 @@ fn spent_terms_and_generations_are_renewed_with_fences_rising() {
 fn every_pair_survives_connection_resets_with_crashes() {
     every_pair(|base| {
         let cfg = SimConfig { resets: 3, crashes: 2, ..base };
-        let summary = run_seeds(&cfg, 0..SEEDS, |_, _| {});
+        let summary = run_seeds(&cfg, seeds(SEEDS), |_, _| {});
         assert_clean(&cfg, &summary);
         assert!(
-            summary.injected.resets > SEEDS * 2,
+            summary.injected.resets > summary.seeds * 2,
             "resets were injected: {}",
             summary.injected.resets
         );
@@ -265,7 +275,7 @@ fn every_pair_at_other_sizes_survives_connection_resets() {
     for nodes in [2, 3, 7] {
         every_pair(|base| {
             let cfg = SimConfig { nodes, resets: 4, crashes: 1, requests: 5, ..base };
-            let summary = run_seeds(&cfg, 0..100, |_, _| {});
+            let summary = run_seeds(&cfg, seeds(100), |_, _| {});
             assert_clean(&cfg, &summary);
         });
     }
@@ -279,7 +289,7 @@ fn sessions_overflow_on_a_crashed_peer_and_every_invariant_holds() {
     let session_limits = coterie_core::session::Limits { max_frames: 16, max_bytes: 1 << 20 };
     every_pair(|base| {
         let cfg = SimConfig { crashes: 2, resets: 2, session_limits, ..base };
-        let summary = run_seeds(&cfg, 0..100, |_, _| {});
+        let summary = run_seeds(&cfg, seeds(100), |_, _| {});
         assert_clean(&cfg, &summary);
         assert!(
             summary.injected.overflows > 0,
@@ -304,7 +314,7 @@ fn sessions_to_a_paused_node_overflow_and_quorum_algorithms_stay_safe() {
         for e in ELECTIONS {
             let base = SimConfig::new(name, e);
             let cfg = SimConfig { pauses: 3, resets: 6, crashes: 1, session_limits, ..base };
-            let summary = run_seeds(&cfg, 0..200, |_, _| {});
+            let summary = run_seeds(&cfg, seeds(200), |_, _| {});
             assert_clean(&cfg, &summary);
             assert!(summary.injected.overflows > 0, "{name}/{}: no session overflowed", e.name);
         }
@@ -316,7 +326,7 @@ fn every_pair_at_every_size_survives_crashes() {
     for nodes in [3, 7, 9, 13] {
         every_pair(|base| {
             let cfg = SimConfig { nodes, crashes: 3, requests: 5, ..base };
-            let summary = run_seeds(&cfg, 0..200, |_, _| {});
+            let summary = run_seeds(&cfg, seeds(200), |_, _| {});
             assert_clean(&cfg, &summary);
         });
     }
@@ -335,7 +345,7 @@ fn every_pair_on_a_ring_detector_survives_crashes_resets_and_pauses() {
     for nodes in [3, 6, 9] {
         every_pair(|base| {
             let cfg = SimConfig { nodes, timing, crashes: 2, resets: 2, requests: 5, ..base };
-            let summary = run_seeds(&cfg, 0..150, |_, _| {});
+            let summary = run_seeds(&cfg, seeds(150), |_, _| {});
             assert_clean(&cfg, &summary);
         });
     }
@@ -343,7 +353,7 @@ fn every_pair_on_a_ring_detector_survives_crashes_resets_and_pauses() {
         for e in ELECTIONS {
             let base = SimConfig::new(name, e);
             let cfg = SimConfig { nodes: 7, timing, pauses: 2, crashes: 1, ..base };
-            let summary = run_seeds(&cfg, 0..150, |_, _| {});
+            let summary = run_seeds(&cfg, seeds(150), |_, _| {});
             assert_clean(&cfg, &summary);
         }
     }
@@ -354,7 +364,7 @@ fn counting_semaphores_admit_k_holders_and_no_more() {
     for m in mutexes().into_iter().filter(|m| m.claims.counting) {
         for e in ELECTIONS {
             let cfg = SimConfig { capacity: 2, crashes: 1, ..SimConfig::new(m, e) };
-            let summary = run_seeds(&cfg, 0..200, |_, _| {});
+            let summary = run_seeds(&cfg, seeds(200), |_, _| {});
             assert_clean(&cfg, &summary);
         }
     }
@@ -371,7 +381,7 @@ fn several_clients_at_a_node_share_its_permits_or_take_turns() {
         let count = if base.mutex.claims.counting { 2 } else { 1 };
         let cfg =
             SimConfig { nodes: 3, sessions: 3, capacity: count, crashes: 1, resets: 1, ..base };
-        let summary = run_seeds(&cfg, 0..300, |_, _| {});
+        let summary = run_seeds(&cfg, seeds(300), |_, _| {});
         assert_clean(&cfg, &summary);
     });
 }
@@ -391,7 +401,7 @@ fn several_clients_at_a_node_take_several_locks_each() {
                 crashes: 1,
                 ..base
             };
-            let summary = run_seeds(&cfg, 0..100, |_, _| {});
+            let summary = run_seeds(&cfg, seeds(100), |_, _| {});
             assert_clean(&cfg, &summary);
         }
     }
@@ -435,7 +445,7 @@ fn the_checker_sees_two_clients_of_one_node_inside_together() {
 fn readers_share_and_writers_hold_alone_through_crashes_and_resets() {
     every_pair(|base| {
         let cfg = SimConfig { sessions: 2, readers: 5, crashes: 2, resets: 1, ..base };
-        let summary = run_seeds(&cfg, 0..100, |_, _| {});
+        let summary = run_seeds(&cfg, seeds(100), |_, _| {});
         assert_clean(&cfg, &summary);
         let (m, e) = (cfg.mutex, cfg.election);
         if m.claims.readers {
@@ -456,7 +466,7 @@ fn every_pair_keeps_many_locks_apart_through_crashes_and_forgetting() {
         Some(Forgetting { after: Duration::from_millis(10), remnants: 4, locks: 1000 });
     every_pair(|base| {
         let cfg = SimConfig { names: 6, per_request: 2, forgetting, crashes: 2, resets: 1, ..base };
-        let summary = run_seeds(&cfg, 0..200, |_, _| {});
+        let summary = run_seeds(&cfg, seeds(200), |_, _| {});
         assert_clean(&cfg, &summary);
         assert!(summary.forgotten > 0, "{}/{}: nothing forgotten", cfg.mutex, cfg.election);
     });
@@ -477,7 +487,7 @@ fn multi_lock_requests_come_through_pauses() {
             progress_only: true,
             ..base
         };
-        let summary = run_seeds(&cfg, 0..100, |_, _| {});
+        let summary = run_seeds(&cfg, seeds(100), |_, _| {});
         assert_clean(&cfg, &summary);
     });
 }
@@ -498,7 +508,7 @@ fn quorum_algorithms_keep_every_lock_safe_under_partitions() {
                 crashes: 1,
                 ..SimConfig::new(m, e)
             };
-            let summary = run_seeds(&cfg, 0..200, |_, _| {});
+            let summary = run_seeds(&cfg, seeds(200), |_, _| {});
             assert_clean(&cfg, &summary);
         }
     }
@@ -664,7 +674,7 @@ fn fair_algorithms_grant_in_timestamp_order() {
     for m in mutexes().into_iter().filter(|m| m.claims.fair) {
         for nodes in [3, 5, 9] {
             let cfg = SimConfig { nodes, ..SimConfig::new(m, &ELECTIONS[0]) };
-            let summary = run_seeds(&cfg, 0..200, |_, _| {});
+            let summary = run_seeds(&cfg, seeds(200), |_, _| {});
             assert_clean(&cfg, &summary);
             assert_eq!(
                 summary.out_of_order, 0,
@@ -685,7 +695,7 @@ fn fair_reader_forms_let_nobody_pass_an_earlier_conflicting_request() {
         for nodes in [3, 5, 9] {
             let cfg =
                 SimConfig { nodes, readers: nodes / 2 + 1, ..SimConfig::new(m, &ELECTIONS[0]) };
-            let summary = run_seeds(&cfg, 0..200, |_, _| {});
+            let summary = run_seeds(&cfg, seeds(200), |_, _| {});
             assert_clean(&cfg, &summary);
             assert!(summary.shared_reads > 0, "{} n={nodes}: no readers shared", m.name);
             assert_eq!(
@@ -796,11 +806,11 @@ fn ricart_agrawala_variants_are_safe_and_live_with_and_without_crashes() {
                         mutex_options,
                         ..SimConfig::new(m, &ELECTIONS[0])
                     };
-                    let summary = run_seeds(&cfg, 0..300, |_, _| {});
+                    let summary = run_seeds(&cfg, seeds(300), |_, _| {});
                     assert_clean(&cfg, &summary);
                     if crashes > 0 {
                         assert!(
-                            summary.injected.crashes > 300,
+                            summary.injected.crashes > summary.seeds,
                             "crashes were injected: {}",
                             summary.injected.crashes
                         );
@@ -828,7 +838,7 @@ fn ricart_agrawala_variants_share_reads_safely_through_crashes() {
                     mutex_options,
                     ..SimConfig::new(m, &ELECTIONS[0])
                 };
-                let summary = run_seeds(&cfg, 0..200, |_, _| {});
+                let summary = run_seeds(&cfg, seeds(200), |_, _| {});
                 assert_clean(&cfg, &summary);
                 assert!(summary.shared_reads > 0, "{} {mutex_options:?}: no sharing", m.name);
             }
@@ -877,7 +887,7 @@ fn fault_tolerant_ricart_agrawala_still_grants_in_timestamp_order() {
                 mutex_options: MutexOptions { fault_tolerant: true, ..MutexOptions::default() },
                 ..SimConfig::new(m, &ELECTIONS[0])
             };
-            let summary = run_seeds(&cfg, 0..200, |_, _| {});
+            let summary = run_seeds(&cfg, seeds(200), |_, _| {});
             assert_clean(&cfg, &summary);
             assert_eq!(summary.out_of_order, 0, "{} n={nodes}", m.name);
             // Ricart-Agrawala's NACK; raymond-k's WAIT, which carries a count.
@@ -900,7 +910,7 @@ fn quorum_algorithms_stay_safe_and_live_under_partitions() {
         for nodes in [3, 5, 7] {
             for e in ELECTIONS {
                 let cfg = SimConfig { nodes, partitions: 2, ..SimConfig::new(name, e) };
-                let summary = run_seeds(&cfg, 0..200, |_, _| {});
+                let summary = run_seeds(&cfg, seeds(200), |_, _| {});
                 assert!(summary.injected.partitions > 0, "no partition was injected");
                 assert_clean(&cfg, &summary);
             }
@@ -923,7 +933,7 @@ fn quorum_algorithms_stay_safe_under_one_way_partitions() {
             for e in ELECTIONS {
                 let base = SimConfig::new(name, e);
                 let cfg = SimConfig { nodes, one_way_partitions: 2, ..base };
-                let summary = run_seeds(&cfg, 0..200, |_, _| {});
+                let summary = run_seeds(&cfg, seeds(200), |_, _| {});
                 assert!(
                     summary.injected.one_way_partitions > 0,
                     "no one-way partition was injected"
@@ -949,7 +959,7 @@ fn quorum_algorithms_stay_safe_and_live_under_partitions_and_crashes() {
         for nodes in [3, 5, 7] {
             for e in ELECTIONS {
                 let cfg = SimConfig { nodes, partitions: 2, crashes: 2, ..SimConfig::new(name, e) };
-                let summary = run_seeds(&cfg, 0..200, |_, _| {});
+                let summary = run_seeds(&cfg, seeds(200), |_, _| {});
                 assert!(summary.injected.partitions > 0, "no partition was injected");
                 assert_clean(&cfg, &summary);
             }
@@ -985,7 +995,7 @@ fn every_pair_is_safe_and_live_under_partitions_in_majority_mode() {
     for nodes in [2, 3, 4, 5, 7] {
         every_pair(|cfg| {
             let cfg = SimConfig { nodes, partitions: 2, ..majority(cfg) };
-            let summary = run_seeds(&cfg, 0..SEEDS / 20, |_, _| {});
+            let summary = run_seeds(&cfg, seeds(SEEDS / 20), |_, _| {});
             assert!(summary.injected.partitions > 0, "no partition was injected");
             assert_clean(&cfg, &summary);
         });
@@ -1011,7 +1021,7 @@ fn every_pair_is_safe_and_live_under_every_fault_in_majority_mode() {
                 resets: 1,
                 ..majority(cfg)
             };
-            let summary = run_seeds(&cfg, 0..SEEDS / 20, |_, _| {});
+            let summary = run_seeds(&cfg, seeds(SEEDS / 20), |_, _| {});
             assert_clean(&cfg, &summary);
         });
     }
@@ -1044,7 +1054,7 @@ fn readers_and_writers_stay_apart_under_partitions() {
                     readers: nodes,
                     ..SimConfig::new(m, &ELECTIONS[0])
                 });
-                let summary = run_seeds(&cfg, 0..SEEDS / 10, |_, _| {});
+                let summary = run_seeds(&cfg, seeds(SEEDS / 10), |_, _| {});
                 assert!(summary.injected.partitions > 0, "no partition was injected");
                 assert_clean(&cfg, &summary);
                 assert!(summary.shared_reads > 0, "{} n={nodes}: no readers shared", m.name);
@@ -1079,7 +1089,7 @@ fn quorum_algorithms_stay_safe_and_live_around_pauses_and_crashes() {
             for e in ELECTIONS {
                 for crashes in [0, 2] {
                     let cfg = SimConfig { nodes, pauses: 2, crashes, ..SimConfig::new(name, e) };
-                    let summary = run_seeds(&cfg, 0..200, |_, _| {});
+                    let summary = run_seeds(&cfg, seeds(200), |_, _| {});
                     assert!(summary.injected.pauses > 0, "no pause was injected");
                     assert_clean(&cfg, &summary);
                 }
@@ -1135,6 +1145,7 @@ fn delay_spikes_break_only_the_algorithms_that_trust_timeouts() {
         let mut broken = 0;
         for e in ELECTIONS {
             let cfg = detector(SimConfig { crashes: 1, delays: 2, ..SimConfig::new(m, e) });
+            // A hunt: all 200 seeds, deep or not.
             let summary = run_seeds(&cfg, 0..200, |_, _| {});
             assert!(summary.injected.delays > 200, "{}/{}: spikes were injected", m.name, e.name);
             if m.claims.safe_under_partitions {
@@ -1175,8 +1186,9 @@ fn delay_spikes_within_the_detectors_slack_hurt_no_one() {
     every_pair(|base| {
         let spike = (Duration::ZERO, base.timing.failure_timeout / 2);
         let cfg = SimConfig { crashes: 1, delays: 2, delay_spike: spike, ..base };
-        let summary = run_seeds(&cfg, 0..200, |_, _| {});
-        assert!(summary.injected.delays > 200, "spikes were injected: {}", summary.injected.delays);
+        let summary = run_seeds(&cfg, seeds(200), |_, _| {});
+        let (delays, runs) = (summary.injected.delays, summary.seeds);
+        assert!(delays > runs, "spikes were injected: {delays} in {runs} runs");
         assert_clean(&cfg, &summary);
     });
 }
@@ -1192,8 +1204,12 @@ fn quorum_algorithms_never_grant_twice_under_message_loss() {
     for name in partition_safe() {
         for e in ELECTIONS {
             let cfg = SimConfig { drops: 1, ..SimConfig::new(name, e) };
-            let summary = run_seeds(&cfg, 0..300, |_, _| {});
-            assert_eq!(summary.injected.drops, 300, "{name}/{}: one loss window per run", e.name);
+            let summary = run_seeds(&cfg, seeds(300), |_, _| {});
+            assert_eq!(
+                summary.injected.drops, summary.seeds,
+                "{name}/{}: one loss window a run",
+                e.name
+            );
             assert!(summary.injected.lost > 0, "{name}/{}: nothing was lost", e.name);
             if let Some(f) = summary.failures.iter().find(|f| f.invariant == Invariant::Safety) {
                 panic!(
@@ -1212,8 +1228,8 @@ fn quorum_algorithms_never_grant_twice_under_message_loss() {
                 e.name
             );
             eprintln!(
-                "{name}/{} under message loss: {:?} (of 300 runs)",
-                e.name, summary.violations_by_invariant
+                "{name}/{} under message loss: {:?} (of {} runs)",
+                e.name, summary.violations_by_invariant, summary.seeds
             );
         }
     }
@@ -1271,8 +1287,9 @@ fn a_stall_after_lost_messages_is_a_deadlock_found_at_once() {
 fn pauses_never_leave_a_request_waiting_for_ever() {
     every_pair(|base| {
         let cfg = SimConfig { pauses: 3, progress_only: true, ..base };
-        let summary = run_seeds(&cfg, 0..100, |_, _| {});
-        assert!(summary.injected.pauses > 200, "pauses were injected: {}", summary.injected.pauses);
+        let summary = run_seeds(&cfg, seeds(100), |_, _| {});
+        let (pauses, runs) = (summary.injected.pauses, summary.seeds);
+        assert!(pauses > 2 * runs, "pauses were injected: {pauses} in {runs} runs");
         assert_clean(&cfg, &summary);
     });
 }

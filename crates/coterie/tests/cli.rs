@@ -72,6 +72,10 @@ fn try_on_a_held_lock_and_timeouts_exit_75() {
     let up = Up::start(2, "try");
     let mut holder = Command::new(BIN)
         .args(["lock", "--config", up.config(), "--node", "1", "--", "sleep", "60"])
+        // Killed below, it leaves its `sleep` behind, which must not hold
+        // the test's output open.
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     up.wait_for(|rows| rows.iter().any(|r| r["cs_state"] == "held"));

@@ -3,8 +3,9 @@
 //! `console` block in them is run against a real cluster (`coterie up
 //! --config config/local.toml`, as a reader would start it) and must print
 //! what it shows; the configuration reference names every key the
-//! configuration types accept and no other; and the algorithm pages say
-//! what their files' headers say.
+//! configuration types accept and no other; the algorithm pages say
+//! what their files' headers say; and no file dates its work by an
+//! internal counter.
 //!
 //! A `console` block is a shell session: `$ COMMAND` lines, each followed
 //! by the output it must print. `...` on a line of its own stands for any
@@ -434,4 +435,49 @@ fn each_algorithm_page_says_what_its_file_says() {
         "algorithm pages behind their files (run scripts/algorithm-pages.sh NAME):\n{}",
         stale.join("\n")
     );
+}
+
+/// Where `text` numbers work by an internal counter ("session 24",
+/// "sessions 30–33", "work session") instead of dating it: each hit as
+/// `line: text`. A figure is dated; its history is git's.
+fn work_counters(text: &str) -> Vec<String> {
+    let mut hits = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let lower = line.to_lowercase();
+        let numbered = ["session ", "sessions "].iter().any(|word| {
+            lower.match_indices(word).any(|(at, _)| {
+                let before = lower[..at].chars().next_back();
+                let after = lower[at + word.len()..].chars().next();
+                !before.is_some_and(|c| c.is_alphanumeric() || c == '-' || c == '_')
+                    && after.is_some_and(|c| c.is_ascii_digit())
+            })
+        });
+        if numbered || lower.contains("work session") {
+            hits.push(format!("{}: {}", i + 1, line.trim()));
+        }
+    }
+    hits
+}
+
+#[test]
+fn a_work_counter_is_caught() {
+    let text = "measured in session 24\nsessions 30-33 found it\nthe --sessions 3 flag\n\
+                each of this work session's figures\nsession-3 and 2 sessions";
+    let hits = work_counters(text);
+    assert_eq!(hits.len(), 3, "{hits:#?}");
+}
+
+/// No file the repository tracks dates its work by an internal counter.
+#[test]
+fn nothing_is_numbered_by_work_session() {
+    let files = Command::new("git").arg("ls-files").current_dir(root()).output().unwrap();
+    assert!(files.status.success(), "git ls-files: {}", String::from_utf8_lossy(&files.stderr));
+    let mut found = Vec::new();
+    for file in String::from_utf8_lossy(&files.stdout).lines() {
+        let Ok(text) = std::fs::read_to_string(root().join(file)) else { continue };
+        found.extend(work_counters(&text).into_iter().map(|hit| format!("{file}:{hit}")));
+    }
+    // This file's own examples above are the pattern, not a use of it.
+    found.retain(|hit| !hit.starts_with("crates/coterie/tests/docs.rs:"));
+    assert!(found.is_empty(), "numbered by work session, not dated:\n{}", found.join("\n"));
 }
