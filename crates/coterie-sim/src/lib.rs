@@ -28,17 +28,16 @@
 //! ## Layout
 //! - [`chooser`]: where a run's choices come from.
 //! - [`check`]: every schedule of a small configuration, explored.
-//! - [`sim`]: one run: the nodes and the loop that hands each event to
-//!   its node, with beside it a type per part, each owning its state (as
-//!   TigerBeetle's simulator has its packet simulator, workload and state
-//!   checker): the agenda of events to come, the faults on processes, the
-//!   workload's clients and the checker that judges every grant, step and
-//!   run's end; and the links, the configuration, the state's
-//!   fingerprint and the report, a file each.
+//! - [`sim`]: one run: the [`Simulation`](sim::Simulation), the loop
+//!   that carries out each event, with beside it a type per part, each
+//!   owning its state (as TigerBeetle's simulator has its packet
+//!   simulator, workload and state checker): the agenda of events to
+//!   come, the nodes, the links between them (connections, which resets
+//!   break, and the faults on messages), the faults on processes (their
+//!   schedule, drawn at the start, and the paused nodes), the workload's
+//!   clients and the checker that judges every grant, step and run's end;
+//!   and the configuration and the report.
 //! - [`invariant`]: the invariants, by name.
-//! - `network`: the connections under each node's sessions, which
-//!   resets break, and the faults on messages (the partition in force,
-//!   delay spikes, loss windows).
 //! - [`suite`]: many seeds of a run, summarised; the conformance suite
 //!   (in `tests/`) and `coterie sim` are built on it.
 #![warn(missing_docs)]
@@ -46,7 +45,6 @@
 pub mod check;
 pub mod chooser;
 pub mod invariant;
-mod network;
 mod record;
 pub mod sim;
 pub mod suite;

@@ -1,8 +1,8 @@
 //! The agenda: every event a run has still to carry out, by the moment it
 //! is due, and the events themselves.
 
-use super::workload::ClientId;
-use super::Chooser;
+use super::client::ClientId;
+use crate::chooser::Chooser;
 use coterie_core::wire::Envelope;
 use coterie_core::{NodeId, Time, Way};
 use std::cmp::Reverse;

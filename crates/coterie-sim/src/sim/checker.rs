@@ -2,12 +2,14 @@
 //! every step (deadlock) and at its end (liveness, agreement). The
 //! [`Checker`] keeps what judging needs (who holds which lock, every fence
 //! granted, who waits since when); the invariants themselves are named in
-//! [`crate::invariant`].
+//! [`crate::invariant`]. The simulation hands it what it judges and
+//! reports what it finds.
 
-use super::fingerprint::state_hasher;
-use super::workload::{ClientId, ClientState};
-use super::*;
-use coterie_core::{Stamp, Takers};
+use super::client::ClientId;
+use super::report::RunReport;
+use coterie_core::{Epoch, Fence, Mode, Name, NodeId, Stamp, Time};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 /// The state checker: what the clients hold and wait for, as the grants
 /// and releases say, and every fence granted.
@@ -202,257 +204,42 @@ impl Checker {
     }
 }
 
-impl<C: Chooser> Simulation<C> {
-    pub(super) fn violation(&mut self, invariant: Invariant, detail: String) {
-        if self.cfg.progress_only && invariant.is_unsafe() {
-            self.trace(|| format!("(not judged) {invariant}: {detail}"));
-            return;
-        }
-        self.trace(|| format!("VIOLATION {invariant}: {detail}"));
-        let text = format!("{invariant}: {detail}");
-        self.record(|r, at| r.mark(at, None, MarkKind::Violation, text));
-        self.report.violations.push(Violation {
-            invariant,
-            detail,
-            at_us: self.now.as_micros() as u64,
-        });
-    }
-
-    /// `" name"` when the clients spread over several locks, for a line
-    /// about a grant.
-    pub(super) fn named(&self, name: &Name) -> String {
-        if self.workload.named() {
-            format!(" {name}")
-        } else {
-            String::new()
-        }
-    }
-
-    pub(super) fn on_grant(&mut self, node: NodeId, name: Name, fence: Fence) {
-        let named = self.named(&name);
-        let engine = self.nodes[&node].engine.as_ref();
-        let mode = engine.map_or(Mode::Write, |e| e.mode_of(&name, fence));
-        let takers = engine.map_or(Takers::First, |e| e.takers(&name, fence));
-        let clients = self.workload.takers(node, &name, takers);
-        if clients.is_empty() {
-            // Judged as safety (ignored when only progress is judged): a
-            // grant nobody asked for is not handed to any client.
-            let states = self.workload.states_at(node);
-            self.violation(
-                Invariant::Safety,
-                format!("{node} was granted{named} while no client of it waited ({states:?})"),
-            );
-            return;
-        }
-        for (i, &client) in clients.iter().enumerate() {
-            self.client_enters(client, &name, (fence, mode), i > 0);
-        }
-        // All hold the grant before any acts on it: one that lets go at
-        // once must not find it unused while the others are still to take
-        // it.
-        let taken: Vec<_> =
-            clients.iter().map(|&c| (c, self.workload.granted(c, name.clone(), fence))).collect();
-        for (client, taken) in taken {
-            self.taken(client, taken);
-        }
-    }
-
-    /// `client` enters `name` on its node's grant `fence`, in `mode`;
-    /// `joined` when it shares the grant with the readers of its node
-    /// that entered on it just before.
-    fn client_enters(
-        &mut self,
-        client: ClientId,
-        name: &Name,
-        (fence, mode): (Fence, Mode),
-        joined: bool,
-    ) {
-        let (node, name) = (client.node, name.clone());
-        let named = self.named(&name);
-        let reading = if mode == Mode::Read { " to read" } else { "" };
-        self.trace(|| format!("{client} ENTERS{named}{reading} with fence {fence}"));
-        self.record(|r, at| r.enter(at, node, fence.0));
-        self.report.entries += 1;
-        self.end_frozen_holds(&name);
-        let allowed = self.cfg.checked_capacity.unwrap_or(self.cfg.capacity);
-        let rising = self.cfg.capacity == 1;
-        let nodes = &self.nodes;
-        let stamp = |id: NodeId| nodes[&id].engine.as_ref().and_then(|e| e.request_stamp(&name));
-        let verdict = self.checker.granted(
-            client,
-            &name,
-            (fence, mode, joined),
-            self.now,
-            (allowed, rising),
-            stamp,
-        );
-        if verdict.overtook {
-            self.report.out_of_order += 1;
+impl Verdict {
+    /// Counts the grant, to a client in `mode`, in `report`.
+    pub(super) fn count(&self, mode: Mode, report: &mut RunReport) {
+        if self.overtook {
+            report.out_of_order += 1;
         }
         if mode == Mode::Read {
-            self.report.read_entries += 1;
+            report.read_entries += 1;
         }
-        if verdict.shared {
-            self.report.shared_reads += 1;
+        if self.shared {
+            report.shared_reads += 1;
         }
-        if let Some(reads) = verdict.bypassed {
-            self.report.write_bypass_max = self.report.write_bypass_max.max(reads);
+        if let Some(reads) = self.bypassed {
+            report.write_bypass_max = report.write_bypass_max.max(reads);
         }
-        if let Some(delay) = verdict.sync_delay {
-            self.report.sync_delays_us.push(delay.as_micros() as u64);
-        }
-        if self.nodes[&node].engine.as_ref().and_then(Engine::coordinator) == Some(node) {
-            self.report.coordinator_entries += 1;
-        }
-        if let Some(crowd) = verdict.crowd {
-            let holders: Vec<String> = crowd.iter().map(ClientId::to_string).collect();
-            self.violation(
-                Invariant::Safety,
-                format!(
-                    "{client} entered{named}{reading} while {} held (capacity {allowed})",
-                    holders.join(", ")
-                ),
-            );
-        }
-        if let Some(max) = verdict.stale {
-            self.violation(
-                Invariant::Fence,
-                format!("{client} was granted{named} fence {fence}, not above the earlier {max}"),
-            );
+        if let Some(delay) = self.sync_delay {
+            report.sync_delays_us.push(delay.as_micros() as u64);
         }
     }
+}
 
-    /// In majority mode, a holder whose node is paused and whose lease
-    /// has run out holds no longer: its node tells it so the moment it
-    /// runs again, before it can touch anything (the client here is frozen
-    /// with its node). Such a hold is counted as a lease overlap, not
-    /// judged as two holders, as a frozen client's is on a real cluster.
-    fn end_frozen_holds(&mut self, name: &Name) {
-        if self.cfg.timing.lease.partitions != coterie_core::Partitions::Majority {
-            return;
-        }
-        let now = self.now;
-        for holder in self.checker.holders_of(name) {
-            let over = self.faults.paused(holder.node)
-                && self.nodes[&holder.node]
-                    .engine
-                    .as_ref()
-                    .is_some_and(|e| e.membership().lease_end().is_none_or(|end| end <= now));
-            if over {
-                self.trace(|| {
-                    format!("{holder}'s lease ran out while it was paused holding {name:?}")
-                });
-                self.checker.released(holder, std::slice::from_ref(name), now);
-                self.report.lease_overlaps += 1;
-            }
-        }
-    }
-
-    /// Reports a deadlock once the run has been stuck (see
-    /// [`stuck_state`](Self::stuck_state)) in one state of the algorithms
-    /// for a whole failure timeout. By then every node has heard every
-    /// peer's heartbeat, sent in that state, and changed nothing; the next
-    /// heartbeats say the same (a heartbeat carries only the sender's
-    /// state), so nothing ever changes again. This rests on the handlers
-    /// acting on what a heartbeat says, never on the time alone: an
-    /// algorithm that waits for time to pass arms a timer, and an armed
-    /// timer means not stuck.
-    pub(super) fn watch_for_deadlock(&mut self) {
-        let state = self.stuck_state();
-        if self.checker.watch(self.now, state, self.cfg.timing.failure_timeout) {
-            let waiting = self.describe(|state| state == ClientState::Waiting);
-            self.violation(
-                Invariant::Deadlock,
-                format!("{waiting} wait, and nothing but heartbeats is left to happen"),
-            );
-        }
-    }
-
-    /// A hash of the algorithms' state if the run is stuck but for
-    /// heartbeats: a client waits; every node is up, unpaused and idle
-    /// ([`Engine::idle`]); no partition, spike or loss is in force; and
-    /// nothing is queued but heartbeats and wake-ups (so no fault, no
-    /// client step and no other message is to come).
-    fn stuck_state(&self) -> Option<u64> {
-        use std::hash::{Hash, Hasher};
-        if !self.workload.anyone_waits()
-            || self.net.mutex_in_flight() > 0
-            || !self.net.calm()
-            || !self.faults.none_paused()
-            || !self.nodes.values().all(|n| n.engine.as_ref().is_some_and(Engine::idle))
-        {
-            return None;
-        }
-        let only_beats = self.agenda.iter().all(|(_, event)| {
-            matches!(event, Event::Deliver { carries: Carries::Heartbeat, .. } | Event::Wake { .. })
-        });
-        if !only_beats {
-            return None;
-        }
-        let mut h = state_hasher();
-        self.workload.hash_states(&mut h);
-        for (id, n) in &self.nodes {
-            id.hash(&mut h);
-            n.engine.as_ref().expect("checked above").hash_algorithms(&mut h, self.now);
-        }
-        Some(h.finish())
-    }
-
-    /// The live nodes whose clients' state `which` picks, each with its
-    /// client's and engine's state and the coordinator it follows, for a
-    /// violation's detail.
-    fn describe(&self, which: impl Fn(ClientState) -> bool) -> String {
-        let nodes: Vec<String> = self
-            .workload
-            .select(which)
-            .into_iter()
-            .filter_map(|id| {
-                let e = self.nodes[&id.node].engine.as_ref()?;
-                let coordinator = e.coordinator().map_or("none".into(), |c| c.to_string());
-                Some(format!(
-                    "{id} ({:?}, engine {}, coordinator {coordinator})",
-                    self.workload.state(id),
-                    e.cs_state()
-                ))
-            })
-            .collect();
-        nodes.join(", ")
-    }
-
-    pub(super) fn final_checks(&mut self) {
-        if !self.report.violations.is_empty() {
-            return;
-        }
-        if !self.workload_done() {
-            let stuck = self.describe(|state| state != ClientState::Done);
-            self.violation(Invariant::Liveness, format!("requests never served by {stuck}"));
-            return;
-        }
-        let live: Vec<(NodeId, Option<NodeId>, Epoch)> = self
-            .nodes
-            .iter()
-            .filter_map(|(&id, n)| n.engine.as_ref().map(|e| (id, e.coordinator(), e.epoch())))
-            .collect();
-        let highest = live.iter().map(|(id, _, _)| *id).max();
-        let epoch = live.first().map(|(_, _, e)| *e);
-        for &(id, coordinator, e) in &live {
-            if coordinator != highest || Some(e) != epoch {
-                let views: Vec<String> = live
-                    .iter()
-                    .map(|(id, c, e)| {
-                        format!("{id}:{}@{e}", c.map_or("none".into(), |c| c.to_string()))
-                    })
-                    .collect();
-                self.violation(
-                    Invariant::Agreement,
-                    format!(
-                        "{id} disagrees; expected {} everywhere, views {}",
-                        highest.map_or("none".into(), |h| h.to_string()),
-                        views.join(" ")
-                    ),
-                );
-                return;
-            }
-        }
-    }
+/// Whether the nodes up at a run's end agree, each given with the
+/// coordinator it follows and its epoch: every one follows the highest
+/// of them, in one epoch. `None` if they do; otherwise what disagrees.
+pub(super) fn disagreement(live: &[(NodeId, Option<NodeId>, Epoch)]) -> Option<String> {
+    let highest = live.iter().map(|(id, _, _)| *id).max();
+    let epoch = live.first().map(|(_, _, e)| *e);
+    let (id, ..) =
+        live.iter().find(|&&(_, coordinator, e)| coordinator != highest || Some(e) != epoch)?;
+    let views: Vec<String> = live
+        .iter()
+        .map(|(id, c, e)| format!("{id}:{}@{e}", c.map_or("none".into(), |c| c.to_string())))
+        .collect();
+    Some(format!(
+        "{id} disagrees; expected {} everywhere, views {}",
+        highest.map_or("none".into(), |h| h.to_string()),
+        views.join(" ")
+    ))
 }

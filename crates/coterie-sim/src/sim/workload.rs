@@ -2,39 +2,18 @@
 //! and when each asks for the critical section and leaves it, under
 //! concurrent, sequential and burst load ([`Workload`] keeps their state;
 //! the simulation queues their steps). A node serves its clients as a
-//! real node serves its sessions (see [`Simulation::sync`]): where the
-//! algorithm counts sessions it asks for a permit per waiting client;
-//! otherwise its clients take turns with the node's one grant.
+//! real node serves its sessions: where the algorithm counts sessions it
+//! asks for a permit per waiting client; otherwise its clients take turns
+//! with the node's one grant.
 
-use super::*;
-use coterie_core::{Demand, Takers};
-
-/// A client: the `slot`-th session at `node`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(super) struct ClientId {
-    pub(super) node: NodeId,
-    pub(super) slot: u32,
-}
-
-impl std::fmt::Display for ClientId {
-    /// `n2` for a node's first client, `n2.2` for its second, and so on:
-    /// a run with one client per node reads as it always did.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.slot {
-            0 => write!(f, "{}", self.node),
-            slot => write!(f, "{}.{}", self.node, slot + 1),
-        }
-    }
-}
-
-/// Where a client stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(super) enum ClientState {
-    Thinking,
-    Waiting,
-    Holding,
-    Done,
-}
+use super::agenda::Event;
+use super::client::{ClientId, ClientState};
+use super::config::{Load, SimConfig};
+use super::report::EntryCost;
+use crate::chooser::Chooser;
+use coterie_core::{Demand, Fence, Mode, Name, NodeId, Takers, Time};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// A client.
 #[derive(Clone, Debug, Hash)]
@@ -138,6 +117,29 @@ impl Workload {
         }
     }
 
+    /// The workload's first steps, from its start on: each client's first
+    /// request after a thought drawn from `think` (concurrent load), or
+    /// the first sequential entry or burst.
+    pub(super) fn first_steps(
+        &self,
+        think: (Duration, Duration),
+        chooser: &mut impl Chooser,
+    ) -> Vec<(Time, Event)> {
+        let start = self.start;
+        match self.load {
+            Load::Concurrent => self
+                .clients
+                .keys()
+                .map(|&client| {
+                    let at = start + chooser.duration(think.0, think.1);
+                    (at, Event::Request { client, incarnation: 0 })
+                })
+                .collect(),
+            Load::Sequential => vec![(start, Event::NextSequential)],
+            Load::Burst => vec![(start, Event::NextBurst)],
+        }
+    }
+
     /// When the workload begins.
     pub(super) fn start(&self) -> Time {
         self.start
@@ -146,11 +148,6 @@ impl Workload {
     /// Whether the clients spread over several locks.
     pub(super) fn named(&self) -> bool {
         self.names.len() > 1
-    }
-
-    /// Every client, node by node.
-    pub(super) fn clients(&self) -> Vec<ClientId> {
-        self.clients.keys().copied().collect()
     }
 
     /// `node`'s clients.
@@ -438,197 +435,5 @@ impl Workload {
             id.hash(h);
             c.state.hash(h);
         }
-    }
-}
-
-impl<C: Chooser> Simulation<C> {
-    pub(super) fn schedule_workload(&mut self) {
-        let start = self.workload.start();
-        match self.cfg.load {
-            Load::Concurrent => {
-                for client in self.workload.clients() {
-                    let at = start + self.uniform(self.cfg.think);
-                    self.push(at, Event::Request { client, incarnation: 0 });
-                }
-            }
-            Load::Sequential => self.push(start, Event::NextSequential),
-            Load::Burst => self.push(start, Event::NextBurst),
-        }
-    }
-
-    /// `client` asks for the next name of its request.
-    pub(super) fn request(&mut self, client: ClientId) {
-        let now = self.now;
-        let name = self.workload.ask(client, &mut self.chooser);
-        let mode = self.workload.mode(client);
-        self.checker.asked(client, (name.clone(), mode), now);
-        self.trace(|| format!("{client} requests {name}"));
-        self.sync(client.node, &name);
-        self.after_input(client.node);
-    }
-
-    /// Brings what `node` asks its engine for of `name` in line with what
-    /// its clients hold and want, as a real node's agent does for its
-    /// sessions. Where the algorithm counts sessions, each grant no client
-    /// holds is released and a permit is asked for per waiting client.
-    /// Otherwise the node has one grant at most: released once no client
-    /// holds it, and asked for again while a client waits.
-    fn sync(&mut self, node: NodeId, name: &Name) {
-        let now = self.now;
-        let permits = u32::try_from(self.cfg.capacity).unwrap_or(u32::MAX);
-        let demand = self.workload.demand(node, name, permits);
-        let asked = self.engine(node).follow(now, name, &demand, |_| false);
-        if let Err(e) = asked {
-            panic!("the simulator's own request for {name} was refused: {e}");
-        }
-    }
-
-    /// `node`'s node released `name`, granted with `fence`, on its own:
-    /// its lease ran out. Each client that held it (one, or readers
-    /// sharing it) stops at once, as the node tells it to, lets go of what
-    /// else it held, and its entry is over.
-    pub(super) fn lost(&mut self, node: NodeId, name: Name, fence: Fence) {
-        self.trace(|| format!("{node} LOSES {name:?} (fence {fence})"));
-        for client in self.workload.holders(node, &name, fence) {
-            self.holder_lost(client, &name, fence);
-        }
-    }
-
-    /// `client` lost `name`, granted to its node with `fence`.
-    fn holder_lost(&mut self, client: ClientId, name: &Name, fence: Fence) {
-        let (now, node, name) = (self.now, client.node, name.clone());
-        let state = self.workload.state(client);
-        let others = self.workload.lost(client, &name);
-        let mut gone: Vec<Name> = others.iter().map(|(n, _)| n.clone()).collect();
-        gone.push(name.clone());
-        self.checker.released(client, &gone, now);
-        self.record(|r, at| r.exit(at, node, fence.0));
-        for (other, other_fence) in others.iter().rev() {
-            self.record(|r, at| r.exit(at, node, other_fence.0));
-            self.sync(node, other);
-        }
-        // Another client of the node may wait for the lock lost.
-        self.sync(node, &name);
-        self.after_input(node);
-        if state == ClientState::Holding {
-            self.after_release(client);
-        }
-    }
-
-    /// `client` lets go of every name it holds, last taken first.
-    pub(super) fn release(&mut self, client: ClientId) {
-        let now = self.now;
-        let node = client.node;
-        let held = self.workload.release(client);
-        let names: Vec<Name> = held.iter().map(|(n, _)| n.clone()).collect();
-        self.checker.released(client, &names, now);
-        self.report.workload_us = now.saturating_sub(self.workload.start()).as_micros() as u64;
-        self.trace(|| format!("{client} releases"));
-        for (name, fence) in held.iter().rev() {
-            self.record(|r, at| r.exit(at, node, fence.0));
-            self.sync(node, name);
-        }
-        self.after_input(node);
-        self.after_release(client);
-    }
-
-    /// `client` took a grant ([`Workload::granted`] said how): it asks for
-    /// its request's next name at once, or holds for a while.
-    pub(super) fn taken(&mut self, client: ClientId, taken: Taken) {
-        let incarnation = self.nodes[&client.node].incarnation;
-        match taken {
-            Taken::More => self.push(self.now, Event::Request { client, incarnation }),
-            Taken::Entered => {
-                let hold = self.uniform(self.cfg.hold);
-                self.push(self.now + hold, Event::Release { client, incarnation });
-            }
-            Taken::Abandoned => self.release(client),
-        }
-    }
-
-    fn after_release(&mut self, client: ClientId) {
-        match self.cfg.load {
-            Load::Concurrent => {
-                if self.workload.entry_over(client) {
-                    let incarnation = self.nodes[&client.node].incarnation;
-                    let at = self.now + self.uniform(self.cfg.think);
-                    self.push(at, Event::Request { client, incarnation });
-                }
-            }
-            Load::Sequential => {
-                self.workload.entry_over(client);
-                // Leave time for every message the entry caused to land.
-                let quiet = self.cfg.delay.1 * 4 + STEP;
-                self.push(self.now + quiet, Event::NextSequential);
-            }
-            Load::Burst => {
-                self.workload.entry_over(client);
-                self.after_burst_entry();
-            }
-        }
-    }
-
-    /// Burst load: once every live node's entry of this burst is done (or
-    /// its node died), the next burst comes after a quiet gap.
-    pub(super) fn after_burst_entry(&mut self) {
-        let nodes = &self.nodes;
-        if self.workload.burst_next(|id| nodes[&id].engine.is_some()) {
-            let quiet = self.cfg.delay.1 * 4 + STEP;
-            self.push(self.now + quiet, Event::NextBurst);
-        }
-    }
-
-    pub(super) fn next_burst(&mut self) {
-        if self.net.mutex_in_flight() > 0 {
-            // The last burst's messages are still moving: wait for them.
-            let wait = self.cfg.delay.1 + STEP;
-            self.push(self.now + wait, Event::NextBurst);
-            return;
-        }
-        let live: Vec<NodeId> = self.live_nodes().collect();
-        let clients = self.workload.burst(&live);
-        if clients.is_empty() {
-            return;
-        }
-        self.trace(|| "BURST: every live client asks".to_string());
-        for client in clients {
-            let incarnation = self.nodes[&client.node].incarnation;
-            self.push(self.now, Event::Request { client, incarnation });
-        }
-    }
-
-    pub(super) fn next_sequential(&mut self) {
-        if self.net.mutex_in_flight() > 0 && self.workload.sequential_busy() {
-            // The entry's messages are still moving (a token finishing its
-            // lap, say): count them all before the next request.
-            let wait = self.cfg.delay.1 + STEP;
-            self.push(self.now + wait, Event::NextSequential);
-            return;
-        }
-        if let Some((node, cost)) = self.workload.sequential_over(self.net.mutex_sent_total()) {
-            self.trace(|| format!("{node}'s entry cost {} mutex messages", cost.messages));
-            self.report.per_entry.push(cost);
-        }
-        let live: Vec<NodeId> = self.live_nodes().collect();
-        let mut chosen = None;
-        let chooser = &mut self.chooser;
-        let nodes = &self.nodes;
-        let pick = || {
-            let node = live[chooser.index(live.len())];
-            let local = nodes[&node].engine.as_ref().and_then(Engine::coordinator) == Some(node);
-            chosen = Some(node);
-            (node, local)
-        };
-        if !self.workload.sequential_next(pick, self.net.mutex_sent_total()) {
-            return;
-        }
-        let node = chosen.expect("picked");
-        let incarnation = self.nodes[&node].incarnation;
-        self.handle(Event::Request { client: ClientId { node, slot: 0 }, incarnation });
-    }
-
-    /// Whether the workload has finished on every node that is up.
-    pub(super) fn workload_done(&self) -> bool {
-        self.workload.done(|id| self.nodes[&id].engine.is_some())
     }
 }
