@@ -43,6 +43,62 @@ pub trait Timer: Copy + Eq + std::hash::Hash + Debug + Send + 'static {
     }
 }
 
+/// Implements [`Message`] for an algorithm's message enum, naming the
+/// kind each variant is counted under:
+///
+/// ```ignore
+/// message_kinds!(RaMsg {
+///     Request => "request",
+///     Reply => "reply",
+/// });
+/// ```
+macro_rules! message_kinds {
+    ($msg:ident { $($variant:ident => $kind:literal),+ $(,)? }) => {
+        impl $crate::outbox::Message for $msg {
+            fn kind(&self) -> &'static str {
+                match self {
+                    $($msg::$variant { .. } => $kind,)+
+                }
+            }
+        }
+    };
+}
+pub(crate) use message_kinds;
+
+/// Declares an algorithm's timer enum (its variants unit-like, each with
+/// its documentation) and implements [`Timer`] for it, `ALL` listing
+/// every variant in the order declared, so that no variant can be left
+/// out of it:
+///
+/// ```ignore
+/// timers! {
+///     /// The timers of [`Bully`].
+///     pub enum BullyTimer {
+///         /// Waiting for an OK from a higher node.
+///         Answer,
+///     }
+/// }
+/// ```
+macro_rules! timers {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $($(#[$vmeta:meta])* $variant:ident),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        $vis enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl $crate::outbox::Timer for $name {
+            const ALL: &'static [Self] = &[$($name::$variant),+];
+        }
+    };
+}
+pub(crate) use timers;
+
 /// The timers of an algorithm that arms none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NoTimer {}

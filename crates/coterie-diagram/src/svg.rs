@@ -523,7 +523,9 @@ fn trim(t: f64) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-fn escape(text: &str) -> String {
+/// `text` made safe inside an SVG element or a quoted attribute, for
+/// every SVG of coterie's (diagrams, charts, history plots).
+pub fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 

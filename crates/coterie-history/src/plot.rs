@@ -10,6 +10,7 @@
 //! nemesis.
 
 use crate::op::{Func, Kind, Op, NEMESIS};
+use coterie_diagram::svg::escape;
 use std::fmt::Write as _;
 
 const WIDTH: f64 = 1000.0;
@@ -196,11 +197,6 @@ fn nice_step(span: f64) -> f64 {
     let raw = (span / 10.0).max(1e-3);
     let base = 10f64.powf(raw.log10().floor());
     [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * base).find(|&s| s >= raw).unwrap_or(base * 10.0)
-}
-
-/// `text` as SVG text or an attribute's value.
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 #[cfg(test)]

@@ -312,6 +312,16 @@ impl Default for TimingSection {
     }
 }
 
+/// `n` TCP ports free on `host` now, for a new cluster's nodes: bound
+/// together, read, and let go (a process that starts meanwhile may take
+/// one first).
+pub fn free_ports(host: &str, n: usize) -> std::io::Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind((host, 0)))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+}
+
 /// A client's TLS settings from the environment (`COTERIE_TLS_CA`,
 /// `COTERIE_TLS_CERT`, `COTERIE_TLS_KEY`), each falling back on the file
 /// given here; `None` without a CA.

@@ -39,8 +39,10 @@ use std::time::{Duration, Instant};
 /// Fresh steps between two snapshots of a run.
 const SNAPSHOT_EVERY: usize = 8;
 
-/// What to check.
-#[derive(Clone, Debug)]
+/// What to check. A report carries it, as what was checked: the bounds
+/// and timings in ticks are left out of it (the report says whether a
+/// bound was hit).
+#[derive(Clone, Debug, Serialize)]
 pub struct CheckConfig {
     /// Mutual-exclusion algorithm.
     pub mutex: &'static MutexInfo,
@@ -68,27 +70,34 @@ pub struct CheckConfig {
     /// One-way partitions per run.
     pub one_way_partitions: u32,
     /// Who decides that a peer is down.
+    #[serde(skip)]
     pub partition_mode: Partitions,
     /// Steps per run before the run is cut (a bound: the report says
     /// whether it was hit).
+    #[serde(skip)]
     pub max_depth: usize,
     /// A message takes one to this many ticks.
+    #[serde(skip)]
     pub delay_ticks: u32,
     /// Stop after this many distinct states (a bound, like `max_depth`).
+    #[serde(skip)]
     pub max_states: u64,
     /// A holder stays in the critical section one to this many ticks
     /// (tried at the ends and the middle). Past the failure timeout (16),
     /// a holder cut off by a partition is still inside when the others
     /// give up on it.
+    #[serde(skip)]
     pub hold_ticks: u32,
     /// A client thinks zero to this many ticks before each request (tried
     /// at the ends and the middle): with more than one request per node,
     /// a node may ask again after the others have gone quiet, which is
     /// when an algorithm that keeps permissions re-enters on them.
+    #[serde(skip)]
     pub think_ticks: u32,
     /// Each fault begins zero to this many ticks into the workload (tried
     /// at the ends and the middle): at the requests, while they are
     /// answered, around the first grant.
+    #[serde(skip)]
     pub fault_window_ticks: u32,
 }
 
@@ -192,30 +201,9 @@ pub struct Counterexample {
 /// What a check found.
 #[derive(Clone, Debug, Serialize)]
 pub struct CheckReport {
-    /// Mutual-exclusion algorithm.
-    pub mutex: &'static MutexInfo,
-    /// Election algorithm.
-    pub election: &'static ElectionInfo,
-    /// Cluster size.
-    pub nodes: u32,
-    /// Entries each node asked for.
-    pub requests: u32,
-    /// Locks the requests spread over.
-    pub names: u32,
-    /// Locks each request takes at once.
-    pub per_request: u32,
-    /// Clients at each node.
-    pub sessions: u32,
-    /// Clients that read.
-    pub readers: u32,
-    /// Holders allowed at once.
-    pub count: usize,
-    /// Crashes per run.
-    pub crashes: u32,
-    /// Partitions per run (two-way).
-    pub partitions: u32,
-    /// One-way partitions per run.
-    pub one_way_partitions: u32,
+    /// What was checked.
+    #[serde(flatten)]
+    pub config: CheckConfig,
     /// Steps taken in the fresh part of the runs (states reached,
     /// repeats included), over both passes when there was a second (see
     /// [`Counterexample::proven_shortest`]).
@@ -287,18 +275,7 @@ pub fn check(cfg: &CheckConfig, mut progress: impl FnMut(Progress)) -> CheckRepo
     }
     counterexamples.sort_by_key(|c| c.steps);
     CheckReport {
-        mutex: cfg.mutex,
-        election: cfg.election,
-        nodes: cfg.nodes,
-        requests: cfg.requests,
-        names: cfg.names,
-        per_request: cfg.per_request,
-        sessions: cfg.sessions,
-        readers: cfg.readers,
-        count: cfg.count,
-        crashes: cfg.crashes,
-        partitions: cfg.partitions,
-        one_way_partitions: cfg.one_way_partitions,
+        config: cfg.clone(),
         states: search.states,
         distinct_states: found.distinct,
         runs: search.runs,

@@ -97,7 +97,7 @@
 //! which the sitting coordinator answers.
 
 use crate::algorithm::{AlgoConfig, Algorithm, ElectionAlgorithm, Out};
-use crate::outbox::{Message, Time, Timer};
+use crate::outbox::{message_kinds, timers, Time};
 use crate::types::{Epoch, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -124,27 +124,20 @@ pub enum BullyMsg {
     },
 }
 
-impl Message for BullyMsg {
-    fn kind(&self) -> &'static str {
-        match self {
-            BullyMsg::Election { .. } => "election",
-            BullyMsg::Ok { .. } => "ok",
-            BullyMsg::Coordinator { .. } => "coordinator",
-        }
+message_kinds!(BullyMsg {
+    Election => "election",
+    Ok => "ok",
+    Coordinator => "coordinator",
+});
+
+timers! {
+    /// The timers of [`Bully`].
+    pub enum BullyTimer {
+        /// Waiting for an OK from a higher node.
+        Answer,
+        /// Waiting for the COORDINATOR of the node that said OK.
+        Announce,
     }
-}
-
-/// The timers of [`Bully`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BullyTimer {
-    /// Waiting for an OK from a higher node.
-    Answer,
-    /// Waiting for the COORDINATOR of the node that said OK.
-    Announce,
-}
-
-impl Timer for BullyTimer {
-    const ALL: &'static [Self] = &[BullyTimer::Answer, BullyTimer::Announce];
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

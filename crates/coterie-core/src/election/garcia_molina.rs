@@ -126,7 +126,7 @@
 //! newer coordinator answers by integrating it.
 
 use crate::algorithm::{AlgoConfig, Algorithm, ElectionAlgorithm, Out};
-use crate::outbox::{Message, Time, Timer};
+use crate::outbox::{message_kinds, timers, Time};
 use crate::types::{Epoch, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -229,35 +229,27 @@ pub enum GarciaMolinaMsg {
     },
 }
 
-impl Message for GarciaMolinaMsg {
-    fn kind(&self) -> &'static str {
-        match self {
-            GarciaMolinaMsg::StatusPoll { .. } => "status_poll",
-            GarciaMolinaMsg::Status { .. } => "status",
-            GarciaMolinaMsg::Election { .. } => "election",
-            GarciaMolinaMsg::Coordinator { .. } => "coordinator",
-            GarciaMolinaMsg::NewState { .. } => "new_state",
-            GarciaMolinaMsg::Ack { .. } => "ack",
-            GarciaMolinaMsg::Refuse { .. } => "refuse",
-        }
+message_kinds!(GarciaMolinaMsg {
+    StatusPoll => "status_poll",
+    Status => "status",
+    Election => "election",
+    Coordinator => "coordinator",
+    NewState => "new_state",
+    Ack => "ack",
+    Refuse => "refuse",
+});
+
+timers! {
+    /// The timers of [`GarciaMolina`].
+    pub enum GarciaMolinaTimer {
+        /// The candidate's deadline for the answers of its current phase.
+        Answer,
+        /// A participant's (or deferred node's) deadline for the next step of
+        /// someone else's election.
+        Wait,
+        /// The coordinator's next check of everyone.
+        Check,
     }
-}
-
-/// The timers of [`GarciaMolina`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GarciaMolinaTimer {
-    /// The candidate's deadline for the answers of its current phase.
-    Answer,
-    /// A participant's (or deferred node's) deadline for the next step of
-    /// someone else's election.
-    Wait,
-    /// The coordinator's next check of everyone.
-    Check,
-}
-
-impl Timer for GarciaMolinaTimer {
-    const ALL: &'static [Self] =
-        &[GarciaMolinaTimer::Answer, GarciaMolinaTimer::Wait, GarciaMolinaTimer::Check];
 }
 
 type Msg = GarciaMolinaMsg;

@@ -92,7 +92,7 @@
 //! message has not come back when its timer fires starts again.
 
 use crate::algorithm::{AlgoConfig, Algorithm, ElectionAlgorithm, Out};
-use crate::outbox::{Message, Time, Timer};
+use crate::outbox::{message_kinds, timers, Time};
 use crate::types::{Epoch, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -129,26 +129,19 @@ pub enum RingMsg {
     },
 }
 
-impl Message for RingMsg {
-    fn kind(&self) -> &'static str {
-        match self {
-            RingMsg::Election { .. } => "election",
-            RingMsg::Coordinator { .. } => "coordinator",
-        }
+message_kinds!(RingMsg {
+    Election => "election",
+    Coordinator => "coordinator",
+});
+
+timers! {
+    /// The timers of [`Ring`].
+    pub enum RingTimer {
+        /// The starter's own election has not come back in time.
+        Return,
+        /// A peer follows a newer term: wait for its announcement before electing.
+        CatchUp,
     }
-}
-
-/// The timers of [`Ring`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RingTimer {
-    /// The starter's own election has not come back in time.
-    Return,
-    /// A peer follows a newer term: wait for its announcement before electing.
-    CatchUp,
-}
-
-impl Timer for RingTimer {
-    const ALL: &'static [Self] = &[RingTimer::Return, RingTimer::CatchUp];
 }
 
 /// The ring election; see the module documentation.

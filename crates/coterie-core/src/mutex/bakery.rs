@@ -86,7 +86,7 @@
 //! a ticket above it, so ticket order and entry order stay one.
 
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out};
-use crate::outbox::{Message, Time, Timer};
+use crate::outbox::{message_kinds, timers, Time};
 use crate::types::{CsState, Fence, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -127,24 +127,17 @@ pub enum BakeryMsg {
     },
 }
 
-impl Message for BakeryMsg {
-    fn kind(&self) -> &'static str {
-        match self {
-            BakeryMsg::Read { .. } => "read",
-            BakeryMsg::Value { .. } => "value",
-        }
+message_kinds!(BakeryMsg {
+    Read => "read",
+    Value => "value",
+});
+
+timers! {
+    /// The timers of [`Bakery`].
+    pub enum BakeryTimer {
+        /// The one timer: re-sends READs left unanswered for a retry period.
+        Retry,
     }
-}
-
-/// The timers of [`Bakery`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BakeryTimer {
-    /// The one timer: re-sends READs left unanswered for a retry period.
-    Retry,
-}
-
-impl Timer for BakeryTimer {
-    const ALL: &'static [Self] = &[BakeryTimer::Retry];
 }
 
 /// A READ sent and not answered yet.

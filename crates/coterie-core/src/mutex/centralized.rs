@@ -102,7 +102,7 @@
 
 use crate::algorithm::MAX_READS;
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out};
-use crate::outbox::{Message, NoTimer, Time};
+use crate::outbox::{message_kinds, NoTimer, Time};
 use crate::types::{CsState, Epoch, Fence, LamportClock, Mode, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -235,18 +235,14 @@ impl Report {
     }
 }
 
-impl Message for CentralizedMsg {
-    fn kind(&self) -> &'static str {
-        match self {
-            CentralizedMsg::Request { .. } => "request",
-            CentralizedMsg::Grant { .. } => "grant",
-            CentralizedMsg::Recall { .. } => "recall",
-            CentralizedMsg::Release { .. } => "release",
-            CentralizedMsg::StateQuery { .. } => "state_query",
-            CentralizedMsg::StateReport { .. } => "state_report",
-        }
-    }
-}
+message_kinds!(CentralizedMsg {
+    Request => "request",
+    Grant => "grant",
+    Recall => "recall",
+    Release => "release",
+    StateQuery => "state_query",
+    StateReport => "state_report",
+});
 
 /// The coordinator's side, present only on the coordinator.
 #[derive(Debug, Clone, Hash)]

@@ -60,7 +60,7 @@
 
 use super::ask::Ask;
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out};
-use crate::outbox::{Message, NoTimer, Time};
+use crate::outbox::{message_kinds, NoTimer, Time};
 use crate::types::{CsState, Fence, LamportClock, Mode, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -92,15 +92,11 @@ pub enum LamportMsg {
     },
 }
 
-impl Message for LamportMsg {
-    fn kind(&self) -> &'static str {
-        match self {
-            LamportMsg::Request { .. } => "request",
-            LamportMsg::Reply { .. } => "reply",
-            LamportMsg::Release { .. } => "release",
-        }
-    }
-}
+message_kinds!(LamportMsg {
+    Request => "request",
+    Reply => "reply",
+    Release => "release",
+});
 
 /// Lamport's algorithm; see the module documentation.
 #[derive(Debug, Clone, Hash)]

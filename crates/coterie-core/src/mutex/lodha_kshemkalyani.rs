@@ -79,7 +79,7 @@
 
 use super::ask::Ask;
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out};
-use crate::outbox::{Message, Time, Timer};
+use crate::outbox::{message_kinds, timers, Time};
 use crate::types::{CsState, Fence, LamportClock, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -113,25 +113,18 @@ pub enum LkMsg {
     },
 }
 
-impl Message for LkMsg {
-    fn kind(&self) -> &'static str {
-        match self {
-            LkMsg::Request { .. } => "request",
-            LkMsg::Reply { .. } => "reply",
-            LkMsg::Flush { .. } => "flush",
-        }
+message_kinds!(LkMsg {
+    Request => "request",
+    Reply => "reply",
+    Flush => "flush",
+});
+
+timers! {
+    /// The timers of [`LodhaKshemkalyani`].
+    pub enum LkTimer {
+        /// The timer that makes a long-waiting node ask again.
+        Reask,
     }
-}
-
-/// The timers of [`LodhaKshemkalyani`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LkTimer {
-    /// The timer that makes a long-waiting node ask again.
-    Reask,
-}
-
-impl Timer for LkTimer {
-    const ALL: &'static [Self] = &[LkTimer::Reask];
 }
 
 /// The largest timestamp accepted from a peer: anything above would

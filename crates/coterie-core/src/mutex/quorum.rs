@@ -127,7 +127,7 @@
 //! above the shared clock's milliseconds (hybrid, below).
 
 use crate::algorithm::AlgoConfig;
-use crate::outbox::{Message, NoTimer, Outbox, Time};
+use crate::outbox::{message_kinds, NoTimer, Outbox, Time};
 use crate::types::{CsState, Epoch, Fence, LamportClock, Mode, NodeId, Stamp};
 use crate::{Algorithm, MutexAlgorithm};
 use serde::{Deserialize, Serialize};
@@ -234,22 +234,18 @@ pub enum QuorumMsg {
     },
 }
 
-impl Message for QuorumMsg {
-    fn kind(&self) -> &'static str {
-        match self {
-            QuorumMsg::Request { .. } => "request",
-            QuorumMsg::Grant { .. } => "grant",
-            QuorumMsg::Failed { .. } => "failed",
-            QuorumMsg::Inquire { .. } => "inquire",
-            QuorumMsg::Yield { .. } => "yield",
-            QuorumMsg::Restamp { .. } => "restamp",
-            QuorumMsg::Restamped { .. } => "restamped",
-            QuorumMsg::Release { .. } => "release",
-            QuorumMsg::Cancel { .. } => "cancel",
-            QuorumMsg::Recover { .. } => "recover",
-        }
-    }
-}
+message_kinds!(QuorumMsg {
+    Request => "request",
+    Grant => "grant",
+    Failed => "failed",
+    Inquire => "inquire",
+    Yield => "yield",
+    Restamp => "restamp",
+    Restamped => "restamped",
+    Release => "release",
+    Cancel => "cancel",
+    Recover => "recover",
+});
 
 /// A request under way.
 #[derive(Debug, Clone, Hash)]

@@ -99,7 +99,7 @@
 
 use super::ricart_agrawala::{Place, RaTimer, PROBES};
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out, Priority};
-use crate::outbox::{Message, Time};
+use crate::outbox::{message_kinds, Time};
 use crate::types::{CsState, Fence, LamportClock, Mode, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -148,16 +148,12 @@ pub enum RkMsg {
     },
 }
 
-impl Message for RkMsg {
-    fn kind(&self) -> &'static str {
-        match self {
-            RkMsg::Request { .. } => "request",
-            RkMsg::Reply { .. } => "reply",
-            RkMsg::Wait { .. } => "wait",
-            RkMsg::Probe { .. } => "probe",
-        }
-    }
-}
+message_kinds!(RkMsg {
+    Request => "request",
+    Reply => "reply",
+    Wait => "wait",
+    Probe => "probe",
+});
 
 /// Raymond's k-exclusion; see the module documentation.
 #[derive(Debug, Clone, Hash)]

@@ -131,7 +131,7 @@
 
 use super::ask::Ask;
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out, Priority};
-use crate::outbox::{Message, Time, Timer};
+use crate::outbox::{message_kinds, timers, Time};
 use crate::types::{CsState, Fence, LamportClock, Mode, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -193,26 +193,19 @@ pub enum RaMsg {
     },
 }
 
-impl Message for RaMsg {
-    fn kind(&self) -> &'static str {
-        match self {
-            RaMsg::Request { .. } => "request",
-            RaMsg::Reply { .. } => "reply",
-            RaMsg::Nack { .. } => "nack",
-            RaMsg::Probe { .. } => "probe",
-        }
+message_kinds!(RaMsg {
+    Request => "request",
+    Reply => "reply",
+    Nack => "nack",
+    Probe => "probe",
+});
+
+timers! {
+    /// The timers of [`RicartAgrawala`].
+    pub enum RaTimer {
+        /// The fault-tolerant form's one timer: look at the peers still awaited.
+        Patience,
     }
-}
-
-/// The timers of [`RicartAgrawala`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RaTimer {
-    /// The fault-tolerant form's one timer: look at the peers still awaited.
-    Patience,
-}
-
-impl Timer for RaTimer {
-    const ALL: &'static [Self] = &[RaTimer::Patience];
 }
 
 /// The Ricart–Agrawala algorithm; see the module documentation.

@@ -96,7 +96,7 @@
 //! writer's, whose reply it needed.
 
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out, Restored};
-use crate::outbox::{Message, NoTimer, Time};
+use crate::outbox::{message_kinds, NoTimer, Time};
 use crate::types::{CsState, Fence, LamportClock, Mode, NodeId, Stamp};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -135,14 +135,10 @@ pub enum RcMsg {
     },
 }
 
-impl Message for RcMsg {
-    fn kind(&self) -> &'static str {
-        match self {
-            RcMsg::Request { .. } => "request",
-            RcMsg::Reply { .. } => "reply",
-        }
-    }
-}
+message_kinds!(RcMsg {
+    Request => "request",
+    Reply => "reply",
+});
 
 /// A peer's permission this node holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

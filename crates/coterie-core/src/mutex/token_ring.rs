@@ -113,7 +113,7 @@
 //! per regeneration and per `RESERVE_ROUNDS` at a restart.
 
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out};
-use crate::outbox::{Message, Time, Timer};
+use crate::outbox::{message_kinds, timers, Time};
 use crate::types::{CsState, Epoch, Fence, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -178,29 +178,22 @@ pub enum TokenMsg {
     Missing,
 }
 
-impl Message for TokenMsg {
-    fn kind(&self) -> &'static str {
-        match self {
-            TokenMsg::Token(_) => "token",
-            TokenMsg::Want { .. } => "want",
-            TokenMsg::Probe { .. } => "probe",
-            TokenMsg::ProbeAck { .. } => "probe-ack",
-            TokenMsg::Keep { .. } => "keep",
-            TokenMsg::Generation { .. } => "generation",
-            TokenMsg::Missing => "missing",
-        }
+message_kinds!(TokenMsg {
+    Token => "token",
+    Want => "want",
+    Probe => "probe",
+    ProbeAck => "probe-ack",
+    Keep => "keep",
+    Generation => "generation",
+    Missing => "missing",
+});
+
+timers! {
+    /// The timers of [`TokenRing`].
+    pub enum TokenTimer {
+        /// The patience timer of a waiting node.
+        Patience,
     }
-}
-
-/// The timers of [`TokenRing`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TokenTimer {
-    /// The patience timer of a waiting node.
-    Patience,
-}
-
-impl Timer for TokenTimer {
-    const ALL: &'static [Self] = &[TokenTimer::Patience];
 }
 
 /// The coordinator's probe round in progress.

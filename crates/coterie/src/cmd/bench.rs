@@ -57,11 +57,10 @@ pub struct Args {
     /// fewest-entries or least-recent (simulator rows only).
     #[arg(long, default_value = "timestamp", value_parser = super::sim::priority)]
     priority: Priority,
-    /// Who decides that a peer is down: `majority` or `detector` (see
-    /// `coterie sim --help`). With no fault the two must cost the same
-    /// messages per entry: the lease rides on heartbeats.
-    #[arg(long, default_value = "majority", value_parser = super::sim::partition_mode)]
-    partition_mode: Partitions,
+    /// With no fault the two partition modes must cost the same messages
+    /// per entry: the lease rides on heartbeats.
+    #[command(flatten)]
+    partitions: common::PartitionMode,
     /// Also run heavy load with this share of the clients reading (0 to
     /// 1), against the same load all writing.
     #[arg(long, value_name = "SHARE", value_parser = common::parse_share)]
@@ -374,7 +373,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 priority: args.priority,
                 ..MutexOptions::default()
             };
-            let (seeds, partitions) = (args.seeds, args.partition_mode);
+            let (seeds, partitions) = (args.seeds, args.partitions.mode);
             let row =
                 measure(mutex, args.election, n, seeds, options, partitions, args.read_share)?;
             rows.push(row);
@@ -392,7 +391,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 row.nodes,
                 args.duration,
                 args.clients,
-                args.partition_mode,
+                args.partitions.mode,
             ))?;
             row.real = Some(real);
         }

@@ -2,7 +2,6 @@
 //! the simulator's own code.
 
 use anyhow::Result;
-use coterie_core::registry::{self, ElectionInfo, MutexInfo};
 use coterie_sim::check::{self, CheckConfig};
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -24,12 +23,8 @@ use std::process::ExitCode;
 /// broken, 3 if a bound was hit before the whole space was explored.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Mutual-exclusion algorithm.
-    #[arg(long, default_value = "ricart-agrawala", value_parser = registry::mutex)]
-    mutex: &'static MutexInfo,
-    /// Election algorithm.
-    #[arg(long, default_value = "bully", value_parser = registry::election)]
-    election: &'static ElectionInfo,
+    #[command(flatten)]
+    algorithms: super::common::Simulated,
     /// Cluster size.
     #[arg(long, default_value_t = 3)]
     nodes: u32,
@@ -68,10 +63,6 @@ pub struct Args {
     /// One-way partitions per run.
     #[arg(long, default_value_t = 0)]
     one_way_partitions: u32,
-    /// Who decides that a peer is down: `majority` (views and leases; see
-    /// `coterie sim --help`) or `detector` (a suspected peer has crashed).
-    #[arg(long, default_value = "majority", value_parser = super::sim::partition_mode)]
-    partition_mode: coterie_core::Partitions,
     /// A message takes one to this many ticks.
     #[arg(long, default_value_t = 2)]
     delay_ticks: u32,
@@ -111,8 +102,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             args.names
         );
     }
-    if args.count > 1 && !args.mutex.claims.counting {
-        anyhow::bail!("{} admits one holder at a time: --count must be 1", args.mutex);
+    if args.count > 1 && !args.algorithms.mutex.claims.counting {
+        anyhow::bail!("{} admits one holder at a time: --count must be 1", args.algorithms.mutex);
     }
     let cfg = CheckConfig {
         requests: args.requests,
@@ -124,14 +115,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         crashes: args.crashes,
         partitions: args.partitions,
         one_way_partitions: args.one_way_partitions,
-        partition_mode: args.partition_mode,
+        partition_mode: args.algorithms.partitions.mode,
         max_depth: args.max_depth,
         delay_ticks: args.delay_ticks,
         max_states: args.max_states,
         hold_ticks: args.hold_ticks,
         think_ticks: args.think_ticks,
         fault_window_ticks: args.fault_window_ticks,
-        ..CheckConfig::new(args.mutex, args.election, args.nodes)
+        ..CheckConfig::new(args.algorithms.mutex, args.algorithms.election, args.nodes)
     };
     let tty = std::io::stderr().is_terminal();
     let report = check::check(&cfg, |p| {
@@ -151,29 +142,29 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        let mut locks = match (report.names, report.per_request) {
+        let mut locks = match (report.config.names, report.config.per_request) {
             (1, _) => String::new(),
             (k, 1) => format!(" over {k} locks"),
             (k, m) => format!(" of {m} locks each, over {k}"),
         };
-        if report.sessions > 1 {
-            locks.push_str(&format!(", {} clients per node", report.sessions));
+        if report.config.sessions > 1 {
+            locks.push_str(&format!(", {} clients per node", report.config.sessions));
         }
-        if report.readers > 0 {
-            locks.push_str(&format!(", {} reading", report.readers));
+        if report.config.readers > 0 {
+            locks.push_str(&format!(", {} reading", report.config.readers));
         }
-        if report.count > 1 {
-            locks.push_str(&format!(", {} permits", report.count));
+        if report.config.count > 1 {
+            locks.push_str(&format!(", {} permits", report.config.count));
         }
         println!(
             "{} + {} on {} nodes, {} request(s) each{locks}, {} crash(es), {} partition(s), {} one-way: {}",
-            report.mutex,
-            report.election,
-            report.nodes,
-            report.requests,
-            report.crashes,
-            report.partitions,
-            report.one_way_partitions,
+            report.config.mutex,
+            report.config.election,
+            report.config.nodes,
+            report.config.requests,
+            report.config.crashes,
+            report.config.partitions,
+            report.config.one_way_partitions,
             if report.exhausted { "every schedule explored" } else { "stopped at a bound" }
         );
         println!(

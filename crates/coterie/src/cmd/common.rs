@@ -2,6 +2,8 @@
 //! signals.
 
 use anyhow::{bail, Context, Result};
+use coterie_core::registry::{self, ElectionInfo, MutexInfo};
+use coterie_core::Partitions;
 use coterie_node::{Client, ClientError, Config, Credentials};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -42,14 +44,10 @@ impl NodeAddr {
     }
 }
 
-/// `n` ports free on `host` now: bound together, read, and let go (a
-/// process that starts meanwhile may take one first).
+/// `n` ports free on `host` now (see [`coterie_node::config::free_ports`]).
 pub fn free_ports(host: &str, n: usize) -> Result<Vec<u16>> {
-    let listeners = (0..n)
-        .map(|_| std::net::TcpListener::bind((host, 0)))
-        .collect::<std::io::Result<Vec<_>>>()
-        .with_context(|| format!("finding free ports on {host}"))?;
-    listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+    coterie_node::config::free_ports(host, n)
+        .with_context(|| format!("finding free ports on {host}"))
 }
 
 /// Asks each node in turn (each within `limit`, if given) until one
@@ -223,32 +221,60 @@ pub fn signal(pid: i32, signal: i32) {
 }
 
 /// The algorithms a new cluster runs, wherever one is made (`init`,
-/// `demo`): `--mutex`, `--election`, `--count`.
+/// `demo`): `--mutex`, `--election`, `--count`, `--partition-mode`.
 #[derive(clap::Args)]
 pub struct Algorithms {
     /// Mutual-exclusion algorithm.
-    #[arg(long, default_value = "centralized", value_parser = coterie_core::registry::mutex)]
-    pub mutex: &'static coterie_core::registry::MutexInfo,
+    #[arg(long, default_value = "centralized", value_parser = registry::mutex)]
+    pub mutex: &'static MutexInfo,
     /// Election algorithm.
-    #[arg(long, default_value = "bully", value_parser = coterie_core::registry::election)]
-    pub election: &'static coterie_core::registry::ElectionInfo,
+    #[arg(long, default_value = "bully", value_parser = registry::election)]
+    pub election: &'static ElectionInfo,
     /// Holders at once: a counting semaphore, for the algorithms that
     /// count (centralized, centralized-lending, raymond-k).
     #[arg(long, default_value_t = 1)]
     pub count: usize,
+    #[command(flatten)]
+    pub partitions: PartitionMode,
+}
+
+/// The algorithms a simulated cluster runs (`sim`, `check`): `--mutex`,
+/// `--election`, `--partition-mode`. The simulator starts from
+/// ricart-agrawala, the textbook's first distributed algorithm, where a
+/// new cluster starts from centralized, the cheapest.
+#[derive(clap::Args)]
+pub struct Simulated {
+    /// Mutual-exclusion algorithm.
+    #[arg(long, default_value = "ricart-agrawala", value_parser = registry::mutex)]
+    pub mutex: &'static MutexInfo,
+    /// Election algorithm.
+    #[arg(long, default_value = "bully", value_parser = registry::election)]
+    pub election: &'static ElectionInfo,
+    #[command(flatten)]
+    pub partitions: PartitionMode,
+}
+
+/// `--partition-mode`, wherever a cluster is made, run or simulated.
+#[derive(clap::Args, Clone, Copy)]
+pub struct PartitionMode {
     /// Who decides that a peer is down: `majority` (a peer leaves only
     /// through a view a majority agreed to, and a node acts only under a
     /// majority's lease: a minority grants nothing) or `detector` (the
     /// textbook assumption: a suspected peer has crashed, so under a
     /// partition both sides go on, and both may grant). `[cluster]
-    /// partitions`.
+    /// partitions` of a cluster file.
     #[arg(
-        long,
+        long = "partition-mode",
         env = "COTERIE_PARTITIONS",
         default_value = "majority",
-        value_parser = super::sim::partition_mode
+        value_parser = partition_mode
     )]
-    pub partition_mode: coterie_core::Partitions,
+    pub mode: Partitions,
+}
+
+/// Parses `--partition-mode`.
+fn partition_mode(text: &str) -> Result<Partitions, String> {
+    text.parse().map_err(|e: coterie_core::UnknownPartitions| e.to_string())
 }
 
 /// `--diagram`, `--shiviz` and their options, wherever a run is made or

@@ -129,7 +129,7 @@ pub fn run(args: Args, log_format: &str) -> Result<ExitCode> {
     if args.nodes < 2 {
         bail!("a demo needs at least 2 nodes");
     }
-    if args.nodes == 2 && args.algorithms.partition_mode == Partitions::Majority {
+    if args.nodes == 2 && args.algorithms.partitions.mode == Partitions::Majority {
         bail!(
             "with 2 nodes in majority mode the demo's fault stops the cluster: a majority of 2 \
              is both, so the survivor grants nothing and elects nobody until the coordinator \
@@ -150,7 +150,7 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         election: args.algorithms.election,
         count: args.algorithms.count,
         lock_delay: None,
-        partitions: args.algorithms.partition_mode,
+        partitions: args.algorithms.partitions.mode,
     };
     let workload = WorkloadSpec {
         clients: args.clients,
@@ -168,7 +168,7 @@ async fn demo(args: Args, log_format: &str) -> Result<ExitCode> {
         election: args.algorithms.election,
         count: args.algorithms.count,
         lock_delay: Duration::ZERO,
-        partitions: args.algorithms.partition_mode,
+        partitions: args.algorithms.partitions.mode,
         tls: false,
     };
     let placement = Placement { base_port: args.base_port, ..Placement::LOCAL };

@@ -138,7 +138,7 @@ fn build(args: &Args) -> Result<Config> {
     let mut cluster =
         ClusterSection::new(&args.name, args.algorithms.mutex, args.algorithms.election);
     cluster.count = args.algorithms.count;
-    cluster.partitions = args.algorithms.partition_mode;
+    cluster.partitions = args.algorithms.partitions.mode;
     cluster.state_dir = (!args.no_state_dir).then(|| args.state_dir.clone());
     cluster.state_sync = !args.no_state_sync;
     if let Some(delay) = args.lock_delay {

@@ -2,7 +2,6 @@
 
 use super::common::{self, parse_duration};
 use anyhow::Result;
-use coterie_core::registry::{self, ElectionInfo, MutexInfo};
 use coterie_core::{Detector, LeaseTiming, Mode, MutexOptions, Partitions, Priority, Timing};
 use coterie_sim::run_seeds;
 use coterie_sim::sim::{self, Load, SimConfig};
@@ -20,12 +19,8 @@ use std::time::Duration;
 /// it with --seed and --trace, and draw it with --diagram.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Mutual-exclusion algorithm.
-    #[arg(long, default_value = "ricart-agrawala", value_parser = registry::mutex)]
-    mutex: &'static MutexInfo,
-    /// Election algorithm.
-    #[arg(long, default_value = "bully", value_parser = registry::election)]
-    election: &'static ElectionInfo,
+    #[command(flatten)]
+    algorithms: common::Simulated,
     /// Cluster size.
     #[arg(long, default_value_t = 5)]
     nodes: u32,
@@ -107,13 +102,6 @@ pub struct Args {
     /// suspicion is announced and checked by each node).
     #[arg(long, value_enum, default_value = "all")]
     detector: DetectorArg,
-    /// Who decides that a peer is down: `majority` (views a majority
-    /// agrees to; a node acts only under a majority's lease) or `detector`
-    /// (the textbook assumption: a suspected peer has crashed, and both
-    /// sides of a partition go on). `[cluster] partitions` of a cluster
-    /// file.
-    #[arg(long, default_value = "majority", value_parser = partition_mode)]
-    partition_mode: Partitions,
     /// With --detector ring: peers each node probes, besides its
     /// coordinator.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
@@ -176,11 +164,6 @@ pub fn priority(text: &str) -> Result<Priority, String> {
     text.parse().map_err(|e: coterie_core::UnknownPriority| e.to_string())
 }
 
-/// Parses `--partition-mode`.
-pub fn partition_mode(text: &str) -> Result<Partitions, String> {
-    text.parse().map_err(|e: coterie_core::UnknownPartitions| e.to_string())
-}
-
 /// Parses a `--delay-spike` range: `MIN..MAX`, two durations.
 pub fn duration_range(text: &str) -> Result<(Duration, Duration), String> {
     let (lo, hi) =
@@ -213,7 +196,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             args.names
         );
     }
-    let defaults = SimConfig::new(args.mutex, args.election);
+    let defaults = SimConfig::new(args.algorithms.mutex, args.algorithms.election);
     let base = SimConfig {
         nodes: args.nodes,
         capacity: args.count,
@@ -243,7 +226,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 DetectorArg::All => Detector::All,
                 DetectorArg::Ring => Detector::Ring { watch: args.watch },
             },
-            lease: LeaseTiming { partitions: args.partition_mode, ..defaults.timing.lease },
+            lease: LeaseTiming {
+                partitions: args.algorithms.partitions.mode,
+                ..defaults.timing.lease
+            },
             ..defaults.timing
         },
         requests: args.requests,
@@ -377,12 +363,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
                  served (a liveness violation), but two holders at once is a real bug"
             );
         }
-        let info = args.mutex;
+        let info = args.algorithms.mutex;
         if args.partitions + args.one_way_partitions > 0 && !info.claims.safe_under_partitions {
             println!(
                 "note: {} trusts timeouts, so under partitions it may grant on both sides; see \
                  the README's partition table",
-                args.mutex
+                args.algorithms.mutex
             );
         }
         let n = u64::from(args.nodes);
@@ -461,8 +447,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         if args.detector == DetectorArg::Ring {
             extra.push_str(&format!(" --detector ring --watch {}", args.watch));
         }
-        if args.partition_mode != Partitions::default() {
-            extra.push_str(&format!(" --partition-mode {}", args.partition_mode));
+        if args.algorithms.partitions.mode != Partitions::default() {
+            extra.push_str(&format!(" --partition-mode {}", args.algorithms.partitions.mode));
         }
         for f in &summary.failures {
             println!(

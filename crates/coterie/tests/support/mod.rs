@@ -100,9 +100,9 @@ pub fn lock_now(up: &Up, node: u32, args: &[&str], cmd: &[&str]) -> std::process
     coterie(&all)
 }
 
+/// `n` ports free on loopback now.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let ls: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+    coterie_node::config::free_ports("127.0.0.1", n).expect("free ports on loopback")
 }
 
 /// A cluster of `n` node processes started with `coterie up`.

@@ -107,15 +107,8 @@ pub struct Args {
     /// `[cluster] lock_delay`.
     #[arg(long, value_parser = common::parse_duration, default_value = "0s")]
     lock_delay: Duration,
-    /// `[cluster] partitions`: `majority` (views and leases: a minority
-    /// grants nothing) or `detector` (a suspected peer has crashed).
-    #[arg(
-        long,
-        env = "COTERIE_PARTITIONS",
-        default_value = "majority",
-        value_parser = super::sim::partition_mode
-    )]
-    partition_mode: coterie_core::Partitions,
+    #[command(flatten)]
+    partitions: common::PartitionMode,
     /// TLS on every port of the cluster (certificates made for it, as
     /// `init --tls` makes them) instead of a secret.
     #[arg(long)]
@@ -321,7 +314,7 @@ async fn one(
         election,
         count: args.count as usize,
         lock_delay: args.lock_delay,
-        partitions: args.partition_mode,
+        partitions: args.partitions.mode,
         tls: args.tls,
     };
     let clocks = kinds.contains(&Kind::Clock);
@@ -440,7 +433,7 @@ async fn one(
         read_share: args.read_share,
         seed: args.seed,
         lock_delay_ms: args.lock_delay.as_millis() as u64,
-        partitions: args.partition_mode.name().to_string(),
+        partitions: args.partitions.mode.name().to_string(),
         duration_s: args.duration.as_secs_f64(),
         network: mode,
         faults,
