@@ -32,11 +32,13 @@
 //! clients hold, and a leadership presumed gone with its node's
 //! suspicion is back.
 
-use crate::agent::{Agent, LockView, Notice};
+use crate::agent::Agent;
+use crate::effects::Notice;
 use crate::locks::{LocalLock, Locks};
 use crate::protocol::{HolderInfo, Leader, LeaderReport, LockInfo, WaitOrder, WaiterInfo};
 use crate::shutdown::Shutdown;
 use crate::throttle::Throttle;
+use crate::view::LockView;
 use coterie_core::{CsState, Name, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -207,7 +209,7 @@ impl Cluster {
     /// up and waits at most `patience` for their answers: the answers,
     /// and the members that did not give one.
     async fn ask(&self, talk: impl FnOnce(u64) -> Talk, patience: Duration) -> (Query, Vec<u32>) {
-        let peers = self.agent.peers_up();
+        let peers = self.agent.view().peers_up();
         let (tx, rx) = oneshot::channel();
         let id = {
             let mut s = self.state();
@@ -226,9 +228,8 @@ impl Cluster {
             let _ = tokio::time::timeout(patience, rx).await;
         }
         let query = self.state().queries.remove(&id).expect("registered above");
-        let unreachable: Vec<u32> = self
-            .agent
-            .members()
+        let members = self.agent.view().members();
+        let unreachable: Vec<u32> = members
             .into_iter()
             .filter(|&m| {
                 m != self.agent.id() && (!peers.contains(&m) || query.awaiting.contains(&m))
@@ -275,7 +276,8 @@ impl Cluster {
         let talk = encode(&Talk::Leader { name: name.to_string(), leader, fence });
         // Every member: a suspected peer's session keeps it (module docs).
         let me = self.agent.id();
-        for peer in self.agent.members().into_iter().filter(|&m| m != me) {
+        let members = self.agent.view().members();
+        for peer in members.into_iter().filter(|&m| m != me) {
             self.agent.send_application(peer, talk.clone());
         }
     }
@@ -445,7 +447,7 @@ impl Cluster {
     fn parts(&self, prefix: &str) -> Vec<Part> {
         let local = self.locks.snapshot(prefix);
         let names: Vec<Name> = local.iter().map(|l| l.name.clone()).collect();
-        let views = self.agent.lock_views(&names);
+        let views = self.agent.view().lock_views(&names);
         let now = self.agent.now();
         let node = self.agent.id().0;
         local.into_iter().zip(views).map(|(l, v)| part(node, now, l, v)).collect()

@@ -37,7 +37,7 @@ impl Exporter {
         sessions: Arc<Sessions>,
     ) -> Exporter {
         let mut registry = Registry::default();
-        let status = agent.status();
+        let status = agent.view().status();
         let info = Info::new(vec![
             ("node", status.id.to_string()),
             ("mutex", status.mutex),
@@ -75,7 +75,7 @@ impl std::fmt::Debug for Live {
 impl Collector for Live {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let e = &mut encoder;
-        let status = self.agent.status();
+        let status = self.agent.view().status();
         let load = self.locks.load();
         if let Some(leader) = status.coordinator {
             let help = "The id of the coordinator this node follows (absent while it knows none).";
@@ -117,7 +117,8 @@ impl Collector for Live {
         by_kind(e, "coterie_messages_sent", help, &status.messages_sent)?;
         let help = "Protocol messages this node received, by kind.";
         by_kind(e, "coterie_messages_received", help, &status.messages_received)?;
-        if let Some(c) = self.agent.storage_counts() {
+        let counts = self.agent.view().storage_counts();
+        if let Some(c) = counts {
             let help = "Changes to the node's record appended to its state log.";
             one(e, "coterie_state_changes", help, None, ConstCounter::new(c.changes))?;
             let help = "Writes to the state log (one flush each when state_sync is on).";

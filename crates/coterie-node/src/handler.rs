@@ -113,7 +113,7 @@ impl Handler {
     /// hold anything then.
     async fn run(&mut self, from: Option<std::net::SocketAddr>, shutdown: &mut Shutdown) -> Loss {
         let session = self.client.session;
-        let failure_timeout = self.shared.agent.timing().1;
+        let failure_timeout = self.shared.timing().1;
         let mut taken = self.shared.locks.takings_back();
         let mut pleas = self.shared.locks.pleas();
         // Without a handshake, the first request is what a silent
@@ -198,7 +198,7 @@ impl Handler {
                 },
                 Ok(Some(ClientRequest::Release)) => self.release(),
                 Ok(Some(ClientRequest::Status)) => {
-                    let status = self.shared.agent.status();
+                    let status = self.shared.status();
                     ClientResponse::Status(Box::new(status))
                 }
                 Ok(Some(ClientRequest::Ping)) => pong(&self.shared),
@@ -296,7 +296,7 @@ impl Handler {
         let why = format!(
             "node {} lost its quorum's lease while this session held {name:?}: a majority may \
              grant it again",
-            self.shared.agent.id().0
+            self.shared.node().0
         );
         warn!(session = self.client.session, %name, "holder told its lock is lost: no quorum");
         let _ = self.flush().await;
@@ -326,7 +326,7 @@ impl Handler {
 
     /// Carries out a fault command and answers with the faults in force.
     fn fault(&self, command: &FaultCommand) -> ClientResponse {
-        let node = self.shared.agent.id().0;
+        let node = self.shared.node().0;
         match self.shared.faults.command(command) {
             Err(e) => {
                 warn!(node, ?command, "fault refused: {e}");
@@ -360,7 +360,7 @@ impl Handler {
             self.client.label = req.client.clone();
         }
         self.value = req.value.clone();
-        let lease = shared.agent.timing().1;
+        let lease = shared.timing().1;
         let mut pings = Pings {
             reader: &mut self.reader,
             writer: &mut self.writer,
@@ -374,7 +374,7 @@ impl Handler {
             Taken::Granted(held) => {
                 let fences = held.iter().map(|(n, f)| (n.to_string(), f.0)).collect();
                 self.holding = held;
-                ClientResponse::Granted { fences, node: shared.agent.id().0 }
+                ClientResponse::Granted { fences, node: shared.node().0 }
             }
             Taken::Busy => ClientResponse::Busy,
             Taken::TimedOut => ClientResponse::TimedOut,
@@ -412,7 +412,7 @@ impl Handler {
             return;
         }
         let mut events = self.shared.events.subscribe();
-        let first = self.shared.events.snapshot(self.shared.agent.status());
+        let first = self.shared.events.snapshot(self.shared.status());
         if write_frame(&mut self.writer, &ClientResponse::Event(first)).await.is_err() {
             return;
         }
@@ -468,7 +468,7 @@ impl Handler {
         if self.flush().await.is_err() {
             return;
         }
-        let patience = self.shared.agent.timing().1;
+        let patience = self.shared.timing().1;
         let (now, mut observer) = self.shared.cluster.observe(name, patience).await;
         if write_frame(&mut self.writer, &ClientResponse::Leader(now)).await.is_err() {
             return;
@@ -495,7 +495,7 @@ impl Handler {
 /// The answer to a keepalive: the node's timing, which the client paces
 /// its pings by.
 fn pong(shared: &Shared) -> ClientResponse {
-    let (heartbeat, failure_timeout) = shared.agent.timing();
+    let (heartbeat, failure_timeout) = shared.timing();
     ClientResponse::Pong {
         heartbeat_ms: heartbeat.as_millis() as u64,
         failure_timeout_ms: failure_timeout.as_millis() as u64,

@@ -319,7 +319,7 @@ async fn openapi() -> Response {
 }
 
 async fn healthz(State(api): State<Arc<Api>>) -> Json<Value> {
-    let joined = api.shared.agent.joined();
+    let joined = api.shared.joined();
     Json(json!({ "ok": true, "joined": joined, "sessions": api.sessions.len() }))
 }
 
@@ -329,7 +329,7 @@ async fn metrics(_: Authorized, State(api): State<Arc<Api>>) -> Response {
 }
 
 async fn status(_: Authorized, State(api): State<Arc<Api>>) -> Json<Value> {
-    let status = api.shared.agent.status();
+    let status = api.shared.status();
     let epoch = coterie_core::Epoch(status.epoch).to_string();
     let mut value = serde_json::to_value(status).unwrap_or(Value::Null);
     value["epoch_name"] = json!(epoch);
@@ -434,7 +434,7 @@ async fn acquire(
     let wait = Wait { timeout, try_lock, reentrant, mode };
     let (name, fence, count) =
         take(&api, &text, &body.session, body.permits, wait, body.value).await?;
-    let node = api.shared.agent.id().0;
+    let node = api.shared.node().0;
     Ok(Json(Granted { name: name.to_string(), fence: fence.0, node, count, mode }))
 }
 
@@ -465,7 +465,7 @@ async fn take(
         ));
     }
     let timeout = wait.timeout.as_deref().map(|t| parse_duration("timeout", t)).transpose()?;
-    if !api.shared.agent.joined() {
+    if !api.shared.joined() {
         let detail = "this node has not joined the cluster yet: try again, or another node";
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not joined", detail));
     }
@@ -541,7 +541,7 @@ async fn list_locks(
     query: Result<Query<Prefix>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<LockInfo>>, ApiError> {
     let Query(Prefix { prefix }) = query.map_err(|e| ApiError::bad(e.body_text()))?;
-    let patience = api.shared.agent.timing().1;
+    let patience = api.shared.timing().1;
     let (locks, _unreachable) = api.shared.cluster.locks(&prefix, patience).await;
     Ok(Json(locks))
 }
@@ -552,7 +552,7 @@ async fn get_lock(
     Segment(text): Segment,
 ) -> Result<Json<LockInfo>, ApiError> {
     let (shared, name) = (&api.shared, name(&text)?);
-    let patience = shared.agent.timing().1;
+    let patience = shared.timing().1;
     Ok(Json(shared.cluster.lock(&name, patience, shared.default_permits).await))
 }
 
@@ -578,7 +578,7 @@ async fn revoke(
     Segment(text): Segment,
     Body(body): Body<RevokeBody>,
 ) -> Result<Json<Revoked>, ApiError> {
-    let patience = api.shared.agent.timing().1;
+    let patience = api.shared.timing().1;
     let (holders, unreachable) = api.shared.revoke(&text, body.reason, patience).await?;
     Ok(Json(Revoked { name: text, holders, unreachable }))
 }
@@ -601,7 +601,7 @@ async fn leader(
     Segment(text): Segment,
 ) -> Result<Json<crate::protocol::LeaderReport>, ApiError> {
     let name = name(&text)?;
-    let patience = api.shared.agent.timing().1;
+    let patience = api.shared.timing().1;
     Ok(Json(api.shared.cluster.leader(&name, patience).await))
 }
 
@@ -641,7 +641,7 @@ async fn campaign(
     let wait = Wait { timeout, try_lock, reentrant: false, mode: Mode::Write };
     let value = Some(body.value.clone());
     let (name, fence, _) = take(&api, &text, &body.session, 0, wait, value).await?;
-    let node = api.shared.agent.id().0;
+    let node = api.shared.node().0;
     Ok(Json(Leading { name: name.to_string(), fence: fence.0, value: body.value, node }))
 }
 
@@ -669,7 +669,7 @@ async fn proclaim(
     }
     let fence = api.sessions.proclaim(&body.session, &name, body.value.clone())?;
     let fence = fence.ok_or_else(|| not_leader(&body.session, &text))?;
-    let node = api.shared.agent.id().0;
+    let node = api.shared.node().0;
     Ok(Json(Leading { name: name.to_string(), fence: fence.0, value: body.value, node }))
 }
 

@@ -41,6 +41,7 @@ mod agent;
 mod certs;
 mod cluster;
 pub mod config;
+mod effects;
 mod events;
 mod exporter;
 mod faults;
@@ -64,6 +65,7 @@ pub mod state;
 pub mod storage;
 mod throttle;
 mod transport;
+mod view;
 pub mod witness;
 
 pub use config::Config;

@@ -22,10 +22,11 @@
 //! hears back through that table (grants) and the agent's notices.
 
 use crate::admission::{Admission, Lock, Port};
-use crate::agent::{Agent, Parts, Storage};
+use crate::agent::{Agent, Parts};
 use crate::certs::Certs;
 use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::effects::{Outlets, Storage};
 use crate::events::Events;
 use crate::exporter::Exporter;
 use crate::faults::{Faults, Injector};
@@ -282,9 +283,7 @@ pub async fn run(
     let metrics = Metrics::default();
     let locks = Arc::new(Locks::new(limits, metrics.clone()));
     let (notices, notices_rx) = mpsc::unbounded_channel();
-    let agent = Arc::new(Agent::new(Parts {
-        engine,
-        hello,
+    let outlets = Outlets {
         storage,
         lock_delay: cfg.cluster.lock_delay,
         peers: peer_handles.clone(),
@@ -293,7 +292,8 @@ pub async fn run(
         locks: locks.clone(),
         metrics,
         notices,
-    }));
+    };
+    let agent = Arc::new(Agent::new(Parts { engine, hello, outlets }));
     let lock = match (&certs, secret) {
         (Some(certs), _) => Lock::Tls(certs.clone()),
         (None, Some(secret)) => Lock::Secret(secret),

@@ -33,7 +33,7 @@ use crate::metrics::{Loss, Metrics};
 use crate::peers::Peers;
 use crate::protocol::{Acquire, Leader, NodeEvent};
 use coterie_core::engine::RequestError;
-use coterie_core::{Fence, Mode, Name};
+use coterie_core::{Fence, Mode, Name, NodeId};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -157,6 +157,27 @@ pub(crate) trait Lease: Send {
 }
 
 impl Shared {
+    /// This node's id.
+    pub(crate) fn node(&self) -> NodeId {
+        self.agent.id()
+    }
+
+    /// The node's heartbeat period and failure timeout.
+    pub(crate) fn timing(&self) -> (Duration, Duration) {
+        self.agent.view().timing()
+    }
+
+    /// The node's status, for `coterie status` and the watchers' first
+    /// snapshot.
+    pub(crate) fn status(&self) -> coterie_core::Status {
+        self.agent.view().status()
+    }
+
+    /// Whether the node has joined the cluster.
+    pub(crate) fn joined(&self) -> bool {
+        self.agent.view().joined()
+    }
+
     /// The node's metrics.
     pub(crate) fn metrics(&self) -> &Metrics {
         self.agent.metrics()
@@ -166,7 +187,8 @@ impl Shared {
     /// when it will not do.
     pub(crate) fn ask(&self, req: &Acquire) -> Result<Asked, Refusal> {
         let asked = self.check(req).map_err(Refusal::Invalid)?;
-        if let Some(why) = self.agent.no_quorum() {
+        let no_quorum = self.agent.view().no_quorum();
+        if let Some(why) = no_quorum {
             return Err(Refusal::NoQuorum(why));
         }
         Ok(asked)
@@ -203,13 +225,13 @@ impl Shared {
             ));
         }
         for name in &names {
-            self.agent.check_permits(name, permits).map_err(|e| e.to_string())?;
+            self.agent.view().check_permits(name, permits).map_err(|e| e.to_string())?;
         }
         let limit = match (req.timeout_ms, req.try_lock) {
             (Some(ms), _) => Some(Duration::from_millis(ms)),
             // A try waits as long as one failure timeout: long enough for
             // any algorithm's round trips, short enough to be a try.
-            (None, true) => Some(self.agent.timing().1),
+            (None, true) => Some(self.agent.view().timing().1),
             (None, false) => None,
         };
         let (value, try_lock, mode) = (req.value.clone(), req.try_lock, req.mode);

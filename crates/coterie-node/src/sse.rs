@@ -78,7 +78,7 @@ where
 pub(crate) fn node_events(shared: &Arc<Shared>, stop: Shutdown) -> Events {
     let shared = shared.clone();
     let mut events = shared.events.subscribe();
-    let first = shared.events.snapshot(shared.agent.status());
+    let first = shared.events.snapshot(shared.status());
     stream(stop, |feed| async move {
         feed.send("event", &first).await?;
         loop {
@@ -94,7 +94,7 @@ pub(crate) fn node_events(shared: &Arc<Shared>, stop: Shutdown) -> Events {
 
 /// `GET /v1/elections/{name}/observe`: the leader now and every change.
 pub(crate) async fn observe(shared: &Shared, stop: Shutdown, name: Name) -> Events {
-    let patience = shared.agent.timing().1;
+    let patience = shared.timing().1;
     let (now, mut observer) = shared.cluster.observe(&name, patience).await;
     stream(stop, |feed| async move {
         feed.send("leader", &now).await?;
@@ -110,7 +110,7 @@ pub(crate) fn lock(shared: &Arc<Shared>, stop: Shutdown, name: Name) -> Events {
     let shared = shared.clone();
     let mut events = shared.events.subscribe();
     stream(stop, |feed| async move {
-        let (heartbeat, patience) = shared.agent.timing();
+        let (heartbeat, patience) = shared.timing();
         let mut last: Option<LockInfo> = None;
         loop {
             let now = shared.cluster.lock(&name, patience, shared.default_permits).await;

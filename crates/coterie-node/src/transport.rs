@@ -10,7 +10,7 @@
 //! question, where a connection each way costs an empty segment back for
 //! every message. Under the connection sits
 //! one [`Session`](coterie_core::session::Session) per peer (kept in the
-//! agent's [`Stack`](crate::agent::Stack), so frames are numbered in the
+//! agent's [`Stack`](crate::effects::Stack), so frames are numbered in the
 //! order the engine sends them and delivered in the order they were
 //! numbered). A connection that breaks while both processes live loses
 //! nothing: the dialler connects again at once, the Hello says how much
@@ -249,7 +249,7 @@ impl DialError {
 /// within the failure timeout (see [`converse`]).
 fn tune(t: &Transport, stream: &TcpStream) {
     let _ = stream.set_nodelay(true);
-    let (_, failure_timeout) = t.agent.timing();
+    let (_, failure_timeout) = t.agent.view().timing();
     let _ = socket2::SockRef::from(stream).set_tcp_user_timeout(Some(failure_timeout));
 }
 
@@ -311,7 +311,7 @@ async fn handshake(
 ) -> Result<Connected, DialError> {
     let (expects, delivered, batch) = t.agent.links(|l| l.dialling(peer));
     let mut bytes = Vec::with_capacity(64 + batch.bytes.len());
-    let hello = Hello { expects, delivered, ..t.agent.hello() };
+    let hello = Hello { expects, delivered, ..t.agent.hello().clone() };
     wire::write_frame(&PeerFrame::Hello(hello), &mut bytes);
     bytes.extend_from_slice(&batch.bytes);
     let written = batch.last.unwrap_or(0);
@@ -338,7 +338,7 @@ async fn handshake(
 /// which the peer answers by closing (or with its refusal).
 async fn call(t: &Transport, peer: NodeId, addr: &str) -> Result<(), DialError> {
     let mut stream = connect(t, peer, addr).await?;
-    let hello = Hello { dial_back: true, ..t.agent.hello() };
+    let hello = Hello { dial_back: true, ..t.agent.hello().clone() };
     let answer = async {
         write_frame(&mut stream, &PeerFrame::Hello(hello)).await?;
         let mut buf = Vec::new();
@@ -551,11 +551,11 @@ pub(crate) async fn serve_peer(
         handle.redial.notify_one();
         return; // closing it is the answer
     }
-    if hello.expects.is_some_and(|b| b != t.agent.boot()) {
+    if hello.expects.is_some_and(|b| b != t.agent.hello().boot) {
         // Dialled for a previous incarnation of this node: answered, so the
         // dialler starts a new session, and closed with its frames unread.
         debug!(peer = peer.0, "a dial meant for this node's previous incarnation");
-        let welcome = PeerFrame::Welcome { boot: t.agent.boot(), delivered: 0 };
+        let welcome = PeerFrame::Welcome { boot: t.agent.hello().boot, delivered: 0 };
         let _ = write_frame(&mut stream, &welcome).await;
         return;
     }
@@ -566,7 +566,7 @@ pub(crate) async fn serve_peer(
     // dialler wrote behind its Hello. Written here, in one go, before
     // reading, two sessions each holding more than the sockets buffer
     // would each wait for the other to read.
-    let welcome = PeerFrame::Welcome { boot: t.agent.boot(), delivered };
+    let welcome = PeerFrame::Welcome { boot: t.agent.hello().boot, delivered };
     if write_frame(&mut stream, &welcome).await.is_err() {
         return;
     }
