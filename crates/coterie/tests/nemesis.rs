@@ -18,6 +18,12 @@ fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     CLUSTERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Whether this is a deep run (`COTERIE_DEEP=1`): the nemesis acts
+/// longer where a test's point is the number of faults it deals.
+fn deep() -> bool {
+    std::env::var_os("COTERIE_DEEP").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir =
         std::env::temp_dir().join(format!("coterie-nemesis-test-{name}-{}", std::process::id()));
@@ -177,14 +183,17 @@ fn lost_truncated_or_rolled_back_state_files_and_stepped_clocks_never_bring_a_fe
 #[test]
 fn pauses_with_and_without_lock_delay_leave_no_node_wanting_and_a_lock_granted_soon() {
     let _turn = one_cluster_at_a_time();
+    // Four pauses a run in a deep run, two in CI's (a pause every 2 s).
+    let (duration, pauses) = if deep() { ("9s", 4) } else { ("5s", 2) };
     for delay in ["0s", "1s"] {
-        let args =
-            format!("--mutex all --duration 9s --every 2s --faults pause --lock-delay {delay}");
+        let args = format!(
+            "--mutex all --duration {duration} --every 2s --faults pause --lock-delay {delay}"
+        );
         let args = args + " --recover 3s --recovery-bound 5s";
         let (reports, success, stderr) = nemesis_json(&args, None);
         for r in &reports {
             let mutex = r["mutex"].as_str().unwrap();
-            assert_eq!(r["faults"]["pause"], 4, "{mutex}");
+            assert_eq!(r["faults"]["pause"], pauses, "{mutex}");
             // No node wanting with no client left, a grant within 5 s of
             // the last pause's end, and the fenced register whole.
             assert_eq!(r["stuck_nodes"], Value::Array(vec![]), "{mutex}, lock delay {delay}");
