@@ -150,14 +150,19 @@ fn prometheus_sees_grants_hold_times_losses_and_the_new_coordinator() {
     }
     // A holder killed while it holds: its session is lost (disconnected).
     let work = scratch("prometheus-holder");
-    let mut holder =
-        lock_running(up.config(), 1, &["jobs/killed"], "touch $D/held; sleep 60", &work.0);
+    let script = "echo $$ > $D/pid; touch $D/held; exec sleep 60";
+    let mut holder = lock_running(up.config(), 1, &["jobs/killed"], script, &work.0);
     appears(&work.0.join("held"));
     std::thread::sleep(Duration::from_millis(300));
-    // Its whole group: `coterie lock` and the command it runs.
+    // `coterie lock` killed outright (its group). The command it runs has a
+    // group of its own, which a SIGKILL cannot reach through `lock`: it is
+    // killed too, or it would outlive the test holding its output open.
     let group = format!("-{}", holder.id());
     Command::new("kill").args(["-9", "--", &group]).status().unwrap();
     holder.wait().unwrap();
+    let command = std::fs::read_to_string(work.0.join("pid")).unwrap();
+    let command = format!("-{}", command.trim());
+    Command::new("kill").args(["-9", "--", &command]).status().unwrap();
 
     prom.until("the grants, hold times and the loss", |p| {
         p.scalar("sum(coterie_grants_total)").is_some_and(|n| n >= 7.0)
