@@ -256,8 +256,14 @@ fn a_semaphore_under_the_nemesis_never_admits_more_than_its_permits() {
         }
         assert_eq!(r["failures"], Value::Array(vec![]), "{mutex}");
         assert_eq!(r["count"], 3);
+        // The most acknowledged holds at once: three, but for holds later
+        // found lost (a holder cut off whose lease ran out is told so
+        // after the majority granted again: a lease overlap, never an
+        // overlap, as the counts above prove).
         let max = r["history"]["names"][0]["max_holders"].as_u64().unwrap();
-        assert!((2..=3).contains(&max), "{mutex}: {max} at once");
+        let lost = counts["lease-overlap"].as_u64().unwrap();
+        assert!(max >= 2, "{mutex}: {max} at once");
+        assert!(max <= 3 || lost > 0, "{mutex}: {max} at once with no hold lost");
         let at_one = most_at_one_node(&Path::new(r["dir"].as_str().unwrap()).join("history.jsonl"));
         assert!(at_one >= 2, "{mutex}: never two holders at one node");
     }
