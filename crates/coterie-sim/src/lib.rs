@@ -50,5 +50,5 @@ pub mod sim;
 pub mod suite;
 
 pub use invariant::Invariant;
-pub use sim::{EntryCost, Load, RunReport, SimConfig, Violation};
+pub use sim::{Counts, EntryCost, Load, RunReport, SimConfig, Violation};
 pub use suite::{run_seeds, Failure, Summary};

@@ -1,7 +1,7 @@
 //! Many seeds of one configuration, summarised.
 
 use crate::invariant::Invariant;
-use crate::sim::{self, Injected, RunReport, SimConfig};
+use crate::sim::{self, Counts, Injected, RunReport, SimConfig};
 use coterie_core::registry::{ElectionInfo, MutexInfo};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -35,24 +35,16 @@ pub struct Summary {
     pub violations_by_invariant: BTreeMap<Invariant, u64>,
     /// Mutex messages per entry, over all runs.
     pub messages_per_entry: f64,
-    /// Critical-section entries, over all runs.
-    pub entries: u64,
-    /// Of those, entries by the node that coordinated at the time.
-    pub coordinator_entries: u64,
+    /// What the workloads did, over all runs: entries, mutex messages,
+    /// records, grants that overtook an older waiting request, and so on
+    /// (see [`Counts`]).
+    #[serde(flatten)]
+    pub counts: Counts,
     /// Faults injected and what the links went through, over all runs.
     #[serde(flatten)]
     pub injected: Injected,
-    /// Records written to stable storage, over all runs.
-    pub records: u64,
-    /// Grants that overtook an older waiting request, over all runs (see
-    /// `RunReport::out_of_order`).
-    pub out_of_order: u64,
     /// Messages sent during workloads, by kind, over all runs.
     pub messages_by_kind: BTreeMap<String, u64>,
-    /// Idle locks forgotten, over all runs.
-    pub forgotten: u64,
-    /// Reads granted while another reader held the lock, over all runs.
-    pub shared_reads: u64,
     /// The most reads granted while one writer waited, in any run (see
     /// `RunReport::write_bypass_max`).
     pub write_bypass_max: u64,
@@ -75,29 +67,17 @@ pub fn run_seeds(
         violations: 0,
         violations_by_invariant: BTreeMap::new(),
         messages_per_entry: 0.0,
-        entries: 0,
-        coordinator_entries: 0,
+        counts: Counts::default(),
         injected: Injected::default(),
-        records: 0,
-        out_of_order: 0,
         messages_by_kind: BTreeMap::new(),
-        forgotten: 0,
-        shared_reads: 0,
         write_bypass_max: 0,
         failures: Vec::new(),
     };
-    let mut mutex_messages = 0u64;
     for (done, seed) in seeds.enumerate() {
         let report = sim::run(SimConfig { seed, ..base.clone() });
-        summary.entries += report.entries;
-        summary.coordinator_entries += report.coordinator_entries;
+        summary.counts += report.counts;
         summary.injected += report.injected;
-        summary.records += report.records;
-        summary.out_of_order += report.out_of_order;
-        summary.forgotten += report.forgotten;
-        summary.shared_reads += report.shared_reads;
         summary.write_bypass_max = summary.write_bypass_max.max(report.write_bypass_max);
-        mutex_messages += report.mutex_messages;
         for (kind, n) in &report.messages_by_kind {
             *summary.messages_by_kind.entry(kind.to_string()).or_default() += n;
         }
@@ -114,8 +94,9 @@ pub fn run_seeds(
         }
         progress(done as u64 + 1, &report);
     }
-    if summary.entries > 0 {
-        summary.messages_per_entry = mutex_messages as f64 / summary.entries as f64;
+    let Counts { entries, mutex_messages, .. } = summary.counts;
+    if entries > 0 {
+        summary.messages_per_entry = mutex_messages as f64 / entries as f64;
     }
     summary
 }

@@ -55,7 +55,7 @@ fn the_depth_first_chooser_walks_schedules_that_replay() {
     for _ in 0..30 {
         let report = Simulation::with_chooser(cfg.clone(), &mut chooser).run();
         assert!(report.violations.is_empty(), "{:?}", report.violations);
-        assert_eq!(report.entries, 2);
+        assert_eq!(report.counts.entries, 2);
         let path = chooser.path().to_vec();
         // The schedule, followed again, is the same run.
         let replay = Simulation::with_chooser(cfg.clone(), Enumerate::replay(tick, path)).run();

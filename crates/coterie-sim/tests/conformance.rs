@@ -128,7 +128,7 @@ fn assert_clean(cfg: &SimConfig, summary: &Summary) {
             replay_hint(cfg, f.seed)
         );
     }
-    assert!(summary.entries > 0, "{}/{}: no entry at all", cfg.mutex, cfg.election);
+    assert!(summary.counts.entries > 0, "{}/{}: no entry at all", cfg.mutex, cfg.election);
 }
 
 /// The mutual-exclusion algorithms under test: all of them, or the
@@ -449,9 +449,12 @@ fn readers_share_and_writers_hold_alone_through_crashes_and_resets() {
         assert_clean(&cfg, &summary);
         let (m, e) = (cfg.mutex, cfg.election);
         if m.claims.readers {
-            assert!(summary.shared_reads > 0, "{m}/{e}: no two readers ever held at once");
+            assert!(summary.counts.shared_reads > 0, "{m}/{e}: no two readers ever held at once");
         } else {
-            assert_eq!(summary.shared_reads, 0, "{m}/{e} has no reader form, yet readers shared");
+            assert_eq!(
+                summary.counts.shared_reads, 0,
+                "{m}/{e} has no reader form, yet readers shared"
+            );
         }
     });
 }
@@ -468,7 +471,7 @@ fn every_pair_keeps_many_locks_apart_through_crashes_and_forgetting() {
         let cfg = SimConfig { names: 6, per_request: 2, forgetting, crashes: 2, resets: 1, ..base };
         let summary = run_seeds(&cfg, seeds(200), |_, _| {});
         assert_clean(&cfg, &summary);
-        assert!(summary.forgotten > 0, "{}/{}: nothing forgotten", cfg.mutex, cfg.election);
+        assert!(summary.counts.forgotten > 0, "{}/{}: nothing forgotten", cfg.mutex, cfg.election);
     });
 }
 
@@ -618,9 +621,9 @@ fn burst_message_counts_match_theory() {
             for seed in 0..20 {
                 let report = sim::run(SimConfig { seed, ..cfg.clone() });
                 assert!(report.violations.is_empty(), "{:?}", report.violations);
-                assert_eq!(report.entries, u64::from(n) * 5, "{} n={n} seed {seed}", m.name);
-                messages += report.mutex_messages;
-                entries += report.entries;
+                assert_eq!(report.counts.entries, u64::from(n) * 5, "{} n={n} seed {seed}", m.name);
+                messages += report.counts.mutex_messages;
+                entries += report.counts.entries;
                 for (kind, count) in report.messages_by_kind {
                     *kinds.entry(kind).or_default() += count;
                 }
@@ -656,7 +659,7 @@ fn heavy_load_message_counts_match_theory() {
             for seed in 0..10 {
                 let report = sim::run(SimConfig { seed, ..cfg.clone() });
                 assert!(report.violations.is_empty(), "{:?}", report.violations);
-                let per_entry = report.mutex_messages as f64 / report.entries as f64;
+                let per_entry = report.counts.mutex_messages as f64 / report.counts.entries as f64;
                 let (lo, hi) = (m.heavy_load)(u64::from(n));
                 assert!(
                     per_entry >= lo - 1e-9 && per_entry <= hi + 1e-9,
@@ -677,9 +680,9 @@ fn fair_algorithms_grant_in_timestamp_order() {
             let summary = run_seeds(&cfg, seeds(200), |_, _| {});
             assert_clean(&cfg, &summary);
             assert_eq!(
-                summary.out_of_order, 0,
+                summary.counts.out_of_order, 0,
                 "{} n={nodes}: {} grants overtook an older request",
-                m.name, summary.out_of_order
+                m.name, summary.counts.out_of_order
             );
         }
     }
@@ -697,11 +700,11 @@ fn fair_reader_forms_let_nobody_pass_an_earlier_conflicting_request() {
                 SimConfig { nodes, readers: nodes / 2 + 1, ..SimConfig::new(m, &ELECTIONS[0]) };
             let summary = run_seeds(&cfg, seeds(200), |_, _| {});
             assert_clean(&cfg, &summary);
-            assert!(summary.shared_reads > 0, "{} n={nodes}: no readers shared", m.name);
+            assert!(summary.counts.shared_reads > 0, "{} n={nodes}: no readers shared", m.name);
             assert_eq!(
-                summary.out_of_order, 0,
+                summary.counts.out_of_order, 0,
                 "{} n={nodes}: {} grants passed an older conflicting request",
-                m.name, summary.out_of_order
+                m.name, summary.counts.out_of_order
             );
         }
     }
@@ -730,7 +733,7 @@ fn a_steady_stream_of_readers_never_starves_a_writer() {
             };
             let summary = run_seeds(&cfg, 0..50, |_, _| {});
             assert_clean(&cfg, &summary);
-            assert!(summary.shared_reads > 0, "{} n={nodes}: no readers shared", m.name);
+            assert!(summary.counts.shared_reads > 0, "{} n={nodes}: no readers shared", m.name);
             let bound = 3 * u64::from(readers);
             assert!(
                 summary.write_bypass_max <= bound,
@@ -840,7 +843,11 @@ fn ricart_agrawala_variants_share_reads_safely_through_crashes() {
                 };
                 let summary = run_seeds(&cfg, seeds(200), |_, _| {});
                 assert_clean(&cfg, &summary);
-                assert!(summary.shared_reads > 0, "{} {mutex_options:?}: no sharing", m.name);
+                assert!(
+                    summary.counts.shared_reads > 0,
+                    "{} {mutex_options:?}: no sharing",
+                    m.name
+                );
             }
         }
     }
@@ -889,7 +896,7 @@ fn fault_tolerant_ricart_agrawala_still_grants_in_timestamp_order() {
             };
             let summary = run_seeds(&cfg, seeds(200), |_, _| {});
             assert_clean(&cfg, &summary);
-            assert_eq!(summary.out_of_order, 0, "{} n={nodes}", m.name);
+            assert_eq!(summary.counts.out_of_order, 0, "{} n={nodes}", m.name);
             // Ricart-Agrawala's NACK; raymond-k's WAIT, which carries a count.
             let deferred = |kind| summary.messages_by_kind.get(kind).is_some_and(|&n| n > 0);
             assert!(deferred("nack") || deferred("wait"), "{}: no contention", m.name);
@@ -1057,7 +1064,7 @@ fn readers_and_writers_stay_apart_under_partitions() {
                 let summary = run_seeds(&cfg, seeds(SEEDS / 10), |_, _| {});
                 assert!(summary.injected.partitions > 0, "no partition was injected");
                 assert_clean(&cfg, &summary);
-                assert!(summary.shared_reads > 0, "{} n={nodes}: no readers shared", m.name);
+                assert!(summary.counts.shared_reads > 0, "{} n={nodes}: no readers shared", m.name);
             }
         }
     }

@@ -57,7 +57,7 @@ fn a_diagram_draws_every_message_and_entry_of_the_run() {
                 }
                 assert_eq!(
                     tags(&svg, "<rect class=\"cs\"").len() as u64,
-                    report.entries,
+                    report.counts.entries,
                     "{pair}: a bar per entry"
                 );
                 if report.injected.crashes > 0 {
@@ -130,7 +130,7 @@ fn a_shiviz_log_has_every_event_with_a_consistent_vector_clock() {
         let delivered =
             run.messages.iter().filter(|m| !m.heartbeat && m.delivered_us.is_some()).count() as u64;
         assert_eq!(receives, delivered, "{mutex}");
-        assert_eq!(entries, report.entries, "{mutex}");
+        assert_eq!(entries, report.counts.entries, "{mutex}");
     }
 }
 

@@ -208,13 +208,13 @@ impl Verdict {
     /// Counts the grant, to a client in `mode`, in `report`.
     pub(super) fn count(&self, mode: Mode, report: &mut RunReport) {
         if self.overtook {
-            report.out_of_order += 1;
+            report.counts.out_of_order += 1;
         }
         if mode == Mode::Read {
-            report.read_entries += 1;
+            report.counts.read_entries += 1;
         }
         if self.shared {
-            report.shared_reads += 1;
+            report.counts.shared_reads += 1;
         }
         if let Some(reads) = self.bypassed {
             report.write_bypass_max = report.write_bypass_max.max(reads);

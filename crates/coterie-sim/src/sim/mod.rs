@@ -23,5 +23,5 @@ mod simulation;
 mod workload;
 
 pub use config::{FaultDraw, Load, SimConfig};
-pub use report::{EntryCost, Injected, RunReport, Violation};
+pub use report::{Counts, EntryCost, Injected, RunReport, Violation};
 pub use simulation::{run, Simulation};

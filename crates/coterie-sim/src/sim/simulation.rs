@@ -212,7 +212,7 @@ impl<C: Chooser> Simulation<C> {
                 if carries == Carries::Mutex {
                     self.net.mutex_sent();
                     if counted {
-                        self.report.mutex_messages += 1;
+                        self.report.counts.mutex_messages += 1;
                     }
                 }
                 // In a loss window, a share of the node's messages never
@@ -272,7 +272,7 @@ impl<C: Chooser> Simulation<C> {
                 let text = format!("{node} installs view {} of {}", view.epoch, members.join(" "));
                 self.trace(|| text.clone());
                 self.record(|r, at| r.mark(at, Some(node), MarkKind::Coordinator, text));
-                self.report.views += 1;
+                self.report.counts.views += 1;
             }
             Output::Quorum(quorum) => {
                 let text = if quorum {
@@ -285,7 +285,7 @@ impl<C: Chooser> Simulation<C> {
             // The simulator runs no application tasks.
             Output::Application { .. } => {}
             Output::Persist(record) => {
-                self.report.records += 1;
+                self.report.counts.records += 1;
                 if self.cfg.stable_storage {
                     self.nodes.persist(node, record);
                 }
@@ -422,7 +422,7 @@ impl<C: Chooser> Simulation<C> {
     pub fn finish(mut self) -> RunReport {
         self.final_checks();
         for (_, engine) in self.nodes.engines() {
-            self.report.forgotten += engine.counters().forgotten;
+            self.report.counts.forgotten += engine.counters().forgotten;
         }
         self.report.end_us = self.now.as_micros() as u64;
         let end = self.report.end_us;
@@ -647,7 +647,7 @@ impl<C: Chooser> Simulation<C> {
             r.end(at, Some(node), MarkKind::Pause);
             r.mark(at, Some(node), MarkKind::Crash, text)
         });
-        self.report.forgotten += self.nodes.crash(node);
+        self.report.counts.forgotten += self.nodes.crash(node);
         self.checker.crashed(node);
         if self.workload.crashed(node) {
             // The sequential entry under way died with its node: on to the
@@ -887,7 +887,8 @@ impl<C: Chooser> Simulation<C> {
         let held = self.workload.release(client);
         let names: Vec<Name> = held.iter().map(|(n, _)| n.clone()).collect();
         self.checker.released(client, &names, now);
-        self.report.workload_us = now.saturating_sub(self.workload.start()).as_micros() as u64;
+        self.report.counts.workload_us =
+            now.saturating_sub(self.workload.start()).as_micros() as u64;
         self.trace(|| format!("{client} releases"));
         for (name, fence) in held.iter().rev() {
             self.record(|r, at| r.exit(at, node, fence.0));
@@ -1068,7 +1069,7 @@ impl<C: Chooser> Simulation<C> {
         let reading = if mode == Mode::Read { " to read" } else { "" };
         self.trace(|| format!("{client} ENTERS{named}{reading} with fence {fence}"));
         self.record(|r, at| r.enter(at, node, fence.0));
-        self.report.entries += 1;
+        self.report.counts.entries += 1;
         self.end_frozen_holds(&name);
         let allowed = self.cfg.checked_capacity.unwrap_or(self.cfg.capacity);
         let rising = self.cfg.capacity == 1;
@@ -1084,7 +1085,7 @@ impl<C: Chooser> Simulation<C> {
         );
         verdict.count(mode, &mut self.report);
         if self.nodes.engine(node).and_then(Engine::coordinator) == Some(node) {
-            self.report.coordinator_entries += 1;
+            self.report.counts.coordinator_entries += 1;
         }
         if let Some(crowd) = verdict.crowd {
             let holders: Vec<String> = crowd.iter().map(ClientId::to_string).collect();
@@ -1125,7 +1126,7 @@ impl<C: Chooser> Simulation<C> {
                     format!("{holder}'s lease ran out while it was paused holding {name:?}")
                 });
                 self.checker.released(holder, std::slice::from_ref(name), now);
-                self.report.lease_overlaps += 1;
+                self.report.counts.lease_overlaps += 1;
             }
         }
     }

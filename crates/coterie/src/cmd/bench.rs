@@ -8,7 +8,7 @@ use super::workload;
 use anyhow::{bail, Context, Result};
 use coterie_core::registry::{self, ElectionInfo, MutexInfo, MUTEXES};
 use coterie_core::{Epoch, Mode, MutexOptions, Partitions, Priority};
-use coterie_sim::sim::{self, Load, SimConfig};
+use coterie_sim::sim::{self, Counts, Load, SimConfig};
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -133,10 +133,10 @@ struct Reads {
 }
 
 /// Heavy load of `base` over `seeds`, two clients per node, with
-/// `readers` of them reading: mutex messages, entries, simulated µs,
-/// reads shared and runs that broke an invariant.
-fn heavy_reads(base: &SimConfig, seeds: u64, readers: u32) -> (u64, u64, u64, u64, u64) {
-    let mut sums = (0, 0, 0, 0, 0);
+/// `readers` of them reading: what the runs did, and how many broke an
+/// invariant.
+fn heavy_reads(base: &SimConfig, seeds: u64, readers: u32) -> (Counts, u64) {
+    let mut sums = (Counts::default(), 0);
     for seed in 0..seeds {
         let run = sim::run(SimConfig {
             seed,
@@ -148,11 +148,8 @@ fn heavy_reads(base: &SimConfig, seeds: u64, readers: u32) -> (u64, u64, u64, u6
             think: (Duration::ZERO, Duration::ZERO),
             ..base.clone()
         });
-        sums.0 += run.mutex_messages;
-        sums.1 += run.entries;
-        sums.2 += run.workload_us;
-        sums.3 += run.shared_reads;
-        sums.4 += u64::from(!run.violations.is_empty());
+        sums.0 += run.counts;
+        sums.1 += u64::from(!run.violations.is_empty());
     }
     sums
 }
@@ -162,8 +159,8 @@ fn measure_reads(base: &SimConfig, seeds: u64, share: f64) -> Reads {
     let clients = base.nodes * 2;
     let readers = (share * f64::from(clients)).round() as u32;
     let per = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
-    let (msgs, entries, us, shared_reads, broken) = heavy_reads(base, seeds, readers);
-    let (x_msgs, x_entries, x_us, _, x_broken) = heavy_reads(base, seeds, 0);
+    let (shared, broken) = heavy_reads(base, seeds, readers);
+    let (exclusive, x_broken) = heavy_reads(base, seeds, 0);
     let (mut light_msgs, mut light_entries) = (0, 0);
     for seed in 0..seeds {
         let run = sim::run(SimConfig {
@@ -180,11 +177,11 @@ fn measure_reads(base: &SimConfig, seeds: u64, share: f64) -> Reads {
         share,
         readers,
         clients,
-        messages_per_entry: per(msgs, entries),
-        throughput_per_s: per(entries * 1_000_000, us),
-        exclusive_messages_per_entry: per(x_msgs, x_entries),
-        exclusive_throughput_per_s: per(x_entries * 1_000_000, x_us),
-        shared_reads,
+        messages_per_entry: per(shared.mutex_messages, shared.entries),
+        throughput_per_s: per(shared.entries * 1_000_000, shared.workload_us),
+        exclusive_messages_per_entry: per(exclusive.mutex_messages, exclusive.entries),
+        exclusive_throughput_per_s: per(exclusive.entries * 1_000_000, exclusive.workload_us),
+        shared_reads: shared.shared_reads,
         light_read_messages_per_entry: per(light_msgs, light_entries),
         violations: broken + x_broken,
     }
@@ -308,15 +305,14 @@ fn measure(
     base.timing.lease.partitions = partitions;
     let mean_delay = (base.delay.0 + base.delay.1).as_secs_f64() / 2.0;
     let (mut light_msgs, mut light_entries) = (0u64, 0u64);
-    let (mut heavy_msgs, mut heavy_entries, mut heavy_us) = (0u64, 0u64, 0u64);
-    let (mut burst_msgs, mut burst_entries) = (0u64, 0u64);
-    let (mut delays, mut out_of_order, mut violations) = (Vec::new(), 0, 0);
+    let (mut heavy, mut burst) = (Counts::default(), Counts::default());
+    let (mut delays, mut violations) = (Vec::new(), 0);
     for seed in 0..seeds {
         let light =
             sim::run(SimConfig { seed, load: Load::Sequential, requests: 30, ..base.clone() });
         light_msgs += light.per_entry.iter().map(|e| e.messages).sum::<u64>();
         light_entries += light.per_entry.len() as u64;
-        let heavy = sim::run(SimConfig {
+        let heavy_run = sim::run(SimConfig {
             seed,
             load: Load::Concurrent,
             requests: 20,
@@ -324,16 +320,14 @@ fn measure(
             think: (Duration::ZERO, Duration::ZERO),
             ..base.clone()
         });
-        let burst = sim::run(SimConfig { seed, load: Load::Burst, requests: 5, ..base.clone() });
-        burst_msgs += burst.mutex_messages;
-        burst_entries += burst.entries;
-        heavy_msgs += heavy.mutex_messages;
-        heavy_entries += heavy.entries;
-        heavy_us += heavy.workload_us;
-        delays.extend(heavy.sync_delays_us.iter().copied());
-        out_of_order += heavy.out_of_order;
-        violations +=
-            (light.violations.len() + heavy.violations.len() + burst.violations.len()) as u64;
+        let burst_run =
+            sim::run(SimConfig { seed, load: Load::Burst, requests: 5, ..base.clone() });
+        heavy += heavy_run.counts;
+        burst += burst_run.counts;
+        delays.extend(heavy_run.sync_delays_us.iter().copied());
+        violations += (light.violations.len()
+            + heavy_run.violations.len()
+            + burst_run.violations.len()) as u64;
     }
     let per = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     let mean_sync = per(delays.iter().sum(), delays.len() as u64) / 1e6;
@@ -344,11 +338,11 @@ fn measure(
         nodes,
         partitions,
         light_messages_per_entry: per(light_msgs, light_entries),
-        heavy_messages_per_entry: per(heavy_msgs, heavy_entries),
-        burst_messages_per_entry: per(burst_msgs, burst_entries),
+        heavy_messages_per_entry: per(heavy.mutex_messages, heavy.entries),
+        burst_messages_per_entry: per(burst.mutex_messages, burst.entries),
         sync_delay: mean_sync / mean_delay,
-        throughput_per_s: per(heavy_entries * 1_000_000, heavy_us),
-        out_of_order,
+        throughput_per_s: per(heavy.entries * 1_000_000, heavy.workload_us),
+        out_of_order: heavy.out_of_order,
         violations,
         theory: Theory::of(mutex, nodes),
         real: None,

@@ -307,7 +307,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             summary.nodes,
             summary.seeds,
             faults,
-            summary.entries,
+            summary.counts.entries,
             summary.violations
         );
         if summary.violations > 0 {
@@ -317,17 +317,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         println!("messages per entry: {:.2}", summary.messages_per_entry);
         if args.forget_after.is_some() {
-            println!("idle locks forgotten: {}", summary.forgotten);
+            println!("idle locks forgotten: {}", summary.counts.forgotten);
         }
         if args.readers > 0 {
-            println!("reads granted beside another reader: {}", summary.shared_reads);
+            println!("reads granted beside another reader: {}", summary.counts.shared_reads);
             println!("most reads granted while one writer waited: {}", summary.write_bypass_max);
         }
-        if summary.entries > 0 {
-            let per_entry = summary.records as f64 / summary.entries as f64;
+        if summary.counts.entries > 0 {
+            let per_entry = summary.counts.records as f64 / summary.counts.entries as f64;
             println!(
                 "stable-storage records: {} ({per_entry:.3} per entry, start-up included)",
-                summary.records
+                summary.counts.records
             );
         }
         let asked = [
@@ -388,8 +388,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
                  itself ({} of {} entries here)",
                 range(remote),
                 range(local),
-                summary.coordinator_entries,
-                summary.entries
+                summary.counts.coordinator_entries,
+                summary.counts.entries
             );
         }
         // Every flag that shapes a run, for a replay line that replays it.
