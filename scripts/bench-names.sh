@@ -23,8 +23,9 @@
 #          forget, so every lock keeps its instance and, for the quorum
 #          algorithms, its record), RECORDED locks used once each (`a0`..),
 #          then CREATE new ones (default 20,000, `b0`..) used once each: the
-#          entries a second of that second sweep, and the state bytes the
-#          nodes wrote per change meanwhile (their /metrics).
+#          entries a second of that second sweep, and the changes, batches
+#          (one write and one flush each) and state bytes per change the
+#          nodes wrote meanwhile (their /metrics).
 #   philosophers
 #          the dining philosophers: five clients, one per node, each
 #          taking its two forks (`--names 5 --per-request 2 --ring`, all
@@ -191,7 +192,7 @@ metric() {
 
 create() {
     local tsv="$out/create-$state.tsv"
-    printf 'mutex\trecorded\tcreated\tentries_per_s\tchanges\tbytes_per_change\tlog_bytes_per_change\n' >"$tsv"
+    printf 'mutex\trecorded\tcreated\tentries_per_s\tchanges\tbatches\tbytes_per_change\tlog_bytes_per_change\n' >"$tsv"
     for mutex in "${mutexes[@]}"; do
         for k in $recorded; do
             local max=$((k + create + 1000))
@@ -206,17 +207,20 @@ create() {
                 "${storage[@]}"
             "$bin" workload --config "$cfg" --no-witness --names "$k" --name-prefix a --skew sweep \
                 --requests $(((k + 4) / 5)) --answer-within 120s --json >/dev/null
-            local c0 b0 l0 c1 b1 l1 rate
+            local c0 b0 l0 f0 c1 b1 l1 f1 rate
             c0="$(metric coterie_state_changes_total)"
+            f0="$(metric coterie_state_batches_total)"
             l0="$(metric coterie_state_log_bytes_total)"
             b0=$((l0 + $(metric coterie_state_snapshot_bytes_total)))
             rate="$("$bin" workload --config "$cfg" --no-witness --names "$create" --name-prefix b \
                 --skew sweep --requests $(((create + 4) / 5)) --answer-within 120s --json \
                 | jq '.throughput_per_s | floor')"
             c1="$(metric coterie_state_changes_total)"
+            f1="$(metric coterie_state_batches_total)"
             l1="$(metric coterie_state_log_bytes_total)"
             b1=$((l1 + $(metric coterie_state_snapshot_bytes_total)))
-            printf '%s\t%d\t%d\t%d\t%d\t%s\t%s\n' "$mutex" "$k" "$create" "$rate" "$((c1 - c0))" \
+            printf '%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n' "$mutex" "$k" "$create" "$rate" "$((c1 - c0))" \
+                "$((f1 - f0))" \
                 "$(awk -v b=$((b1 - b0)) -v c=$((c1 - c0)) 'BEGIN { printf "%.0f", c ? b / c : 0 }')" \
                 "$(awk -v b=$((l1 - l0)) -v c=$((c1 - c0)) 'BEGIN { printf "%.0f", c ? b / c : 0 }')" \
                 | tee -a "$tsv" >&2

@@ -2524,8 +2524,10 @@ mod tests {
 
     #[test]
     fn a_change_to_the_record_names_only_the_lock_it_changes() {
-        // A node that remembers the records of 10,000 other locks.
-        let mut cfg = AlgoConfig::for_test(1, 1);
+        use crate::mutex::quorum::QuorumMsg;
+        // Node 1 of three, which remembers the records of 10,000 other
+        // locks, joined.
+        let mut cfg = AlgoConfig::for_test(1, 3);
         let mut restored = Restored::default();
         for i in 0..10_000 {
             restored.names.insert(Name::new(&format!("x{i}")).unwrap(), vec![0; 40]);
@@ -2533,21 +2535,34 @@ mod tests {
         cfg.restored = Some(restored);
         let mut e = Engine::new(cfg, registry::mutex("maekawa").unwrap(), BULLY, ms(0));
         assert_eq!(e.config().restored.as_ref().map(|r| r.names.len()), Some(0), "kept once");
+        for p in [2, 3] {
+            e.handle_message(ms(1), NodeId(p), heartbeat()).unwrap();
+        }
+        let epoch = Epoch::new(1, NodeId(3));
+        let coordinator =
+            crate::wire::encode(&crate::election::bully::BullyMsg::Coordinator { epoch });
+        e.handle_message(ms(1), NodeId(3), Envelope::Election(coordinator)).unwrap();
+        drain(&mut e);
+        // Node 2 asks for a lock new here: node 1's arbiter grants it, and
+        // writes down first that node 2 may hold its permission.
         let lock = Name::new("used").unwrap();
-        e.request(ms(1), &lock, 1).unwrap();
+        let stamp = Stamp { ts: 5, node: NodeId(2) };
+        let request = QuorumMsg::Request { stamp, mode: Mode::Write };
+        let bytes = crate::wire::encode(&request);
+        let envelope = Envelope::Mutex { name: lock.clone(), permits: 1, bytes };
+        e.handle_message(ms(2), NodeId(2), envelope).unwrap();
         let out = drain(&mut e);
-        assert!(out.iter().any(|o| matches!(o, Output::Granted { .. })), "{out:?}");
+        assert!(out.iter().any(|o| matches!(o, Output::Send { kind: "grant", .. })), "{out:?}");
         let changes: Vec<&Delta> = out
             .iter()
             .filter_map(|o| if let Output::Persist(d) = o { Some(d) } else { None })
             .collect();
         assert!(changes.iter().any(|d| d.names.iter().any(|(n, _)| *n == lock)), "{changes:?}");
         for change in changes {
-            // The lock asked for, or the default lock, made at start.
             assert!(change.names.len() <= 1, "{change:?}");
             assert!(change.encode().len() < 200, "{} bytes", change.encode().len());
         }
-        assert_eq!(e.records.latest().names.len(), 10_002); // and `default`
+        assert_eq!(e.records.latest().names.len(), 10_001);
     }
 
     /// A roucairol-carvalho node that answers a request owes the

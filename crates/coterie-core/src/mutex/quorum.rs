@@ -117,7 +117,11 @@
 //! that crashed together with the arbiter and never returns blocks it, as
 //! a holder that never returns does in Maekawa's original. Grant numbers are
 //! reserved [`GRANT_RESERVE`] at a time, so a restarted arbiter numbers
-//! its grants above every earlier one. It also waits until it has joined
+//! its grants above every earlier one. A grant to the node's own request
+//! is neither written down nor numbered under the reserve: it crosses no
+//! link and dies with the run. So an arbiter that has granted no other
+//! node keeps no record at all, and a new lock is written down only at
+//! the arbiters that grant it to another node. It also waits until it has joined
 //! and every live peer has sent its RECOVER; its `high` restarts at least
 //! at its Lamport clock, which starts above the engine's stored watermark
 //! reserve and has by then caught up with every peer's (so its own
@@ -437,7 +441,11 @@ impl<R: QuorumRule> QuorumLock<R> {
         let Some(&Holding { mode, seq }) = a.holders.get(&to) else {
             return;
         };
-        if a.grants > a.reserved {
+        // A grant to this node's own request crosses no link and dies with
+        // the run, so no later copy of it can be mistaken for a new one:
+        // only a grant sent to another node must be numbered under the
+        // stored reserve.
+        if to.node != self.id && a.grants > a.reserved {
             a.reserved = a.grants + GRANT_RESERVE;
         }
         let high = match mode {
@@ -1144,17 +1152,29 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
         self.clock.observe(watermark);
     }
 
+    /// Who may hold the permission, and the grant numbers reserved; no
+    /// record at all while it has granted no other node anything, which
+    /// a restarted arbiter takes exactly as it takes an empty record: so a
+    /// lock made here and taken only by this node's own requests, as
+    /// every new lock is until another node asks, writes nothing.
     fn durable_state(&self) -> Option<Vec<u8>> {
         let a = &self.arbiter;
         let named = a.holders.keys().chain(a.queue.keys().next()).map(|s| s.node);
-        let may_hold = named.chain(a.recent.iter().copied()).filter(|&n| n != self.id).collect();
+        let may_hold: BTreeSet<NodeId> =
+            named.chain(a.recent.iter().copied()).filter(|&n| n != self.id).collect();
+        if may_hold.is_empty() && a.reserved == 0 {
+            return None;
+        }
         Some(crate::wire::encode(&Durable { may_hold, grants: a.reserved }))
     }
 
+    /// Only GRANTs to other nodes rest on the record: a step that sent
+    /// none is covered by any record.
     fn covered_by(&self, record: &[u8]) -> bool {
-        crate::wire::decode::<Durable>(record).is_ok_and(|r| {
-            self.arbiter.grants <= r.grants && self.step_grants.is_subset(&r.may_hold)
-        })
+        self.step_grants.is_empty()
+            || crate::wire::decode::<Durable>(record).is_ok_and(|r| {
+                self.arbiter.grants <= r.grants && self.step_grants.is_subset(&r.may_hold)
+            })
     }
 }
 
@@ -1651,10 +1671,11 @@ mod tests {
         let mut a = node(1);
         let mut out = Out::new();
         let record = |a: &Maekawa| a.durable_state().unwrap();
-        let before = record(&a);
+        assert!(a.durable_state().is_none(), "nothing granted yet: no record");
+        let empty = crate::wire::encode(&Durable { may_hold: BTreeSet::new(), grants: 0 });
         a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2), mode: W }, &mut out);
         // A grant to a node not written down: the record goes first.
-        assert!(!a.covered_by(&before));
+        assert!(!a.covered_by(&empty));
         let granted = record(&a);
         let r: Durable = crate::wire::decode(&granted).unwrap();
         assert_eq!((r.may_hold, r.grants), ([n(2)].into(), 1 + GRANT_RESERVE));
@@ -1680,5 +1701,30 @@ mod tests {
         a.handle_peer_down(T, n(2), &mut out);
         let r: Durable = crate::wire::decode(&record(&a)).unwrap();
         assert_eq!(r.may_hold, [n(3)].into());
+    }
+
+    #[test]
+    fn a_lock_taken_only_by_its_own_node_writes_nothing_and_numbers_the_next_grant_above() {
+        // Node 2 of three asks {1, 2}: its own arbiter grants it locally.
+        let mut b = node(2);
+        let mut out = Out::new();
+        b.handle_request(T, &mut out);
+        assert!(b.durable_state().is_none(), "a grant to itself is not written down");
+        assert!(
+            b.covered_by(&crate::wire::encode(&Durable { may_hold: BTreeSet::new(), grants: 0 }))
+        );
+        let mine = b.stamp().unwrap();
+        b.handle_message(T, n(1), grant(mine, FLOOR, 1), &mut out);
+        assert_eq!(b.cs_state(), CsState::Held);
+        b.handle_release(T, &mut out);
+        assert!(b.durable_state().is_none(), "released: still nothing to keep");
+        out.take();
+        // Node 3 asks: its grant is the second, and the record that goes
+        // before it names node 3 and reserves numbers above it.
+        b.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(40, 3), mode: W }, &mut out);
+        let r: Durable = crate::wire::decode(&b.durable_state().unwrap()).unwrap();
+        assert_eq!((r.may_hold, r.grants), ([n(3)].into(), 2 + GRANT_RESERVE));
+        assert!(matches!(&out.take()[..],
+            [Action::Send { to, msg: QuorumMsg::Grant { seq: 2, .. } }] if *to == n(3)));
     }
 }
