@@ -59,9 +59,11 @@ for t in "${TARGETS[@]}"; do
     # With -jobs, each worker logs to fuzz-N.log in the working directory.
     cat "$TMPDIR_FUZZ"/fuzz-*.log >>"$log" 2>/dev/null || true
     rm -f "$TMPDIR_FUZZ"/fuzz-*.log
-    execs="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | awk '{s += $2} END {print s + 0}')"
-    rate="$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | awk '{s += $2} END {print s + 0}')"
-    cov="$(grep -oE 'cov: [0-9]+' "$log" | tail -n 1 | awk '{print $2}')"
+    # A run cut short (a crash, an out-of-memory) prints no final stats:
+    # a grep that finds nothing must not end the script before it says so.
+    execs="$({ grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" || true; } | awk '{s += $2} END {print s + 0}')"
+    rate="$({ grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" || true; } | awk '{s += $2} END {print s + 0}')"
+    cov="$({ grep -oE 'cov: [0-9]+' "$log" || true; } | tail -n 1 | awk '{print $2}')"
     if [ "$rc" -ne 0 ]; then
         tail -n 40 "$log" >&2
         mkdir -p "$ROOT/fuzz/regressions/$t"

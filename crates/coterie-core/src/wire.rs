@@ -62,12 +62,28 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
 pub const MAX_STORED: usize = u32::MAX as usize;
 
 /// Decodes a value read back from stable storage, which must take up all
-/// of `bytes`: as [`decode`], with [`MAX_STORED`] for a limit.
+/// of `bytes`: as [`decode`], with a limit that grows with `bytes` (the
+/// smallest of 64 KiB, 256 KiB, ... [`MAX_STORED`] that is at least 16
+/// times their length). A length that a damaged record claims can then
+/// allocate at most 64 times what was read, never gigabytes from a few
+/// bytes.
 pub fn decode_stored<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
-    let config = bincode::config::standard().with_limit::<MAX_STORED>();
-    let (value, used) = bincode::serde::decode_from_slice(bytes, config)
-        .map_err(|e| WireError::Malformed(e.to_string()))?;
-    whole(bytes, value, used)
+    fn with<T: DeserializeOwned, const LIMIT: usize>(bytes: &[u8]) -> Result<T, WireError> {
+        let config = bincode::config::standard().with_limit::<LIMIT>();
+        let (value, used) = bincode::serde::decode_from_slice(bytes, config)
+            .map_err(|e| WireError::Malformed(e.to_string()))?;
+        whole(bytes, value, used)
+    }
+    let wanted = bytes.len().saturating_mul(16);
+    macro_rules! ladder {
+        ($($bits:literal)*) => {
+            $(if wanted <= 1usize << $bits {
+                return with::<T, { 1usize << $bits }>(bytes);
+            })*
+        };
+    }
+    ladder!(16 18 20 22 24 26 28 30);
+    with::<T, MAX_STORED>(bytes)
 }
 
 fn whole<T>(bytes: &[u8], value: T, used: usize) -> Result<T, WireError> {
@@ -288,6 +304,21 @@ pub enum PeerFrame {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_length_beyond_what_was_read_is_refused_before_it_is_allocated() {
+        // The fuzzer's `state_file` find: a record of eight bytes whose
+        // map entry claims a name of about 4 GB.
+        let bytes = [0x00, 0x30, 0x01, 0xfc, 0xca, 0xfc, 0x00, 0xf7];
+        let err = decode_stored::<crate::Restored>(&bytes).unwrap_err();
+        assert!(err.to_string().contains("Limit"), "{err}");
+        // Records of a few megabytes, as a node with many locks keeps,
+        // still read back whole.
+        let big: Vec<Vec<u8>> = (0..40_000).map(|i| vec![i as u8; 100]).collect();
+        let encoded = encode(&big);
+        assert!(encoded.len() > 4_000_000);
+        assert_eq!(decode_stored::<Vec<Vec<u8>>>(&encoded).unwrap(), big);
+    }
 
     fn hello() -> Hello {
         Hello {
