@@ -2454,15 +2454,10 @@ mod tests {
         assert!(again.expect("n1 holds again") > fence);
     }
 
-    #[test]
-    fn a_grant_rests_on_its_record_or_on_the_one_that_named_its_grantee_ahead() {
-        use crate::mutex::quorum::QuorumMsg;
-        let mut e = Engine::new(
-            AlgoConfig::for_test(1, 3),
-            registry::mutex("maekawa").unwrap(),
-            BULLY,
-            ms(0),
-        );
+    /// Node 1 of a three-node maekawa cluster built from `cfg`, which has
+    /// heard both peers and node 3's COORDINATOR: joined.
+    fn joined_maekawa(cfg: AlgoConfig) -> Engine {
+        let mut e = Engine::new(cfg, registry::mutex("maekawa").unwrap(), BULLY, ms(0));
         for p in [2, 3] {
             e.handle_message(ms(1), NodeId(p), heartbeat()).unwrap();
         }
@@ -2470,6 +2465,13 @@ mod tests {
         let coordinator =
             crate::wire::encode(&crate::election::bully::BullyMsg::Coordinator { epoch });
         e.handle_message(ms(1), NodeId(3), Envelope::Election(coordinator)).unwrap();
+        e
+    }
+
+    #[test]
+    fn a_grant_rests_on_its_record_or_on_the_one_that_named_its_grantee_ahead() {
+        use crate::mutex::quorum::QuorumMsg;
+        let mut e = joined_maekawa(AlgoConfig::for_test(1, 3));
         let mutex = |e: &mut Engine, t, from, msg: QuorumMsg| {
             e.handle_message(
                 ms(t),
@@ -2533,15 +2535,8 @@ mod tests {
             restored.names.insert(Name::new(&format!("x{i}")).unwrap(), vec![0; 40]);
         }
         cfg.restored = Some(restored);
-        let mut e = Engine::new(cfg, registry::mutex("maekawa").unwrap(), BULLY, ms(0));
+        let mut e = joined_maekawa(cfg);
         assert_eq!(e.config().restored.as_ref().map(|r| r.names.len()), Some(0), "kept once");
-        for p in [2, 3] {
-            e.handle_message(ms(1), NodeId(p), heartbeat()).unwrap();
-        }
-        let epoch = Epoch::new(1, NodeId(3));
-        let coordinator =
-            crate::wire::encode(&crate::election::bully::BullyMsg::Coordinator { epoch });
-        e.handle_message(ms(1), NodeId(3), Envelope::Election(coordinator)).unwrap();
         drain(&mut e);
         // Node 2 asks for a lock new here: node 1's arbiter grants it, and
         // writes down first that node 2 may hold its permission.
