@@ -121,14 +121,14 @@
 //! is neither written down nor numbered under the reserve: it crosses no
 //! link and dies with the run. So an arbiter that has granted no other
 //! node keeps no record at all, and a new lock is written down only at
-//! the arbiters that grant it to another node. It also waits until it has joined
-//! and every live peer has sent its RECOVER; its `high` restarts at least
-//! at its Lamport clock, which starts above the engine's stored watermark
-//! reserve and has by then caught up with every peer's (so its own
-//! request, which died with it and is never written down, counts as used
-//! too). A driver without stable storage (a node run without
-//! a state directory) keeps the rest of the guarantees, and stamps stay
-//! above the shared clock's milliseconds (hybrid, below).
+//! the arbiters that grant it to another node. It also waits until it
+//! has joined and every live peer has sent its RECOVER; its `high`
+//! restarts at least at its Lamport clock, which starts above the
+//! engine's stored watermark reserve and has by then caught up with every
+//! peer's (so its own request, which died with it and is never written
+//! down, counts as used too). A driver without stable storage (a node run
+//! without a state directory) keeps the rest of the guarantees, and
+//! stamps stay above the shared clock's milliseconds (hybrid, below).
 
 use crate::algorithm::AlgoConfig;
 use crate::outbox::{message_kinds, NoTimer, Outbox, Time};
