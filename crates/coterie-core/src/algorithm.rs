@@ -526,15 +526,17 @@ pub trait MutexAlgorithm: Algorithm {
     }
 
     /// Whether every message of the step just taken rests on what
-    /// `record` (the record last handed to the driver, perhaps not yet
-    /// durable) already holds, so that the new
-    /// [`durable_state`](Self::durable_state) may follow the messages out
-    /// instead of going before them. An algorithm that writes down ahead
-    /// of time what its next messages will rest on (the quorum arbiter
-    /// records its next grantee while the current one holds) keeps the
-    /// flush off the path of those messages this way. The default, `false`,
-    /// is always safe.
-    fn covered_by(&self, _record: &[u8]) -> bool {
+    /// `record` (the lock's record last handed to the driver, perhaps not
+    /// yet durable; `None` if the lock has none) already holds, so that
+    /// the new [`durable_state`](Self::durable_state) may follow the
+    /// messages out instead of going before them. An algorithm that
+    /// writes down ahead of time what its next messages will rest on (the
+    /// quorum arbiter records its next grantee while the current one
+    /// holds) keeps the flush off the path of those messages this way; one
+    /// whose step rests on no record at all (an arbiter that granted no
+    /// other node) says so for `None` too, and its messages wait for no
+    /// other lock's flush. The default, `false`, is always safe.
+    fn covered_by(&self, _record: Option<&[u8]>) -> bool {
         false
     }
 }

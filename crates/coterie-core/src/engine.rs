@@ -1725,7 +1725,7 @@ impl Engine {
         }
         let ahead = epoch == latest.epoch
             && !reserve_reached
-            && stored.zip(lock).is_some_and(|(r, l)| l.mutex.covered_by(r));
+            && lock.is_some_and(|l| l.mutex.covered_by(stored.map(Vec::as_slice)));
         let mut delta = latest.unchanged();
         delta.epoch = epoch;
         if reserve_reached {
@@ -2522,6 +2522,52 @@ mod tests {
         // Node 2 asks again: it is named already, so nothing is written.
         let out = mutex(&mut e, 6, 2, QuorumMsg::Request { stamp: stamp(9, 2), mode: Mode::Write });
         assert!(!out.iter().any(|(o, _)| matches!(o, Output::Persist(_))));
+    }
+
+    #[test]
+    fn a_new_quorum_lock_waits_for_no_other_locks_record() {
+        use crate::mutex::quorum::QuorumMsg;
+        let mut e = joined_maekawa(AlgoConfig::for_test(1, 3));
+        let (a, b) = (Name::default(), Name::new("b").unwrap());
+        let drain = |e: &mut Engine| std::iter::from_fn(|| e.poll_output_resting()).collect();
+        let mutex = |e: &mut Engine, t, from, name: &Name, msg: QuorumMsg| {
+            let bytes = crate::wire::encode(&msg);
+            let envelope = Envelope::Mutex { name: name.clone(), permits: 1, bytes };
+            e.handle_message(ms(t), NodeId(from), envelope).unwrap();
+            drain(e)
+        };
+        let recover =
+            QuorumMsg::Recover { holding: None, waiting: None, mode: Mode::Write, ask: false };
+        for name in [&a, &b] {
+            for p in [2, 3] {
+                mutex(&mut e, 2, p, name, recover.clone());
+            }
+        }
+        // Lock a's arbiter grants node 2: record `granted`, perhaps not yet
+        // on disk.
+        let stamp = Stamp { ts: 5, node: NodeId(2) };
+        let out: Vec<(Output, u64)> =
+            mutex(&mut e, 3, 2, &a, QuorumMsg::Request { stamp, mode: Mode::Write });
+        assert!(matches!(&out[0], (Output::Persist(_), _)));
+        let granted = e.records.latest_number();
+        // Node 1 asks for lock b, which has no record: its REQUESTs need
+        // none, so they leave without waiting for a's.
+        e.request(ms(4), &b, 1).unwrap();
+        let out: Vec<(Output, u64)> = drain(&mut e);
+        let requests: Vec<u64> = out
+            .iter()
+            .filter_map(|(o, n)| matches!(o, Output::Send { kind: "request", .. }).then_some(*n))
+            .collect();
+        assert_eq!(requests.len(), 2, "{out:?}");
+        assert!(requests.iter().all(|&n| n < granted), "{requests:?} wait for {granted}");
+        // Node 2 asks for b, held here: it is written down ahead, after the
+        // FAILED, which rests on nothing new either.
+        let stamp = Stamp { ts: e.request_stamp(&b).unwrap().ts + 1, node: NodeId(2) };
+        let out = mutex(&mut e, 5, 2, &b, QuorumMsg::Request { stamp, mode: Mode::Write });
+        assert!(
+            matches!(&out[..], [(Output::Send { kind: "failed", .. }, n), (Output::Persist(_), _)] if *n < granted),
+            "{out:?}"
+        );
     }
 
     #[test]

@@ -80,7 +80,7 @@ pub trait DynMutex: DynAlgorithm {
     /// See [`MutexAlgorithm::durable_state`].
     fn durable_state(&self) -> Option<Vec<u8>>;
     /// See [`MutexAlgorithm::covered_by`].
-    fn covered_by(&self, record: &[u8]) -> bool;
+    fn covered_by(&self, record: Option<&[u8]>) -> bool;
     /// See [`MutexAlgorithm::forgettable`].
     fn forgettable(&self) -> bool;
     /// See [`MutexAlgorithm::term_spent`].
@@ -236,7 +236,7 @@ impl<A: MutexAlgorithm> DynMutex for Erased<A> {
     fn durable_state(&self) -> Option<Vec<u8>> {
         self.alg.durable_state()
     }
-    fn covered_by(&self, record: &[u8]) -> bool {
+    fn covered_by(&self, record: Option<&[u8]>) -> bool {
         self.alg.covered_by(record)
     }
     fn forgettable(&self) -> bool {

@@ -76,13 +76,13 @@ impl Records {
     /// `name` from it to the latest (as `covers` says) may rest on; the
     /// latest one's number if `covers` refuses the latest. Walks back from
     /// the latest record, undoing each change to `name` on the way.
-    pub(crate) fn covering(&self, name: &Name, covers: impl Fn(&[u8]) -> bool) -> u64 {
+    pub(crate) fn covering(&self, name: &Name, covers: impl Fn(Option<&[u8]>) -> bool) -> u64 {
         let clock = (self.latest.epoch, self.latest.watermark);
         let mut record = self.latest.names.get(name).map(Vec::as_slice);
         let mut number = self.handed;
         for handed in self.recent.iter().rev() {
             // `record` is lock `name`'s record as change `handed` left it.
-            if handed.clock != clock || !record.is_some_and(&covers) {
+            if handed.clock != clock || !covers(record) {
                 break;
             }
             number = handed.number;
@@ -115,9 +115,9 @@ mod tests {
         r.hand(record(1, 1));
         r.hand(record(1, 2));
         r.hand(record(1, 3));
-        assert_eq!(r.covering(&Name::default(), |m| m[0] >= 2), 2);
+        assert_eq!(r.covering(&Name::default(), |m| m.is_some_and(|m| m[0] >= 2)), 2);
         assert_eq!(
-            r.covering(&Name::default(), |m| m[0] == 1),
+            r.covering(&Name::default(), |m| m.is_some_and(|m| m[0] == 1)),
             3,
             "the latest does not cover: rest on it"
         );
@@ -147,9 +147,18 @@ mod tests {
         r.hand(change(&a, 1));
         r.hand(change(&b, 9));
         r.hand(change(&a, 2));
-        assert_eq!(r.covering(&a, |m| m[0] >= 1), 1, "b's change keeps a's record");
-        assert_eq!(r.covering(&a, |m| m[0] >= 2), 3);
-        assert_eq!(r.covering(&b, |m| m[0] == 9), 2, "before 2, b had no record");
+        assert_eq!(
+            r.covering(&a, |m| m.is_some_and(|m| m[0] >= 1)),
+            1,
+            "b's change keeps a's record"
+        );
+        assert_eq!(r.covering(&a, |m| m.is_some_and(|m| m[0] >= 2)), 3);
+        assert_eq!(r.covering(&b, |m| m.is_some_and(|m| m[0] == 9)), 2, "before 2, b had none");
+        // A lock that has no record, and whose messages need none, rests
+        // on no other lock's change: on the earliest looked back at.
+        let c = Name::new("c").unwrap();
+        assert_eq!(r.covering(&c, |m| m.is_none()), 1);
+        assert_eq!(r.covering(&c, |m| m.is_some()), 3, "needing one it has not: the latest");
         assert_eq!(r.latest().names.len(), 2);
     }
 }

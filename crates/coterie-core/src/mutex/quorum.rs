@@ -1169,10 +1169,10 @@ impl<R: QuorumRule> MutexAlgorithm for QuorumLock<R> {
     }
 
     /// Only GRANTs to other nodes rest on the record: a step that sent
-    /// none is covered by any record.
-    fn covered_by(&self, record: &[u8]) -> bool {
+    /// none is covered by any record, and by none.
+    fn covered_by(&self, record: Option<&[u8]>) -> bool {
         self.step_grants.is_empty()
-            || crate::wire::decode::<Durable>(record).is_ok_and(|r| {
+            || record.and_then(|r| crate::wire::decode::<Durable>(r).ok()).is_some_and(|r| {
                 self.arbiter.grants <= r.grants && self.step_grants.is_subset(&r.may_hold)
             })
     }
@@ -1675,14 +1675,15 @@ mod tests {
         let empty = crate::wire::encode(&Durable { may_hold: BTreeSet::new(), grants: 0 });
         a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(5, 2), mode: W }, &mut out);
         // A grant to a node not written down: the record goes first.
-        assert!(!a.covered_by(&empty));
+        assert!(!a.covered_by(Some(&empty)));
+        assert!(!a.covered_by(None), "nor by no record");
         let granted = record(&a);
         let r: Durable = crate::wire::decode(&granted).unwrap();
         assert_eq!((r.may_hold, r.grants), ([n(2)].into(), 1 + GRANT_RESERVE));
         a.handle_message(T, n(3), QuorumMsg::Request { stamp: stamp(7, 3), mode: W }, &mut out);
         // Node 3 is next in line: written down, and this step's messages
         // (a FAILED) rest on nothing new.
-        assert!(a.covered_by(&granted));
+        assert!(a.covered_by(Some(&granted)));
         let ahead = record(&a);
         let r: Durable = crate::wire::decode(&ahead).unwrap();
         assert_eq!(r.may_hold, [n(2), n(3)].into());
@@ -1693,7 +1694,7 @@ mod tests {
         // Node 3 was written down before: its GRANT leaves at once. Node 2
         // stays named, as a recent holder: when it asks again, nothing new
         // is written.
-        assert!(a.covered_by(&ahead));
+        assert!(a.covered_by(Some(&ahead)));
         assert_eq!(record(&a), ahead);
         a.handle_message(T, n(2), QuorumMsg::Request { stamp: stamp(9, 2), mode: W }, &mut out);
         assert_eq!(record(&a), ahead);
@@ -1710,9 +1711,9 @@ mod tests {
         let mut out = Out::new();
         b.handle_request(T, &mut out);
         assert!(b.durable_state().is_none(), "a grant to itself is not written down");
-        assert!(
-            b.covered_by(&crate::wire::encode(&Durable { may_hold: BTreeSet::new(), grants: 0 }))
-        );
+        let empty = crate::wire::encode(&Durable { may_hold: BTreeSet::new(), grants: 0 });
+        assert!(b.covered_by(Some(&empty)));
+        assert!(b.covered_by(None), "its messages wait for no other lock's record");
         let mine = b.stamp().unwrap();
         b.handle_message(T, n(1), grant(mine, FLOOR, 1), &mut out);
         assert_eq!(b.cs_state(), CsState::Held);
