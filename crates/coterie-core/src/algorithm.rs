@@ -473,6 +473,21 @@ pub trait MutexAlgorithm: Algorithm {
     /// A peer's [`watermark`](Self::watermark), seen on its heartbeat.
     fn observe_watermark(&mut self, _watermark: u64) {}
 
+    /// The highest value this instance chose itself in this run, as
+    /// opposed to learned, that its lock's later instances at this node,
+    /// and new locks, may go on from (token ring: a generation it
+    /// proposed). The engine keeps the highest over every lock, in memory
+    /// only, so a restart or a reset starts it again at 0, and hands it to
+    /// each new instance ([`observe_made`](Self::observe_made)). The
+    /// default, 0, makes nothing.
+    fn made(&self) -> u64 {
+        0
+    }
+
+    /// A new instance: the highest [`made`](Self::made) of any lock at
+    /// this node in this run. Called as it is built, before any input.
+    fn observe_made(&mut self, _made: u64) {}
+
     /// What must outlive a crash of this node, encoded: the engine hands
     /// it to its driver for stable storage whenever it changes, before any
     /// message of the step that changed it leaves (unless

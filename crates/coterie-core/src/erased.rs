@@ -77,6 +77,10 @@ pub trait DynMutex: DynAlgorithm {
     fn watermark_ahead(&self) -> u64;
     /// See [`MutexAlgorithm::observe_watermark`].
     fn observe_watermark(&mut self, watermark: u64);
+    /// See [`MutexAlgorithm::made`].
+    fn made(&self) -> u64;
+    /// See [`MutexAlgorithm::observe_made`].
+    fn observe_made(&mut self, made: u64);
     /// See [`MutexAlgorithm::durable_state`].
     fn durable_state(&self) -> Option<Vec<u8>>;
     /// See [`MutexAlgorithm::covered_by`].
@@ -232,6 +236,12 @@ impl<A: MutexAlgorithm> DynMutex for Erased<A> {
     }
     fn observe_watermark(&mut self, watermark: u64) {
         self.alg.observe_watermark(watermark);
+    }
+    fn made(&self) -> u64 {
+        self.alg.made()
+    }
+    fn observe_made(&mut self, made: u64) {
+        self.alg.observe_made(made);
     }
     fn durable_state(&self) -> Option<Vec<u8>> {
         self.alg.durable_state()

@@ -136,6 +136,9 @@ pub(crate) struct Resources {
     build: fn(&AlgoConfig) -> Box<dyn DynMutex>,
     map: Table,
     floor: u64,
+    /// The highest value any instance made itself in this run
+    /// ([`MutexAlgorithm::made`](crate::MutexAlgorithm::made)).
+    made: u64,
     /// How far above the floor stable storage keeps its watermark (the
     /// algorithm's `WATERMARK_AHEAD`) and how much further it writes
     /// (`WATERMARK_RESERVE`): constants of the algorithm, read off each
@@ -165,6 +168,7 @@ impl Resources {
             build,
             map: Table::with_hasher(foldhash::fast::FixedState::with_seed(0)),
             floor: 0,
+            made: 0,
             ahead: 0,
             reserve: WATERMARK_RESERVE,
             forgetting,
@@ -183,6 +187,7 @@ impl Resources {
         let mut mutex = (self.build)(cfg);
         (self.ahead, self.reserve) = (mutex.watermark_ahead(), mutex.watermark_reserve());
         mutex.observe_watermark(self.floor);
+        mutex.observe_made(self.made);
         // The remnant stays: it is still a bound for the instance after
         // this one (which leaves a higher one), and a name that shares its
         // hash keeps it too.
@@ -253,6 +258,11 @@ impl Resources {
         self.floor
     }
 
+    /// The highest value any instance made itself in this run.
+    pub(crate) fn made(&self) -> u64 {
+        self.made
+    }
+
     /// How far above the floor stable storage must keep its watermark,
     /// and how much further it reserves when it writes (see
     /// [`MutexAlgorithm::WATERMARK_AHEAD`] and
@@ -278,6 +288,7 @@ impl Resources {
     pub(crate) fn stepped(&mut self, name: &Name, now: Time, joined: bool) {
         let Some(i) = self.map.get_mut(name) else { return };
         self.floor = self.floor.max(i.mutex.watermark());
+        self.made = self.made.max(i.mutex.made());
         if self.forgetting.is_none() || name.as_str() == Name::DEFAULT || !joined {
             return;
         }

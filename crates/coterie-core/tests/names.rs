@@ -6,7 +6,7 @@ use coterie_core::engine::{Output, RequestError};
 use coterie_core::registry::{self, MUTEXES};
 use coterie_core::wire::Envelope;
 use coterie_core::{
-    AlgoConfig, CsState, Engine, EngineError, Fence, Forgetting, Mode, Name, NodeId, Time,
+    AlgoConfig, CsState, Engine, EngineError, Epoch, Fence, Forgetting, Mode, Name, NodeId, Time,
 };
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -395,6 +395,40 @@ fn idle_names_are_forgotten_and_their_fences_keep_rising() {
         let forgotten: u64 = (1..=n).map(|id| net.engine(id).counters().forgotten).sum();
         assert!(forgotten > 0, "{}", info.name);
     }
+}
+
+/// Token ring's fences are per lock, so new locks share their first
+/// generation, and making locks does not spend the rounds a fence has
+/// room for (2^24); a lock made again after every node dropped its
+/// remnant for room still goes above its earlier fences.
+#[test]
+fn new_token_ring_locks_share_a_generation_and_still_rise_per_lock() {
+    let n = 3;
+    let forgetting = Forgetting { after: ms(100), remnants: 3, locks: 100 };
+    let mut net = Net::build("token-ring", n, 1, Some(forgetting));
+    let use_once = |net: &mut Net, lock: &str, who: u32| {
+        net.request(who, lock);
+        assert!(net.holds(who, lock), "{lock}");
+        let fence = net.grants.last().unwrap().2;
+        net.release(who, lock);
+        let now = net.now;
+        net.run_until(now + ms(400));
+        assert_eq!((1..=n).map(|id| net.engine(id).names()).sum::<usize>(), n as usize);
+        fence
+    };
+    let first: Vec<Fence> =
+        ["a", "b", "c"].iter().zip(1..).map(|(l, w)| use_once(&mut net, l, w)).collect();
+    assert!(first.iter().all(|f| f.major() == first[0].major()), "one generation: {first:?}");
+    // Three more push a, b and c's remnants out at every node: the
+    // generation they share is in the floor now, and the next new lock
+    // goes above it.
+    let more: Vec<Fence> =
+        ["d", "e", "f"].iter().zip(1..).map(|(l, w)| use_once(&mut net, l, w)).collect();
+    assert!(more.iter().all(|f| f.major() >= first[0].major()), "{more:?}");
+    let again = use_once(&mut net, "a", 2);
+    assert!(again > first[0], "a again: {again:?} after {:?}", first[0]);
+    let rounds = |f: Fence| Epoch(f.major()).round();
+    assert!(rounds(again) <= rounds(first[0]) + 3, "{} rounds for 7 locks", rounds(again));
 }
 
 /// At the limit of instances a new lock takes the place of the one idle

@@ -92,25 +92,45 @@
 //! **Fences.** The token carries its generation and the number of entries
 //! made with it in that generation; a grant's fence is (generation,
 //! entries). Entries within a generation count up (from 0 again when a
-//! round relabels the token), and a new generation is higher than every
-//! earlier one, so fences rise with every grant, also across
-//! regenerations. A generation's count has room for 2²⁴ − 1 entries
-//! (fewer with `fence_room`): the holder that finds it full sets the token
-//! aside and asks the coordinator for a round (MISSING), whose verdict
-//! relabels the token with a new generation before the next entry. The
-//! highest generation seen is the node's watermark, which the engine keeps
-//! a reserve above in stable storage: after a restart of every node the
-//! next generation is above all earlier ones, and so are its fences.
+//! round relabels the token), and a lock's new generation is higher than
+//! every earlier one of that lock, so its fences rise with every grant,
+//! also across regenerations. A generation's count has room for 2²⁴ − 1
+//! entries (fewer with `fence_room`): the holder that finds it full sets
+//! the token aside and asks the coordinator for a round (MISSING), whose
+//! verdict relabels the token with a new generation before the next
+//! entry. The highest generation seen is the node's watermark, which the
+//! engine keeps a reserve above in stable storage: after a restart of
+//! every node the next generation is above all earlier ones, and so are
+//! its fences.
 //!
-//! **Stable storage.** Every new lock's first generation is a round above
-//! the highest any lock has seen (the floor, which is what lets a lock's
-//! remnant be dropped), so the watermark climbs a whole round, 2¹⁶ in
-//! ballot units, per lock made. The reserve is kept
-//! [`RESERVE_ROUNDS`] rounds ahead: a node writes once per that many new
-//! locks, not once per lock, and a restart skips at most that many
-//! rounds. A fence's major part holds the generation's round in 24 bits
-//! (its other 16 name the coordinator): 2²⁴ rounds, one per lock made,
-//! per regeneration and per `RESERVE_ROUNDS` at a restart.
+//! **Sharing a generation.** Fences are compared per lock, so a lock's
+//! generation need only be above every earlier generation of that lock.
+//! A new instance starts from the node's floor, the highest generation
+//! any lock has seen here or at a peer (which is what lets a remnant be
+//! dropped, and a paused holder's token be outranked by a coordinator
+//! that never saw its lock). Taking a round above it for every new lock
+//! would climb a round per lock made, and a fence's major part holds the
+//! round in 24 bits (its other 16 name the coordinator): fences would
+//! stop rising after 2²⁴ locks. So a coordinator gives a lock that has
+//! never had a generation here the highest one it has seen, if that is
+//! the highest it proposed itself in this run, for any lock (the engine
+//! keeps it, in memory only: [`made`](MutexAlgorithm::made)). That one
+//! is above every earlier generation of the lock that the floor covers,
+//! as a round above it would be, and the lock never had it: only this
+//! run of this node made it, and the instance here that got it would
+//! remember it (as a remnant once forgotten, or in the floor of remnants
+//! dropped for room, which a shared generation must be above). A restart
+//! or a reset starts the node's own from nothing, so a node that lost its
+//! stable storage, which cannot tell what it made before, never shares
+//! one of those. New locks thus share their first generation, and the
+//! rounds are spent by regenerations (a lost or full token, a new
+//! coordinator), by restarts, and by remnants dropped at or above the
+//! shared one, not by each lock made.
+//!
+//! **Stable storage.** The watermark is the highest generation seen; the
+//! reserve is kept [`RESERVE_ROUNDS`] rounds ahead of it, so a node
+//! writes once per that many rounds, and a restart skips at most that
+//! many.
 
 use crate::algorithm::{AlgoConfig, Algorithm, MutexAlgorithm, Out};
 use crate::outbox::{message_kinds, timers, Time};
@@ -256,6 +276,12 @@ pub struct TokenRing {
     round: Option<Round>,
     /// Coordinator only: the generation its last round settled on.
     settled: Option<Epoch>,
+    /// The highest generation this node proposed in this run, for any
+    /// lock (the engine's [`made`](MutexAlgorithm::made)).
+    made: Epoch,
+    /// The highest remnant of any lock the engine dropped for room: this
+    /// lock may have been one of them.
+    dropped: Epoch,
 }
 
 impl TokenRing {
@@ -278,6 +304,8 @@ impl TokenRing {
             wanted: false,
             round: None,
             settled: None,
+            made: Epoch::default(),
+            dropped: Epoch::default(),
         }
     }
 
@@ -491,7 +519,8 @@ impl TokenRing {
 
     /// Coordinator: starts a probe round for a new generation.
     fn start_round(&mut self, now: Time, out: &mut Out<TokenRing>) {
-        let generation = self.highest.next_for(self.id);
+        let generation = self.next_generation();
+        self.made = self.made.max(generation);
         self.learn(generation);
         let mut round = Round {
             generation,
@@ -503,6 +532,23 @@ impl TokenRing {
         out.broadcast(self.alive.iter().copied(), TokenMsg::Probe { generation });
         self.round = Some(round);
         self.finish_round(now, out);
+    }
+
+    /// Coordinator: the generation a new round proposes. One above every
+    /// generation seen, unless this lock has had none here and the highest
+    /// seen is one this node made in this run, which a lock that never
+    /// had it may share (see "Sharing a generation" above).
+    fn next_generation(&self) -> Epoch {
+        let highest = self.highest;
+        let shared = self.generation.is_none()
+            && highest == self.made
+            && highest > self.dropped
+            && highest != Epoch::default();
+        if shared {
+            highest
+        } else {
+            highest.next_for(self.id)
+        }
     }
 
     /// Coordinator: settles the round once every live node has answered.
@@ -782,17 +828,27 @@ impl MutexAlgorithm for TokenRing {
         self.generation.max(parked).map(|g| g.0)
     }
 
-    fn observe_remnant(&mut self, own: Option<u64>, _floor: u64) {
+    fn observe_remnant(&mut self, own: Option<u64>, floor: u64) {
         // A dropped remnant is not guessed from other locks': without one
         // the new instance keeps a token that reaches it until it is told
-        // the generation, as a newcomer does.
+        // the generation, as a newcomer does. But it may have been this
+        // lock's, so no generation at or below it is shared with it.
         if let Some(generation) = own {
             self.learn(Epoch(generation));
         }
+        self.dropped = self.dropped.max(Epoch(floor));
     }
 
     fn observe_watermark(&mut self, watermark: u64) {
         self.highest = self.highest.max(Epoch(watermark));
+    }
+
+    fn made(&self) -> u64 {
+        self.made.0
+    }
+
+    fn observe_made(&mut self, made: u64) {
+        self.made = self.made.max(Epoch(made));
     }
 }
 
@@ -851,6 +907,86 @@ mod tests {
         c.handle_request(T, &mut out);
         let grant = Action::Grant { fence: Fence::new(g.0, 1) };
         assert_eq!(out.take(), vec![Action::CancelTimer { timer: TokenTimer::Patience }, grant]);
+    }
+
+    /// The generation coordinator 3 of three probes for on taking office
+    /// in a new instance built as the engine builds one: from `cfg`, at
+    /// the node's `floor`, after the node `made` that generation in this
+    /// run, with what `remnant` says (own, dropped floor).
+    fn first_probe(
+        cfg: &AlgoConfig,
+        floor: Epoch,
+        made: Epoch,
+        remnant: Option<(Option<Epoch>, Epoch)>,
+    ) -> Epoch {
+        let mut t = TokenRing::new(cfg);
+        t.observe_watermark(floor.0);
+        t.observe_made(made.0);
+        if let Some((own, dropped)) = remnant {
+            t.observe_remnant(own.map(|g| g.0), dropped.0);
+        }
+        let mut out = Out::<TokenRing>::new();
+        for p in cfg.peers() {
+            t.handle_peer_up(T, p, &mut out);
+        }
+        t.handle_coordinator(T, n(3), Epoch::default(), &mut out);
+        match sends(out.take()).first() {
+            Some(Action::Send { msg: TokenMsg::Probe { generation }, .. }) => *generation,
+            other => panic!("no probe: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn new_locks_share_the_generation_their_coordinator_made_last_in_this_run() {
+        let cfg = AlgoConfig::for_test(3, 3);
+        let floor = generation(10, 2); // another coordinator's, seen on a heartbeat
+                                       // Nothing made in this run yet: a round above the floor.
+        let first = first_probe(&cfg, floor, Epoch(0), None);
+        assert_eq!(first, generation(11, 3));
+        // The floor and what this run made are that generation: the next
+        // new lock shares it, and the one after, so the floor stays put.
+        assert_eq!(first_probe(&cfg, first, first, None), first);
+        assert_eq!(first_probe(&cfg, first, first, None), first);
+        // A lock that had it (its remnant says so) goes above it, ...
+        let above = generation(12, 3);
+        assert_eq!(first_probe(&cfg, first, first, Some((Some(first), Epoch(0)))), above);
+        // ... and so does one that may have had it, its remnant dropped.
+        assert_eq!(first_probe(&cfg, first, first, Some((None, first))), above);
+        // A remnant dropped below it keeps nothing from sharing.
+        assert_eq!(first_probe(&cfg, first, first, Some((None, generation(5, 3)))), first);
+        // A floor above what this run made: perhaps this lock's, so above.
+        assert_eq!(first_probe(&cfg, generation(12, 2), first, None), generation(13, 3));
+        // A generation of this node's in the floor that this run did not
+        // make (one from before a restart that lost its state, on a peer's
+        // heartbeat) is never shared: the lock may have had it.
+        assert_eq!(first_probe(&cfg, first, Epoch(0), None), above);
+        // A peer that knows a higher generation of the lock makes the
+        // round try above it, as for any round.
+        let mut t = TokenRing::new(&cfg);
+        t.observe_watermark(first.0);
+        t.observe_made(first.0);
+        let mut out = Out::<TokenRing>::new();
+        for p in cfg.peers() {
+            t.handle_peer_up(T, p, &mut out);
+        }
+        t.handle_coordinator(T, n(3), Epoch::default(), &mut out);
+        out.take();
+        let known = above.next_for(n(2));
+        t.handle_message(
+            T,
+            n(1),
+            TokenMsg::ProbeAck { generation: first, held: None, known },
+            &mut out,
+        );
+        t.handle_message(
+            T,
+            n(2),
+            TokenMsg::ProbeAck { generation: first, held: None, known: first },
+            &mut out,
+        );
+        let again = TokenMsg::Probe { generation: known.next_for(n(3)) };
+        assert_eq!(sends(out.take()), vec![send(1, again.clone()), send(2, again)]);
+        assert_eq!(t.made(), known.next_for(n(3)).0, "what it made is the engine's to keep");
     }
 
     #[test]
