@@ -26,6 +26,15 @@
 #          entries a second of that second sweep, and the changes, batches
 #          (one write and one flush each) and state bytes per change the
 #          nodes wrote meanwhile (their /metrics).
+#   restart
+#          what a restart costs with RECORDED locks (default "100000
+#          1000000") recorded: a state directory (STATE as for create)
+#          and forget_after "0s", the locks used once each, then node 1
+#          killed (SIGKILL) and started again through `coterie up`'s
+#          console: the bytes its state directory holds per lock, the
+#          time from the restart to the node's joining the cluster again
+#          (its status says so; polled every 20 ms), and its resident
+#          memory then.
 #   philosophers
 #          the dining philosophers: five clients, one per node, each
 #          taking its two forks (`--names 5 --per-request 2 --ring`, all
@@ -35,7 +44,7 @@
 #          them), and what the witness saw (overlaps, stale fences).
 #          Default mutexes: ricart-agrawala, token-ring, maekawa.
 #
-# Usage: scripts/bench-names.sh [idle|busy|create|philosophers|all] [MUTEX...]
+# Usage: scripts/bench-names.sh [idle|busy|create|restart|philosophers|all] [MUTEX...]
 #        (default all; every mutex). NAMES=100000 SETTLE_S=10 IDLE_S=10
 #        CLIENTS=16 MANY=1000 DURATION=5s REPEAT=3 MEALS=10000
 #        RECORDED="10000 100000" CREATE=20000 OUT=target/bench-names
@@ -97,7 +106,13 @@ start() {
     "$bin" init --name names --nodes 5 --mutex "$mutex" --free-ports "${extra[@]}" \
         --heartbeat 50ms --failure-timeout 250ms --set "limits.max_names=$((names + 1000))" \
         --force --out "$cfg"
-    "$bin" up --config "$cfg" >"$out/$mutex.up.log" 2>&1 &
+    # A job in the background of a script reads /dev/null unless told
+    # otherwise: `console` names a pipe for `up`'s console steps.
+    if [ -n "${console:-}" ]; then
+        "$bin" up --config "$cfg" <"$console" >"$out/$mutex.up.log" 2>&1 &
+    else
+        "$bin" up --config "$cfg" >"$out/$mutex.up.log" 2>&1 &
+    fi
     up_pid=$!
     for _ in $(seq 100); do
         if "$bin" status --config "$cfg" --json 2>/dev/null \
@@ -230,6 +245,69 @@ create() {
     column -t -s $'\t' "$tsv"
 }
 
+# Node 1's state files, in bytes.
+state_bytes() {
+    du -cb "$work"/state/*node1.* 2>/dev/null | awk 'END { print $1 }'
+}
+
+restart() {
+    local tsv="$out/restart-$state.tsv" k
+    printf 'mutex\trecorded\tstate_bytes_per_lock\trestart_to_joined_ms\trss_mb_after\n' >"$tsv"
+    for mutex in "${mutexes[@]}"; do
+        for k in ${RECORDED:-100000 1000000}; do
+            local storage=()
+            case "$state" in
+                synced) ;;
+                unsynced) storage=(--set cluster.state_sync=false) ;;
+                *) echo "STATE is synced or unsynced for restart, not $state" >&2; exit 2 ;;
+            esac
+            # `up` takes its console steps (kill 1, restart 1) from a pipe.
+            console="$work/console"
+            rm -f "$console"
+            mkfifo "$console"
+            exec 3<>"$console" # held open: `up` never reads an end of file
+            names=$k
+            start "$mutex" --set cluster.forget_after=0s --set "limits.max_names=$((k + 1000))" \
+                "${storage[@]}"
+            "$bin" workload --config "$cfg" --no-witness --names "$k" --name-prefix a --skew sweep \
+                --requests $(((k + 4) / 5)) --answer-within 300s --json >/dev/null
+            local bytes joined t0 t1 pid
+            bytes="$(state_bytes)"
+            echo "kill 1" >&3
+            for _ in $(seq 500); do
+                "$bin" status --config "$cfg" --json 2>/dev/null \
+                    | jq -e '.[] | select(.id == 1) | .reachable | not' >/dev/null && break
+                sleep 0.02
+            done
+            t0="$(date +%s%N)"
+            echo "restart 1" >&3
+            joined=""
+            for _ in $(seq 3000); do
+                if "$bin" status --config "$cfg" --json 2>/dev/null \
+                    | jq -e '.[] | select(.id == 1) | .reachable and .joined' >/dev/null; then
+                    joined=1
+                    break
+                fi
+                sleep 0.02
+            done
+            t1="$(date +%s%N)"
+            [ -n "$joined" ] || { echo "node 1 of $mutex never joined again" >&2; exit 1; }
+            grep -q "^coterie up: restart n1" "$out/$mutex.up.log" \
+                || { echo "node 1 of $mutex was not restarted (see $out/$mutex.up.log)" >&2; exit 1; }
+            pid="$(pgrep -f -- "node --config $cfg --id 1\$" | head -1)"
+            printf '%s\t%d\t%s\t%d\t%s\n' "$mutex" "$k" \
+                "$(awk -v b="$bytes" -v k="$k" 'BEGIN { printf "%.1f", b / k }')" \
+                "$(((t1 - t0) / 1000000))" \
+                "$(awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")" \
+                | tee -a "$tsv" >&2
+            exec 3>&-
+            console=""
+            stop
+        done
+    done
+    column -t -s $'\t' "$tsv"
+}
+
 philosophers() {
     local tsv="$out/philosophers.tsv"
     printf 'mutex\tmeals\tmeals_per_s\tunanswered\toverlaps\tstale_fences\n' >"$tsv"
@@ -258,7 +336,8 @@ case "$part" in
     idle) idle ;;
     busy) busy ;;
     create) create ;;
+    restart) restart ;;
     philosophers) philosophers ;;
-    all) idle; busy; create; philosophers ;;
-    *) echo "usage: $0 [idle|busy|create|philosophers|all] [MUTEX...]" >&2; exit 2 ;;
+    all) idle; busy; create; restart; philosophers ;;
+    *) echo "usage: $0 [idle|busy|create|restart|philosophers|all] [MUTEX...]" >&2; exit 2 ;;
 esac
