@@ -108,21 +108,34 @@ start() {
         --force --out "$cfg"
     # A job in the background of a script reads /dev/null unless told
     # otherwise: `console` names a pipe for `up`'s console steps.
-    if [ -n "${console:-}" ]; then
-        "$bin" up --config "$cfg" <"$console" >"$out/$mutex.up.log" 2>&1 &
-    else
-        "$bin" up --config "$cfg" >"$out/$mutex.up.log" 2>&1 &
-    fi
+    "$bin" up --config "$cfg" <"${console:-/dev/null}" >"$out/$mutex.up.log" 2>&1 &
     up_pid=$!
-    for _ in $(seq 100); do
-        if "$bin" status --config "$cfg" --json 2>/dev/null \
-            | jq -e 'length == 5 and all(.reachable and .joined) and ([.[].coordinator] | unique | length == 1)' >/dev/null; then
-            return
-        fi
-        sleep 0.2
-    done
+    status_until 100 0.2 \
+        'length == 5 and all(.reachable and .joined) and ([.[].coordinator] | unique | length == 1)' \
+        && return
     echo "the $mutex cluster never agreed (see $out/$mutex.up.log)" >&2
     exit 1
+}
+
+# Polls the cluster's status (up to TRIES times, PAUSE seconds apart)
+# until the jq FILTER holds of it; whether it did.
+status_until() {
+    local tries="$1" pause="$2" filter="$3"
+    for _ in $(seq "$tries"); do
+        "$bin" status --config "$cfg" --json 2>/dev/null | jq -e "$filter" >/dev/null && return 0
+        sleep "$pause"
+    done
+    return 1
+}
+
+# The `init` arguments for STATE, in `storage`.
+storage_for_state() {
+    case "$state" in
+        synced) storage=() ;;
+        unsynced) storage=(--set cluster.state_sync=false) ;;
+        none) storage=(--no-state-dir) ;;
+        *) echo "STATE is synced, unsynced or none, not $state" >&2; exit 2 ;;
+    esac
 }
 
 # The nodes' resident memory, in kB, summed.
@@ -210,14 +223,8 @@ create() {
     printf 'mutex\trecorded\tcreated\tentries_per_s\tchanges\tbatches\tbytes_per_change\tlog_bytes_per_change\n' >"$tsv"
     for mutex in "${mutexes[@]}"; do
         for k in $recorded; do
-            local max=$((k + create + 1000))
-            local storage=()
-            case "$state" in
-                synced) ;;
-                unsynced) storage=(--set cluster.state_sync=false) ;;
-                none) storage=(--no-state-dir) ;;
-                *) echo "STATE is synced, unsynced or none, not $state" >&2; exit 2 ;;
-            esac
+            local max=$((k + create + 1000)) storage
+            storage_for_state
             start "$mutex" --http --set cluster.forget_after=0s --set "limits.max_names=$max" \
                 "${storage[@]}"
             "$bin" workload --config "$cfg" --no-witness --names "$k" --name-prefix a --skew sweep \
@@ -255,43 +262,26 @@ restart() {
     printf 'mutex\trecorded\tstate_bytes_per_lock\trestart_to_joined_ms\trss_mb_after\n' >"$tsv"
     for mutex in "${mutexes[@]}"; do
         for k in ${RECORDED:-100000 1000000}; do
-            local storage=()
-            case "$state" in
-                synced) ;;
-                unsynced) storage=(--set cluster.state_sync=false) ;;
-                *) echo "STATE is synced or unsynced for restart, not $state" >&2; exit 2 ;;
-            esac
+            local storage
+            [ "$state" != none ] || { echo "restart needs a state directory: STATE=none" >&2; exit 2; }
+            storage_for_state
             # `up` takes its console steps (kill 1, restart 1) from a pipe.
             console="$work/console"
             rm -f "$console"
             mkfifo "$console"
             exec 3<>"$console" # held open: `up` never reads an end of file
-            names=$k
-            start "$mutex" --set cluster.forget_after=0s --set "limits.max_names=$((k + 1000))" \
-                "${storage[@]}"
+            names=$k start "$mutex" --set cluster.forget_after=0s "${storage[@]}"
             "$bin" workload --config "$cfg" --no-witness --names "$k" --name-prefix a --skew sweep \
                 --requests $(((k + 4) / 5)) --answer-within 300s --json >/dev/null
-            local bytes joined t0 t1 pid
+            local bytes t0 t1 pid
             bytes="$(state_bytes)"
             echo "kill 1" >&3
-            for _ in $(seq 500); do
-                "$bin" status --config "$cfg" --json 2>/dev/null \
-                    | jq -e '.[] | select(.id == 1) | .reachable | not' >/dev/null && break
-                sleep 0.02
-            done
+            status_until 500 0.02 '.[] | select(.id == 1) | .reachable | not' || true
             t0="$(date +%s%N)"
             echo "restart 1" >&3
-            joined=""
-            for _ in $(seq 3000); do
-                if "$bin" status --config "$cfg" --json 2>/dev/null \
-                    | jq -e '.[] | select(.id == 1) | .reachable and .joined' >/dev/null; then
-                    joined=1
-                    break
-                fi
-                sleep 0.02
-            done
+            status_until 3000 0.02 '.[] | select(.id == 1) | .reachable and .joined' \
+                || { echo "node 1 of $mutex never joined again" >&2; exit 1; }
             t1="$(date +%s%N)"
-            [ -n "$joined" ] || { echo "node 1 of $mutex never joined again" >&2; exit 1; }
             grep -q "^coterie up: restart n1" "$out/$mutex.up.log" \
                 || { echo "node 1 of $mutex was not restarted (see $out/$mutex.up.log)" >&2; exit 1; }
             pid="$(pgrep -f -- "node --config $cfg --id 1\$" | head -1)"
